@@ -1,0 +1,193 @@
+"""The method API: what an attention method is, how it is registered, and how it is plugged into a model.
+
+A method is a subclass of `AttentionMethod` with a dataclass `Config`, registered with `@register_method(name)`.
+Its `attention()` has transformers' attention-interface signature (plus the method instance). Registration puts the
+method into the suite's registry and into transformers' `AttentionInterface` *and* `AttentionMaskInterface` under
+`suite_<name>`: without the mask function transformers passes `attention_mask=None` and padding is silently ignored.
+
+Masks arrive in the additive form of transformers' `eager_mask`: a float tensor (B, 1, Lq, Lk) with 0 where a key may
+be attended and `finfo(dtype).min` where not, or `None` when the batch has no padding.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from .registry import Registry
+
+METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods")
+
+
+class HyperParameterError(ValueError):
+    """An impossible or unknown hyper-parameter; raised before any training starts."""
+
+
+@dataclasses.dataclass
+class NoConfig:
+    pass
+
+
+def check_probability(name: str, value: float, allow_one: bool = False) -> None:
+    hi_ok = value <= 1 if allow_one else value < 1
+    if not (0 <= value and hi_ok) or math.isnan(value):
+        raise HyperParameterError(f"{name}={value} is impossible: it must lie in [0, {'1]' if allow_one else '1)'}")
+
+
+class AttentionMethod:
+    """Base class of every attention method. Subclasses set `Config` and override `attention`.
+
+    Hooks (all optional):
+      prepare(model)        add per-layer parameters before the optimizer is built (saved with the model)
+      aux_loss(model)       a scalar added to the task loss (regularizers); None for nothing
+      training_step(...)    replace the whole step (methods with several models, e.g. AttendOut)
+      record()              extra JSON-able facts for the run record (learned alphas, drop rates, ...)
+    """
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = NoConfig
+    identity: ClassVar[dict[str, Any] | None] = None  # hyper-parameters under which it equals softmax attention
+    description: ClassVar[str] = ""
+
+    def __init__(self, cfg: Any = None):
+        self.cfg = cfg if cfg is not None else self.Config()
+        self.validate()
+
+    # -- configuration -------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise HyperParameterError for impossible hyper-parameters. Probabilities named p* are checked here."""
+        for f in dataclasses.fields(self.cfg):
+            v = getattr(self.cfg, f.name)
+            if (f.name == "p" or f.name.startswith("p_")) and isinstance(v, float):
+                check_probability(f"{self.name}.{f.name}", v)
+
+    def hparams(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.cfg)
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def prepare(self, model: torch.nn.Module) -> None:
+        pass
+
+    def aux_loss(self, model: torch.nn.Module) -> torch.Tensor | None:
+        return None
+
+    training_step = None  # a method may define training_step(ctx, batch, next_batch) -> loss tensor
+
+    def record(self) -> dict[str, Any]:
+        return {}
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        raise NotImplementedError
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    @property
+    def implementation(self) -> str:
+        return f"suite_{self.name}"
+
+    def attach(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Point every attention module of `model` at this method and run `prepare`."""
+        n = 0
+        for module in attention_modules(model):
+            module.suite_method = self
+            n += 1
+        if n == 0:
+            raise TypeError(f"{type(model).__name__} has no attention module that uses transformers' attention "
+                            "interface (one with `layer_idx` and `config._attn_implementation`)")
+        model.set_attn_implementation(self.implementation)
+        self.prepare(model)
+        return model
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Self-attention modules that dispatch through `AttentionInterface` (BERT, RoBERTa, and their kin)."""
+    return [m for m in model.modules()
+            if hasattr(m, "layer_idx") and hasattr(m, "config") and hasattr(m, "num_attention_heads")
+            and not getattr(m, "is_cross_attention", False)]
+
+
+def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The function transformers calls; it hands over to the method attached to this module."""
+    method: AttentionMethod = module.suite_method
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    return method.attention(module, query, key, value, attention_mask, scaling, **kwargs)
+
+
+def register_method(name: str, description: str | None = None):
+    """Class decorator: `@register_method("my_method")` on an `AttentionMethod` subclass."""
+
+    def wrap(cls: type[AttentionMethod]) -> type[AttentionMethod]:
+        if not (isinstance(cls, type) and issubclass(cls, AttentionMethod)):
+            raise TypeError("@register_method decorates a subclass of suite.AttentionMethod")
+        if not dataclasses.is_dataclass(cls.Config):
+            raise TypeError(f"{cls.__name__}.Config must be a dataclass")
+        cls.name = name
+        if description is not None:
+            cls.description = description
+        elif not cls.description and cls.__doc__:
+            cls.description = cls.__doc__.strip().splitlines()[0]
+        METHODS.add(name, cls)
+        AttentionInterface.register(f"suite_{name}", _dispatch)
+        AttentionMaskInterface.register(f"suite_{name}", eager_mask)
+        return cls
+
+    return wrap
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building blocks shared by methods. Shapes: query/key/value (B, H, L, d); mask (B, 1, Lq, Lk) additive or None.
+# ---------------------------------------------------------------------------------------------------------
+
+def scores(query, key, scaling, attention_mask=None):
+    """Scaled dot-product scores with the additive padding mask applied."""
+    s = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        s = s + attention_mask
+    return s
+
+
+def valid_keys(attention_mask, like: torch.Tensor) -> torch.Tensor:
+    """Boolean (B, 1, Lq, Lk), broadcastable to the scores `like`: True where a key may be attended."""
+    if attention_mask is None:
+        return torch.ones((1, 1) + like.shape[-2:], dtype=torch.bool, device=like.device)
+    return attention_mask == 0
+
+
+def mask_fill_value(t: torch.Tensor) -> float:
+    return torch.finfo(t.dtype).min
+
+
+def drop_scores(s: torch.Tensor, drop: torch.Tensor) -> torch.Tensor:
+    """Scores dropout (methods.md §2a): dropped query-key pairs get the mask minimum before the softmax.
+
+    `drop` is boolean, broadcastable to `s`. The diagonal is never dropped, so each valid query keeps one key and
+    rows stay finite; padding stays masked because masked_fill writes the minimum, never a larger value.
+    """
+    lq, lk = s.shape[-2:]
+    diag = torch.eye(lq, lk, dtype=torch.bool, device=s.device)
+    return s.masked_fill(drop & ~diag, mask_fill_value(s))
+
+
+def probs_dropout(p: torch.Tensor, rate: float, module) -> torch.Tensor:
+    return F.dropout(p, p=rate, training=module.training) if rate > 0 else p
+
+
+def attend(module, probs: torch.Tensor, value: torch.Tensor):
+    """probs @ value in the (B, L, H, d) layout transformers expects.
+
+    A statistics probe (`module.suite_probe`, set by `suite.stats`) sees the probabilities first.
+    """
+    probe = getattr(module, "suite_probe", None)
+    if probe is not None:
+        probe(module, probs)
+    out = torch.matmul(probs.to(value.dtype), value).transpose(1, 2).contiguous()
+    return out, probs
+
+
+def softmax(s: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(s, dim=-1, dtype=torch.float32).to(s.dtype)

@@ -1,0 +1,198 @@
+"""Tasks and data: what a task is (`TaskSpec`), the task registry, loading splits from the hub or a local folder,
+tokenisation and length-grouped batching.
+
+Both sources are normalised to the hub's schema: the task's text columns, `label` (hub label ids, or a float for
+regression) and `idx`. A task author describes a task as data in `tasks/` and calls `register_task`.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .registry import Registry, normalise
+
+TASKS: Registry["TaskSpec"] = Registry("task", "suite.tasks", "suite.tasks", key=normalise)
+TASK_GROUPS: dict[str, list[str]] = {}  # e.g. "glue" -> its nine tasks
+DATA_DIR_ENV = "SUITE_DATA_DIR"
+
+
+class DataError(RuntimeError):
+    """Missing or malformed data; the message names the file (and line) and how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSplit:
+    """Where a split lives in a local folder of TSVs and which columns hold what.
+
+    `columns` maps each hub column (text fields and `label`) to a header name, or to a 0-based column index for
+    files without a header. `labels` maps the file's label strings to hub label ids (None: the value is the id,
+    or a float score for regression).
+    """
+
+    file: str
+    columns: dict[str, str | int]
+    header: bool = True
+    labels: dict[str, int] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    name: str                                  # canonical name, e.g. "sst2"
+    display: str                               # e.g. "SST-2"
+    text_fields: tuple[str, ...]
+    label_names: tuple[str, ...] | None        # None for regression
+    metrics: tuple[str, ...]                   # official metrics, names from suite.metrics.METRICS
+    hub: tuple[str, str]                       # (dataset path, config)
+    train_split: str = "train"
+    eval_splits: dict[str, str] = dataclasses.field(default_factory=lambda: {"": "validation"})
+    local_dir: str = ""
+    local: dict[str, LocalSplit] = dataclasses.field(default_factory=dict)  # hub split name -> file layout
+    higher_is_better: bool = True
+    headline: str = "score"                    # mean of the official metrics (GLUE leaderboard convention)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.label_names is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.label_names is None else len(self.label_names)
+
+    def metric_keys(self) -> list[str]:
+        """Names of the metrics one evaluation reports, e.g. accuracy_m / accuracy_mm for MNLI."""
+        return [f"{m}_{s}" if s else m for s in self.eval_splits for m in self.metrics]
+
+
+def register_task(spec: TaskSpec, groups: Sequence[str] = ()) -> TaskSpec:
+    TASKS.add(spec.name, spec)
+    for g in groups:
+        TASK_GROUPS.setdefault(g, []).append(spec.name)
+    return spec
+
+
+def get_task(name: str) -> TaskSpec:
+    return TASKS.get(name)
+
+
+def select_tasks(patterns: str | Sequence[str]) -> list[str]:
+    TASKS.load()
+    return TASKS.select(patterns, groups=TASK_GROUPS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path | None:
+    """The local data folder: the explicit argument, else $SUITE_DATA_DIR, else None (use the hub)."""
+    d = data_dir or os.environ.get(DATA_DIR_ENV) or None
+    return Path(d).expanduser() if d else None
+
+
+def split_path(spec: TaskSpec, split: str, data_dir: Path) -> Path:
+    if split not in spec.local:
+        raise DataError(f"task {spec.display} has no local file layout for split {split!r}")
+    return data_dir / spec.local_dir / spec.local[split].file
+
+
+def check_local(spec: TaskSpec, data_dir: Path) -> None:
+    """Fail early, before any training, when a split the run needs is absent."""
+    if not data_dir.is_dir():
+        raise DataError(f"data folder {data_dir} does not exist. Pass --data-dir with a folder of GLUE TSVs "
+                        f"(or set ${DATA_DIR_ENV}), or leave both unset to load {spec.hub[0]} from the hub.")
+    for split in [spec.train_split, *spec.eval_splits.values()]:
+        path = split_path(spec, split, data_dir)
+        if not path.is_file():
+            raise DataError(
+                f"{spec.display}: missing file {path} (split {split!r}). Either load the task from the hub "
+                f"(omit --data-dir and unset ${DATA_DIR_ENV}; needs internet), or point --data-dir at another "
+                f"folder that holds {spec.local_dir}/{spec.local[split].file}.")
+
+
+def read_local_split(spec: TaskSpec, split: str, data_dir: Path) -> dict[str, list]:
+    """Read one split of a GLUE-format TSV: no CSV quoting, no NA coercion, BOMs stripped, labels mapped to hub ids."""
+    layout = spec.local[split]
+    path = split_path(spec, split, data_dir)
+    if not path.is_file():
+        check_local(spec, data_dir)
+    out: dict[str, list] = {c: [] for c in (*spec.text_fields, "label", "idx")}
+    with open(path, encoding="utf-8-sig", newline="") as fh:  # utf-8-sig drops MRPC's leading BOM
+        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        width = None
+        index: dict[str, int] = {}
+        if layout.header:
+            header = next(reader, None)
+            if header is None:
+                raise DataError(f"{path}: the file is empty; expected a header line. Re-download the task's data.")
+            width = len(header)
+            for col, name in layout.columns.items():
+                if name not in header:
+                    raise DataError(f"{path}:1: header has no column {name!r} (found {header}). "
+                                    f"Is this the {spec.display} file in the GLUE layout?")
+                index[col] = header.index(name)
+        else:
+            index = {col: int(i) for col, i in layout.columns.items()}
+        need = max(index.values()) + 1
+        for row in reader:
+            line = reader.line_num
+            if not row or row == [""]:
+                continue
+            if (width is not None and len(row) != width) or len(row) < need:
+                raise DataError(f"{path}:{line}: expected {width or need} tab-separated fields, found {len(row)}. "
+                                "The file is malformed (an unescaped tab or a truncated line); repair that line "
+                                "or re-download the task's data.")
+            for col in spec.text_fields:
+                out[col].append(row[index[col]].replace("\ufeff", "").strip())
+            out["label"].append(_label(spec, layout, row[index["label"]].strip(), path, line))
+            out["idx"].append(len(out["idx"]))
+    if not out["idx"]:
+        raise DataError(f"{path}: no rows. Re-download the task's data.")
+    return out
+
+
+def _label(spec: TaskSpec, layout: LocalSplit, raw: str, path: Path, line: int):
+    try:
+        if spec.is_regression:
+            return float(raw)
+        if layout.labels is not None:
+            return layout.labels[raw]
+        value = int(raw)
+        if not 0 <= value < spec.num_labels:
+            raise ValueError
+        return value
+    except (KeyError, ValueError):
+        valid = sorted(layout.labels) if layout.labels else list(range(spec.num_labels))
+        kind = "a float score" if spec.is_regression else f"one of {valid}"
+        raise DataError(f"{path}:{line}: label {raw!r} is not {kind}. Repair that line or re-download the data.")
+
+
+def load_splits(spec: TaskSpec, data_dir: str | os.PathLike | None) -> dict[str, dict[str, list]]:
+    """All splits a run needs, as column dicts keyed by hub split name."""
+    splits = [spec.train_split, *spec.eval_splits.values()]
+    local = resolve_data_dir(data_dir)
+    if local is not None:
+        check_local(spec, local)
+        return {s: read_local_split(spec, s, local) for s in splits}
+    return {s: _hub_split(spec, s) for s in splits}
+
+
+def _hub_split(spec: TaskSpec, split: str) -> dict[str, list]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(*spec.hub, split=split)
+    except Exception as exc:
+        raise DataError(
+            f"could not load {spec.hub[0]}/{spec.hub[1]} split {split!r} from the hub ({type(exc).__name__}: "
+            f"{str(exc)[:200]}). Offline? Point --data-dir (or ${DATA_DIR_ENV}) at a folder of GLUE TSVs.") from exc
+    return {c: list(ds[c]) for c in (*spec.text_fields, "label", "idx")}
+
+
+def data_source(data_dir: str | os.PathLike | None) -> str:
+    return "local" if resolve_data_dir(data_dir) is not None else "hub"
+
+
+Reader = Callable[[TaskSpec, str, Path], dict[str, list]]

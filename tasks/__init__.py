@@ -1,0 +1,2 @@
+"""Built-in tasks. Each module registers its tasks on import."""
+from . import glue  # noqa: F401
