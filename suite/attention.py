@@ -129,8 +129,8 @@ def register_method(name: str, description: str | None = None):
         cls.name = name
         if description is not None:
             cls.description = description
-        elif not cls.description and cls.__doc__:
-            cls.description = cls.__doc__.strip().splitlines()[0]
+        elif "description" not in cls.__dict__:
+            cls.description = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         METHODS.add(name, cls)
         AttentionInterface.register(f"suite_{name}", _dispatch)
         AttentionMaskInterface.register(f"suite_{name}", eager_mask)

@@ -196,3 +196,81 @@ def data_source(data_dir: str | os.PathLike | None) -> str:
 
 
 Reader = Callable[[TaskSpec, str, Path], dict[str, list]]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tokenisation and batching
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Encoded:
+    """A tokenised split: unpadded token lists (padded per batch) and labels."""
+
+    features: list[dict[str, list[int]]]
+    labels: list
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def lengths(self) -> list[int]:
+        return [len(f["input_ids"]) for f in self.features]
+
+    def subset(self, indices) -> "Encoded":
+        return Encoded([self.features[i] for i in indices], [self.labels[i] for i in indices])
+
+
+def seeded_subset(n: int, limit: int | None, seed: int) -> list[int]:
+    """Indices of a seeded random subset of size `limit` (all, in order, when limit is None or >= n)."""
+    import numpy as np
+
+    if limit is None or limit >= n:
+        return list(range(n))
+    return sorted(np.random.default_rng(seed).choice(n, size=limit, replace=False).tolist())
+
+
+def encode(spec: TaskSpec, columns: dict[str, list], tokenizer, max_length: int) -> Encoded:
+    texts = [columns[f] for f in spec.text_fields]
+    enc = tokenizer(*texts, truncation=True, max_length=max_length)
+    keys = [k for k in ("input_ids", "token_type_ids") if k in enc]
+    features = [{k: enc[k][i] for k in keys} for i in range(len(columns["label"]))]
+    return Encoded(features, list(columns["label"]))
+
+
+def collate(features: list[dict[str, list[int]]], labels: list, pad_id: int, regression: bool) -> dict:
+    """Dynamic padding to the longest sequence in the batch."""
+    import torch
+
+    width = max(len(f["input_ids"]) for f in features)
+    batch = {"input_ids": torch.full((len(features), width), pad_id, dtype=torch.long),
+             "attention_mask": torch.zeros((len(features), width), dtype=torch.long)}
+    if "token_type_ids" in features[0]:
+        batch["token_type_ids"] = torch.zeros((len(features), width), dtype=torch.long)
+    for i, f in enumerate(features):
+        n = len(f["input_ids"])
+        batch["input_ids"][i, :n] = torch.tensor(f["input_ids"])
+        batch["attention_mask"][i, :n] = 1
+        if "token_type_ids" in batch:
+            batch["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
+    batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
+    return batch
+
+
+def length_grouped_batches(lengths: list[int], batch_size: int, generator, mega: int = 50) -> list[list[int]]:
+    """Shuffled batches of similar lengths (as HF's LengthGroupedSampler): shuffle, sort within mega-batches of
+    `mega` batches by length, cut into batches, shuffle the batch order. Less padding, still random."""
+    import torch
+
+    perm = torch.randperm(len(lengths), generator=generator).tolist()
+    batches = []
+    step = mega * batch_size
+    for start in range(0, len(perm), step):
+        chunk = sorted(perm[start:start + step], key=lambda i: -lengths[i])
+        batches.extend(chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size))
+    order = torch.randperm(len(batches), generator=generator).tolist()
+    return [batches[i] for i in order]
+
+
+def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Evaluation batches sorted by length (order does not change metrics; padding does cost time)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[j:j + batch_size] for j in range(0, len(order), batch_size)]
