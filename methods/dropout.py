@@ -64,7 +64,7 @@ class ScoresDropout(AttentionMethod):
             rate = self.drop_rate(module, s.shape[0], s.device)
             if not (isinstance(rate, float) and rate == 0.0):
                 drop = torch.rand(s.shape, device=s.device) < rate
-                s = drop_scores(s, drop)
+                s = drop_scores(s, drop, attention_mask)
         return attend(module, softmax(s), value)
 
 

@@ -53,6 +53,9 @@ class AttentionMethod:
     Config: ClassVar[type] = NoConfig
     identity: ClassVar[dict[str, Any] | None] = None  # hyper-parameters under which it equals softmax attention
     description: ClassVar[str] = ""
+    # True (or a note saying how) when the method is rebuilt from a paper's description rather than its authors'
+    # code; reports footnote such methods so that nobody reads their numbers as the paper's.
+    reconstruction: ClassVar[bool | str] = False
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -162,14 +165,19 @@ def mask_fill_value(t: torch.Tensor) -> float:
     return torch.finfo(t.dtype).min
 
 
-def drop_scores(s: torch.Tensor, drop: torch.Tensor) -> torch.Tensor:
+def drop_scores(s: torch.Tensor, drop: torch.Tensor, attention_mask=None) -> torch.Tensor:
     """Scores dropout (methods.md §2a): dropped query-key pairs get the mask minimum before the softmax.
 
-    `drop` is boolean, broadcastable to `s`. The diagonal is never dropped, so each valid query keeps one key and
-    rows stay finite; padding stays masked because masked_fill writes the minimum, never a larger value.
+    `drop` is boolean, broadcastable to `s` (B, H, L, L). The diagonal is never dropped, so each real query keeps
+    one key and rows stay finite. With `attention_mask`, padded queries (whose diagonal is a padded key) drop
+    nothing, so even their rows never put weight on padding; padding itself stays masked because masked_fill
+    writes the minimum, never a larger value.
     """
     lq, lk = s.shape[-2:]
     diag = torch.eye(lq, lk, dtype=torch.bool, device=s.device)
+    if attention_mask is not None:
+        query_valid = (attention_mask == 0).diagonal(dim1=-2, dim2=-1).unsqueeze(-1)  # self-attention: Lq == Lk
+        drop = drop & query_valid
     return s.masked_fill(drop & ~diag, mask_fill_value(s))
 
 

@@ -12,7 +12,7 @@ from tabulate import tabulate
 
 from .attention import METHODS, HyperParameterError
 from .config import DEFAULT_MODEL, PRESETS, TrainSettings, build_grid, resolve_model
-from .data import DATA_DIR_ENV, DataError, check_local, get_task, resolve_data_dir, select_tasks
+from .data import DATA_DIR_ENV, DataError, get_task, load_splits, resolve_data_dir, select_tasks
 from .registry import UnknownNameError
 
 EXIT_BAD_INPUT = 2
@@ -80,9 +80,8 @@ def cmd_run(args) -> int:
     if not args.seeds:
         raise BadInput("--seeds is empty")
     data_dir = resolve_data_dir(args.data_dir)
-    if data_dir is not None:
-        for t in tasks:
-            check_local(get_task(t), data_dir)
+    for t in tasks:  # read every split now: a missing file or a malformed line stops the grid before training
+        load_splits(get_task(t), data_dir)
     for m in models:
         _check_model(m)
     jobs = build_grid(models, tasks, methods, args.seeds, train, args.sets, args.sweeps,

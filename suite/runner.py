@@ -105,7 +105,8 @@ def load_model(cfg: RunConfig, spec: TaskSpec):
         mcfg.id2label = dict(enumerate(spec.label_names))
         mcfg.label2id = {n: i for i, n in enumerate(spec.label_names)}
     set_seed(cfg.seed)  # the classifier head's initialisation depends on the seed
-    model = AutoModelForSequenceClassification.from_pretrained(path, config=mcfg)
+    # a checkpoint that already has a head of another size (e.g. fine-tuned on another task) gets a fresh one
+    model = AutoModelForSequenceClassification.from_pretrained(path, config=mcfg, ignore_mismatched_sizes=True)
     method: AttentionMethod = METHODS.get(cfg.method)(METHODS.get(cfg.method).Config(**cfg.hparams))
     before = sum(p.numel() for p in model.parameters())
     method.attach(model)

@@ -1,0 +1,138 @@
+"""sparsemax, 1.5-entmax and alpha-entmax with a learned alpha per head (methods.md §7), through the `entmax` package.
+
+The mapping replaces the softmax over the keys. It always runs in at least fp32 (autocast off, scores upcast, the
+result cast back): the entmax threshold squares the scores and loses the row sum in half precision. Padded keys get
+the fp32 mask minimum, which lies outside every row's support, so they receive exactly zero weight.
+
+`entmax_alpha` (Correia et al. 2019, "Adaptively Sparse Transformers"): each attention module stores an unconstrained
+parameter `entmax_pre_alpha` (one per head); every forward maps it to
+    alpha = ALPHA_MIN + (2 - ALPHA_MIN) * sigmoid(alpha_lr_mult * pre_alpha)     in [ALPHA_MIN, 2]
+so no optimizer step can leave (1, 2]. The floor 1.01 (the usual clamp of public implementations) keeps the
+bisection's 1/(alpha-1) terms finite. `alpha_lr_mult` multiplies the effective learning rate of alpha under Adam
+(Adam is invariant to the gradient's scale, so scaling the parameter inside the map scales its step); at fine-tuning
+learning rates (5e-5) and a few hundred steps alpha otherwise barely moves from its initial value.
+Bisection is slow on CPU (about 7x entmax15 per call, hf-notes.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from entmax import entmax15, entmax_bisect, sparsemax
+
+from suite.attention import (AttentionMethod, HyperParameterError, NoConfig, attend, attention_modules,
+                             register_method, valid_keys)
+
+ALPHA_MIN = 1.01
+
+
+def masked_scores_fp32(query, key, scaling, attention_mask) -> torch.Tensor:
+    """Scaled scores in at least fp32, padded keys at the fp32 mask minimum (not at a half-precision -inf)."""
+    s = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    s = s.to(torch.promote_types(s.dtype, torch.float32))
+    if attention_mask is not None:
+        s = s.masked_fill(~valid_keys(attention_mask, s), torch.finfo(s.dtype).min)
+    return s
+
+
+def _no_autocast(device: torch.device):
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+class _EntmaxFamily(AttentionMethod):
+    Config = NoConfig
+    identity = None  # a different mapping from softmax: no setting equals it
+
+    def mapping(self, module, s: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        s = masked_scores_fp32(query, key, scaling, attention_mask)
+        with _no_autocast(s.device):
+            probs = self.mapping(module, s)
+        return attend(module, probs.to(query.dtype), value)
+
+
+@register_method("sparsemax")
+class Sparsemax(_EntmaxFamily):
+    """sparsemax over the keys (Euclidean projection onto the simplex): exact zeros, rows sum to 1."""
+
+    def mapping(self, module, s):
+        return sparsemax(s, dim=-1)
+
+
+@register_method("entmax15")
+class Entmax15(_EntmaxFamily):
+    """1.5-entmax over the keys (exact sort-based algorithm): sparse, smoother than sparsemax."""
+
+    def mapping(self, module, s):
+        return entmax15(s, dim=-1)
+
+
+@dataclasses.dataclass
+class EntmaxAlphaConfig:
+    alpha_init: float = 1.5     # initial alpha of every head, in (1.01, 2)
+    alpha_lr_mult: float = 1.0  # effective learning-rate multiplier of alpha (see the module docstring)
+    n_iter: int = 25            # bisection iterations (the package: 24 reach fp32 precision)
+
+
+def alpha_from_pre(pre_alpha: torch.Tensor, lr_mult: float = 1.0) -> torch.Tensor:
+    return ALPHA_MIN + (2.0 - ALPHA_MIN) * torch.sigmoid(lr_mult * pre_alpha)
+
+
+def pre_from_alpha(alpha: float, lr_mult: float = 1.0) -> float:
+    u = (alpha - ALPHA_MIN) / (2.0 - ALPHA_MIN)
+    return math.log(u / (1.0 - u)) / lr_mult
+
+
+@register_method("entmax_alpha")
+class EntmaxAlpha(AttentionMethod):
+    """alpha-entmax with one learned alpha in (1, 2] per head and layer (bisection); alphas go into the record."""
+
+    Config = EntmaxAlphaConfig
+    identity = None
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        self._attention_modules: list[torch.nn.Module] = []
+
+    def validate(self) -> None:
+        super().validate()
+        a, m, n = self.cfg.alpha_init, self.cfg.alpha_lr_mult, self.cfg.n_iter
+        if not (isinstance(a, (int, float)) and ALPHA_MIN < a < 2):
+            raise HyperParameterError(f"entmax_alpha.alpha_init={a!r} is impossible: it must lie in "
+                                      f"({ALPHA_MIN}, 2) (alpha=2 is sparsemax, alpha->1 softmax)")
+        if not (isinstance(m, (int, float)) and math.isfinite(m) and m > 0):
+            raise HyperParameterError(f"entmax_alpha.alpha_lr_mult={m!r} is impossible: it must be > 0")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise HyperParameterError(f"entmax_alpha.n_iter={n!r} is impossible: it must be an integer >= 1")
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        self._attention_modules = sorted(attention_modules(model), key=lambda m: m.layer_idx)
+        start = pre_from_alpha(self.cfg.alpha_init, self.cfg.alpha_lr_mult)
+        for module in self._attention_modules:
+            like = next(module.parameters())
+            module.register_parameter("entmax_pre_alpha", torch.nn.Parameter(
+                torch.full((module.num_attention_heads,), start, dtype=torch.float32, device=like.device)))
+
+    def alpha(self, module) -> torch.Tensor:
+        """(H,) alphas of this module, recomputed from the unconstrained parameter at every call."""
+        return alpha_from_pre(module.entmax_pre_alpha.float(), self.cfg.alpha_lr_mult)
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        s = masked_scores_fp32(query, key, scaling, attention_mask)
+        with _no_autocast(s.device):
+            alpha = self.alpha(module).to(s.dtype).view(1, -1, 1, 1)
+            probs = entmax_bisect(s, alpha=alpha, dim=-1, n_iter=self.cfg.n_iter)
+        return attend(module, probs.to(query.dtype), value)
+
+    def learned_alphas(self) -> list[list[float]]:
+        with torch.no_grad():
+            return [[round(float(a), 6) for a in self.alpha(m)] for m in self._attention_modules]
+
+    def epoch_record(self) -> dict:
+        return {"alpha": self.learned_alphas()}
+
+    def record(self) -> dict:
+        return {"alpha": self.learned_alphas()}

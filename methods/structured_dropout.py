@@ -1,0 +1,140 @@
+"""Structured attention dropout: whole heads (DropHead) or whole key columns (DropAttention(c)).
+
+drophead (Zhou et al. 2020, "Scheduled DropHead"): in training, each head of each layer is dropped for a sample with
+probability p; the kept heads are rescaled by H / (number kept) so every sample's sum over heads keeps its scale
+exactly (at least one head is always kept: a sample that would lose all of them keeps all of them). Optional
+schedule of the rate over training: `constant`, `linear` (p -> 0) or `v` (p -> 0 at mid-training -> p), the last
+being our reading of the paper's V-shaped schedule. Applied in place of attention-probability dropout.
+
+dropattention_col (Lin et al. 2019, DropAttention(c); methods.md §2): in training, each key column of each sample
+and head is dropped with probability p after the softmax and every row is renormalised over its kept columns.
+Renormalising softmax weights over a subset equals the softmax over that subset, so the drop is applied as a mask
+before the softmax (no 0/0 when kept weights underflow). A row whose valid keys were all dropped keeps all of them.
+
+Both are the identity in eval mode and at p = 0; without a statistics probe they run through the fused SDPA kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from suite.attention import (AttentionMethod, HyperParameterError, attend, mask_fill_value, register_method,
+                             scores, softmax, valid_keys)
+
+SCHEDULES = ("constant", "linear", "v")
+
+
+@dataclasses.dataclass
+class DropHeadConfig:
+    p: float = 0.1              # head drop rate (at the start of training when scheduled)
+    schedule: str = "constant"  # constant | linear (p -> 0 over training) | v (p -> 0 at mid-training -> p)
+
+
+def scheduled_rate(p: float, schedule: str, progress: float) -> float:
+    """The drop rate at `progress` in [0, 1] of training."""
+    t = min(max(progress, 0.0), 1.0)
+    if schedule == "linear":
+        return p * (1.0 - t)
+    if schedule == "v":
+        return p * abs(1.0 - 2.0 * t)
+    return p
+
+
+def total_training_steps(ctx) -> int | None:
+    """Total optimizer steps of the run, from the context or from transformers' linear schedule."""
+    total = getattr(ctx, "total_steps", None)
+    for fn in getattr(ctx.scheduler, "lr_lambdas", []) if total is None else []:
+        total = getattr(fn, "keywords", {}).get("num_training_steps", total)
+    return total
+
+
+@register_method("drophead")
+class DropHead(AttentionMethod):
+    """DropHead: whole heads dropped per sample in training, the kept ones rescaled by H / kept."""
+
+    Config = DropHeadConfig
+    identity = {"p": 0.0, "schedule": "constant"}
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        self.progress = 0.0  # fraction of training done; updated from the step context during training
+        self._ctx = None
+        self._total = None
+
+    def validate(self) -> None:
+        super().validate()
+        if self.cfg.schedule not in SCHEDULES:
+            raise HyperParameterError(f"drophead.schedule={self.cfg.schedule!r}: choose one of "
+                                      f"{', '.join(SCHEDULES)}")
+
+    def setup_training(self, ctx) -> None:
+        self._ctx, self._total = ctx, total_training_steps(ctx)
+        if self.cfg.schedule != "constant" and not self._total:
+            raise HyperParameterError("drophead.schedule needs the number of training steps, which this training "
+                                      "loop does not expose")
+
+    def rate(self) -> float:
+        if self._ctx is not None and self._total:
+            self.progress = (self._ctx.step - 1) / max(self._total - 1, 1)
+        return scheduled_rate(self.cfg.p, self.cfg.schedule, self.progress)
+
+    def head_factors(self, batch: int, heads: int, rate: float, device) -> torch.Tensor:
+        """(B, H): 0 for a dropped head, H / kept for a kept one."""
+        keep = torch.rand(batch, heads, device=device) >= rate
+        keep[~keep.any(dim=1)] = True
+        return keep / keep.sum(dim=1, keepdim=True) * heads
+
+    def epoch_record(self) -> dict:
+        return {"rate": self.rate()}
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        rate = self.rate() if module.training else 0.0
+        factors = None
+        if rate > 0:
+            factors = self.head_factors(query.shape[0], query.shape[1], rate, query.device)
+            factors = factors.to(query.dtype)[:, :, None, None]
+        if getattr(module, "suite_probe", None) is None:
+            keep = None if attention_mask is None else attention_mask == 0
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=0.0, scale=scaling)
+            if factors is not None:
+                out = out * factors
+            return out.transpose(1, 2).contiguous(), None
+        p = softmax(scores(query, key, scaling, attention_mask))
+        if factors is not None:
+            p = p * factors
+        return attend(module, p, value)
+
+
+@dataclasses.dataclass
+class DropAttentionConfig:
+    p: float = 0.1  # key-column drop rate
+
+
+@register_method("dropattention_col")
+class DropAttentionColumn(AttentionMethod):
+    """DropAttention(c): whole key columns dropped per sample and head, rows renormalised over the kept keys."""
+
+    Config = DropAttentionConfig
+    identity = {"p": 0.0}
+
+    def kept_keys(self, attention_mask, shape, device) -> torch.Tensor:
+        """Boolean (B, H, Lq, Lk): valid and not dropped; rows left with no key fall back to all their valid keys."""
+        b, h, lq, lk = shape
+        valid = valid_keys(attention_mask, torch.empty((1, 1, lq, lk), device=device))
+        keep = valid & (torch.rand(b, h, 1, lk, device=device) >= self.cfg.p)
+        return keep | (valid & ~keep.any(dim=-1, keepdim=True))
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        if module.training and self.cfg.p > 0:
+            keep = self.kept_keys(attention_mask, (*query.shape[:3], key.shape[-2]), query.device)
+        else:
+            keep = None if attention_mask is None else attention_mask == 0
+        if getattr(module, "suite_probe", None) is None:
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=0.0, scale=scaling)
+            return out.transpose(1, 2).contiguous(), None
+        s = scores(query, key, scaling, attention_mask)
+        if keep is not None:
+            s = s.masked_fill(~keep, mask_fill_value(s))
+        return attend(module, softmax(s), value)

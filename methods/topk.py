@@ -1,0 +1,68 @@
+"""Top-k selective attention (Explicit Sparse Transformer, Zhao et al. 2019; methods.md §6).
+
+After the padding mask, each query row keeps the scores >= its k-th largest valid score (ties at the k-th value are
+all kept, so more than k keys may survive) and the rest get the mask minimum; then softmax and the usual
+attention-probability dropout. The threshold is a constant for autograd: gradients flow only through the kept scores.
+k is fixed (`k`) or a fraction of each row's valid length (`k_frac`: k = ceil(k_frac * n), at least 1). A k at least
+the row's valid length drops nothing, so the method then equals softmax attention exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from suite.attention import (AttentionMethod, HyperParameterError, attend, mask_fill_value, probs_dropout,
+                             register_method, scores, softmax, valid_keys)
+
+
+@dataclasses.dataclass
+class TopKConfig:
+    k: int = 8                      # keys kept per query (the paper's usual value); ignored when k_frac is set
+    k_frac: float | None = None     # keep ceil(k_frac * valid length) keys per query instead, 0 < k_frac <= 1
+    p: float = 0.1                  # attention-probability dropout after the softmax, as vanilla
+
+
+def topk_mask(s: torch.Tensor, valid: torch.Tensor, k: int | None, k_frac: float | None) -> torch.Tensor:
+    """Boolean (like `s`): True where a score is below its row's k-th largest valid score (to be masked).
+
+    `s` already carries the padding mask (padded keys at the mask minimum), so padding never enters the top k
+    ahead of a valid key.
+    """
+    lk = s.shape[-1]
+    if k_frac is None:
+        if k >= lk:
+            return torch.zeros((), dtype=torch.bool, device=s.device).expand(s.shape)
+        threshold = torch.topk(s.detach(), k, dim=-1).values[..., -1:]
+    else:
+        n = valid.sum(-1, keepdim=True).expand(*s.shape[:-1], 1)
+        # the small offset keeps k_frac * n that is an integer in exact arithmetic (0.1 * 30) from rounding up
+        k_row = torch.ceil(n.double() * k_frac - 1e-9).long().clamp(min=1).clamp(max=lk)
+        k_max = int(k_row.max())
+        threshold = torch.topk(s.detach(), k_max, dim=-1).values.gather(-1, k_row - 1)
+    return s < threshold
+
+
+@register_method("topk")
+class TopK(AttentionMethod):
+    """Top-k selective attention: only each query's k largest scores (ties kept) enter the softmax."""
+
+    Config = TopKConfig
+    identity = {"k": 1_000_000, "k_frac": None, "p": 0.0}
+
+    def validate(self) -> None:
+        super().validate()
+        k, frac = self.cfg.k, self.cfg.k_frac
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise HyperParameterError(f"topk.k={k!r} is impossible: it must be an integer >= 1")
+        if frac is not None and not (isinstance(frac, (int, float)) and math.isfinite(frac) and 0 < frac <= 1):
+            raise HyperParameterError(f"topk.k_frac={frac!r} is impossible: it must lie in (0, 1] (or be None "
+                                      "to use the fixed topk.k)")
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        s = scores(query, key, scaling, attention_mask)
+        drop = topk_mask(s, valid_keys(attention_mask, s), self.cfg.k, self.cfg.k_frac)
+        s = s.masked_fill(drop, mask_fill_value(s))
+        p = probs_dropout(softmax(s), self.cfg.p if module.training else 0.0, module)
+        return attend(module, p, value)

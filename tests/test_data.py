@@ -1,0 +1,112 @@
+"""The local GLUE reader on generated files with each quirk of the real ones, task selection, and batching."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from suite.data import (DataError, collate, get_task, length_grouped_batches, load_splits, seeded_subset,
+                        select_tasks)
+from suite.registry import UnknownNameError
+
+
+def test_task_names_are_case_and_dash_insensitive():
+    assert select_tasks("SST-2,sst2,Sst_2") == ["sst2"]
+    assert select_tasks("glue") == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
+    assert select_tasks("STS-B,MNLI") == ["stsb", "mnli"]
+    with pytest.raises(UnknownNameError, match="Valid tasks: cola, mnli, mrpc"):
+        select_tasks("sst3")
+
+
+def test_cola_without_header_and_final_newline(glue_dir):
+    d = load_splits(get_task("cola"), glue_dir)
+    assert len(d["train"]["idx"]) == 24 and len(d["validation"]["idx"]) == 12  # dev has no final newline
+    assert d["train"]["label"][:2] == [0, 1]
+    assert d["train"]["sentence"][0].endswith('"dry.')  # unbalanced quote kept, row not merged
+
+
+def test_mrpc_bom_header_and_quotes(glue_dir):
+    d = load_splits(get_task("mrpc"), glue_dir)["train"]
+    assert len(d["idx"]) == 24 and d["label"][:2] == [0, 1]
+    assert d["sentence1"][0].startswith('"')
+
+
+def test_sst2_trailing_space_stripped(glue_dir):
+    d = load_splits(get_task("sst2"), glue_dir)["train"]
+    assert not any(s.endswith(" ") for s in d["sentence"])
+
+
+def test_string_labels_map_to_hub_ids_and_na_words_kept(glue_dir):
+    rte = load_splits(get_task("rte"), glue_dir)["train"]
+    assert rte["label"][:2] == [0, 1]  # entailment=0, not_entailment=1 as on the hub
+    assert all(s.endswith("null") for s in rte["sentence2"])  # 'null' is text, not a missing value
+    assert not any("\ufeff" in s for s in rte["sentence1"])  # stray BOMs inside text removed
+    wnli = load_splits(get_task("wnli"), glue_dir)["train"]
+    assert wnli["label"][:2] == [0, 1]  # the TSV already follows the hub order (1 = entailment)
+    mnli = load_splits(get_task("mnli"), glue_dir)
+    assert set(mnli) == {"train", "validation_matched", "validation_mismatched"}
+    assert mnli["train"]["label"][:3] == [0, 1, 2]
+    stsb = load_splits(get_task("stsb"), glue_dir)["train"]
+    assert isinstance(stsb["label"][1], float) and stsb["label"][1] == pytest.approx(0.37)
+
+
+def test_missing_split_names_file_and_two_ways_out(tmp_path, glue_dir):
+    with pytest.raises(DataError) as err:
+        load_splits(get_task("rte"), tmp_path)
+    msg = str(err.value)
+    assert str(tmp_path / "RTE" / "train.tsv") in msg and "hub" in msg and "--data-dir" in msg
+
+
+def _copy_task(src: str, dst: Path, task: str) -> Path:
+    (dst / task).mkdir(parents=True)
+    for f in (Path(src) / task).iterdir():
+        (dst / task / f.name).write_bytes(f.read_bytes())
+    return dst / task
+
+
+def test_malformed_line_names_file_and_line(tmp_path, glue_dir):
+    folder = _copy_task(glue_dir, tmp_path, "RTE")
+    lines = (folder / "train.tsv").read_text().splitlines()
+    lines[5] = lines[5] + "\textra field"
+    (folder / "train.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"RTE/train.tsv:6: expected 4 tab-separated fields, found 5"):
+        load_splits(get_task("rte"), tmp_path)
+
+
+def test_bad_label_names_file_and_line(tmp_path, glue_dir):
+    folder = _copy_task(glue_dir, tmp_path, "RTE")
+    lines = (folder / "dev.tsv").read_text().splitlines()
+    lines[3] = lines[3].rsplit("\t", 1)[0] + "\tmaybe"
+    (folder / "dev.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"RTE/dev.tsv:4: label 'maybe' is not one of"):
+        load_splits(get_task("rte"), tmp_path)
+
+
+def test_env_var_selects_local_folder(monkeypatch, glue_dir):
+    monkeypatch.setenv("SUITE_DATA_DIR", glue_dir)
+    assert len(load_splits(get_task("rte"), None)["train"]["idx"]) == 24
+
+
+def test_seeded_subset_is_stable_and_capped():
+    a, b = seeded_subset(100, 10, seed=0), seeded_subset(100, 10, seed=0)
+    assert a == b and len(set(a)) == 10 and a != seeded_subset(100, 10, seed=1)
+    assert seeded_subset(5, 10, seed=0) == list(range(5)) and seeded_subset(5, None, 0) == list(range(5))
+
+
+def test_length_grouped_batches_cover_every_index_once_and_group_lengths():
+    lengths = [(i * 37) % 101 for i in range(300)]
+    batches = length_grouped_batches(lengths, 8, torch.Generator().manual_seed(0))
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(300))
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    assert spread < 20  # random batches would spread over ~80
+    again = length_grouped_batches(lengths, 8, torch.Generator().manual_seed(0))
+    assert again == batches
+
+
+def test_collate_pads_dynamically():
+    feats = [{"input_ids": [2, 5, 3], "token_type_ids": [0, 0, 0]}, {"input_ids": [2, 3], "token_type_ids": [0, 0]}]
+    b = collate(feats, [1, 0], pad_id=0, regression=False)
+    assert b["input_ids"].tolist() == [[2, 5, 3], [2, 3, 0]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert b["labels"].dtype == torch.long
+    assert collate(feats, [0.5, 1.5], 0, regression=True)["labels"].dtype == torch.float32

@@ -1,0 +1,98 @@
+"""The method registry: selection, errors that list valid names, and plugins registered from another package."""
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import suite
+from suite.registry import UnknownNameError
+
+
+def test_select_names_wildcards_and_all():
+    names = suite.METHODS.names()
+    assert {"vanilla", "no_dropout", "scores_dropout", "scores_dropout_naive", "uniform"} <= set(names)
+    assert suite.METHODS.select("all") == names
+    assert suite.METHODS.select("scores_*")[:2] == ["scores_dropout", "scores_dropout_naive"]
+    assert all(n.startswith("scores_") for n in suite.METHODS.select("scores_*"))
+    assert suite.METHODS.select("vanilla,uniform,vanilla") == ["vanilla", "uniform"]
+
+
+def test_unknown_method_lists_valid_names():
+    with pytest.raises(UnknownNameError) as err:
+        suite.METHODS.select("vanilla,nope")
+    assert "unknown method 'nope'" in str(err.value) and "scores_dropout" in str(err.value)
+    with pytest.raises(UnknownNameError, match="no method matches 'zzz_\\*'"):
+        suite.METHODS.select("zzz_*")
+
+
+def test_register_requires_a_method_class_with_dataclass_config():
+    with pytest.raises(TypeError):
+        suite.register_method("bad")(object)
+
+    class NotDataclass(suite.AttentionMethod):
+        class Config:
+            pass
+
+    with pytest.raises(TypeError, match="dataclass"):
+        suite.register_method("bad2")(NotDataclass)
+
+
+def test_registration_reaches_transformers_attention_and_mask_interfaces():
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    @dataclasses.dataclass
+    class Cfg:
+        p: float = 0.0
+
+    @suite.register_method("tmp_registered")
+    class Tmp(suite.AttentionMethod):
+        Config = Cfg
+
+    try:
+        assert "suite_tmp_registered" in AttentionInterface._global_mapping
+        assert "suite_tmp_registered" in AttentionMaskInterface._global_mapping
+        assert Tmp.name == "tmp_registered" and "tmp_registered" in suite.METHODS.names()
+    finally:
+        suite.METHODS.remove("tmp_registered")
+
+
+PLUGIN = '''
+import dataclasses
+import suite
+
+@dataclasses.dataclass
+class Config:
+    temperature: float = 1.0
+
+@suite.register_method("plugin_softmax")
+class PluginSoftmax(suite.AttentionMethod):
+    """Softmax with a temperature, from an installed plugin package."""
+    Config = Config
+    identity = {"temperature": 1.0}
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        s = suite.scores(query, key, scaling / self.cfg.temperature, attention_mask)
+        return suite.attend(module, suite.softmax(s), value)
+'''
+
+
+def test_plugin_package_appears_through_entry_point(tmp_path):
+    """A package installed beside the suite registers a method with no edit here (entry point group suite.methods)."""
+    (tmp_path / "my_plugin").mkdir()
+    (tmp_path / "my_plugin" / "__init__.py").write_text(textwrap.dedent(PLUGIN))
+    dist = tmp_path / "my_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[suite.methods]\nplugin_softmax = my_plugin\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    out = subprocess.run([sys.executable, "-m", "suite", "list"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "plugin_softmax" in out.stdout and "temperature=1.0" in out.stdout
+    code = ("import suite; print(suite.METHODS.select('plugin_*'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "['plugin_softmax']" in out.stdout, out.stderr

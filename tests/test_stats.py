@@ -1,0 +1,228 @@
+"""Attention statistics on hand-made maps with known values, and end to end on a tiny BERT."""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import suite
+from suite import stats
+from suite.attention import attention_modules
+from suite.config import TrainSettings
+from suite.data import Encoded, get_task
+
+LN2 = math.log(2)
+
+
+def smoothed_one_hot_entropy(t: int) -> float:
+    hi = (1 - stats.SMOOTHING) + stats.SMOOTHING / t
+    lo = stats.SMOOTHING / t
+    return -(hi * math.log(hi) + (t - 1) * lo * math.log(lo))
+
+
+def all_valid(b, l):
+    return torch.ones(b, l, dtype=torch.bool)
+
+
+def test_uniform_map():
+    probs = torch.full((2, 3, 5, 5), 1 / 5)
+    s = stats.map_statistics(probs, all_valid(2, 5))
+    assert s["sparsity"] == 0
+    assert s["null_rows"] == 0
+    assert s["attended_keys"] == 5
+    assert s["entropy"] == pytest.approx(math.log(5), abs=1e-6)  # smoothing leaves a uniform row uniform
+    assert s["head_diversity"] == pytest.approx(0, abs=1e-6)
+
+
+def test_one_hot_map():
+    probs = torch.eye(4, dtype=torch.float64).expand(1, 2, 4, 4)  # float64 maps are reduced in float64
+    s = stats.map_statistics(probs, all_valid(1, 4))
+    assert s["sparsity"] == pytest.approx(3 / 4)
+    assert s["attended_keys"] == 1
+    assert s["null_rows"] == 0
+    assert s["entropy"] == pytest.approx(smoothed_one_hot_entropy(4), rel=1e-5)
+    assert s["head_diversity"] == pytest.approx(0, abs=1e-6)  # both heads attend to self
+
+
+def test_null_rows_and_unnormalised_rows():
+    """ReLA-like rows: unnormalised mass is read as a distribution, all-zero rows are counted and left out."""
+    probs = torch.zeros(1, 1, 4, 4)
+    probs[0, 0, 0] = torch.tensor([2.0, 2.0, 2.0, 2.0])  # uniform after L1 normalisation
+    probs[0, 0, 1] = torch.tensor([0.0, 3.0, 0.0, 0.0])  # one-hot after normalisation
+    # rows 2 and 3 are null
+    s = stats.map_statistics(probs, all_valid(1, 4))
+    assert s["null_rows"] == pytest.approx(0.5)
+    assert s["sparsity"] == pytest.approx(11 / 16)
+    assert s["attended_keys"] == pytest.approx((4 + 1 + 0 + 0) / 4)
+    assert s["entropy"] == pytest.approx((math.log(4) + smoothed_one_hot_entropy(4)) / 2, rel=1e-5)
+
+
+def test_every_row_null_gives_nan_not_an_error():
+    s = stats.map_statistics(torch.zeros(1, 2, 3, 3), all_valid(1, 3))
+    assert s["null_rows"] == 1 and s["sparsity"] == 1 and s["attended_keys"] == 0
+    assert math.isnan(s["entropy"]) and math.isnan(s["head_diversity"])
+
+
+def test_padding_is_ignored():
+    """Row 1 has 3 real tokens of 5: padded keys and queries carry garbage (even NaN) that must not count."""
+    valid = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    probs = torch.full((2, 2, 5, 5), 1 / 5)
+    probs[1] = 1 / 3
+    probs[1, :, :, 3:] = 0.77   # weight on padded keys
+    probs[1, :, 3:, :] = float("nan")  # padded queries
+    s = stats.map_statistics(probs, valid)
+    rows = 2 * 5 + 2 * 3
+    assert s["sparsity"] == 0
+    assert s["attended_keys"] == pytest.approx((2 * 5 * 5 + 2 * 3 * 3) / rows)
+    assert s["entropy"] == pytest.approx((2 * 5 * math.log(5) + 2 * 3 * math.log(3)) / rows, rel=1e-6)
+    assert s["head_diversity"] == pytest.approx(0, abs=1e-6)
+
+
+def test_token_class_masses():
+    cls_id, sep_id, dot, comma, word = 101, 102, 7, 8, 50
+    ids = torch.tensor([[cls_id, word, dot, comma, sep_id, 0]])
+    valid = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool)
+    row = torch.tensor([0.5, 0.1, 0.1, 0.05, 0.25, 0.0])
+    probs = row.expand(1, 1, 6, 6).clone()
+    classes = {"cls": [cls_id], "sep": [sep_id], "punct": [dot, comma]}
+    s = stats.map_statistics(probs, valid, ids, classes)
+    assert s["mass_cls"] == pytest.approx(0.5)
+    assert s["mass_sep"] == pytest.approx(0.25)
+    assert s["mass_punct"] == pytest.approx(0.15)
+
+
+def test_masses_of_unnormalised_rows_are_shares():
+    ids = torch.tensor([[101, 5, 102]])
+    probs = torch.tensor([4.0, 2.0, 2.0]).expand(1, 1, 3, 3).clone()
+    probs[0, 0, 2] = 0  # a null row does not count
+    s = stats.map_statistics(probs, all_valid(1, 3), ids, {"cls": [101], "sep": [102], "punct": []})
+    assert s["mass_cls"] == pytest.approx(0.5) and s["mass_sep"] == pytest.approx(0.25)
+    assert s["mass_punct"] == 0
+
+
+def test_head_diversity_identical_and_disjoint_heads():
+    same = torch.tensor([0.1, 0.2, 0.3, 0.4]).expand(1, 2, 4, 4)
+    assert stats.map_statistics(same, all_valid(1, 4))["head_diversity"] == pytest.approx(0, abs=1e-6)
+
+    disjoint = torch.zeros(1, 2, 4, 4)
+    disjoint[0, 0, :, :2] = 0.5
+    disjoint[0, 1, :, 2:] = 0.5
+    assert stats.map_statistics(disjoint, all_valid(1, 4))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
+
+    # three heads A, A, B with B disjoint from A: pairs 0, ln2, ln2
+    three = torch.cat([disjoint[:, :1], disjoint[:, :1], disjoint[:, 1:]], dim=1)
+    assert stats.map_statistics(three, all_valid(1, 4))["head_diversity"] == pytest.approx(2 * LN2 / 3, rel=1e-6)
+
+
+def test_head_diversity_known_partial_overlap():
+    p, r = torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.0, 0.5, 0.5])
+    m = (p + r) / 2
+    kl = lambda a, b: float((torch.special.xlogy(a, a) - torch.special.xlogy(a, b)).sum())  # noqa: E731
+    expected = 0.5 * kl(p, m) + 0.5 * kl(r, m)
+    probs = torch.stack([p.expand(3, 3), r.expand(3, 3)])[None]
+    assert stats.map_statistics(probs, all_valid(1, 3))["head_diversity"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_head_diversity_skips_pairs_with_a_null_row():
+    disjoint = torch.zeros(1, 3, 2, 2)
+    disjoint[0, 0, :, 0] = 1
+    disjoint[0, 1, :, 1] = 1
+    # head 2 is null everywhere: only the pair (0, 1) counts
+    assert stats.map_statistics(disjoint, all_valid(1, 2))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
+
+
+def test_bf16_maps_are_read_in_fp32():
+    probs = torch.full((1, 2, 8, 8), 1 / 8, dtype=torch.bfloat16)
+    s = stats.map_statistics(probs, all_valid(1, 8))
+    assert s["entropy"] == pytest.approx(math.log(8), rel=1e-3)
+
+
+def test_accumulator_weighs_rows_and_averages_layers():
+    acc = stats.LayerAccumulator(2)
+    acc.add(0, stats.map_sums(torch.full((1, 1, 2, 2), 0.5), all_valid(1, 2)))   # entropy ln 2, 2 rows
+    acc.add(0, stats.map_sums(torch.full((1, 1, 4, 4), 0.25), all_valid(1, 4)))  # entropy ln 4, 4 rows
+    acc.add(1, stats.map_sums(torch.eye(2)[None, None], all_valid(1, 2)))
+    r = acc.result(batches=2)
+    assert r["batches"] == 2 and r["layers"] == 2
+    assert set(r["per_layer"]) == set(stats.STATS) == set(r["mean"])
+    assert r["per_layer"]["entropy"][0] == pytest.approx((2 * LN2 + 4 * math.log(4)) / 6, rel=1e-6)
+    assert r["per_layer"]["sparsity"] == pytest.approx([0.0, 0.5])
+    assert r["mean"]["sparsity"] == pytest.approx(0.25)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# End to end on a tiny BERT
+# ---------------------------------------------------------------------------------------------------------
+
+def _tokenizer(tiny_bert_dir):
+    # Built from the fixture's vocab.txt: the WordPiece vocabulary is what the token classes are looked up in.
+    from transformers import BertTokenizer
+
+    return BertTokenizer(vocab=str(Path(tiny_bert_dir) / "vocab.txt"), do_lower_case=True)
+
+
+def _tiny(tiny_bert_dir, method: str):
+    from transformers import AutoModelForSequenceClassification
+
+    tok = _tokenizer(tiny_bert_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_bert_dir)
+    suite.METHODS.get(method)().attach(model)
+    texts = [("the cat sat on the mat .", "a dog ran fast , yes"), ("red car", "the big house"),
+             ("the man sees a bird .", "no"), ("small", "blue tree , the woman likes it .")] * 3
+    enc = tok([a for a, _ in texts], [b for _, b in texts])
+    features = [{k: enc[k][i] for k in ("input_ids", "token_type_ids")} for i in range(len(texts))]
+    return tok, model, Encoded(features, [i % 2 for i in range(len(texts))])
+
+
+def test_token_classes_of_a_bert_tokenizer(tiny_bert_dir):
+    tok = _tokenizer(tiny_bert_dir)
+    c = stats.token_classes(tok)
+    assert c["cls"] == [tok.cls_token_id] and c["sep"] == [tok.sep_token_id]
+    assert sorted(c["punct"]) == sorted(tok.convert_tokens_to_ids([".", ","]))
+    assert tok.unk_token_id not in c["punct"]
+
+
+def test_statistics_end_to_end_format_and_probes_removed(tiny_bert_dir):
+    tok, model, dev = _tiny(tiny_bert_dir, "vanilla")
+    model.train()
+    train = TrainSettings(stats_batches=2, eval_batch_size=4)
+    r = stats.attention_statistics(model, tok, dev, get_task("rte"), train, tok.pad_token_id,
+                                   torch.device("cpu"), None)
+    assert r["batches"] == 2 and r["layers"] == model.config.num_hidden_layers
+    assert set(r["per_layer"]) == set(stats.STATS) == set(r["mean"])
+    for k in stats.STATS:
+        assert len(r["per_layer"][k]) == r["layers"]
+        assert all(math.isfinite(v) for v in r["per_layer"][k]), k
+    assert r["mean"]["sparsity"] < 1e-6  # softmax
+    assert 0 < r["mean"]["entropy"] and r["mean"]["null_rows"] == 0
+    assert 0 < r["mean"]["mass_cls"] < 1 and 0 < r["mean"]["mass_sep"] < 1 and 0 < r["mean"]["mass_punct"] < 1
+    assert model.training  # mode restored
+    assert not any(hasattr(m, "suite_probe") for m in attention_modules(model))
+
+
+def test_uniform_method_gives_the_expected_entropy_and_masses(tiny_bert_dir):
+    """End to end against values computed from the batch lengths alone: uniform attention over the real tokens."""
+    tok, model, dev = _tiny(tiny_bert_dir, "uniform")
+    train = TrainSettings(stats_batches=1, eval_batch_size=len(dev))
+    r = stats.attention_statistics(model, tok, dev, get_task("rte"), train, tok.pad_token_id,
+                                   torch.device("cpu"), None)
+    lengths = dev.lengths()
+    entropy = sum(n * math.log(n) for n in lengths) / sum(lengths)
+    seps = sum(n * (f["input_ids"].count(tok.sep_token_id) / n) for n, f in zip(lengths, dev.features))
+    for layer in range(r["layers"]):
+        assert r["per_layer"]["entropy"][layer] == pytest.approx(entropy, rel=1e-5)
+        assert r["per_layer"]["head_diversity"][layer] == pytest.approx(0, abs=1e-6)
+        assert r["per_layer"]["mass_cls"][layer] == pytest.approx(len(lengths) / sum(lengths), rel=1e-5)
+        assert r["per_layer"]["mass_sep"][layer] == pytest.approx(seps / sum(lengths), rel=1e-5)
+
+
+def test_probes_are_removed_when_the_forward_fails(tiny_bert_dir):
+    tok, model, dev = _tiny(tiny_bert_dir, "vanilla")
+
+    def broken(module, probs):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        with stats.probes(model, broken):
+            model(**tok(["the cat"], return_tensors="pt"))
+    assert not any(hasattr(m, "suite_probe") for m in attention_modules(model))
