@@ -38,14 +38,17 @@ from .store import iter_records
 COMMAND = "report"
 DEFAULT_BASELINE = "vanilla"
 DEFAULT_ALPHA = 0.05
-# Left out of the GLUE average by the usual convention: WNLI's dev set is adversarial and fine-tuned models rarely
-# beat its majority class. A task spec may override this with an `in_average` attribute.
-EXCLUDED_FROM_AVERAGE = ("wnli",)
+# Left out of the GLUE average by the usual convention, with the reason printed under the table. A task spec may
+# override this with an `in_average` attribute.
+EXCLUDED_FROM_AVERAGE = {"wnli": "its dev set is adversarial: fine-tuned models rarely beat the majority class"}
 SCALE = 100.0                  # scores are stored in [0, 1] (correlations in [-1, 1]) and shown x100
 FIGURES = "figures"
 FIGURE_PREFIXES = ("curves_", "attention_", "drop_rate_")  # stale figures with these prefixes are removed
 DASH = "–"                     # a cell with no run at all
-ATTENTION_ORDER = ("sparsity", "entropy", "null_rows", "attended_keys", "head_diversity")
+# Column/panel order of the attention statistics (others follow alphabetically); mass_* go to their own figure.
+ATTENTION_ORDER = ("sparsity", "entropy", "null_rows", "attended_keys", "head_diversity",
+                   "mass_cls", "mass_sep", "mass_punct")
+PANELS_PER_ROW = 3
 RECONSTRUCTION_NOTE = "reconstruction from the paper's description, not the authors' code; its numbers are not the paper's"
 
 
@@ -389,6 +392,8 @@ def select(df: pd.DataFrame, model: str, baseline: str) -> Selection:
     train_by_task = {}
     for task in tasks:
         sub = dm[(dm["task"] == task) & (dm["hp"] == dm["method"].map(hp_by_method))]
+        if not len(sub):  # this task only has other hyper-parameter settings: they are listed after the tables
+            sub = dm[dm["task"] == task]
         stats = (sub.assign(ok=sub["status"] == "ok")
                  .groupby("train").agg(methods=("method", "nunique"), ok=("ok", "sum"), n=("ok", "size"),
                                        latest=("finished", "max")).reset_index())
@@ -427,7 +432,7 @@ def _colors(methods: Sequence[str]) -> dict[str, Any]:
 
 def _save(fig, path: Path) -> None:
     # No "Software" entry (matplotlib's version) and no date: identical data gives identical PNG bytes.
-    fig.savefig(path, dpi=110, metadata={"Software": None}, bbox_inches="tight")
+    fig.savefig(path, dpi=100, metadata={"Software": None})
     _pyplot().close(fig)
 
 
@@ -454,7 +459,7 @@ def plot_curves(board_task: pd.DataFrame, methods: list[str], colors: dict, titl
     from matplotlib.lines import Line2D
 
     with plt.style.context("default"):
-        fig, (ax_loss, ax_score) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (ax_loss, ax_score) = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
         for m in methods:
             if m not in curves.index.get_level_values(0):
                 continue
@@ -473,9 +478,8 @@ def plot_curves(board_task: pd.DataFrame, methods: list[str], colors: dict, titl
             ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
         handles = [Line2D([], [], color=colors[m], label=m) for m in methods if m in curves.index.get_level_values(0)]
-        fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+        fig.legend(handles=handles, loc="outside right center", frameon=False)
         fig.suptitle(title)
-        fig.tight_layout()
         _save(fig, path)
     return True
 
@@ -505,8 +509,14 @@ def plot_layers(records: pd.DataFrame, stats: list[str], getter, methods: list[s
         return False
     plt = _pyplot()
     with plt.style.context("default"):
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-        for ax, (stat, data) in zip(axes[0], panels):
+        ncols = min(len(panels), PANELS_PER_ROW)
+        nrows = math.ceil(len(panels) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols + 1.8, 3.4 * nrows), squeeze=False,
+                                 layout="constrained")
+        axes = axes.ravel()
+        for ax in axes[len(panels):]:
+            ax.set_visible(False)
+        for ax, (stat, data) in zip(axes, panels):
             for m in methods:
                 if m in data:
                     mean, std = data[m]
@@ -514,15 +524,14 @@ def plot_layers(records: pd.DataFrame, stats: list[str], getter, methods: list[s
             ax.set(xlabel="layer", ylabel=(ylabels or {}).get(stat, stat), title=stat)
             ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        seen = {lab for lab in labels}
-        for ax in axes[0][1:]:
+        handles, labels = axes[0].get_legend_handles_labels()
+        seen = set(labels)
+        for ax in axes[1:len(panels)]:
             for h, lab in zip(*ax.get_legend_handles_labels()):
                 if lab not in seen:
                     handles.append(h), labels.append(lab), seen.add(lab)
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+        fig.legend(handles, labels, loc="outside right center", frameon=False)
         fig.suptitle(title)
-        fig.tight_layout()
         _save(fig, path)
     return True
 
@@ -541,7 +550,7 @@ def plot_drop_rates(records: pd.DataFrame, tasks: list[str], title: str, path: P
         return False
     plt = _pyplot()
     with plt.style.context("default"):
-        fig, (ax_f, ax_e) = plt.subplots(1, 2, figsize=(10, 3.8))
+        fig, (ax_f, ax_e) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
         colors = _colors(tasks)
         for t in tasks:
             if t in final:
@@ -566,7 +575,6 @@ def plot_drop_rates(records: pd.DataFrame, tasks: list[str], title: str, path: P
             ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
         fig.suptitle(title)
-        fig.tight_layout()
         _save(fig, path)
     return True
 
@@ -581,7 +589,9 @@ def table(rows: list[list[str]], headers: list[str]) -> str:
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
-    return sorted({v for v in values if v not in (None, "")}, key=_sort_key)
+    """Sorted distinct values, without None, "" and NaN (what pandas puts in cells a record lacks)."""
+    return sorted({v for v in values if v not in (None, "") and not (isinstance(v, float) and math.isnan(v))},
+                  key=_sort_key)
 
 
 class Report:
@@ -638,7 +648,8 @@ class Report:
                  f"- **Data:** GLUE tasks {', '.join(task_display(t) for t in task_order(df['task'].unique()))}; "
                  f"source: {', '.join(map(str, sources)) or 'unknown'} (local: GLUE TSVs; hub: nyu-mll/glue); "
                  "dev split as the test set; sizes in the setup tables",
-                 f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct)",
+                 f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; "
+                 f"{self.seeds_per_cell()} per leaderboard cell)",
                  f"- **Runs:** {len(df)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
                  + (f"; {len(self.loaded.unreadable)} unreadable record files skipped: "
                     + ", ".join(self.loaded.unreadable) if self.loaded.unreadable else "")
@@ -671,6 +682,16 @@ class Report:
             self.add("Commands that produced the runs: not recorded (no commands.txt next to the runs).", "")
         if len(ok) == 0:
             self.add("**No run finished successfully.**", "")
+
+    def seeds_per_cell(self) -> str:
+        counts = []
+        for model, sel in self.selections.items():
+            board = sel.board(self.df[self.df["model"] == model])
+            ok = board[(board["status"] == "ok") & board["score"].notna()]
+            counts += ok.groupby(["method", "task"]).size().tolist()
+        if not counts:
+            return "none"
+        return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
 
     def model_section(self, model: str) -> None:
         df = self.df[self.df["model"] == model]
@@ -725,14 +746,18 @@ class Report:
             row += [self.param_text(board, m, "extra"), self.param_text(board, m, "training_only")]
             rows.append(row)
         self.add("### Leaderboard", "", table(rows, headers), "")
-        notes = ["Cells: headline dev metric x100 (the mean of the task's official metrics, e.g. MRPC (F1 + "
-                 "accuracy)/2, STS-B (Pearson + Spearman)/2) at the last epoch, as mean ± sample std (number of "
-                 "seeds); \"–\" in place of a std: a single seed; a \"–\" cell: no run; failed (k): runs that failed. "
-                 "Bold: the best mean per column."]
+        combined = [f"{task_display(t)}: mean of {', '.join(keys)}" for t in sel.tasks
+                    if len(keys := metric_order(t, {k for f in board.loc[board['task'] == t, 'final'] for k in f}))
+                    > 1]
+        notes = ["Cells: headline dev metric x100 at the last epoch (the task's official metric, or the mean of its "
+                 "official metrics" + (f": {'; '.join(combined)}" if combined else "") + "), as mean ± sample std "
+                 "(number of seeds); \"–\" in place of a std: a single seed; a \"–\" cell: no run; failed (k): runs "
+                 "that failed; no score (k): finished runs without a finite score. Bold: the best mean per column."]
         avg_names = ", ".join(task_display(t) for t in avg_tasks) or "none"
         notes.append(f"GLUE avg: unweighted mean of the per-task means over {avg_names}"
-                     + (f"; {', '.join(task_display(t) for t in left_out)} left out of the average by the usual "
-                        "convention (its dev set is adversarial)" if left_out else "")
+                     + "".join(f"; {task_display(t)} left out of the average by the usual convention"
+                               + (f" ({EXCLUDED_FROM_AVERAGE[normalise(t)]})" if normalise(t) in EXCLUDED_FROM_AVERAGE
+                                  else "") for t in left_out)
                      + "; (k of N): the method has results for only k of those tasks, so its average is not "
                        "comparable (and not bolded).")
         if has_base:
@@ -918,9 +943,9 @@ class Report:
         blocks = []
         if len(with_stats):
             names = sorted({k for a in with_stats["attention"] for k in a["per_layer"]})
-            shape = [s for s in ATTENTION_ORDER if s in names] + \
-                    [s for s in names if s not in ATTENTION_ORDER and not s.startswith("mass_")]
-            mass = [s for s in names if s.startswith("mass_")]
+            ordered = [s for s in ATTENTION_ORDER if s in names] + [s for s in names if s not in ATTENTION_ORDER]
+            shape = [s for s in ordered if not s.startswith("mass_")]
+            mass = [s for s in ordered if s.startswith("mass_")]
             getter = lambda r, s: r["attention"]["per_layer"].get(s)  # noqa: E731
             rows = []
             for m in sel.methods:
@@ -954,7 +979,7 @@ class Report:
             if not has:
                 continue
             path = self.figure(f"drop_rate_{mslug}_{slug(m)}.png")
-            if plot_drop_rates(sub, sel.tasks, f"{m}: learned drop rate per layer, {model}", path):
+            if plot_drop_rates(sub, sel.tasks, f"{m}: drop rate per layer, {model}", path):
                 self.figures.append(path)
                 blocks += [f"Drop rate per layer of `{m}`:", "", f"![{m} drop rate per layer]({FIGURES}/{path.name})",
                            ""]
@@ -977,12 +1002,12 @@ class Report:
                 setting = ", ".join(filter(None, [setting_text(json.loads(hp), method), diff]))
                 rows.append([model, task_display(task), method, setting or DASH, Cell.of(sub).text()])
             self.add("## Runs outside the leaderboard settings", "",
-                     "Runs whose training settings differ from those the leaderboard uses for their task, in no "
-                     "ablation table:", "", table(rows, ["model", "task", "method", "setting", "headline x100"]), "")
+                     "Runs whose hyper-parameters or training settings differ from those the leaderboard uses for "
+                     "their method and task, and that no ablation table shows:", "", table(rows, ["model", "task", "method", "setting", "headline x100"]), "")
 
     def build(self) -> str:
-        self.header()
         self.selections = {m: select(self.df, m, self.baseline) for m in _unique(self.df["model"])}
+        self.header()
         for model in _unique(self.df["model"]):
             self.model_section(model)
         self.failures()

@@ -1,0 +1,343 @@
+"""The report on synthetic run records with known values: every number below is computed by hand from the records
+the factory writes, so a wrong mean, std, test decision, average or marking fails a test."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.attention import METHODS, AttentionMethod, register_method
+from suite.config import TrainSettings
+from suite.report import build_report
+from suite.store import Store
+
+MODEL = "tiny-bert"
+TRAIN = {**dataclasses.asdict(TrainSettings()), "max_train_samples": 64, "max_eval_samples": 100}
+ENV = {"suite": "0.1.0", "python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.23.0",
+       "datasets": "5.2.0", "platform": "Linux-test-x86_64", "machine": "x86_64", "cpu_threads": 2,
+       "device": "cpu", "git_commit": "0123456789abcdef", "host": "vm"}
+LAYERS = 2
+
+
+def headline(metrics: dict) -> float:
+    return sum(metrics.values()) / len(metrics)
+
+
+def make_record(task: str, method: str, seed: int, metrics: dict | None = None, *, hparams: dict | None = None,
+                train: dict | None = None, status: str = "ok", step_s: float = 0.1, peak_mb: float = 1000.0,
+                extra: int = 0, training_only: int = 0, attention: dict | None = None,
+                method_record: dict | None = None, epoch_method: dict | None = None) -> tuple[str, dict]:
+    """(file name, record) in the layout `suite.runner.run_one` writes."""
+    train = {**TRAIN, **(train or {})}
+    config = {"model": MODEL, "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
+              "train": train, "data_source": "local"}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    rec = {"config": config, "hash": digest, "label": f"{task}/{method}/seed{seed}", "environment": ENV,
+           "started": f"2026-01-01T00:00:{seed:02d}+0000"}
+    if status == "ok":
+        final = {**metrics, "score": headline(metrics)}
+        epochs = train["epochs"]
+        history = []
+        for e in range(1, epochs + 1):
+            dev = final["score"] - 0.02 * (epochs - e)
+            entry = {"epoch": e, "train_loss": 0.7 - 0.1 * e, "dev_loss": 0.7 - 0.05 * e,
+                     "dev": {"score": dev}, "train_subset_loss": 0.6 - 0.1 * e,
+                     "train_subset": {"score": dev + 0.05 * e}, "epoch_time_s": 1.0, "train_samples_per_s": 64.0}
+            if epoch_method is not None:
+                entry["method"] = {k: [v * e for v in vals] for k, vals in epoch_method.items()}
+            history.append(entry)
+        rec.update(history=history, final=final, best=dict(final, epoch=epochs),
+                   generalisation_gap=history[-1]["train_subset"]["score"] - history[-1]["dev"]["score"],
+                   timing={"train_s": 10 * step_s, "eval_s": 1.0, "steps": 10, "step_s": step_s,
+                           "train_samples_per_s": 64.0, "peak_memory_mb": peak_mb,
+                           "peak_memory_kind": "process_max_rss"},
+                   data={"train": 64, "dev": {"": 100}, "train_subset": 64},
+                   parameters={"total": 1000 + extra, "extra": extra, "training_only": training_only},
+                   method_record=method_record or {}, status="ok")
+        if attention is not None:
+            rec["attention"] = attention
+    else:
+        rec.update(status="failed", error="RuntimeError: synthetic failure\ntraceback line")
+    rec.update(wall_s=1.0, finished=f"2026-01-01T00:01:{seed:02d}+0000")
+    model = MODEL.split("/")[-1]
+    return f"{task}__{method}__seed{seed}__{model}__{digest}.json", rec
+
+
+def attention_stats(shift: float) -> dict:
+    per_layer = {s: [0.1 + shift, 0.2 + shift] for s in
+                 ("sparsity", "entropy", "null_rows", "attended_keys", "head_diversity", "mass_cls", "mass_sep",
+                  "mass_punct")}
+    return {"batches": 4, "layers": LAYERS, "per_layer": per_layer,
+            "mean": {k: sum(v) / len(v) for k, v in per_layer.items()}}
+
+
+@pytest.fixture(scope="module")
+def recon_method():
+    """A registered method marked as a reconstruction (registered here, not at import: collection stays clean)."""
+
+    @dataclasses.dataclass
+    class Cfg:
+        p: float = 0.1
+
+    @register_method("recon_probe")
+    class ReconProbe(AttentionMethod):
+        """Test method rebuilt from a description."""
+
+        Config = Cfg
+        reconstruction = True
+
+    yield "recon_probe"
+    METHODS.remove("recon_probe")
+
+
+def write_grid(root: Path) -> Path:
+    store = Store(root)
+    recs = []
+    seeds = (1, 2, 3)
+    # vanilla: RTE 62 ± 2, MRPC (F1+acc)/2 = 77 ± 2, STS-B 52 ± 2, WNLI 56 ± 0; average without WNLI 63.67
+    for i, s in enumerate(seeds):
+        att = attention_stats(0.0)
+        recs.append(make_record("rte", "vanilla", s, {"accuracy": [0.60, 0.62, 0.64][i]}, hparams={"p": 0.1},
+                                attention=att))
+        recs.append(make_record("mrpc", "vanilla", s, {"f1": [0.80, 0.82, 0.84][i], "accuracy": [0.70, 0.72, 0.74][i]},
+                                hparams={"p": 0.1}))
+        recs.append(make_record("stsb", "vanilla", s, {"pearson": [0.50, 0.52, 0.54][i],
+                                                       "spearman": [0.50, 0.52, 0.54][i]}, hparams={"p": 0.1}))
+        recs.append(make_record("wnli", "vanilla", s, {"accuracy": 0.56}, hparams={"p": 0.1}))
+    # scores_dropout (default p=0.1): RTE 71 ± 1 (clearly better), MRPC 78, STS-B 50, WNLI 45; average 66.33;
+    # twice as slow per step, 1.5x the memory; a sweep p=0.2 on RTE only (66 ± 1)
+    for i, s in enumerate(seeds):
+        kw = dict(hparams={"p": 0.1}, step_s=0.2, peak_mb=1500.0)
+        recs.append(make_record("rte", "scores_dropout", s, {"accuracy": [0.70, 0.71, 0.72][i]},
+                                attention=attention_stats(0.1), **kw))
+        recs.append(make_record("mrpc", "scores_dropout", s, {"f1": [0.81, 0.83, 0.85][i],
+                                                              "accuracy": [0.71, 0.73, 0.75][i]}, **kw))
+        recs.append(make_record("stsb", "scores_dropout", s, {"pearson": [0.49, 0.50, 0.51][i],
+                                                              "spearman": [0.49, 0.50, 0.51][i]}, **kw))
+        recs.append(make_record("wnli", "scores_dropout", s, {"accuracy": [0.40, 0.45, 0.50][i]}, **kw))
+        recs.append(make_record("rte", "scores_dropout", s, {"accuracy": [0.65, 0.66, 0.67][i]}, hparams={"p": 0.2}))
+    # no_dropout: RTE equal to vanilla (62 ± 2, no mark), MRPC: two failed runs, STS-B and WNLI: no run;
+    # one WNLI run with other training settings than the leaderboard's
+    for i, s in enumerate(seeds):
+        recs.append(make_record("rte", "no_dropout", s, {"accuracy": [0.64, 0.60, 0.62][i]}))
+    recs.append(make_record("mrpc", "no_dropout", 1, status="failed"))
+    recs.append(make_record("mrpc", "no_dropout", 2, status="failed"))
+    recs.append(make_record("wnli", "no_dropout", 1, {"accuracy": 0.5}, train={"lr": 1e-4}))
+    # a method from a plugin that is not installed: no known defaults; k=8 has more runs than k=4
+    for s in seeds:
+        recs.append(make_record("rte", "plugin_x", s, {"accuracy": 0.61}, hparams={"k": 8}, extra=1536))
+    recs.append(make_record("rte", "plugin_x", 1, {"accuracy": 0.55}, hparams={"k": 4}, extra=1536))
+    # a reconstruction with a learned drop rate per layer and training-only parameters
+    for s in seeds:
+        recs.append(make_record("rte", "recon_probe", s, {"accuracy": 0.63}, hparams={"p": 0.1},
+                                training_only=12345, method_record={"drop_rate_per_layer": [0.2, 0.1]},
+                                epoch_method={"drop_rate_per_layer": [0.05, 0.02]}))
+    for name, rec in recs:
+        store.write(name, rec)
+    (root / "runs" / "broken.json").write_text("{not json")
+    (root / "commands.txt").write_text("python -m suite run --methods vanilla --tasks rte --out synthetic\n")
+    return root
+
+
+def parse_table(md: str, heading: str) -> dict[str, dict[str, str]]:
+    """The first markdown table after `heading`, as {first cell: {column: cell}}."""
+    lines = md.splitlines()
+    start = lines.index(heading)
+    while not lines[start].startswith("|"):
+        start += 1
+    rows = []
+    while start < len(lines) and lines[start].startswith("|"):
+        rows.append([c.strip() for c in lines[start].strip("|").split(" | ")])
+        start += 1
+    header, body = rows[0], rows[2:]
+    return {r[0]: dict(zip(header, r)) for r in body}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, recon_method):
+    root = write_grid(tmp_path_factory.mktemp("grid"))
+    path = build_report([root])
+    return root, path.read_text()
+
+
+def test_leaderboard_means_stds_best_and_average(report):
+    _, md = report
+    board = parse_table(md, "### Leaderboard")
+    van, sd = board["vanilla"], board["scores_dropout"]
+    assert van["RTE"] == "62.00 ± 2.00 (3)"
+    assert sd["RTE"] == "**71.00 ± 1.00** (3)"          # best in its column
+    assert van["MRPC"] == "77.00 ± 2.00 (3)" and sd["MRPC"] == "**78.00 ± 2.00** (3)"
+    assert van["STS-B"] == "**52.00 ± 2.00** (3)" and sd["STS-B"] == "50.00 ± 1.00 (3)"
+    assert van["WNLI"] == "**56.00 ± 0.00** (3)" and sd["WNLI"] == "45.00 ± 5.00 (3)"
+    # GLUE average over RTE, MRPC, STS-B: WNLI is left out (with it vanilla would be 61.75)
+    assert van["GLUE avg"] == "63.67" and sd["GLUE avg"] == "**66.33**"
+    assert "WNLI left out of the average" in md
+    # a method with results on one of three averaged tasks is flagged and never bolded
+    assert board["no_dropout"]["GLUE avg"] == "62.00 (1 of 3)"
+
+
+def test_missing_and_failed_cells(report):
+    _, md = report
+    row = parse_table(md, "### Leaderboard")["no_dropout"]
+    assert row["MRPC"] == "failed (2)"
+    assert row["STS-B"] == "–"
+    assert row["WNLI"] == "–"   # its only WNLI run used other training settings: listed below, not dropped
+    assert "## Failed runs" in md and md.count("RuntimeError: synthetic failure") == 2
+    outside = parse_table(md, "## Runs outside the leaderboard settings")
+    assert outside["tiny-bert"]["method"] == "no_dropout" and "train.lr=0.0001" in outside["tiny-bert"]["setting"]
+    assert "1 unreadable record files skipped: broken.json" in md
+
+
+def test_significance_marks(report):
+    _, md = report
+    delta = parse_table(md, "### Difference to `vanilla`")
+    assert delta["scores_dropout"]["RTE"] == "+9.00*"     # 71 ± 1 vs 62 ± 2, Welch p ≈ 0.006
+    assert delta["no_dropout"]["RTE"] == "+0.00"          # the same three values: no mark
+    assert delta["scores_dropout"]["STS-B"] == "-2.00"    # 50 ± 1 vs 52 ± 2: p ≈ 0.23, no mark
+    rte = parse_table(md, "#### RTE")
+    assert rte["scores_dropout"]["p"] == "0.0065"
+    assert rte["no_dropout"]["p"] == "1.0000"
+    assert "Welch's t-test" in md and "p < 0.05" in md
+
+
+def test_costs_parameters_and_reconstruction_footnote(report):
+    _, md = report
+    board = parse_table(md, "### Leaderboard")
+    assert board["scores_dropout"]["step time vs vanilla"] == "2.00×"
+    assert board["scores_dropout"]["peak memory vs vanilla"] == "1.50×"
+    assert board["vanilla"]["step time vs vanilla"] == "1.00×"
+    assert board["recon_probe †"]["training-only params"] == "12,345"
+    assert "† `recon_probe`: reconstruction from the paper's description" in md
+    # unknown plugin method: the most-run setting, named in the row and under the table
+    assert board["plugin_x [k=8]"]["extra params"] == "1,536"
+    assert board["plugin_x [k=8]"]["RTE"] == "61.00 ± 0.00 (3)"
+    assert "`plugin_x`: no runs with its default hyper-parameters; the row shows k=8." in md
+
+
+def test_per_task_tables_have_every_official_metric(report):
+    _, md = report
+    mrpc = parse_table(md, "#### MRPC")
+    assert mrpc["vanilla"]["f1"] == "82.00 ± 2.00" and mrpc["vanilla"]["accuracy"] == "72.00 ± 2.00"
+    assert mrpc["no_dropout"]["failed"] == "2" and mrpc["no_dropout"]["headline"] == "failed (2)"
+    stsb = parse_table(md, "#### STS-B")
+    assert stsb["scores_dropout"]["pearson"] == "50.00 ± 1.00" and "spearman" in stsb["scores_dropout"]
+
+
+def test_sweep_tables(report):
+    _, md = report
+    lines = md.splitlines()
+    start = lines.index("### Ablations")
+    section = "\n".join(lines[start:])
+    sd = parse_table(section, "#### scores_dropout")
+    assert sd["0.1"]["RTE"] == "71.00 ± 1.00 (3)" and sd["0.1"]["in leaderboard"] == "✓"
+    assert sd["0.2"]["RTE"] == "66.00 ± 1.00 (3)" and sd["0.2"]["in leaderboard"] == ""
+    assert sd["0.2"]["MRPC"] == "–"
+    px = parse_table(section, "#### plugin_x [k=8]")
+    assert px["4"]["RTE"] == "55.00 ± – (1)" and px["8"]["in leaderboard"] == "✓"
+    assert "#### vanilla" not in section   # vanilla ran one setting: no ablation table
+
+
+def test_overfitting_gap_and_figures(report):
+    root, md = report
+    gap = parse_table(md, "### Overfitting")
+    assert gap["vanilla"]["RTE"] == "15.00 ± 0.00 (3)"   # factory: train subset = dev + 0.05 * 3 epochs
+    figures = root / "figures"
+    expected = ["curves_tiny-bert_rte.png", "curves_tiny-bert_mrpc.png", "curves_tiny-bert_stsb.png",
+                "curves_tiny-bert_wnli.png", "attention_tiny-bert.png", "attention_mass_tiny-bert.png",
+                "drop_rate_tiny-bert_recon_probe.png"]
+    for name in expected:
+        data = (figures / name).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 5000, name
+        assert f"(figures/{name})" in md   # relative links render on GitHub
+    att = parse_table(md, "### Attention")
+    assert att["vanilla"]["sparsity"] == "0.150" and att["scores_dropout"]["sparsity"] == "0.250"
+
+
+def test_regeneration_is_byte_identical_apart_from_the_date(report):
+    root, first = report
+    pngs = {p.name: p.read_bytes() for p in (root / "figures").glob("*.png")}
+    (root / "figures" / "curves_tiny-bert_gone.png").write_bytes(b"stale")
+    second = build_report([root]).read_text()
+
+    def undated(text):
+        return [line for line in text.splitlines() if not line.startswith("Generated ")]
+
+    assert undated(first) == undated(second)
+    assert sum(line.startswith("Generated ") for line in first.splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in (root / "figures").glob("*.png")} == pngs   # stale figure removed
+
+
+def write_single_seed(root: Path) -> Path:
+    store = Store(root)
+    for name, rec in [make_record("rte", "vanilla", 1, {"accuracy": 0.6}, hparams={"p": 0.1}),
+                      make_record("rte", "scores_dropout", 1, {"accuracy": 0.9}, hparams={"p": 0.1})]:
+        store.write(name, rec)
+    return root
+
+
+def test_single_seed_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")   # pins the date line too
+    md = build_report([write_single_seed(tmp_path)]).read_text()
+    assert "Generated 1970-01-01 00:00 UTC" in md
+    board = parse_table(md, "### Leaderboard")
+    assert board["vanilla"]["RTE"] == "60.00 ± – (1)" and board["scores_dropout"]["RTE"] == "**90.00 ± –** (1)"
+    assert parse_table(md, "### Difference to `vanilla`")["scores_dropout"]["RTE"] == "+30.00"   # n=1: no test
+    assert "Commands that produced the runs: not recorded" in md
+
+
+def test_cli(tmp_path, monkeypatch):
+    from suite import cli
+
+    def main(argv):
+        # cli.main registers the extra commands on every call; start from none as a fresh process would
+        monkeypatch.setattr(cli, "EXTRA_COMMANDS", [])
+        return cli.main(argv)
+
+    root = write_single_seed(tmp_path / "grid")
+    (root / "commands.txt").write_text("python -m suite run --methods vanilla --tasks rte --out synthetic\n")
+    assert main(["report", str(root), "--out", str(tmp_path / "out"), "--alpha", "0.01"]) == 0
+    md = (tmp_path / "out" / "leaderboard.md").read_text()
+    assert "p < 0.01" in md and (tmp_path / "out" / "figures" / "curves_tiny-bert_rte.png").is_file()
+    assert not (root / "leaderboard.md").exists()
+    assert "python -m suite run --methods vanilla --tasks rte --out synthetic" in md
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert main(["report", str(root), "--alpha", "2"]) == 2
+
+
+def test_without_baseline_runs(tmp_path):
+    store = Store(tmp_path)
+    store.write(*make_record("rte", "scores_dropout", 1, {"accuracy": 0.7}, hparams={"p": 0.1}))
+    md = build_report([tmp_path]).read_text()
+    assert "No `vanilla` runs for this model" in md
+    assert parse_table(md, "### Leaderboard")["scores_dropout"]["RTE"] == "**70.00 ± –** (1)"
+
+
+def test_two_models_and_runs_without_a_score(tmp_path):
+    import suite.report as report_module
+
+    store = Store(tmp_path)
+    name, rec = make_record("stsb", "vanilla", 1, {"pearson": 0.5, "spearman": 0.5}, hparams={"p": 0.1})
+    rec["final"] = {"pearson": float("nan"), "spearman": float("nan"), "score": float("nan")}  # constant predictions
+    store.write(name, rec)
+    other = "org/other-model"
+    name, rec = make_record("stsb", "vanilla", 2, {"pearson": 0.7, "spearman": 0.7}, hparams={"p": 0.1})
+    rec["config"]["model"], rec["hash"] = other, "otherhash001"
+    store.write("other.json", rec)
+    md = build_report([tmp_path]).read_text()
+    assert md.count("## Model `") == 2
+    assert parse_table(md, "## Model `tiny-bert`")["vanilla"]["STS-B"] == "no score (1)"
+    assert parse_table(md, "## Model `org/other-model`")["vanilla"]["STS-B"] == "**70.00 ± –** (1)"
+    assert (tmp_path / "figures" / f"curves_{report_module.slug(other)}_stsb.png").is_file()
+
+
+def test_a_task_run_only_with_other_hyper_parameters_is_listed_not_dropped(tmp_path):
+    store = Store(tmp_path)
+    store.write(*make_record("rte", "scores_dropout", 1, {"accuracy": 0.7}, hparams={"p": 0.1}))
+    store.write(*make_record("mrpc", "scores_dropout", 1, {"f1": 0.8, "accuracy": 0.6}, hparams={"p": 0.2}))
+    md = build_report([tmp_path]).read_text()
+    assert parse_table(md, "### Leaderboard")["scores_dropout"]["MRPC"] == "–"
+    outside = parse_table(md, "## Runs outside the leaderboard settings")["tiny-bert"]
+    assert outside["task"] == "MRPC" and outside["setting"] == "p=0.2" and outside["headline x100"] == "70.00 ± – (1)"
