@@ -292,7 +292,7 @@ def test_cli(tmp_path, monkeypatch):
     from suite import cli
 
     def main(argv):
-        # cli.main registers the extra commands on every call; start from none as a fresh process would
+        # each call starts from the command list a fresh process has
         monkeypatch.setattr(cli, "EXTRA_COMMANDS", [])
         return cli.main(argv)
 
