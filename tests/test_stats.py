@@ -226,3 +226,13 @@ def test_probes_are_removed_when_the_forward_fails(tiny_bert_dir):
         with stats.probes(model, broken):
             model(**tok(["the cat"], return_tensors="pt"))
     assert not any(hasattr(m, "suite_probe") for m in attention_modules(model))
+
+
+def test_head_diversity_is_sampled_on_long_rows():
+    """Beyond DIVERSITY_QUERIES positions a systematic sample is used: here every 2nd query of 64."""
+    length = 2 * stats.DIVERSITY_QUERIES
+    probs = torch.zeros(1, 2, length, length)
+    probs[0, :, :, 0] = 1          # odd queries: both heads on key 0 (JSD 0)
+    probs[0, 1, ::2, 0] = 0
+    probs[0, 1, ::2, 1] = 1        # even queries: disjoint heads (JSD ln 2)
+    assert stats.map_statistics(probs, all_valid(1, length))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
