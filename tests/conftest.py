@@ -54,12 +54,14 @@ def padded_batch(batch: int = 3, length: int = 12, vocab: int = 30, seed: int = 
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> str:
     """A saved tiny BERT with a WordPiece tokenizer: a complete local model folder for end-to-end runs."""
-    from transformers import BertForSequenceClassification, BertTokenizerFast
+    from transformers import BertForSequenceClassification, BertTokenizer
 
     d = tmp_path_factory.mktemp("tiny-bert")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(w.lower() for w in WORDS))
     (d / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(d / "vocab.txt"), do_lower_case=True)
+    # transformers 5 takes the vocabulary as `vocab=` (a `vocab_file=` keyword is ignored: every word -> [UNK])
+    tok = BertTokenizer(vocab=str(d / "vocab.txt"), do_lower_case=True)
+    assert tok.convert_tokens_to_ids("cat") != tok.unk_token_id
     tok.save_pretrained(d)
     torch.manual_seed(0)
     BertForSequenceClassification(tiny_config("bert", vocab_size=len(vocab))).save_pretrained(d)
