@@ -118,7 +118,8 @@ class EntmaxAlpha(AttentionMethod):
 
     def alpha(self, module) -> torch.Tensor:
         """(H,) alphas of this module, recomputed from the unconstrained parameter at every call."""
-        return alpha_from_pre(module.entmax_pre_alpha.float(), self.cfg.alpha_lr_mult)
+        pre = module.entmax_pre_alpha
+        return alpha_from_pre(pre.to(torch.promote_types(pre.dtype, torch.float32)), self.cfg.alpha_lr_mult)
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         s = masked_scores_fp32(query, key, scaling, attention_mask)

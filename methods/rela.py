@@ -31,10 +31,12 @@ class ReLAConfig:
 
 
 def gated_rms_norm(x: torch.Tensor, scale: torch.Tensor, gate: torch.Tensor, eps: float) -> torch.Tensor:
-    """g * x / sqrt(mean(x^2) + eps) * sigmoid(w * x) over the last dimension, in fp32 (mean(x^2) overflows fp16)."""
-    xf = x.float()
+    """g * x / sqrt(mean(x^2) + eps) * sigmoid(w * x) over the last dimension, in at least fp32 (mean(x^2)
+    overflows fp16)."""
+    work = torch.promote_types(x.dtype, torch.float32)
+    xf = x.to(work)
     rms = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
-    return (scale.float() * xf * rms * torch.sigmoid(gate.float() * xf)).to(x.dtype)
+    return (scale.to(work) * xf * rms * torch.sigmoid(gate.to(work) * xf)).to(x.dtype)
 
 
 @register_method("rela")
