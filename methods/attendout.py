@@ -19,6 +19,12 @@ a hyper-parameter.
 - G is trained by REINFORCE with an exponential-moving-average baseline, advantage normalisation, an entropy bonus,
   and an optional penalty keeping the mean drop rate near a target; Adam.
 - A's real optimizer step uses the gradient computed under the sampled masks.
+
+Scale of the G losses: the policy, entropy and penalty terms are all per query-key pair. One reward is shared by N
+pairs, so the policy term's useful gradient shrinks like 1/sqrt(N) per pair, while the entropy bonus and the rate
+penalty act on every pair alike: at BERT sizes (N ~ 10^6 per batch) coefficients much above 1/sqrt(N) drown the
+reward. Both are off by default. The look-ahead at the fine-tuning learning rate moves the weights very little, so
+rewards are small (losses differ in their 7th-8th digit on MiniLM at lr 5e-5); `lookahead_lr` sets a larger step.
 """
 from __future__ import annotations
 
@@ -55,11 +61,12 @@ class AttendOutConfig:
     lookahead_fp32: bool = True      # evaluate A' and D' in fp32 (their difference is below bf16 resolution)
     g_lr: float = 1e-3               # Adam learning rate of G
     baseline_decay: float = 0.9      # EMA decay of the reward baseline (and of the reward variance)
-    entropy_coef: float = 0.01       # entropy bonus of G's Bernoulli policy, per query-key pair
+    entropy_coef: float = 0.0        # entropy bonus of G's Bernoulli policy per query-key pair (0: off; see below)
     rate_penalty: float = 0.0        # weight of (mean drop rate - rate_target)^2; 0 switches it off
     rate_target: float = 0.1         # the mean drop rate the penalty pulls towards
     advantage_clip: float = 5.0      # normalised advantages are clipped to +-this
-    cost_probe_steps: int = 3        # timed vanilla forward-backward passes at step 2 for the cost figures (0: none)
+    reward_scale_floor: float = 1e-9  # advantage scales below this are rounding noise, not a signal
+    cost_probe_steps: int = 3        # timed vanilla forward-backward passes before step 1, for the cost (0: none)
 
 
 class GNet(nn.Module):
@@ -148,7 +155,7 @@ class AttendOut(AttentionMethod):
             raise HyperParameterError(f"attendout.g_lr={c.g_lr} must be > 0")
         if not 0 <= c.baseline_decay < 1:
             raise HyperParameterError(f"attendout.baseline_decay={c.baseline_decay} must lie in [0, 1)")
-        for name in ("entropy_coef", "rate_penalty", "cost_probe_steps"):
+        for name in ("entropy_coef", "rate_penalty", "cost_probe_steps", "reward_scale_floor"):
             if getattr(c, name) < 0:
                 raise HyperParameterError(f"attendout.{name}={getattr(c, name)} must be >= 0")
         if not c.advantage_clip > 0:
@@ -178,8 +185,8 @@ class AttendOut(AttentionMethod):
         self._cost: dict[str, Any] = {"reward_step_s": [], "masked_step_s": [], "optimizer_s": [],
                                       "step_s_per_token": [], "peak_memory_mb": None,
                                       "vanilla_fwd_bwd_s": None, "vanilla_tokens": None,
-                                      "vanilla_peak_memory_mb": None, "same_batch_step_s": None,
-                                      "probe_s": 0.0}
+                                      "vanilla_probe_peak_mb": None, "probe_s": 0.0}
+        self._optimizer: torch.optim.Optimizer | None = None
 
     # -- model hooks ---------------------------------------------------------------------------------
     def prepare(self, model: nn.Module) -> None:
@@ -200,7 +207,7 @@ class AttendOut(AttentionMethod):
     def _capture_hidden(self, module, args, kwargs):
         if module.training and self.mode == "attacker" and self.cfg.p_max > 0:
             h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            self._hidden[module.layer_idx] = h.detach()  # G reads detached states: no task-loss gradient to G
+            self._hidden[module.layer_idx] = h.detach()  # G's policy loss must never reach the model
 
     def _ensure_ready(self, device: torch.device) -> None:
         """Move G to the model's device and build its optimizer (lazily, so bench and tests need no setup)."""
@@ -274,6 +281,7 @@ class AttendOut(AttentionMethod):
                 self._dev2_ema = decay * self._dev2_ema + (1 - decay) * dev * dev
                 self._dev2_count += 1
                 scale = math.sqrt(self._dev2_ema / (1 - decay ** self._dev2_count))
+            scale = max(scale, self.cfg.reward_scale_floor)
             if scale > 0:
                 adv = max(-self.cfg.advantage_clip, min(self.cfg.advantage_clip, dev / scale))
         self._reward_ema = decay * self._reward_ema + (1 - decay) * r
@@ -348,8 +356,9 @@ class AttendOut(AttentionMethod):
     def training_step(self, ctx, batch: dict, next_batch: dict | None) -> torch.Tensor:
         self._ensure_ready(ctx.device)
         self._steps += 1
-        if self._steps == 2 and self.cfg.cost_probe_steps > 0:
-            self._probe_vanilla_cost(ctx, batch)  # after step 1, so the optimizer's state exists
+        self._optimizer = ctx.optimizer
+        if self._steps == 1 and self.cfg.cost_probe_steps > 0:
+            self._probe_vanilla_cost(ctx, batch)
         _sync(ctx.device)
         start = time.perf_counter()
         reward_step = next_batch is not None and (self._steps - 1) % self.cfg.g_update_every == 0
@@ -363,8 +372,6 @@ class AttendOut(AttentionMethod):
         elapsed = time.perf_counter() - start
         self._cost["reward_step_s" if reward_step else "masked_step_s"].append(elapsed)
         self._cost["step_s_per_token"].append(elapsed / batch["input_ids"].numel())
-        if self._steps == 2 and self._cost["vanilla_fwd_bwd_s"] is not None:
-            self._cost["same_batch_step_s"] = elapsed
         if ctx.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(ctx.device) / 2**20
             self._cost["peak_memory_mb"] = max(self._cost["peak_memory_mb"] or 0.0, peak)
@@ -426,17 +433,17 @@ class AttendOut(AttentionMethod):
         return loss_a.detach()
 
     def _probe_vanilla_cost(self, ctx, batch: dict) -> None:
-        """Time a few vanilla forward-backward passes (attention-probability dropout p_defender) on this batch.
+        """Time a few vanilla forward-backward passes (attention-probability dropout p_defender) on the first batch.
 
-        No optimizer step is taken, so training is unchanged; the optimizer part of a vanilla step is measured from
-        the Attacker's own ctx.apply calls, which do exactly that work.
+        It runs before the first step, so nothing that training measures is lost when the CUDA peak counter is reset
+        here (the runner resets it just before step 1 too). No optimizer step is taken, so training is unchanged; the
+        optimizer part of a vanilla step (clip, AdamW, scheduler) is timed on the Attacker's own ctx.apply calls, and
+        the optimizer state that a vanilla step also holds is added to the probe's peak memory once it exists.
         """
         model, device = ctx.model, ctx.device
         _sync(device)
         start = time.perf_counter()
         if device.type == "cuda":
-            self._cost["peak_memory_mb"] = max(self._cost["peak_memory_mb"] or 0.0,
-                                               torch.cuda.max_memory_allocated(device) / 2**20)
             torch.cuda.reset_peak_memory_stats(device)
         self.mode = "defender"
         times = []
@@ -453,7 +460,7 @@ class AttendOut(AttentionMethod):
         self._cost["vanilla_fwd_bwd_s"] = statistics.median(times[1:])
         self._cost["vanilla_tokens"] = batch["input_ids"].numel()
         if device.type == "cuda":
-            self._cost["vanilla_peak_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+            self._cost["vanilla_probe_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
             torch.cuda.reset_peak_memory_stats(device)
         self._cost["probe_s"] = time.perf_counter() - start
 
@@ -485,23 +492,25 @@ class AttendOut(AttentionMethod):
             "reward_step_s": statistics.fmean(c["reward_step_s"]) if c["reward_step_s"] else None,
             "masked_step_s": statistics.fmean(c["masked_step_s"]) if c["masked_step_s"] else None,
             "steps": len(steps), "probe_s": c["probe_s"],
-            "vanilla_step_s": None, "step_ratio": None, "step_ratio_same_batch": None,
-            "peak_memory_mb": c["peak_memory_mb"], "vanilla_peak_memory_mb": c["vanilla_peak_memory_mb"],
-            "memory_ratio": None,
-            "how": "vanilla step = median of timed vanilla forward-backward passes on the step-2 batch + the mean "
-                   "optimizer part (clip, AdamW, scheduler) of this run's steps; step_ratio compares time per "
-                   "token over all steps after the first, step_ratio_same_batch the step-2 step alone; step times "
-                   "exclude the probe; peak memory is CUDA max allocated (None on CPU, where only the process's "
-                   "peak RSS exists: compare records' timing.peak_memory_mb)"}
+            "vanilla_step_s": None, "step_ratio": None,
+            "peak_memory_mb": c["peak_memory_mb"], "vanilla_peak_memory_mb": None, "memory_ratio": None,
+            "how": "vanilla step = median of timed vanilla forward-backward passes on the first batch (before step "
+                   "1, no optimizer step) + the mean optimizer part (clip, AdamW, scheduler) of this run's reward "
+                   "steps; step_ratio = mean time per token of this run's steps after the first / that of the "
+                   "vanilla step; step times exclude the probe. Peak memory: CUDA max allocated during training "
+                   "steps, vanilla = the probe's peak + the optimizer state; None on CPU, where only the process's "
+                   "peak RSS exists (compare the records' timing.peak_memory_mb)"}
         if c["vanilla_fwd_bwd_s"] is not None and c["optimizer_s"]:
             vanilla = c["vanilla_fwd_bwd_s"] + statistics.fmean(c["optimizer_s"])
             out["vanilla_step_s"] = vanilla
             per_token = c["step_s_per_token"][1:] or c["step_s_per_token"]
             out["step_ratio"] = statistics.fmean(per_token) / (vanilla / c["vanilla_tokens"])
-            if c["same_batch_step_s"] is not None:
-                out["step_ratio_same_batch"] = c["same_batch_step_s"] / vanilla
-        if c["peak_memory_mb"] and c["vanilla_peak_memory_mb"]:
-            out["memory_ratio"] = c["peak_memory_mb"] / c["vanilla_peak_memory_mb"]
+        if c["vanilla_probe_peak_mb"] is not None and self._optimizer is not None:
+            state = sum(t.numel() * t.element_size() for st in self._optimizer.state.values()
+                        for t in st.values() if torch.is_tensor(t))
+            out["vanilla_peak_memory_mb"] = c["vanilla_probe_peak_mb"] + state / 2**20
+            if c["peak_memory_mb"]:
+                out["memory_ratio"] = c["peak_memory_mb"] / out["vanilla_peak_memory_mb"]
         return out
 
     def record(self) -> dict[str, Any]:
