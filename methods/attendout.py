@@ -134,6 +134,8 @@ def _sync(device: torch.device) -> None:
 class AttendOut(AttentionMethod):
     """AttendOut reconstruction (§3.3): G-Net scores dropout trained by look-ahead REINFORCE against a Defender."""
 
+    reconstruction = "AttendOut: a reconstruction from the paper's description (its text and code are not public)."
+
     Config = AttendOutConfig
     identity = {"p_max": 0.0}  # G can drop nothing: plain softmax attention
 

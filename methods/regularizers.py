@@ -34,6 +34,9 @@ class LayerwiseConfig:
 class ScoresDropoutLayerwise(ScoresDropout):
     """Scores dropout whose rate falls linearly with depth, p_bottom to p_top (AttendOut-motivated, §4)."""
 
+    reconstruction = ("AttendOut-motivated regularizer: a reconstruction from the paper's stated findings, "
+                      "not its formula.")
+
     Config = LayerwiseConfig
     identity = {"p_bottom": 0.0, "p_top": 0.0}
 
@@ -62,6 +65,9 @@ class DynamicConfig:
 @register_method("scores_dropout_dynamic")
 class ScoresDropoutDynamic(ScoresDropout):
     """Scores dropout with a rate drawn per sample and layer at every step from Uniform(0, 2 p_mean) (§4)."""
+
+    reconstruction = ("AttendOut-motivated regularizer: a reconstruction from the paper's stated findings, "
+                      "not its formula.")
 
     Config = DynamicConfig
     identity = {"p_mean": 0.0}
