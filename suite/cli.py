@@ -55,25 +55,36 @@ def add_run_parser(sub) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="M.KEY=V")
     p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="M.KEY=V1,V2")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
-    p.add_argument("--executor", default="local", help="local (default)")
+    p.add_argument("--executor", default="local",
+                   help="local (default: sequential; one worker process per GPU when several are visible) or ray")
+    p.add_argument("--workers", type=int, help="local executor: worker processes (default: 1 on CPU, one per GPU)")
+    p.add_argument("--address", help="ray executor: cluster to join (auto, HOST:PORT, ray://HOST:10001); "
+                                     "default: start a local cluster")
+    p.add_argument("--gpus-per-run", type=float, help="ray executor: GPUs per run (default 1; 0.5 packs two per GPU)")
+    p.add_argument("--cpus-per-run", type=float, help="ray executor: CPUs per run (default 1)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (train.compile=true)")
     p.add_argument("--force", action="store_true", help="rerun jobs whose records exist")
     p.add_argument("--quiet", action="store_true", help="no progress bars (for logs)")
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
 
 
 def cmd_run(args) -> int:
-    from .executors import EXECUTORS, run_grid, status_table
+    from .executors import ExecutorError, check_executor, run_grid, status_table
     from .store import Store
 
     preset = PRESETS[args.preset]
     train = TrainSettings(**preset["train"])
     flags = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "max_length": args.max_length,
              "max_train_samples": args.max_train_samples, "max_eval_samples": args.max_eval_samples,
-             "precision": args.precision}
+             "precision": args.precision, "compile": True if args.compile else None}
     train = dataclasses.replace(train, **{k: v for k, v in flags.items() if v is not None})
     train.validate()
-    if args.executor not in EXECUTORS:
-        raise BadInput(f"unknown executor {args.executor!r}. Valid executors: {', '.join(EXECUTORS)}")
+    executor_options = {"workers": args.workers, "address": args.address, "gpus_per_run": args.gpus_per_run,
+                        "cpus_per_run": args.cpus_per_run}
+    try:
+        check_executor(args.executor, executor_options)
+    except ExecutorError as exc:
+        raise BadInput(str(exc)) from None
     methods = METHODS.select(args.methods)
     tasks = select_tasks(args.tasks)
     models = [m.strip() for m in args.model.split(",")] if args.model else list(preset["models"])
@@ -96,7 +107,9 @@ def cmd_run(args) -> int:
     _write_command(store)
     try:
         result = run_grid(jobs, store, data_dir, executor=args.executor, force=args.force, quiet=args.quiet,
-                          device=args.device)
+                          device=args.device, **executor_options)
+    except ExecutorError as exc:
+        raise BadInput(str(exc)) from None
     except KeyboardInterrupt:
         print("\ninterrupted: finished records are kept; the interrupted run was not recorded and will run "
               "when the same command is given again", file=sys.stderr)
@@ -177,7 +190,8 @@ def _load_extra_commands() -> None:
             if exc.name != module:
                 raise
             continue
-        EXTRA_COMMANDS.append(mod.add_parser)
+        if mod.add_parser not in EXTRA_COMMANDS:  # main() may be called more than once in a process
+            EXTRA_COMMANDS.append(mod.add_parser)
         COMMANDS[mod.COMMAND] = mod.main
 
 

@@ -41,10 +41,11 @@ class TrainSettings:
     grad_clip: float = 1.0
     max_train_samples: int | None = 2000
     max_eval_samples: int | None = None
-    train_eval_samples: int = 512   # fixed train subset scored each epoch: the overfitting gap
+    train_eval_samples: int = 512   # fixed train subset scored each epoch: the overfitting gap (0: none)
     data_seed: int = 0              # draws the train/eval subsets: the same for every method and seed
     precision: str = "auto"         # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16 / fp16
     stats_batches: int = 4          # dev batches used for attention statistics (0: none)
+    compile: bool = False           # torch.compile the model (speed; numbers may differ in the last digits)
 
     def validate(self) -> None:
         positive = ["epochs", "batch_size", "eval_batch_size", "max_length"]
@@ -61,6 +62,10 @@ class TrainSettings:
             raise HyperParameterError(f"train.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise HyperParameterError(f"train.precision={self.precision!r}: choose auto, fp32, bf16 or fp16")
+
+
+# TrainSettings fields (with their defaults) that are left out of a job's hash while at that default.
+HASHED_WHEN_CHANGED: dict[str, Any] = {"compile": False}
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -94,7 +99,12 @@ class RunConfig:
 
     @property
     def hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        d = self.to_dict()
+        # Settings added after records existed enter the hash only when changed, so older records keep their hash.
+        for name, default in HASHED_WHEN_CHANGED.items():
+            if d["train"].get(name) == default:
+                del d["train"][name]
+        blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     @property

@@ -121,17 +121,22 @@ def load_data(cfg: RunConfig, spec: TaskSpec, tokenizer, data_dir) -> tuple[Enco
            t.max_eval_samples, t.train_eval_samples, t.data_seed)
     if key not in _TOKENIZED:
         splits = load_splits(spec, data_dir)
-        train_cols = splits[spec.train_split]
-        train = encode(spec, train_cols, tokenizer, t.max_length)
-        train = train.subset(seeded_subset(len(train), t.max_train_samples, t.data_seed))
+        # Subsets are drawn before tokenising (same rows): a 2000-example run need not tokenise all of MNLI.
+        train = encode(spec, _rows(splits[spec.train_split], t.max_train_samples, t.data_seed), tokenizer,
+                       t.max_length)
         devs = {}
         for suffix, split in spec.eval_splits.items():
-            dev = encode(spec, splits[split], tokenizer, t.max_length)
-            devs[suffix] = dev.subset(seeded_subset(len(dev), t.max_eval_samples, t.data_seed))
+            devs[suffix] = encode(spec, _rows(splits[split], t.max_eval_samples, t.data_seed), tokenizer,
+                                  t.max_length)
         probe = train.subset(seeded_subset(len(train), t.train_eval_samples, t.data_seed + 1))
         _TOKENIZED.clear()  # keep one task's tensors at a time
         _TOKENIZED[key] = (train, devs, probe)
     return _TOKENIZED[key]
+
+
+def _rows(columns: dict[str, list], limit: int | None, seed: int) -> dict[str, list]:
+    keep = seeded_subset(len(columns["label"]), limit, seed)
+    return {k: [v[i] for i in keep] for k, v in columns.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -181,6 +186,8 @@ def standard_step(ctx: StepContext, batch: dict, next_batch: dict | None) -> tor
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
+    if device.type == "cuda":  # from pinned memory the copy is asynchronous: the host does not wait for it
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
@@ -234,6 +241,8 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
     train, devs, probe = load_data(cfg, spec, tokenizer, data_dir)
     model, method = load_model(cfg, spec)
     model.to(device)
+    if t.compile:
+        model.compile()  # in place: parameter names, hooks and the method's modules stay as they are
     amp_dtype = autocast_dtype(t.precision, device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
@@ -241,7 +250,7 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
     no_decay = [p for n, p in model.named_parameters() if p.requires_grad and _no_decay(n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=t.lr,
-                                  fused=device.type == "cuda")
+                                  fused=device.type in ("cuda", "cpu"))
     steps_per_epoch = math.ceil(len(train) / t.batch_size)
     total_steps = steps_per_epoch * t.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * total_steps), total_steps)
@@ -289,8 +298,11 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
 
         start = time.perf_counter()
         dev_loss, dev = evaluate_all(model, devs, spec, t.eval_batch_size, pad_id, device, amp_dtype)
-        probe_loss, probe_m, _ = evaluate(model, probe, spec, t.eval_batch_size, pad_id, device, amp_dtype)
-        probe_m["score"] = metrics.headline(probe_m, list(spec.metrics))
+        if len(probe):
+            probe_loss, probe_m, _ = evaluate(model, probe, spec, t.eval_batch_size, pad_id, device, amp_dtype)
+            probe_m["score"] = metrics.headline(probe_m, list(spec.metrics))
+        else:  # train_eval_samples=0: no train-subset scores (and no generalisation gap)
+            probe_loss, probe_m = math.nan, {"score": math.nan}
         eval_time += time.perf_counter() - start
         entry = {"epoch": epoch, "train_loss": loss_sum.item() / len(batches), "dev_loss": dev_loss, "dev": dev,
                  "train_subset_loss": probe_loss, "train_subset": probe_m, "epoch_time_s": epoch_time,

@@ -1,0 +1,240 @@
+"""Vanilla fine-tuning of one model on one GLUE task by this suite (`suite.runner.run_one`) and by HF `Trainer`, with the
+same data subset, hyper-parameters and seed; prints wall-clock and dev metric for both as a markdown table.
+
+    python benchmarks/trainer_vs_suite.py --task sst2 --data-dir ../shared/data/glue --max-train-samples 1000 \
+        --epochs 2 --seeds 1,2
+
+Each seed runs the suite and Trainer back to back (the order alternates between seeds, so drift on a shared machine
+hits both). Wall-clock is end to end for both: read the TSVs, tokenise, load the model, train, evaluate the dev set
+after every epoch. Two suite rows: "suite (as recorded)" also scores a fixed train subset every epoch and computes
+attention statistics (work Trainer does not do); "suite (like for like)" turns both off.
+
+Trainer gets what our runner does: linear schedule with 10% warmup, AdamW (weight decay 0.01, none on biases and
+LayerNorm), gradient clipping 1.0, length-grouped batches (`train_sampling_strategy="group_by_length"`) with dynamic
+padding (`DataCollatorWithPadding`), evaluation each epoch, bf16 autocast on CUDA, no checkpoints, no reporting.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tabulate import tabulate
+
+from suite import metrics
+from suite.config import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
+from suite.data import get_task, load_splits, seeded_subset
+
+
+class TokenCounter:
+    """Counts the (padded) tokens the model is fed, training and evaluation apart: the work each runner asks for.
+    Both runners load the model through AutoModelForSequenceClassification.from_pretrained; while counting, that
+    loader adds a forward pre-hook to the model it returns."""
+
+    def __init__(self):
+        self.train = self.eval = 0
+
+    def _hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if module.training:
+            self.train += ids.numel()
+        else:
+            self.eval += ids.numel()
+
+    def __enter__(self):
+        from transformers import AutoModelForSequenceClassification as Auto
+
+        self._saved = Auto.__dict__.get("from_pretrained")
+        load = Auto.from_pretrained
+
+        def counting_load(*args, **kwargs):
+            model = load(*args, **kwargs)
+            model.register_forward_pre_hook(self._hook, with_kwargs=True)
+            return model
+
+        Auto.from_pretrained = counting_load
+        return self
+
+    def __exit__(self, *exc):
+        from transformers import AutoModelForSequenceClassification as Auto
+
+        if self._saved is None:
+            del Auto.from_pretrained
+        else:
+            Auto.from_pretrained = self._saved
+
+
+def run_suite(cfg: RunConfig, data_dir: str, device: str) -> dict:
+    from suite import runner
+
+    runner._TOKENIZED.clear()  # every run reads and tokenises its data, as Trainer's does
+    start = time.perf_counter()
+    rec = runner.run_one(cfg, data_dir, device=device, quiet=True)
+    wall = time.perf_counter() - start
+    if rec["status"] != "ok":
+        raise RuntimeError(rec.get("error"))
+    return {"wall_s": wall, "score": rec["final"]["score"], "train_s": rec["timing"]["train_s"],
+            "eval_s": rec["timing"]["eval_s"], "steps": rec["timing"]["steps"]}
+
+
+def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
+    import datasets
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
+                              PrinterCallback, Trainer, TrainerCallback, TrainingArguments, set_seed)
+
+    spec = get_task(cfg.task)
+    t = cfg.train
+    path = resolve_model(cfg.model)
+    start = time.perf_counter()
+    splits = load_splits(spec, data_dir)
+
+    def subset(cols: dict, limit, seed) -> datasets.Dataset:
+        keep = seeded_subset(len(cols["label"]), limit, seed)  # the same rows the suite trains and evaluates on
+        return datasets.Dataset.from_dict({k: [cols[k][i] for i in keep] for k in (*spec.text_fields, "label")})
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+
+    def tokenise(batch):
+        return tokenizer(*[batch[f] for f in spec.text_fields], truncation=True, max_length=t.max_length)
+
+    train = subset(splits[spec.train_split], t.max_train_samples, t.data_seed).map(
+        tokenise, batched=True, remove_columns=list(spec.text_fields))
+    (dev_split,) = spec.eval_splits.values()
+    dev = subset(splits[dev_split], t.max_eval_samples, t.data_seed).map(
+        tokenise, batched=True, remove_columns=list(spec.text_fields))
+
+    set_seed(cfg.seed)
+    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=spec.num_labels)
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+    def compute_metrics(pred):
+        found = metrics.compute(spec.metrics, np.asarray(pred.predictions), np.asarray(pred.label_ids),
+                                spec.is_regression, "")
+        found["score"] = metrics.headline(found, spec.metric_keys())
+        return found
+
+    scores = []
+
+    class KeepScores(TrainerCallback):
+        def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+            scores.append(metrics["eval_score"])
+
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out, learning_rate=t.lr, per_device_train_batch_size=t.batch_size,
+            per_device_eval_batch_size=t.eval_batch_size, num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
+            weight_decay=t.weight_decay, max_grad_norm=t.grad_clip, lr_scheduler_type="linear",
+            train_sampling_strategy="group_by_length", eval_strategy="epoch", save_strategy="no",
+            logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
+            bf16=cuda, disable_tqdm=True, dataloader_num_workers=0)
+        trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev,
+                          data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
+                          callbacks=[KeepScores()])
+        trainer.remove_callback(PrinterCallback)  # metrics go to the table, not to stdout
+        train_start = time.perf_counter()
+        out_train = trainer.train()
+        train_and_eval = time.perf_counter() - train_start
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "score": scores[-1], "train_and_eval_s": train_and_eval,
+            "steps": out_train.global_step}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    if torch.cuda.is_available():
+        text += f", {torch.cuda.get_device_name()}"
+    return text
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="sst2")
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "glue"))
+    p.add_argument("--max-train-samples", type=int, default=1000)
+    p.add_argument("--max-eval-samples", type=int)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--seeds", default="1,2", help="one suite run and one Trainer run per seed, interleaved")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    p.add_argument("--skip-recorded", action="store_true", help="leave out the 'suite (as recorded)' runs")
+    p.add_argument("--count-tokens", action="store_true",
+                   help="also count the padded tokens each runner trains and evaluates on (a hook per module call)")
+    args = p.parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    train = TrainSettings(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                          max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
+    like_for_like = dataclasses.replace(train, train_eval_samples=0, stats_batches=0)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runners = {"suite (as recorded)": lambda seed: run_suite(RunConfig(args.model, args.task, "vanilla", {"p": 0.1},
+                                                                       seed, train), args.data_dir, args.device),
+               "suite (like for like)": lambda seed: run_suite(RunConfig(args.model, args.task, "vanilla",
+                                                                         {"p": 0.1}, seed, like_for_like),
+                                                               args.data_dir, args.device),
+               "HF Trainer": lambda seed: run_trainer(RunConfig(args.model, args.task, "vanilla", {"p": 0.1}, seed,
+                                                                like_for_like), args.data_dir, args.device)}
+    if args.skip_recorded:
+        del runners["suite (as recorded)"]
+    load_before = os.getloadavg()[0]
+    results: dict[str, list[dict]] = {name: [] for name in runners}
+    for i, seed in enumerate(seeds):
+        order = list(runners) if i % 2 == 0 else list(reversed(runners))
+        for name in order:
+            cpu_start = time.process_time()
+            with TokenCounter() if args.count_tokens else contextlib.nullcontext() as counted:
+                res = runners[name](seed)
+            res["cpu_s"] = time.process_time() - cpu_start  # this process's CPU time: less hurt by other load
+            if counted is not None:
+                res["tokens"] = f"{counted.train:,} / {counted.eval:,}"
+            res["seed"] = seed
+            results[name].append(res)
+            print(f"seed {seed} {name}: {res['wall_s']:.1f}s wall, {res['cpu_s']:.1f}s CPU, dev score "
+                  f"{res['score']:.4f}", file=sys.stderr, flush=True)
+    load_after = os.getloadavg()[0]
+
+    trainer_wall = np.mean([r["wall_s"] for r in results["HF Trainer"]])
+    trainer_cpu = np.mean([r["cpu_s"] for r in results["HF Trainer"]])
+    rows = []
+    for name, runs in results.items():
+        wall, cpu = np.mean([r["wall_s"] for r in runs]), np.mean([r["cpu_s"] for r in runs])
+        rows.append([name, " / ".join(f"{r['wall_s']:.1f}" for r in runs), f"{wall:.1f}",
+                     f"{trainer_wall / wall:.2f}x", " / ".join(f"{r['cpu_s']:.1f}" for r in runs), f"{cpu:.1f}",
+                     f"{trainer_cpu / cpu:.2f}x", " / ".join(f"{r['score']:.4f}" for r in runs),
+                     f"{np.mean([r['score'] for r in runs]):.4f}"]
+                    + ([" ; ".join(r["tokens"] for r in runs)] if args.count_tokens else []))
+    spec = get_task(args.task)
+    print(f"**{spec.display}, {args.model}, vanilla, {args.max_train_samples or 'all'} train examples, "
+          f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.lr}, seeds {args.seeds}**  ")
+    print("command: `python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]) + "`  ")
+    print(f"machine: {machine()}; load average {load_before:.1f} before, {load_after:.1f} after  \n")
+    print(tabulate(rows, headers=["runner", "wall s (per seed)", "mean wall s", "wall speed-up",
+                                  "CPU s (per seed)", "mean CPU s", "CPU speed-up",
+                                  f"dev {'/'.join(spec.metrics)} (per seed)", "mean dev"]
+                   + (["padded tokens train / eval (per seed)"] if args.count_tokens else []), tablefmt="github"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

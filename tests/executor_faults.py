@@ -1,0 +1,49 @@
+"""Methods that misbehave on purpose, for the executor tests. Workers import this module by name (it must be on
+their PYTHONPATH); the tests register it only while they run."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from suite.attention import register_method
+from suite.methods.dropout import Vanilla
+
+
+@dataclasses.dataclass
+class FaultConfig:
+    p: float = 0.1
+    marker: str = ""  # file that gets one line per attempt at the run
+
+
+def count_attempt(marker: str) -> int:
+    with open(marker, "a") as fh:
+        fh.write(f"{os.getpid()}\n")
+    return len(Path(marker).read_text().splitlines())
+
+
+@register_method("test_dies_once")
+class DiesOnce(Vanilla):
+    """Vanilla attention, but the first attempt kills its worker process (as a segfault or an OOM kill would)."""
+
+    Config = FaultConfig
+    identity = None
+
+    def prepare(self, model):
+        if count_attempt(self.cfg.marker) == 1:
+            os._exit(3)
+
+
+@register_method("test_raises")
+class Raises(Vanilla):
+    """A run that fails on its own, every time."""
+
+    Config = FaultConfig
+    identity = None
+
+    def prepare(self, model):
+        count_attempt(self.cfg.marker)
+        raise RuntimeError("this method always fails")
+
+
+METHOD_CLASSES = {"test_dies_once": DiesOnce, "test_raises": Raises}

@@ -1,0 +1,246 @@
+"""Executors: the same grid gives the same records whoever runs it (in-process, a pool of worker processes, a local
+Ray cluster), a grid interrupted under one executor finishes under another, a dead worker's job is run again, and a
+run that fails on its own is recorded as failed once. GPU layouts are checked through stand-ins (no GPU in CI)."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite import cli
+from suite.attention import METHODS
+from suite.config import RunConfig, TrainSettings, build_grid
+from suite.executors import (ExecutorError, GridStatus, LocalPlan, check_executor, local_plan, run_grid,
+                             visible_gpus)
+from suite.store import Store
+
+TESTS_DIR = str(Path(__file__).resolve().parent)
+SETTINGS = TrainSettings(epochs=1, batch_size=8)  # what the command line below produces (quick preset + flags)
+METHOD_NAMES, SEEDS = ["vanilla", "scores_dropout"], [1, 2]
+
+
+def cli_args(model, glue, out, *extra):
+    return ["run", "--methods", ",".join(METHOD_NAMES), "--tasks", "rte", "--seeds", ",".join(map(str, SEEDS)),
+            "--model", model, "--data-dir", glue, "--epochs", "1", "--batch-size", "8", "--out", str(out),
+            "--quiet", *extra]
+
+
+def records(out) -> dict[str, dict]:
+    return {r["hash"]: r for r in Store(out)}
+
+
+def assert_same_numbers(a: dict, b: dict, tol: float = 1e-5) -> None:
+    """Same metrics for the same job: final scores and every epoch's losses and dev metrics."""
+    assert a["status"] == b["status"] == "ok", (a.get("error"), b.get("error"))
+    assert a["final"] == pytest.approx(b["final"], abs=tol)
+    assert len(a["history"]) == len(b["history"])
+    for ea, eb in zip(a["history"], b["history"]):
+        for key in ("train_loss", "dev_loss", "train_subset_loss"):
+            assert ea[key] == pytest.approx(eb[key], rel=tol, abs=tol), key
+        assert ea["dev"] == pytest.approx(eb["dev"], abs=tol)
+        assert ea["train_subset"] == pytest.approx(eb["train_subset"], abs=tol)
+
+
+@pytest.fixture(scope="module")
+def sequential(tiny_bert_dir, glue_dir, tmp_path_factory):
+    """The reference: the grid run in this process, one job after another."""
+    out = tmp_path_factory.mktemp("sequential")
+    assert cli.main(cli_args(tiny_bert_dir, glue_dir, out)) == 0
+    recs = records(out)
+    assert len(recs) == len(METHOD_NAMES) * len(SEEDS)
+    assert all(r["executor"]["name"] == "local" and r["executor"]["worker"] is None for r in recs.values())
+    return out, recs
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One local 2-CPU Ray cluster for the module. Its workers get this folder on PYTHONPATH (for executor_faults),
+    as an installed plugin would be importable on a real cluster."""
+    ray = pytest.importorskip("ray")
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, saved) if p)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+@pytest.fixture(scope="module")
+def fault_methods():
+    import executor_faults  # this folder is on sys.path under pytest (as conftest is)
+
+    for name, cls in executor_faults.METHOD_CLASSES.items():  # again, if an earlier teardown removed them
+        METHODS.add(name, cls)
+    yield executor_faults
+    for name in executor_faults.METHOD_CLASSES:  # keep them out of other tests' `--methods all`
+        METHODS.remove(name)
+
+
+def fault_jobs(tiny_bert_dir, tmp_path) -> tuple[list[RunConfig], Path, Path]:
+    dies, raises = tmp_path / "dies_once.attempts", tmp_path / "raises.attempts"
+    jobs = build_grid([tiny_bert_dir], ["rte"], ["test_dies_once"], [1], SETTINGS, [f"test_dies_once.marker={dies}"])
+    jobs += build_grid([tiny_bert_dir], ["rte"], ["test_raises"], [1], SETTINGS, [f"test_raises.marker={raises}"])
+    return jobs, dies, raises
+
+
+def check_fault_outcome(result, dies: Path, raises: Path) -> None:
+    (rec_ok,) = [rec for job, rec in result.done if job.method == "test_dies_once"]
+    (job_failed, rec_failed), = result.failed
+    assert rec_ok["status"] == "ok"
+    assert len(dies.read_text().splitlines()) == 2  # died once, ran again, finished
+    assert job_failed.method == "test_raises" and "this method always fails" in rec_failed["error"]
+    assert len(raises.read_text().splitlines()) == 1  # failed on its own: not retried
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Ray
+# ---------------------------------------------------------------------------------------------------------
+
+def test_ray_cli_matches_local_and_resumes_its_grid(ray_cluster, sequential, tiny_bert_dir, glue_dir, tmp_path):
+    seq_out, seq = sequential
+    # One run finished under the local executor: the Ray grid must skip it and run the other three.
+    first = sorted(Path(seq_out, "runs").glob("*.json"))[0]
+    Path(tmp_path, "runs").mkdir()
+    shutil.copy(first, tmp_path / "runs" / first.name)
+    assert cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "ray")) == 0
+    got = records(tmp_path)
+    assert got.keys() == seq.keys()
+    ran_on_ray = [h for h, r in got.items() if r.get("executor", {}).get("name") == "ray"]
+    assert len(ran_on_ray) == len(seq) - 1
+    for h in seq:
+        assert_same_numbers(got[h], seq[h])
+
+
+def test_ray_retries_dead_worker_but_not_failed_run(ray_cluster, fault_methods, tiny_bert_dir, glue_dir, tmp_path):
+    jobs, dies, raises = fault_jobs(tiny_bert_dir, tmp_path)
+    result = run_grid(jobs, Store(tmp_path / "out"), glue_dir, executor="ray", quiet=True)
+    check_fault_outcome(result, dies, raises)
+
+
+def test_ray_ships_data_to_workers(ray_cluster, sequential, tiny_bert_dir, glue_dir, tmp_path):
+    """With shipping (the default for --address), workers read a copy sent through the object store."""
+    _, seq = sequential
+    job = next(RunConfig.from_dict(r["config"]) for r in seq.values())
+    result = run_grid([job], Store(tmp_path), glue_dir, executor="ray", quiet=True, ship=True)
+    (_, rec), = result.done
+    assert_same_numbers(rec, seq[job.hash])
+
+
+def test_ray_missing_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ExecutorError, match=r"pip install '\.\[ray\]'"):
+        check_executor("ray", {})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# local: the worker pool (CPU workers stand in for GPUs) and its layout on GPU machines
+# ---------------------------------------------------------------------------------------------------------
+
+def test_local_pool_matches_sequential_and_retries_dead_worker(sequential, fault_methods, tiny_bert_dir, glue_dir,
+                                                               tmp_path):
+    """Two spawned workers, each given its own CUDA_VISIBLE_DEVICES as on a 2-GPU machine (CPU runs here): the same
+    records as in-process; the job whose worker died runs again; the run that fails on its own fails once."""
+    _, seq = sequential
+    jobs = [RunConfig.from_dict(r["config"]) for r in seq.values()]
+    faults, dies, raises = fault_jobs(tiny_bert_dir, tmp_path)
+    plan = LocalPlan(2, [{"CUDA_VISIBLE_DEVICES": "gpu-a"}, {"CUDA_VISIBLE_DEVICES": "gpu-b"}], "cpu", 1)
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    result = run_grid(faults + jobs, Store(tmp_path / "out"), glue_dir, executor="local", quiet=True, plan=plan)
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == before
+    ok = {j.hash: rec for j, rec in result.done}
+    for h in seq:
+        assert_same_numbers(ok[h], seq[h])
+    seen = {(r["executor"]["worker"], r["executor"]["cuda_visible_devices"]) for r in ok.values()}
+    assert seen == {(0, "gpu-a"), (1, "gpu-b")}
+    check_fault_outcome(result, dies, raises)
+
+
+def test_local_plan_gpu_layouts():
+    two = local_plan("auto", gpu_count=2, cpu_count=16, env={})
+    assert (two.workers, two.device, two.threads) == (2, "cuda", 8)
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in two.envs] == ["0", "1"]
+    masked = local_plan("auto", gpu_count=2, cpu_count=16, env={"CUDA_VISIBLE_DEVICES": "3,GPU-5f2"})
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in masked.envs] == ["3", "GPU-5f2"]
+    packed = local_plan("cuda", workers=4, gpu_count=2, cpu_count=16, env={})
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in packed.envs] == ["0", "1", "0", "1"]
+    assert local_plan("auto", gpu_count=1, env={}).workers == 0          # one GPU: in this process
+    assert local_plan("cpu", gpu_count=2, env={}).workers == 0           # --device cpu: GPUs unused
+    assert local_plan("cuda:1", gpu_count=0, env={}).workers == 0         # an explicit GPU: in this process
+    cpu = local_plan("auto", workers=2, gpu_count=0, cpu_count=2)
+    assert (cpu.workers, cpu.device, cpu.threads, cpu.envs) == (2, "cpu", 1, [{}, {}])
+    with pytest.raises(ExecutorError, match="no CUDA device"):
+        local_plan("cuda", gpu_count=0)
+    with pytest.raises(ExecutorError, match="at least 1"):
+        local_plan("auto", workers=0, gpu_count=0)
+    assert visible_gpus(2, {"CUDA_VISIBLE_DEVICES": "2, 7,9"}) == ["2", "7"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Options, status display, hashes
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra, message", [
+    (["--executor", "local", "--address", "auto"], "--address does not apply to --executor local"),
+    (["--executor", "ray", "--workers", "2"], "--workers does not apply to --executor ray"),
+    (["--executor", "ray", "--gpus-per-run", "0"], "--gpus-per-run 0.0: give a value > 0"),
+    (["--executor", "slurm"], "unknown executor 'slurm'. Valid executors: local, ray"),
+])
+def test_cli_rejects_executor_options(extra, message, tiny_bert_dir, glue_dir, tmp_path, capsys):
+    assert cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, *extra)) == cli.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_grid_status_line():
+    stream = io.StringIO()
+    status = GridStatus(3, stream=stream)
+    job = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS)[0]
+    status.started(job)
+    status.started(job)
+    assert status.line().startswith("0 done, 2 running, 1 pending, 0 failed | ETA ?")
+    status.finished_run(job, {"status": "ok", "final": {"score": 0.5}, "wall_s": 3.0})
+    status.finished_run(job, {"status": "failed", "error": "boom"})
+    out = stream.getvalue()
+    assert "done rte/vanilla/seed1: score 0.5000" in out and "FAILED rte/vanilla/seed1: boom" in out
+    assert "[2/3: 1 done, 0 running, 1 pending, 1 failed | ETA " in out
+
+
+def test_compile_setting_leaves_old_hashes_alone():
+    import hashlib
+
+    job = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS)[0]
+    old_style = job.to_dict()
+    del old_style["train"]["compile"]  # records written before the setting existed
+    blob = json.dumps(old_style, sort_keys=True, default=str)
+    assert job.hash == hashlib.sha256(blob.encode()).hexdigest()[:12]
+    compiled = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS, ["train.compile=true"])[0]
+    assert compiled.train.compile is True and compiled.hash != job.hash
+    assert RunConfig.from_dict(json.loads(json.dumps(old_style))).hash == job.hash
+
+
+
+def test_compile_flag_reaches_the_model(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
+    """--compile sets train.compile and the runner compiles the model in place (compiling itself is stubbed: on CPU
+    it takes minutes; the compiled path was checked by hand, see the benchmark notes)."""
+    import torch
+
+    compiled = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **k: compiled.append(type(self).__name__))
+    args = cli_args(tiny_bert_dir, glue_dir, tmp_path, "--compile")
+    args[args.index("--methods") + 1], args[args.index("--seeds") + 1] = "vanilla", "1"
+    assert cli.main(args) == 0
+    (rec,) = records(tmp_path).values()
+    assert rec["status"] == "ok" and rec["config"]["train"]["compile"] is True
+    assert compiled == ["BertForSequenceClassification"]
