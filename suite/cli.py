@@ -145,7 +145,8 @@ def cmd_list(args) -> int:
                        for f in dataclasses.fields(cls.Config))
         rows.append([name, hp or "-", cls.description])
     print("Methods (select with --methods; set with --set METHOD.KEY=VALUE):\n")
-    print(tabulate(rows, headers=["method", "hyper-parameters (default)", "what it does"], tablefmt="github"))
+    print(tabulate(rows, headers=["method", "hyper-parameters (default)", "what it does"], tablefmt="simple_grid",
+                   maxcolwidths=[None, 60, 60]))
     if METHODS.plugin_errors:
         print("\nPlugins that failed to load: " + "; ".join(f"{k}: {v}" for k, v in METHODS.plugin_errors.items()))
     from .data import TASK_GROUPS, TASKS
