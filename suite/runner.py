@@ -255,9 +255,7 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
     total_steps = steps_per_epoch * t.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * total_steps), total_steps)
     ctx = StepContext(model, method, optimizer, scheduler, device, amp_dtype, t.grad_clip)
-    step_fn = method.training_step or standard_step
-    if method.training_step is not None:
-        step_fn = lambda c, b, nb: method.training_step(c, b, nb)  # noqa: E731  (bound method)
+    step_fn = method.training_step or standard_step  # methods with several models bring their own step
     if hasattr(method, "setup_training"):
         method.setup_training(ctx)
 
