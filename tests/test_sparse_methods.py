@@ -1,8 +1,6 @@
 """ReLA, top-k, sparsemax / entmax15 / learned-alpha entmax, DropHead and DropAttention(c) against independent
 references on random padded batches: forward, backward (float64 gradcheck), exact zeros on padding, finiteness in
 low precision, dropout expectations, and a forward+backward through tiny BERT and RoBERTa models."""
-import copy
-import functools
 import math
 
 import pytest
@@ -100,7 +98,8 @@ def test_rela_matches_formula_forward_and_backward():
     ref = rela_reference(q, k, v, LENGTHS, module.rela_scale, module.rela_gate)
     torch.testing.assert_close(out, ref)
     assert (_pad_weight(weights, valid) == 0).all()
-    assert (weights >= 0).all() and not torch.allclose(weights.sum(-1), torch.ones((), dtype=weights.dtype))  # not normalised
+    ones = torch.ones((), dtype=weights.dtype)
+    assert (weights >= 0).all() and not torch.allclose(weights.sum(-1), ones)  # rows are not normalised
     cot = torch.randn_like(out)
     grads = torch.autograd.grad((out * cot).sum(), [q, k, v, module.rela_scale, module.rela_gate])
     grads_ref = torch.autograd.grad((ref * cot).sum(), [q, k, v, module.rela_scale, module.rela_gate])
