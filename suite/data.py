@@ -10,7 +10,7 @@ import csv
 import dataclasses
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from .registry import Registry, normalise
 
@@ -194,8 +194,6 @@ def _hub_split(spec: TaskSpec, split: str) -> dict[str, list]:
 def data_source(data_dir: str | os.PathLike | None) -> str:
     return "local" if resolve_data_dir(data_dir) is not None else "hub"
 
-
-Reader = Callable[[TaskSpec, str, Path], dict[str, list]]
 
 
 # ---------------------------------------------------------------------------------------------------------

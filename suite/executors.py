@@ -601,6 +601,3 @@ def status_table(result: GridResult) -> str:
               + (f", {len(result.not_run)} not run" if result.not_run else ""))
     return tabulate(rows, headers=["run", "status", "dev score", "time", "note"], tablefmt="github") + "\n" + counts
 
-
-def now() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S")
