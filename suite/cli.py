@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shlex
+import signal
 import sys
 import typing
 
@@ -17,6 +19,7 @@ from .registry import UnknownNameError
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as a shell reports it
 
 
 class BadInput(Exception):
@@ -106,16 +109,38 @@ def cmd_run(args) -> int:
           f"x {len(args.seeds)} seed(s){' x sweeps' if args.sweeps else ''} -> {store.runs}", file=sys.stderr)
     _write_command(store)
     try:
-        result = run_grid(jobs, store, data_dir, executor=args.executor, force=args.force, quiet=args.quiet,
-                          device=args.device, **executor_options)
+        with _sigterm_as_interrupt():
+            result = run_grid(jobs, store, data_dir, executor=args.executor, force=args.force, quiet=args.quiet,
+                              device=args.device, **executor_options)
     except ExecutorError as exc:
         raise BadInput(str(exc)) from None
-    except KeyboardInterrupt:
-        print("\ninterrupted: finished records are kept; the interrupted run was not recorded and will run "
-              "when the same command is given again", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except (KeyboardInterrupt, Terminated) as exc:
+        print(f"\n{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: finished records are kept; "
+              "the interrupted run was not recorded and will run when the same command is given again",
+              file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     print(status_table(result))
     return 0 if not result.failed else 1
+
+
+class Terminated(Exception):
+    """SIGTERM (a scheduler's stop, `kill`): raised in the driver so that it stops its workers before exiting."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    def stop(signum, frame):
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _write_command(store) -> None:

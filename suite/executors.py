@@ -24,6 +24,7 @@ import os
 import queue as queue_mod
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -269,9 +270,26 @@ def _environ(overrides: dict[str, str]):
                 os.environ[k] = v
 
 
+def _exit_with_driver() -> None:
+    """End this worker as soon as the driver process is gone, however it went (SIGKILL, a crash): a worker left
+    behind would hold a GPU and its cores with nobody to hand its record to."""
+    from multiprocessing.connection import wait
+
+    driver = mp.parent_process()
+    if driver is None:
+        return
+
+    def watch() -> None:
+        wait([driver.sentinel])  # ready once the driver has exited
+        os._exit(1)
+
+    threading.Thread(target=watch, name="suite-driver-watch", daemon=True).start()
+
+
 def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: int | None,
                  modules: list[str]) -> None:
     """A spawned local worker: run the jobs the driver sends until it sends None; send each record back."""
+    _exit_with_driver()
     try:
         import torch
 

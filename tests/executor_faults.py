@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 from suite.attention import register_method
@@ -46,4 +47,16 @@ class Raises(Vanilla):
         raise RuntimeError("this method always fails")
 
 
-METHOD_CLASSES = {"test_dies_once": DiesOnce, "test_raises": Raises}
+@register_method("test_hangs")
+class Hangs(Vanilla):
+    """A run that never ends (writes its worker's pid first), for stopping a grid from outside."""
+
+    Config = FaultConfig
+    identity = None
+
+    def prepare(self, model):
+        count_attempt(self.cfg.marker)
+        time.sleep(600)
+
+
+METHOD_CLASSES = {"test_dies_once": DiesOnce, "test_raises": Raises, "test_hangs": Hangs}

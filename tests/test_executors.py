@@ -3,12 +3,16 @@ Ray cluster), a grid interrupted under one executor finishes under another, a de
 run that fails on its own is recorded as failed once. GPU layouts are checked through stand-ins (no GPU in CI)."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -165,6 +169,50 @@ def test_local_pool_matches_sequential_and_retries_dead_worker(sequential, fault
     seen = {(r["executor"]["worker"], r["executor"]["cuda_visible_devices"]) for r in ok.values()}
     assert seen == {(0, "gpu-a"), (1, "gpu-b")}
     check_fault_outcome(result, dies, raises)
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie counts: in a container nobody may reap an orphan)."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_stopped_driver_leaves_no_pool_workers(sig, tiny_bert_dir, glue_dir, tmp_path):
+    """A scheduler stopping the driver (SIGTERM) gets exit code 143 and no records written for the unfinished runs;
+    even a driver killed outright (SIGKILL) leaves no worker running on."""
+    marker, out = tmp_path / "hangs.attempts", tmp_path / "out"
+    argv = ["run", "--methods", "test_hangs", "--tasks", "rte", "--seeds", "1,2", "--model", tiny_bert_dir,
+            "--data-dir", glue_dir, "--epochs", "1", "--out", str(out), "--quiet", "--workers", "2",
+            "--set", f"test_hangs.marker={marker}"]
+    code = f"import sys, executor_faults; from suite import cli; sys.exit(cli.main({argv!r}))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
+    driver = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and len(marker.read_text().splitlines()) == 2):  # both workers inside a run
+            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read() if driver.poll() else ""
+            time.sleep(0.2)
+        workers = [int(line) for line in marker.read_text().split()]
+        driver.send_signal(sig)
+        rc = driver.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(_gone(pid) for pid in workers), workers
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        for pid in [int(line) for line in marker.read_text().split()] if marker.exists() else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    if sig == signal.SIGTERM:
+        assert rc == cli.EXIT_TERMINATED
+        assert "terminated: finished records are kept" in driver.stderr.read()
+        assert not list((out / "runs").glob("*.json"))
 
 
 def test_local_plan_gpu_layouts():
