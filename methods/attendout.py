@@ -135,6 +135,7 @@ class AttendOut(AttentionMethod):
     """AttendOut reconstruction (§3.3): G-Net scores dropout trained by look-ahead REINFORCE against a Defender."""
 
     reconstruction = "AttendOut: a reconstruction from the paper's description (its text and code are not public)."
+    supports_fp16 = False  # the Defender's and the look-ahead gradients are taken with autograd.grad, unscaled
 
     Config = AttendOutConfig
     identity = {"p_max": 0.0}  # G can drop nothing: plain softmax attention

@@ -39,6 +39,12 @@ def check_probability(name: str, value: float, allow_one: bool = False) -> None:
         raise HyperParameterError(f"{name}={value} is impossible: it must lie in [0, {'1]' if allow_one else '1)'}")
 
 
+def check_precision(method: "AttentionMethod | type[AttentionMethod]", precision: str) -> None:
+    if precision == "fp16" and not method.supports_fp16:
+        raise HyperParameterError(f"{method.name} computes gradients of its own without fp16 loss scaling: "
+                                  "use train.precision=bf16 (no scaling needed) or fp32")
+
+
 class AttentionMethod:
     """Base class of every attention method. Subclasses set `Config` and override `attention`.
 
@@ -56,6 +62,9 @@ class AttentionMethod:
     # True (or a note saying how) when the method is rebuilt from a paper's description rather than its authors'
     # code; reports footnote such methods so that nobody reads their numbers as the paper's.
     reconstruction: ClassVar[bool | str] = False
+    # False for methods that compute gradients of their own (torch.autograd.grad) outside the runner's loss scaling:
+    # under fp16 those would underflow silently, so such a grid is refused up front.
+    supports_fp16: ClassVar[bool] = True
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()

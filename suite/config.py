@@ -12,7 +12,7 @@ import json
 import typing
 from typing import Any
 
-from .attention import METHODS, HyperParameterError
+from .attention import METHODS, HyperParameterError, check_precision
 
 
 def default_model() -> str:
@@ -200,6 +200,8 @@ def build_grid(models: list[str], tasks: list[str], methods: list[str], seeds: l
         for over in combos(method):
             cfg = dataclasses.replace(cls.Config(), **over)
             cls(cfg)  # validates
+            for t in trains:
+                check_precision(cls, t.precision)
             hparams = dataclasses.asdict(cfg)
             for model, task, t, seed in itertools.product(models, tasks, trains, seeds):
                 jobs.append(RunConfig(model, task, method, hparams, seed, t, data_source))

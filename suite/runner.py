@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from . import __version__, metrics
-from .attention import METHODS, AttentionMethod
+from .attention import METHODS, AttentionMethod, check_precision
 from .config import RunConfig, resolve_model
 from .data import (Encoded, TaskSpec, collate, encode, get_task, length_grouped_batches, load_splits,
                    seeded_subset, sorted_batches)
@@ -44,6 +44,7 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype a run trains and evaluates in (None: plain fp32)."""
     if precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else None
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
@@ -155,6 +156,7 @@ class StepContext:
     amp_dtype: torch.dtype | None
     grad_clip: float
     step: int = 0
+    scaler: Any = None  # torch.amp.GradScaler under fp16 autocast (dynamic loss scaling); None otherwise
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -170,11 +172,20 @@ class StepContext:
         return loss if aux is None else loss + aux
 
     def apply(self, loss: torch.Tensor) -> None:
-        """Backward, clip, optimizer and scheduler step."""
-        loss.backward()
-        if self.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.optimizer.step()
+        """Backward, clip, optimizer and scheduler step (under fp16, with the loss scaled and the gradients unscaled
+        before clipping; a step whose gradients overflowed is skipped and the scale lowered)."""
+        if self.scaler is None:
+            loss.backward()
+            if self.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.optimizer.step()
+        else:
+            self.scaler.scale(loss).backward()
+            if self.grad_clip > 0:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -254,7 +265,9 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
     steps_per_epoch = math.ceil(len(train) / t.batch_size)
     total_steps = steps_per_epoch * t.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * total_steps), total_steps)
-    ctx = StepContext(model, method, optimizer, scheduler, device, amp_dtype, t.grad_clip)
+    check_precision(method, t.precision)
+    scaler = torch.amp.GradScaler(device.type) if amp_dtype is torch.float16 else None
+    ctx = StepContext(model, method, optimizer, scheduler, device, amp_dtype, t.grad_clip, scaler=scaler)
     step_fn = method.training_step or standard_step  # methods with several models bring their own step
     if hasattr(method, "setup_training"):
         method.setup_training(ctx)
@@ -318,7 +331,9 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
     result["timing"] = {"train_s": train_time, "eval_s": eval_time, "steps": ctx.step,
                         "step_s": train_time / max(ctx.step, 1), "train_samples_per_s": seen / train_time,
                         "peak_memory_mb": peak_memory_mb(device),
-                        "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss"}
+                        "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss",
+                        "precision": {None: "fp32", torch.bfloat16: "bf16 autocast",
+                                      torch.float16: "fp16 autocast, loss scaling"}[amp_dtype]}
     result["data"] = {"train": len(train), "dev": {spec.eval_splits[k]: len(v) for k, v in devs.items()},
                       "train_subset": len(probe)}
     result["parameters"] = {"total": sum(p.numel() for p in model.parameters()),

@@ -72,6 +72,7 @@ def test_sweep_and_set(tiny_bert_dir, glue_dir, tmp_path):
     (["--set", "scores_dropout.q=0.2"], "scores_dropout has no hyper-parameter 'q'. Valid: p"),
     (["--sweep", "train.epochs=1,0"], "train.epochs=0 is impossible"),
     (["--set", "train.lr=fast"], "expected a float"),
+    (["--methods", "attendout", "--set", "train.precision=fp16"], "attendout computes gradients of its own"),
 ])
 def test_bad_input_exits_2_before_training(tiny_bert_dir, glue_dir, tmp_path, capsys, args, message):
     base = {"--methods": "vanilla,scores_dropout", "--tasks": "rte"}

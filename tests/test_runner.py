@@ -1,0 +1,44 @@
+"""The training step itself: fp16 loss scaling (unscale before clipping, skip overflowing steps) and the precision a
+run records."""
+import torch
+
+from suite.cli import main
+from suite.runner import StepContext
+from suite.store import Store
+
+
+class _NoMethod:
+    def aux_loss(self, model):
+        return None
+
+
+def _ctx(model, scaler, grad_clip=1.0):
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    return StepContext(model, _NoMethod(), opt, sched, torch.device("cpu"), torch.float16, grad_clip, scaler=scaler)
+
+
+def test_fp16_step_unscales_before_clipping_and_skips_overflow():
+    model = torch.nn.Linear(4, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    ctx = _ctx(model, scaler)
+    x = torch.full((1, 4), 10.0)
+    ctx.apply(model(x).sum())  # gradient (10, 10, 10, 10): norm 20, clipped to 1, SGD lr 1
+    assert torch.allclose(model.weight, torch.full((1, 4), -0.5))  # clipped as unscaled, not 65536x too small
+    assert scaler.get_scale() == 2.0 ** 16
+
+    before = model.weight.detach().clone()
+    ctx.apply(model(torch.full((1, 4), float("inf"))).sum())  # overflowing gradients: the step is skipped
+    assert torch.equal(model.weight, before)
+    assert scaler.get_scale() == 2.0 ** 15
+
+
+def test_fp16_run_records_loss_scaling(tiny_bert_dir, glue_dir, tmp_path):
+    assert main(["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1", "--model", tiny_bert_dir,
+                 "--data-dir", glue_dir, "--out", str(tmp_path), "--epochs", "1", "--batch-size", "8", "--quiet",
+                 "--set", "train.precision=fp16"]) == 0
+    (rec,) = list(Store(tmp_path))
+    assert rec["status"] == "ok" and rec["timing"]["precision"] == "fp16 autocast, loss scaling"
+    assert torch.isfinite(torch.tensor(rec["history"][0]["train_loss"]))
