@@ -2,12 +2,15 @@
 same data subset, hyper-parameters and seed; prints wall-clock and dev metric for both as a markdown table.
 
     python benchmarks/trainer_vs_suite.py --task sst2 --data-dir ../shared/data/glue --max-train-samples 1000 \
-        --epochs 2 --seeds 1,2
+        --epochs 2 --seeds 1,2 [--precisions fp32,bf16]
 
 Each seed runs the suite and Trainer back to back (the order alternates between seeds, so drift on a shared machine
 hits both). Wall-clock is end to end for both: read the TSVs, tokenise, load the model, train, evaluate the dev set
 after every epoch. Two suite rows: "suite (as recorded)" also scores a fixed train subset every epoch and computes
 attention statistics (work Trainer does not do); "suite (like for like)" turns both off.
+
+With several `--precisions`, every runner runs at each (Trainer's `bf16=True` is the same autocast as the suite's
+`train.precision=bf16`), and a last speed-up column compares each row with Trainer at the first precision listed.
 
 Trainer gets what our runner does: linear schedule with 10% warmup, AdamW (weight decay 0.01, none on biases and
 LayerNorm), gradient clipping 1.0, length-grouped batches (`train_sampling_strategy="group_by_length"`) with dynamic
@@ -135,7 +138,8 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
             weight_decay=t.weight_decay, max_grad_norm=t.grad_clip, lr_scheduler_type="linear",
             train_sampling_strategy="group_by_length", eval_strategy="epoch", save_strategy="no",
             logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
-            bf16=cuda, disable_tqdm=True, dataloader_num_workers=0)
+            bf16=t.precision == "bf16" or (t.precision == "auto" and cuda), disable_tqdm=True,
+            dataloader_num_workers=0)
         trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev,
                           data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
                           callbacks=[KeepScores()])
@@ -175,6 +179,9 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--seeds", default="1,2", help="one suite run and one Trainer run per seed, interleaved")
     p.add_argument("--device", default="auto")
+    p.add_argument("--precisions", default="auto",
+                   help="comma-separated; each runner runs at each (auto: bf16 autocast on CUDA, fp32 on CPU; fp32; "
+                        "bf16 autocast, which CPUs with AVX512-BF16 or AMX run natively)")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--skip-recorded", action="store_true", help="leave out the 'suite (as recorded)' runs")
     p.add_argument("--count-tokens", action="store_true",
@@ -184,19 +191,27 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    train = TrainSettings(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                          max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
-    like_for_like = dataclasses.replace(train, train_eval_samples=0, stats_batches=0)
+    precisions = args.precisions.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
-    runners = {"suite (as recorded)": lambda seed: run_suite(RunConfig(args.model, args.task, "vanilla", {"p": 0.1},
-                                                                       seed, train), args.data_dir, args.device),
-               "suite (like for like)": lambda seed: run_suite(RunConfig(args.model, args.task, "vanilla",
-                                                                         {"p": 0.1}, seed, like_for_like),
-                                                               args.data_dir, args.device),
-               "HF Trainer": lambda seed: run_trainer(RunConfig(args.model, args.task, "vanilla", {"p": 0.1}, seed,
-                                                                like_for_like), args.data_dir, args.device)}
-    if args.skip_recorded:
-        del runners["suite (as recorded)"]
+
+    def settings(precision: str, like_for_like: bool) -> TrainSettings:
+        t = TrainSettings(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, precision=precision,
+                          max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
+        return dataclasses.replace(t, train_eval_samples=0, stats_batches=0) if like_for_like else t
+
+    def job(seed: int, t: TrainSettings) -> RunConfig:
+        return RunConfig(args.model, args.task, "vanilla", {"p": 0.1}, seed, t)
+
+    runners = {}
+    for prec in precisions:
+        tag = f" [{prec}]" if len(precisions) > 1 else ""
+        if not args.skip_recorded:
+            runners["suite (as recorded)" + tag] = (prec, lambda seed, t=settings(prec, False): run_suite(
+                job(seed, t), args.data_dir, args.device))
+        runners["suite (like for like)" + tag] = (prec, lambda seed, t=settings(prec, True): run_suite(
+            job(seed, t), args.data_dir, args.device))
+        runners["HF Trainer" + tag] = (prec, lambda seed, t=settings(prec, True): run_trainer(
+            job(seed, t), args.data_dir, args.device))
     load_before = os.getloadavg()[0]
     results: dict[str, list[dict]] = {name: [] for name in runners}
     for i, seed in enumerate(seeds):
@@ -204,7 +219,7 @@ def main(argv=None) -> int:
         for name in order:
             cpu_start = time.process_time()
             with TokenCounter() if args.count_tokens else contextlib.nullcontext() as counted:
-                res = runners[name](seed)
+                res = runners[name][1](seed)
             res["cpu_s"] = time.process_time() - cpu_start  # this process's CPU time: less hurt by other load
             if counted is not None:
                 res["tokens"] = f"{counted.train:,} / {counted.eval:,}"
@@ -214,15 +229,19 @@ def main(argv=None) -> int:
                   f"{res['score']:.4f}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()[0]
 
-    trainer_wall = np.mean([r["wall_s"] for r in results["HF Trainer"]])
-    trainer_cpu = np.mean([r["cpu_s"] for r in results["HF Trainer"]])
+    def trainer(prec: str, key: str) -> float:
+        return np.mean([r[key] for name, runs in results.items() if runners[name][0] == prec
+                        and name.startswith("HF Trainer") for r in runs])
+
     rows = []
     for name, runs in results.items():
+        prec = runners[name][0]
         wall, cpu = np.mean([r["wall_s"] for r in runs]), np.mean([r["cpu_s"] for r in runs])
         rows.append([name, " / ".join(f"{r['wall_s']:.1f}" for r in runs), f"{wall:.1f}",
-                     f"{trainer_wall / wall:.2f}x", " / ".join(f"{r['cpu_s']:.1f}" for r in runs), f"{cpu:.1f}",
-                     f"{trainer_cpu / cpu:.2f}x", " / ".join(f"{r['score']:.4f}" for r in runs),
-                     f"{np.mean([r['score'] for r in runs]):.4f}"]
+                     f"{trainer(prec, 'wall_s') / wall:.2f}x", " / ".join(f"{r['cpu_s']:.1f}" for r in runs),
+                     f"{cpu:.1f}", f"{trainer(prec, 'cpu_s') / cpu:.2f}x"]
+                    + ([f"{trainer(precisions[0], 'cpu_s') / cpu:.2f}x"] if len(precisions) > 1 else [])
+                    + [" / ".join(f"{r['score']:.4f}" for r in runs), f"{np.mean([r['score'] for r in runs]):.4f}"]
                     + ([" ; ".join(r["tokens"] for r in runs)] if args.count_tokens else []))
     spec = get_task(args.task)
     print(f"**{spec.display}, {args.model}, vanilla, {args.max_train_samples or 'all'} train examples, "
@@ -230,8 +249,9 @@ def main(argv=None) -> int:
     print("command: `python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]) + "`  ")
     print(f"machine: {machine()}; load average {load_before:.1f} before, {load_after:.1f} after  \n")
     print(tabulate(rows, headers=["runner", "wall s (per seed)", "mean wall s", "wall speed-up",
-                                  "CPU s (per seed)", "mean CPU s", "CPU speed-up",
-                                  f"dev {'/'.join(spec.metrics)} (per seed)", "mean dev"]
+                                  "CPU s (per seed)", "mean CPU s", "CPU speed-up"]
+                   + ([f"CPU speed-up vs Trainer [{precisions[0]}]"] if len(precisions) > 1 else [])
+                   + [f"dev {'/'.join(spec.metrics)} (per seed)", "mean dev"]
                    + (["padded tokens train / eval (per seed)"] if args.count_tokens else []), tablefmt="github"))
     return 0
 
