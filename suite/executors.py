@@ -365,8 +365,8 @@ def _run_pool(jobs, record, data_dir, plan: LocalPlan, status: GridStatus, max_r
         if running.get(wid) != index:
             return  # a record that arrived after its job was given up on
         del running[wid]
+        assign(wid)  # the worker starts its next job while the driver writes this record
         record(jobs[index], rec)
-        assign(wid)
 
     try:
         for wid in range(min(plan.workers, len(jobs))):

@@ -767,7 +767,9 @@ class Report:
                          + (f" (peak memory measured as {', '.join(kinds)}"
                             + ("; on CPU that is the process's peak resident set, which also covers earlier runs "
                                "in the same process" if "process_max_rss" in kinds else "") + ")" if kinds else "")
-                         + ". " + self.baseline_costs(board))
+                         + ". Step times are wall-clock inside each run, so they carry whatever else the machine "
+                           "ran meanwhile (other runs of a `--workers` pool included); `python -m suite bench` "
+                           "measures the methods interleaved in one process. " + self.baseline_costs(board))
         notes.append("Extra params: parameters the method adds to the model (saved with it); training-only params: "
                      "parameters used only while training (e.g. a generator network).")
         swept = [m for m in sel.methods if df_has_variation(self.df, sel.model, m)]
