@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -152,19 +151,11 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
             "steps": out_train.global_step}
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    text = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
-    if torch.cuda.is_available():
-        text += f", {torch.cuda.get_device_name()}"
-    return text
+def machine(device: str) -> str:
+    from suite.bench import machine as device_name
+    from suite.runner import pick_device
+
+    return f"{device_name(pick_device(device))}, {os.cpu_count()} cores, torch {torch.__version__}"
 
 
 def main(argv=None) -> int:
@@ -247,7 +238,7 @@ def main(argv=None) -> int:
     print(f"**{spec.display}, {args.model}, vanilla, {args.max_train_samples or 'all'} train examples, "
           f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.lr}, seeds {args.seeds}**  ")
     print("command: `python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]) + "`  ")
-    print(f"machine: {machine()}; load average {load_before:.1f} before, {load_after:.1f} after  \n")
+    print(f"machine: {machine(args.device)}; load average {load_before:.1f} before, {load_after:.1f} after  \n")
     print(tabulate(rows, headers=["runner", "wall s (per seed)", "mean wall s", "wall speed-up",
                                   "CPU s (per seed)", "mean CPU s", "CPU speed-up"]
                    + ([f"CPU speed-up vs Trainer [{precisions[0]}]"] if len(precisions) > 1 else [])

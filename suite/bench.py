@@ -382,7 +382,9 @@ def machine(device: torch.device) -> str:
 def header(device, amp_dtype, shape: str, cfg, batch: int, seq: int, args, defaults_note: str) -> str:
     import transformers
 
-    prec = "fp32" if amp_dtype is None else f"{str(amp_dtype).replace('torch.', '')} autocast"
+    from .runner import precision_label
+
+    prec = precision_label(amp_dtype)
     lines = [f"### {shape}: {cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} "
              f"heads, FFN {cfg.intermediate_size}; batch {batch} x sequence {seq}"
              + (f", up to {args.padding:.0%} padding per row" if args.padding else ", no padding"),

@@ -43,11 +43,22 @@ def pick_device(requested: str = "auto") -> torch.device:
     return torch.device(requested)
 
 
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype a run trains and evaluates in (None: plain fp32)."""
     if precision == "auto":
         return torch.bfloat16 if device.type == "cuda" else None
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return AUTOCAST_DTYPES[precision]
+
+
+def precision_label(amp_dtype: torch.dtype | None, loss_scaling: bool = False) -> str:
+    """'fp32', 'bf16 autocast', 'fp16 autocast, loss scaling': what records and bench headers say ran."""
+    if amp_dtype is None:
+        return "fp32"
+    name = next(k for k, v in AUTOCAST_DTYPES.items() if v is amp_dtype)
+    return f"{name} autocast" + (", loss scaling" if loss_scaling else "")
 
 
 def git_commit() -> str | None:
@@ -156,7 +167,8 @@ class StepContext:
     amp_dtype: torch.dtype | None
     grad_clip: float
     step: int = 0
-    scaler: Any = None  # torch.amp.GradScaler under fp16 autocast (dynamic loss scaling); None otherwise
+    # dynamic loss scaling under fp16 autocast; disabled, it passes the loss and the optimizer step through unchanged
+    scaler: torch.amp.GradScaler = dataclasses.field(default_factory=lambda: torch.amp.GradScaler("cpu", enabled=False))
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -174,18 +186,12 @@ class StepContext:
     def apply(self, loss: torch.Tensor) -> None:
         """Backward, clip, optimizer and scheduler step (under fp16, with the loss scaled and the gradients unscaled
         before clipping; a step whose gradients overflowed is skipped and the scale lowered)."""
-        if self.scaler is None:
-            loss.backward()
-            if self.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            self.optimizer.step()
-        else:
-            self.scaler.scale(loss).backward()
-            if self.grad_clip > 0:
-                self.scaler.unscale_(self.optimizer)
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+        self.scaler.scale(loss).backward()
+        if self.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -266,7 +272,7 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
     total_steps = steps_per_epoch * t.epochs
     scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * total_steps), total_steps)
     check_precision(method, t.precision)
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype is torch.float16 else None
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     ctx = StepContext(model, method, optimizer, scheduler, device, amp_dtype, t.grad_clip, scaler=scaler)
     step_fn = method.training_step or standard_step  # methods with several models bring their own step
     if hasattr(method, "setup_training"):
@@ -332,8 +338,7 @@ def train_and_evaluate(cfg: RunConfig, data_dir, device: torch.device, quiet: bo
                         "step_s": train_time / max(ctx.step, 1), "train_samples_per_s": seen / train_time,
                         "peak_memory_mb": peak_memory_mb(device),
                         "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss",
-                        "precision": {None: "fp32", torch.bfloat16: "bf16 autocast",
-                                      torch.float16: "fp16 autocast, loss scaling"}[amp_dtype]}
+                        "precision": precision_label(amp_dtype, loss_scaling=scaler.is_enabled())}
     result["data"] = {"train": len(train), "dev": {spec.eval_splits[k]: len(v) for k, v in devs.items()},
                       "train_subset": len(probe)}
     result["parameters"] = {"total": sum(p.numel() for p in model.parameters()),
