@@ -76,16 +76,16 @@ class TokenCounter:
 
 
 def run_suite(cfg: RunConfig, data_dir: str, device: str) -> dict:
-    from suite import runner
+    from suite.runner import TokenizedCache, run_one
 
-    runner._TOKENIZED.clear()  # every run reads and tokenises its data, as Trainer's does
     start = time.perf_counter()
-    rec = runner.run_one(cfg, data_dir, device=device, quiet=True)
+    # a fresh cache: every run reads and tokenises its data, as Trainer's does
+    rec = run_one(cfg, data_dir, device=device, quiet=True, cache=TokenizedCache())
     wall = time.perf_counter() - start
-    if rec["status"] != "ok":
-        raise RuntimeError(rec.get("error"))
-    return {"wall_s": wall, "score": rec["final"]["score"], "train_s": rec["timing"]["train_s"],
-            "eval_s": rec["timing"]["eval_s"], "steps": rec["timing"]["steps"]}
+    if not rec.ok:
+        raise RuntimeError(rec.error)
+    return {"wall_s": wall, "score": rec.final["score"], "train_s": rec.timing["train_s"],
+            "eval_s": rec.timing["eval_s"], "steps": rec.timing["steps"]}
 
 
 def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
@@ -152,8 +152,8 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
 
 
 def machine(device: str) -> str:
-    from suite.bench import machine as device_name
-    from suite.runner import pick_device
+    from suite.device import machine as device_name
+    from suite.device import pick_device
 
     return f"{device_name(pick_device(device))}, {os.cpu_count()} cores, torch {torch.__version__}"
 

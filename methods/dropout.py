@@ -1,4 +1,4 @@
-"""Dropout on attention: on the probabilities (vanilla BERT) or on the scores before the softmax (methods.md §1-§2)."""
+"""Dropout on attention: on the probabilities (vanilla BERT) or on the scores before the softmax (docs/methods.md#vanilla, #scores_dropout, #scores_dropout_naive)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +18,7 @@ class DropoutConfig:
 @register_method("vanilla")
 class Vanilla(AttentionMethod):
     """Attention-probability dropout as in BERT/RoBERTa: P' = P * m / (1-p) after the softmax (fused SDPA)."""
+    cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropoutConfig
     identity = {"p": 0.0}
@@ -49,7 +50,8 @@ class NoDropout(Vanilla):
 
 @register_method("scores_dropout")
 class ScoresDropout(AttentionMethod):
-    """Scores dropout (§2a): dropped query-key pairs are masked before the softmax; diagonal kept, no rescale."""
+    """Scores dropout: dropped query-key pairs are masked before the softmax; diagonal kept, no rescale."""
+    cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropoutConfig
     identity = {"p": 0.0}
@@ -70,10 +72,11 @@ class ScoresDropout(AttentionMethod):
 
 @register_method("scores_dropout_naive")
 class ScoresDropoutNaive(AttentionMethod):
-    """nn.Dropout on the raw scores (§2b): dropped logits become 0 (not masked), survivors scaled by 1/(1-p).
+    """nn.Dropout on the raw scores: dropped logits become 0 (not masked), survivors scaled by 1/(1-p).
 
     The dropout acts before the padding mask is added, so a dropped padded logit can never unmask padding.
     """
+    cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropoutConfig
     identity = {"p": 0.0}

@@ -1,4 +1,4 @@
-"""sparsemax, 1.5-entmax and alpha-entmax with a learned alpha per head (methods.md §7), through the `entmax` package.
+"""sparsemax, 1.5-entmax and alpha-entmax with a learned alpha per head (docs/methods.md#sparsemax, #entmax15, #entmax_alpha), through the `entmax` package.
 
 The mapping replaces the softmax over the keys. It always runs in at least fp32 (autocast off, scores upcast, the
 result cast back): the entmax threshold squares the scores and loses the row sum in half precision. Padded keys get
@@ -11,7 +11,7 @@ so no optimizer step can leave (1, 2]. The floor 1.01 (the usual clamp of public
 bisection's 1/(alpha-1) terms finite. `alpha_lr_mult` multiplies the effective learning rate of alpha under Adam
 (Adam is invariant to the gradient's scale, so scaling the parameter inside the map scales its step); at fine-tuning
 learning rates (5e-5) and a few hundred steps alpha otherwise barely moves from its initial value.
-Bisection is slow on CPU (about 7x entmax15 per call, hf-notes.md).
+Bisection is slow on CPU (several times slower than entmax15 per call).
 """
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ class _EntmaxFamily(AttentionMethod):
 @register_method("sparsemax")
 class Sparsemax(_EntmaxFamily):
     """sparsemax over the keys (Euclidean projection onto the simplex): exact zeros, rows sum to 1."""
+    cost_target = 2.0  # x eager attention step (CUDA)
 
     def mapping(self, module, s):
         return sparsemax(s, dim=-1)
@@ -65,6 +66,7 @@ class Sparsemax(_EntmaxFamily):
 @register_method("entmax15")
 class Entmax15(_EntmaxFamily):
     """1.5-entmax over the keys (exact sort-based algorithm): sparse, smoother than sparsemax."""
+    cost_target = 2.0  # x eager attention step (CUDA)
 
     def mapping(self, module, s):
         return entmax15(s, dim=-1)

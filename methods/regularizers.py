@@ -1,6 +1,6 @@
-"""Two zero-cost attention regularizers that follow AttendOut's stated findings (methods.md §4).
+"""Two zero-cost attention regularizers that follow AttendOut's stated findings (docs/methods.md#scores_dropout_layerwise, #scores_dropout_dynamic).
 
-They are reconstructions, not the paper's formulas (which are not public): both are scores dropout (§2a) whose rate
+They are reconstructions, not the paper's formulas (which are not public): both are scores dropout (docs/methods.md#scores_dropout) whose rate
 is set by a rule instead of a generator network, so they cost nothing beyond scores dropout.
 
 - `scores_dropout_layerwise`: lower layers need more dropout. p_l = p_top + (p_bottom - p_top) * (1 - l / (L - 1)).
@@ -32,7 +32,7 @@ class LayerwiseConfig:
 
 @register_method("scores_dropout_layerwise")
 class ScoresDropoutLayerwise(ScoresDropout):
-    """Scores dropout whose rate falls linearly with depth, p_bottom to p_top (AttendOut-motivated, §4)."""
+    """Scores dropout whose rate falls linearly with depth, p_bottom to p_top (AttendOut-motivated)."""
 
     reconstruction = ("AttendOut-motivated regularizer: a reconstruction from the paper's stated findings, "
                       "not its formula.")
@@ -64,7 +64,7 @@ class DynamicConfig:
 
 @register_method("scores_dropout_dynamic")
 class ScoresDropoutDynamic(ScoresDropout):
-    """Scores dropout with a rate drawn per sample and layer at every step from Uniform(0, 2 p_mean) (§4)."""
+    """Scores dropout with a rate drawn per sample and layer at every step from Uniform(0, 2 p_mean)."""
 
     reconstruction = ("AttendOut-motivated regularizer: a reconstruction from the paper's stated findings, "
                       "not its formula.")

@@ -1,4 +1,4 @@
-"""ReLA: rectified linear attention with a gated RMSNorm (Zhang, Titov, Sennrich 2021; methods.md §5).
+"""ReLA: rectified linear attention with a gated RMSNorm (Zhang, Titov, Sennrich 2021; docs/methods.md#rela).
 
 Follows the official TensorFlow code (bzhangGo/zero, modules/rela.py):
   A = ReLU(S * M01)                 padded logits are zeroed (multiplicative mask), so ReLU gives them exactly 0
@@ -43,6 +43,7 @@ def gated_rms_norm(x: torch.Tensor, scale: torch.Tensor, gate: torch.Tensor, eps
 @register_method("rela")
 class ReLA(AttentionMethod):
     """ReLU attention (unnormalised, null rows allowed) with a gated RMSNorm on the concatenated heads (ReLA-g)."""
+    cost_target = 1.2  # x eager attention step (CUDA)
 
     Config = ReLAConfig
     identity = None  # replaces softmax: no setting equals softmax attention

@@ -6,7 +6,7 @@ exactly (at least one head is always kept: a sample that would lose all of them 
 schedule of the rate over training: `constant`, `linear` (p -> 0) or `v` (p -> 0 at mid-training -> p), the last
 being our reading of the paper's V-shaped schedule. Applied in place of attention-probability dropout.
 
-dropattention_col (Lin et al. 2019, DropAttention(c); methods.md §2): in training, each key column of each sample
+dropattention_col (Lin et al. 2019, DropAttention(c); docs/methods.md#dropattention_col): in training, each key column of each sample
 and head is dropped with probability p after the softmax and every row is renormalised over its kept columns.
 Renormalising softmax weights over a subset equals the softmax over that subset, so the drop is applied as a mask
 before the softmax (no 0/0 when kept weights underflow). A row whose valid keys were all dropped keeps all of them.
@@ -42,17 +42,10 @@ def scheduled_rate(p: float, schedule: str, progress: float) -> float:
     return p
 
 
-def total_training_steps(ctx) -> int | None:
-    """Total optimizer steps of the run, from the context or from transformers' linear schedule."""
-    total = getattr(ctx, "total_steps", None)
-    for fn in getattr(ctx.scheduler, "lr_lambdas", []) if total is None else []:
-        total = getattr(fn, "keywords", {}).get("num_training_steps", total)
-    return total
-
-
 @register_method("drophead")
 class DropHead(AttentionMethod):
     """DropHead: whole heads dropped per sample in training, the kept ones rescaled by H / kept."""
+    cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropHeadConfig
     identity = {"p": 0.0, "schedule": "constant"}
@@ -70,10 +63,9 @@ class DropHead(AttentionMethod):
                                       f"{', '.join(SCHEDULES)}")
 
     def setup_training(self, ctx) -> None:
-        self._ctx, self._total = ctx, total_training_steps(ctx)
+        self._ctx, self._total = ctx, ctx.total_steps
         if self.cfg.schedule != "constant" and not self._total:
-            raise HyperParameterError("drophead.schedule needs the number of training steps, which this training "
-                                      "loop does not expose")
+            raise HyperParameterError("drophead.schedule needs the number of training steps (ctx.total_steps)")
 
     def rate(self) -> float:
         if self._ctx is not None and self._total:
@@ -115,6 +107,7 @@ class DropAttentionConfig:
 @register_method("dropattention_col")
 class DropAttentionColumn(AttentionMethod):
     """DropAttention(c): whole key columns dropped per sample and head, rows renormalised over the kept keys."""
+    cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropAttentionConfig
     identity = {"p": 0.0}

@@ -10,6 +10,7 @@ be attended and `finfo(dtype).min` where not, or `None` when the batch has no pa
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Any, ClassVar
@@ -19,13 +20,10 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from .errors import HyperParameterError
 from .registry import Registry
 
 METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods")
-
-
-class HyperParameterError(ValueError):
-    """An impossible or unknown hyper-parameter; raised before any training starts."""
 
 
 @dataclasses.dataclass
@@ -45,14 +43,67 @@ def check_precision(method: "AttentionMethod | type[AttentionMethod]", precision
                                   "use train.precision=bf16 (no scaling needed) or fp32")
 
 
+@dataclasses.dataclass
+class StepContext:
+    """What a training step needs: every method's `training_step` receives it (the runner builds it)."""
+
+    model: torch.nn.Module
+    method: AttentionMethod
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    grad_clip: float
+    total_steps: int = 0  # optimizer steps of the whole run
+    step: int = 0         # steps taken so far (1 during the first step)
+    # gradient accumulation: `apply` divides the loss by the batches of the current group and steps the optimizer
+    # only on the group's last batch (the last group of an epoch may be shorter)
+    group_size: int = 1
+    group_end: bool = True
+    # dynamic loss scaling under fp16 autocast; disabled, it passes the loss and the optimizer step through unchanged
+    scaler: torch.amp.GradScaler = dataclasses.field(default_factory=lambda: torch.amp.GradScaler("cpu", enabled=False))
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the coming optimizer step (first parameter group)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def loss(self, batch: dict, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """Task loss plus the method's auxiliary loss, under autocast."""
+        model = model or self.model
+        with self.autocast():
+            loss = model(**batch).loss
+            aux = self.method.aux_loss(model)
+        return loss if aux is None else loss + aux
+
+    def apply(self, loss: torch.Tensor) -> None:
+        """Backward, clip, optimizer and scheduler step (under fp16, with the loss scaled and the gradients unscaled
+        before clipping; a step whose gradients overflowed is skipped and the scale lowered)."""
+        self.scaler.scale(loss / self.group_size if self.group_size > 1 else loss).backward()
+        if not self.group_end:
+            return
+        if self.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+
 class AttentionMethod:
     """Base class of every attention method. Subclasses set `Config` and override `attention`.
 
-    Hooks (all optional):
-      prepare(model)        add per-layer parameters before the optimizer is built (saved with the model)
-      aux_loss(model)       a scalar added to the task loss (regularizers); None for nothing
-      training_step(...)    replace the whole step (methods with several models, e.g. AttendOut)
-      record()              extra JSON-able facts for the run record (learned alphas, drop rates, ...)
+    Every hook below has a no-op default; override only what the method needs. The runner and `bench` call each
+    hook unconditionally, in this order: `prepare` when the method is attached, `setup_training` once the
+    optimizer exists, `training_step` for every batch (which calls `aux_loss` through `ctx.loss`), `epoch_record`
+    after each epoch, `record` and `training_only_parameters` at the end of the run.
     """
 
     name: ClassVar[str] = ""
@@ -65,6 +116,12 @@ class AttentionMethod:
     # False for methods that compute gradients of their own (torch.autograd.grad) outside the runner's loss scaling:
     # under fp16 those would underflow silently, so such a grid is refused up front.
     supports_fp16: ClassVar[bool] = True
+    # The step time this method should stay within, as a multiple of transformers' eager attention step on CUDA
+    # (None: no target). `python -m suite bench` reports each method against its own target.
+    cost_target: ClassVar[float | None] = None
+    # Config fields added after records existed, with the default that reproduces the older behaviour: at that
+    # value they stay out of a run's hash, so older records keep their hash and are still found on resume.
+    hashed_when_changed: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -83,15 +140,35 @@ class AttentionMethod:
 
     # -- hooks ---------------------------------------------------------------------------------------
     def prepare(self, model: torch.nn.Module) -> None:
-        pass
+        """Add per-layer parameters or modules before the optimizer is built (they are saved with the model and
+        counted as extra parameters). Create them on the model's device and dtype."""
+
+    def setup_training(self, ctx: "StepContext") -> None:
+        """Called once after the optimizer and scheduler exist (e.g. to build a second optimizer)."""
 
     def aux_loss(self, model: torch.nn.Module) -> torch.Tensor | None:
+        """A scalar added to the task loss (regularizers); None adds nothing."""
         return None
 
-    training_step = None  # a method may define training_step(ctx, batch, next_batch) -> loss tensor
+    def training_step(self, ctx: "StepContext", batch: dict, next_batch: dict | None) -> torch.Tensor:
+        """One optimizer step on `batch`; returns the detached training loss. The default is the standard step
+        (task loss + aux loss, backward, clipping, optimizer and scheduler step). Methods that need several models
+        or look ahead (`next_batch` is the batch that follows, None at the end of an epoch) replace it."""
+        loss = ctx.loss(batch)
+        ctx.apply(loss)
+        return loss.detach()
+
+    def epoch_record(self) -> dict[str, Any]:
+        """JSON-able method facts for the epoch that just ended (e.g. mean drop rates); stored in the history."""
+        return {}
 
     def record(self) -> dict[str, Any]:
+        """JSON-able method facts for the whole run (learned alphas, cost, ...); stored as `method_record`."""
         return {}
+
+    def training_only_parameters(self) -> int:
+        """Parameters used during training only and not saved with the model (e.g. a policy network)."""
+        return 0
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         raise NotImplementedError
@@ -175,7 +252,7 @@ def mask_fill_value(t: torch.Tensor) -> float:
 
 
 def drop_scores(s: torch.Tensor, drop: torch.Tensor, attention_mask=None) -> torch.Tensor:
-    """Scores dropout (methods.md §2a): dropped query-key pairs get the mask minimum before the softmax.
+    """Scores dropout (docs/methods.md#scores_dropout): dropped query-key pairs get the mask minimum before the softmax.
 
     `drop` is boolean, broadcastable to `s` (B, H, L, L). The diagonal is never dropped, so each real query keeps
     one key and rows stay finite. With `attention_mask`, padded queries (whose diagonal is a padded key) drop

@@ -9,10 +9,15 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import typing
 from typing import Any
 
-from .attention import METHODS, HyperParameterError, check_precision
+from . import analyses
+from .attention import METHODS, check_precision
+from .errors import HyperParameterError
+
+SEED_RANGE = (0, 2**32)  # numpy's and torch's seedable range
 
 
 def default_model() -> str:
@@ -27,6 +32,22 @@ DEFAULT_MODEL = "minilm"  # alias resolved by resolve_model(); records keep the 
 
 def resolve_model(model: str) -> str:
     return default_model() if model == DEFAULT_MODEL else model
+
+
+def canonical_model(model: str) -> str:
+    """One name per model, so that one model never gets two hashes: the packaged MiniLM's folder (however written)
+    becomes the alias, local folders lose trailing slashes and `./`; hub ids stay as they are."""
+    import os
+
+    model = model.strip()
+    if model == DEFAULT_MODEL:
+        return model
+    expanded = os.path.expanduser(model)
+    if os.path.isdir(expanded):
+        if os.path.realpath(expanded) == os.path.realpath(default_model()):
+            return DEFAULT_MODEL
+        return os.path.normpath(model)
+    return model.rstrip("/")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,31 +67,65 @@ class TrainSettings:
     precision: str = "auto"         # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16 / fp16
     stats_batches: int = 4          # dev batches used for attention statistics (0: none)
     compile: bool = False           # torch.compile the model (speed; numbers may differ in the last digits)
+    grad_accumulation: int = 1      # batches per optimizer step: effective batch = batch_size x grad_accumulation
+    early_stopping_patience: int = 0  # stop after this many epochs without a better dev score (0: off)
+    select_epoch: str = "last"      # the epoch whose model the record's final metrics come from: last or best
+    analyses: str = "seeds,heads"   # end-of-run analyses (docs/analyses.md): importance, seeds, heads; or none
+    analysis_examples: int = 64     # fixed dev examples the analyses read
 
     def validate(self) -> None:
-        positive = ["epochs", "batch_size", "eval_batch_size", "max_length"]
-        for name in positive:
+        """Raise HyperParameterError for any impossible setting (NaN and inf included), before anything trains."""
+        for name in ["epochs", "batch_size", "eval_batch_size", "max_length"]:
             if getattr(self, name) < 1:
                 raise HyperParameterError(f"train.{name}={getattr(self, name)} is impossible: it must be >= 1")
         for name in ["max_train_samples", "max_eval_samples"]:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise HyperParameterError(f"train.{name}={v} is impossible: it must be >= 1 (or omitted for all)")
-        if not self.lr > 0:
-            raise HyperParameterError(f"train.lr={self.lr} is impossible: it must be > 0")
+        for name in ["train_eval_samples", "data_seed", "stats_batches"]:
+            if getattr(self, name) < 0:
+                raise HyperParameterError(f"train.{name}={getattr(self, name)} is impossible: it must be >= 0")
+        if not 0 <= self.data_seed < 2**32:
+            raise HyperParameterError(f"train.data_seed={self.data_seed} must lie in [0, 2**32)")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise HyperParameterError(f"train.lr={self.lr} is impossible: it must be a finite number > 0")
+        for name in ["weight_decay", "grad_clip"]:
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise HyperParameterError(f"train.{name}={v} is impossible: it must be a finite number >= 0"
+                                          + (" (0 turns clipping off)" if name == "grad_clip" else ""))
         if not 0 <= self.warmup_ratio < 1:
             raise HyperParameterError(f"train.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
+        if self.grad_accumulation < 1 or self.early_stopping_patience < 0:
+            raise HyperParameterError(f"train.grad_accumulation={self.grad_accumulation} must be >= 1 and "
+                                      f"train.early_stopping_patience={self.early_stopping_patience} >= 0")
+        analyses.selected(self.analyses)
+        if self.analysis_examples < 1:
+            raise HyperParameterError(f"train.analysis_examples={self.analysis_examples} must be >= 1")
+        if self.select_epoch not in ("last", "best"):
+            raise HyperParameterError(f"train.select_epoch={self.select_epoch!r}: choose last or best")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise HyperParameterError(f"train.precision={self.precision!r}: choose auto, fp32, bf16 or fp16")
 
 
 # TrainSettings fields (with their defaults) that are left out of a job's hash while at that default.
-HASHED_WHEN_CHANGED: dict[str, Any] = {"compile": False}
+HASHED_WHEN_CHANGED: dict[str, Any] = {"compile": False, "grad_accumulation": 1, "early_stopping_patience": 0,
+                                       "select_epoch": "last", "analyses": "seeds,heads", "analysis_examples": 64}
 
 
 PRESETS: dict[str, dict[str, Any]] = {
     # One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set.
-    "quick": {"models": [DEFAULT_MODEL], "train": {}},
+    # "tasks" holds per-task training settings (train-set size, epochs, learning rate) applied over "train";
+    # command-line flags and --set train.KEY=V override both.
+    # Per-task values: measured vanilla MiniLM sweep on a 2-core CPU (README, "Calibrating the quick preset").
+    # Batch 16 doubles the optimizer steps where 32 learned too slowly (STS-B, CoLA); MRPC stays close to the
+    # majority class at this budget.
+    "quick": {"models": [DEFAULT_MODEL], "train": {}, "tasks": {
+        "sst2": {"max_train_samples": 1000, "epochs": 2, "lr": 1e-4, "train_eval_samples": 128},
+        "stsb": {"max_train_samples": 1000, "epochs": 2, "lr": 2e-4, "batch_size": 16, "train_eval_samples": 128},
+        "cola": {"max_train_samples": 2000, "epochs": 3, "lr": 1e-4, "batch_size": 16, "train_eval_samples": 128},
+        "mrpc": {"max_train_samples": 1000, "epochs": 3, "lr": 1e-4},
+    }},
     # The usual GLUE fine-tuning recipe for base models (needs the hub for the weights).
     "paper": {"models": ["bert-base-uncased", "roberta-base"],
               "train": {"lr": 2e-5, "batch_size": 32, "epochs": 3, "max_length": 128, "warmup_ratio": 0.1,
@@ -87,9 +142,13 @@ class RunConfig:
     seed: int
     train: TrainSettings
     data_source: str = "local"  # local TSVs or the hub; the folder's path does not change the numbers
+    # files the run leaves besides its record (suite.outputs.RunOutputs): not part of the record nor of the hash
+    outputs: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(dataclasses.replace(self, outputs=None))
+        del d["outputs"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
@@ -104,6 +163,9 @@ class RunConfig:
         for name, default in HASHED_WHEN_CHANGED.items():
             if d["train"].get(name) == default:
                 del d["train"][name]
+        for name, default in _added_method_fields(self.method).items():
+            if d["hparams"].get(name, default) == default:
+                d["hparams"].pop(name, None)
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -116,6 +178,18 @@ class RunConfig:
     def filename(self) -> str:
         model = self.model.rstrip("/").split("/")[-1]
         return f"{self.task}__{self.method}__seed{self.seed}__{model}__{self.hash}.json"
+
+
+def _added_method_fields(method: str) -> dict[str, Any]:
+    return METHODS.get(method).hashed_when_changed if method in METHODS else {}
+
+
+def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, Any]
+                        ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An older record's hyper-parameters and training settings completed with the fields added since, at the
+    values that reproduce what it ran, so that old and new records of one configuration compare equal."""
+    return ({**_added_method_fields(method), **hparams},
+            {**HASHED_WHEN_CHANGED, **train})
 
 
 def _method_defaults(method: str) -> dict[str, Any]:
@@ -149,19 +223,29 @@ def _convert(value: str, typ, where: str):
 
 
 def _fields(target: str) -> dict[str, Any]:
-    cls = TrainSettings if target == "train" else METHODS.get(target).Config
+    cls = TrainSettings if target.split(":")[0] == "train" else METHODS.get(target).Config
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 def parse_assignment(text: str, sweep: bool) -> tuple[str, str, list[Any]]:
-    """'method.key=v1,v2' -> (method, key, [v1, v2]) with values converted to the field's type."""
+    """'method.key=v1,v2' -> (method, key, [v1, v2]) with values converted to the field's type.
+
+    'METHOD:train.key=...' scopes a training setting to one method (a per-method learning-rate sweep); its target
+    is 'train:METHOD'."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise HyperParameterError(f"cannot parse {text!r}: write METHOD.KEY=VALUE (or train.KEY=VALUE)"
+        raise HyperParameterError(f"cannot parse {text!r}: write METHOD.KEY=VALUE (or train.KEY=VALUE, or "
+                                  "METHOD:train.KEY=VALUE for one method's training setting)"
                                   + (", with a comma list of values" if sweep else ""))
     lhs, rhs = text.split("=", 1)
-    target, key = lhs.strip().split(".", 1)
+    scope, _, path = lhs.strip().rpartition(":")
+    target, key = path.split(".", 1)
+    if scope and target != "train":
+        raise HyperParameterError(f"{text!r}: only training settings take a method scope (METHOD:train.KEY=V); "
+                                  f"write {target}.{key}=... for a method's own hyper-parameter")
     target = "train" if target == "train" else METHODS.canonical(target)
+    if scope:
+        target = f"train:{METHODS.canonical(scope)}"
     fields = _fields(target)
     if key not in fields:
         raise HyperParameterError(f"{target} has no hyper-parameter {key!r}. Valid: {', '.join(fields) or '(none)'}")
@@ -171,10 +255,54 @@ def parse_assignment(text: str, sweep: bool) -> tuple[str, str, list[Any]]:
     return target, key, [_convert(v, fields[key], lhs) for v in raw]
 
 
+def preset_train(preset: str, task: str, overrides: dict[str, Any] | None = None) -> TrainSettings:
+    """A task's training settings: the preset's, then its per-task values, then `overrides` (command-line flags)."""
+    p = PRESETS[preset]
+    values = {**p["train"], **p.get("tasks", {}).get(task, {}),
+              **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    return TrainSettings(**values)
+
+
+def check_seeds(seeds: list[int]) -> list[int]:
+    """Seeds in numpy's/torch's range, each once (order kept)."""
+    if not seeds:
+        raise HyperParameterError("no seeds given: pass --seeds with a comma list such as 1,2,3")
+    for s in seeds:
+        if not SEED_RANGE[0] <= s < SEED_RANGE[1]:
+            raise HyperParameterError(f"seed {s} is outside [0, 2**32): numpy and torch cannot use it")
+    return list(dict.fromkeys(seeds))
+
+
 def build_grid(models: list[str], tasks: list[str], methods: list[str], seeds: list[int],
-               train: TrainSettings, sets: list[str] = (), sweeps: list[str] = (),
+               train: TrainSettings | dict[str, TrainSettings], sets: list[str] = (), sweeps: list[str] = (),
                data_source: str = "local") -> list[RunConfig]:
-    """Every job of the grid, validated before anything trains (impossible values raise HyperParameterError)."""
+    """Every job of the grid, validated before anything trains (impossible values raise HyperParameterError).
+
+    `train` is one TrainSettings for every task, or one per task (a preset's per-task values). A job that the
+    grid would list twice (a repeated seed or sweep value) is listed once.
+    """
+    seeds = check_seeds(list(seeds))
+    fixed, swept = _assignments(sets, sweeps)
+    _check_scopes(fixed, swept, methods)
+    per_task = train if isinstance(train, dict) else {t: train for t in tasks}
+    jobs: dict[str, RunConfig] = {}
+    for method in methods:
+        cls = METHODS.get(method)
+        trains = {task: _train_variants(per_task[task], *_method_train(fixed, swept, method)) for task in tasks}
+        for over in _combos(fixed, swept, method):
+            cfg = dataclasses.replace(cls.Config(), **over)
+            cls(cfg)  # validates
+            hparams = dataclasses.asdict(cfg)
+            for model, task, seed in itertools.product(models, tasks, seeds):
+                for t in trains[task]:
+                    check_precision(cls, t.precision)
+                    _check_accumulation(cls, t)
+                    job = RunConfig(model, task, method, hparams, seed, t, data_source)
+                    jobs.setdefault(job.hash, job)
+    return list(jobs.values())
+
+
+def _assignments(sets, sweeps) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, list[Any]]]]:
     fixed: dict[str, dict[str, Any]] = {}
     swept: dict[str, dict[str, list[Any]]] = {}
     for text in sets:
@@ -182,27 +310,45 @@ def build_grid(models: list[str], tasks: list[str], methods: list[str], seeds: l
         fixed.setdefault(target, {})[key] = values[0]
     for text in sweeps:
         target, key, values = parse_assignment(text, sweep=True)
-        swept.setdefault(target, {})[key] = values
+        swept.setdefault(target, {})[key] = list(dict.fromkeys(values))  # a repeated value is one grid point
+    return fixed, swept
 
-    def combos(target: str) -> list[dict[str, Any]]:
-        keys = list(swept.get(target, {}))
-        return [{**fixed.get(target, {}), **dict(zip(keys, vals))}
-                for vals in itertools.product(*(swept[target][k] for k in keys))] if keys else [fixed.get(target, {})]
 
-    trains = []
-    for over in combos("train"):
-        t = dataclasses.replace(train, **over)
+def _combos(fixed, swept, target: str) -> list[dict[str, Any]]:
+    keys = list(swept.get(target, {}))
+    if not keys:
+        return [fixed.get(target, {})]
+    return [{**fixed.get(target, {}), **dict(zip(keys, vals))}
+            for vals in itertools.product(*(swept[target][k] for k in keys))]
+
+
+def _check_accumulation(cls, t: TrainSettings) -> None:
+    from .attention import AttentionMethod
+
+    if t.grad_accumulation > 1 and cls.training_step is not AttentionMethod.training_step:
+        raise HyperParameterError(f"{cls.name} replaces the training step (it steps the optimizer itself), so "
+                                  f"train.grad_accumulation={t.grad_accumulation} cannot apply: use 1 and a "
+                                  "smaller batch, or another method")
+
+
+def _method_train(fixed, swept, method: str):
+    """The training assignments that apply to `method`: the grid's, then its own `METHOD:train.KEY` ones."""
+    scoped = f"train:{method}"
+    return ({"train": {**fixed.get("train", {}), **fixed.get(scoped, {})}},
+            {"train": {**swept.get("train", {}), **swept.get(scoped, {})}})
+
+
+def _check_scopes(fixed, swept, methods: list[str]) -> None:
+    for target in {*fixed, *swept}:
+        if target.startswith("train:") and target.split(":", 1)[1] not in methods:
+            raise HyperParameterError(f"{target.split(':', 1)[1]}:train... is set, but that method is not in the "
+                                      f"grid ({', '.join(methods)}): add it to --methods or drop the setting")
+
+
+def _train_variants(base: TrainSettings, fixed, swept) -> list[TrainSettings]:
+    out = []
+    for over in _combos(fixed, swept, "train"):
+        t = dataclasses.replace(base, **over)
         t.validate()
-        trains.append(t)
-    jobs = []
-    for method in methods:
-        cls = METHODS.get(method)
-        for over in combos(method):
-            cfg = dataclasses.replace(cls.Config(), **over)
-            cls(cfg)  # validates
-            for t in trains:
-                check_precision(cls, t.precision)
-            hparams = dataclasses.asdict(cfg)
-            for model, task, t, seed in itertools.product(models, tasks, trains, seeds):
-                jobs.append(RunConfig(model, task, method, hparams, seed, t, data_source))
-    return jobs
+        out.append(t)
+    return out

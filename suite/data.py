@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Sequence
 
+from .errors import DataError
 from .registry import Registry, normalise
 
 TASKS: Registry["TaskSpec"] = Registry("task", "suite.tasks", "suite.tasks", key=normalise)
 TASK_GROUPS: dict[str, list[str]] = {}  # e.g. "glue" -> its nine tasks
 DATA_DIR_ENV = "SUITE_DATA_DIR"
-
-
-class DataError(RuntimeError):
-    """Missing or malformed data; the message names the file (and line) and how to fix it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +43,18 @@ class TaskSpec:
     text_fields: tuple[str, ...]
     label_names: tuple[str, ...] | None        # None for regression
     metrics: tuple[str, ...]                   # official metrics, names from suite.metrics.METRICS
-    hub: tuple[str, str]                       # (dataset path, config)
+    hub: tuple[str, str] | None                # (dataset path, config); None: local files only
     train_split: str = "train"
     eval_splits: dict[str, str] = dataclasses.field(default_factory=lambda: {"": "validation"})
     local_dir: str = ""
     local: dict[str, LocalSplit] = dataclasses.field(default_factory=dict)  # hub split name -> file layout
     higher_is_better: bool = True
     headline: str = "score"                    # mean of the official metrics (GLUE leaderboard convention)
+    benchmark: str = ""                        # names the average column ("GLUE"); "" = averaged with nothing
+    in_average: bool = True                    # whether the task enters its benchmark's average ...
+    average_note: str = ""                     # ... and, when it does not, why (reports print it)
+    score_range: tuple[float, float] | None = None  # valid regression labels (STS-B: 0 to 5); checked on reading
+    data_dir: str = ""                         # the task's own data folder (a plugin's), used instead of --data-dir
 
     @property
     def is_regression(self) -> bool:
@@ -102,7 +105,8 @@ def check_local(spec: TaskSpec, data_dir: Path) -> None:
     """Fail early, before any training, when a split the run needs is absent."""
     if not data_dir.is_dir():
         raise DataError(f"data folder {data_dir} does not exist. Pass --data-dir with a folder of GLUE TSVs "
-                        f"(or set ${DATA_DIR_ENV}), or leave both unset to load {spec.hub[0]} from the hub.")
+                        f"(or set ${DATA_DIR_ENV})" + (f", or leave both unset to load {spec.hub[0]} from the hub."
+                                                       if spec.hub else "."))
     for split in [spec.train_split, *spec.eval_splits.values()]:
         path = split_path(spec, split, data_dir)
         if not path.is_file():
@@ -113,50 +117,99 @@ def check_local(spec: TaskSpec, data_dir: Path) -> None:
 
 
 def read_local_split(spec: TaskSpec, split: str, data_dir: Path) -> dict[str, list]:
-    """Read one split of a GLUE-format TSV: no CSV quoting, no NA coercion, BOMs stripped, labels mapped to hub ids."""
+    """Read one split of a GLUE-format TSV: no CSV quoting, no NA coercion, BOMs stripped, labels mapped to hub ids.
+    A file that is not UTF-8 text (another encoding, UTF-16, binary) or a line too long for a TSV field raises
+    DataError with file and line."""
     layout = spec.local[split]
     path = split_path(spec, split, data_dir)
     if not path.is_file():
         check_local(spec, data_dir)
-    out: dict[str, list] = {c: [] for c in (*spec.text_fields, "label", "idx")}
     with open(path, encoding="utf-8-sig", newline="") as fh:  # utf-8-sig drops MRPC's leading BOM
-        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        width = None
-        index: dict[str, int] = {}
-        if layout.header:
-            header = next(reader, None)
-            if header is None:
-                raise DataError(f"{path}: the file is empty; expected a header line. Re-download the task's data.")
-            width = len(header)
-            for col, name in layout.columns.items():
-                if name not in header:
-                    raise DataError(f"{path}:1: header has no column {name!r} (found {header}). "
-                                    f"Is this the {spec.display} file in the GLUE layout?")
-                index[col] = header.index(name)
-        else:
-            index = {col: int(i) for col, i in layout.columns.items()}
-        need = max(index.values()) + 1
-        for row in reader:
-            line = reader.line_num
-            if not row or row == [""]:
-                continue
-            if (width is not None and len(row) != width) or len(row) < need:
-                raise DataError(f"{path}:{line}: expected {width or need} tab-separated fields, found {len(row)}. "
-                                "The file is malformed (an unescaped tab or a truncated line); repair that line "
-                                "or re-download the task's data.")
-            for col in spec.text_fields:
-                out[col].append(row[index[col]].replace("\ufeff", "").strip())
-            out["label"].append(_label(spec, layout, row[index["label"]].strip(), path, line))
-            out["idx"].append(len(out["idx"]))
+        reader = csv.reader(_text_lines(fh, path), delimiter="\t", quoting=csv.QUOTE_NONE)
+        try:
+            out = _read_rows(spec, layout, reader, path)
+        except UnicodeDecodeError:
+            raise _encoding_error(path) from None
+        except csv.Error as exc:
+            raise _csv_error(path, reader.line_num, exc) from None
     if not out["idx"]:
         raise DataError(f"{path}: no rows. Re-download the task's data.")
     return out
 
 
+def _read_rows(spec: TaskSpec, layout: LocalSplit, reader, path: Path) -> dict[str, list]:
+    out: dict[str, list] = {c: [] for c in (*spec.text_fields, "label", "idx")}
+    width = None
+    index: dict[str, int] = {}
+    if layout.header:
+        header = next(reader, None)
+        if header is None:
+            raise DataError(f"{path}: the file is empty; expected a header line. Re-download the task's data.")
+        width = len(header)
+        for col, name in layout.columns.items():
+            if name not in header:
+                raise DataError(f"{path}:1: header has no column {name!r} (found {header}). "
+                                f"Is this the {spec.display} file in the GLUE layout?")
+            index[col] = header.index(name)
+    else:
+        index = {col: int(i) for col, i in layout.columns.items()}
+    need = max(index.values()) + 1
+    for row in reader:
+        line = reader.line_num
+        if not row or row == [""]:
+            continue
+        if (width is not None and len(row) != width) or len(row) < need:
+            raise DataError(f"{path}:{line}: expected {width or need} tab-separated fields, found {len(row)}. "
+                            "The file is malformed (an unescaped tab or a truncated line); repair that line "
+                            "or re-download the task's data.")
+        for col in spec.text_fields:
+            out[col].append(row[index[col]].replace("\ufeff", "").strip())
+        out["label"].append(_label(spec, layout, row[index["label"]].strip(), path, line))
+        out["idx"].append(len(out["idx"]))
+    return out
+
+
+def _text_lines(fh, path: Path):
+    """The file's lines; a NUL character means binary data (or UTF-16 without a byte-order mark), never text."""
+    for number, text in enumerate(fh, 1):
+        if "\x00" in text:
+            raise DataError(f"{path}:{number}: NUL bytes: this is not a UTF-8 text file (binary data, or UTF-16). "
+                            f"Convert it to UTF-8 text (iconv -f UTF-16 -t UTF-8 for UTF-16) or re-download the "
+                            "task's data.")
+        yield text
+
+
+def _encoding_error(path: Path) -> DataError:
+    """Where the file stops being UTF-8, found by reading it again as bytes (the text reader decodes in chunks and
+    cannot say which line)."""
+    with open(path, "rb") as fh:
+        if fh.read(2) in (b"\xff\xfe", b"\xfe\xff"):
+            return DataError(f"{path}:1: the file is UTF-16 encoded (it starts with a UTF-16 byte-order mark); the "
+                             f"reader takes UTF-8. Convert it: iconv -f UTF-16 -t UTF-8 {path} > {path.name}.utf8, "
+                             "then put the converted file in its place.")
+        fh.seek(0)
+        for number, raw in enumerate(fh, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return DataError(f"{path}:{number}: bytes {raw[exc.start:exc.start + 4]!r} at column {exc.start + 1} "
+                                 "are not UTF-8 (binary data, or text saved in another encoding). Re-save the file "
+                                 "as UTF-8 (e.g. iconv -f latin1 -t utf-8) or re-download the task's data.")
+    return DataError(f"{path}: not UTF-8 text. Re-save the file as UTF-8 or re-download the task's data.")
+
+
+def _csv_error(path: Path, line: int, exc: csv.Error) -> DataError:
+    if "field limit" in str(exc):
+        return DataError(f"{path}:{line}: a field longer than {csv.field_size_limit()} characters: no GLUE text is "
+                         "that long, so the line is corrupt (lost line breaks, or binary data). Repair that line or "
+                         "re-download the task's data.")
+    return DataError(f"{path}:{line}: {exc}. Repair that line or re-download the task's data.")
+
+
 def _label(spec: TaskSpec, layout: LocalSplit, raw: str, path: Path, line: int):
     try:
         if spec.is_regression:
-            return float(raw)
+            return _score(spec, float(raw), raw, path, line)
         if layout.labels is not None:
             return layout.labels[raw]
         value = int(raw)
@@ -169,10 +222,25 @@ def _label(spec: TaskSpec, layout: LocalSplit, raw: str, path: Path, line: int):
         raise DataError(f"{path}:{line}: label {raw!r} is not {kind}. Repair that line or re-download the data.")
 
 
+def _score(spec: TaskSpec, value: float, raw: str, path: Path, line: int) -> float:
+    """A regression label must be finite (NaN would fail training or give a null score) and in the task's range."""
+    if not math.isfinite(value):
+        raise DataError(f"{path}:{line}: score {raw!r} is not a finite number. Repair that line or re-download "
+                        "the data.")
+    if spec.score_range is not None and not spec.score_range[0] <= value <= spec.score_range[1]:
+        low, high = spec.score_range
+        raise DataError(f"{path}:{line}: score {raw!r} is outside {spec.display}'s range [{low:g}, {high:g}]. "
+                        "Repair that line or re-download the data.")
+    return value
+
+
 def load_splits(spec: TaskSpec, data_dir: str | os.PathLike | None) -> dict[str, dict[str, list]]:
     """All splits a run needs, as column dicts keyed by hub split name."""
     splits = [spec.train_split, *spec.eval_splits.values()]
-    local = resolve_data_dir(data_dir)
+    local = task_data_dir(spec, data_dir)
+    if local is None and spec.hub is None:
+        raise DataError(f"task {spec.display} has local files only: pass --data-dir (or set ${DATA_DIR_ENV}) with "
+                        f"a folder that holds {spec.local_dir or '.'}/, or give the task a data_dir")
     if local is not None:
         check_local(spec, local)
         return {s: read_local_split(spec, s, local) for s in splits}
@@ -191,6 +259,11 @@ def _hub_split(spec: TaskSpec, split: str) -> dict[str, list]:
     return {c: list(ds[c]) for c in (*spec.text_fields, "label", "idx")}
 
 
+def task_data_dir(spec: TaskSpec, data_dir: str | os.PathLike | None) -> Path | None:
+    """Where a task's files are: its own `data_dir` when it has one, else the grid's folder (or None: the hub)."""
+    return Path(spec.data_dir).expanduser() if spec.data_dir else resolve_data_dir(data_dir)
+
+
 def data_source(data_dir: str | os.PathLike | None) -> str:
     return "local" if resolve_data_dir(data_dir) is not None else "hub"
 
@@ -206,6 +279,7 @@ class Encoded:
 
     features: list[dict[str, list[int]]]
     labels: list
+    index: list[int] | None = None  # each example's row in its split (the `idx` column): predictions keep it
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -214,7 +288,12 @@ class Encoded:
         return [len(f["input_ids"]) for f in self.features]
 
     def subset(self, indices) -> "Encoded":
-        return Encoded([self.features[i] for i in indices], [self.labels[i] for i in indices])
+        index = None if self.index is None else [self.index[i] for i in indices]
+        return Encoded([self.features[i] for i in indices], [self.labels[i] for i in indices], index)
+
+    def batch(self, indices, pad_id: int, regression: bool) -> dict:
+        """The padded tensors of the examples at `indices` (labels included)."""
+        return collate([self.features[i] for i in indices], [self.labels[i] for i in indices], pad_id, regression)
 
 
 def seeded_subset(n: int, limit: int | None, seed: int) -> list[int]:
@@ -231,7 +310,8 @@ def encode(spec: TaskSpec, columns: dict[str, list], tokenizer, max_length: int)
     enc = tokenizer(*texts, truncation=True, max_length=max_length)
     keys = [k for k in ("input_ids", "token_type_ids") if k in enc]
     features = [{k: enc[k][i] for k in keys} for i in range(len(columns["label"]))]
-    return Encoded(features, list(columns["label"]))
+    index = list(columns["idx"]) if "idx" in columns else None
+    return Encoded(features, list(columns["label"]), index)
 
 
 def collate(features: list[dict[str, list[int]]], labels: list, pad_id: int, regression: bool) -> dict:
@@ -251,6 +331,12 @@ def collate(features: list[dict[str, list[int]]], labels: list, pad_id: int, reg
             batch["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
     batch["labels"] = torch.tensor(labels, dtype=torch.float32 if regression else torch.long)
     return batch
+
+
+def to_device(batch: dict, device) -> dict:
+    if device.type == "cuda":  # from pinned memory the copy is asynchronous: the host does not wait for it
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, generator, mega: int = 50) -> list[list[int]]:

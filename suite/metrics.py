@@ -26,6 +26,31 @@ METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
 }
 
 
+def register_metric(name: str, fn: Callable[[np.ndarray, np.ndarray], float]) -> Callable:
+    """Make `fn(predictions, gold) -> float` usable by name in a TaskSpec's `metrics` (plugin tasks)."""
+    if not callable(fn):
+        raise TypeError(f"register_metric({name!r}, ...): the metric must be a function (predictions, gold) -> float")
+    if name in METRICS and METRICS[name] is not fn:
+        raise ValueError(f"metric {name!r} is already registered")
+    METRICS[name] = fn
+    return fn
+
+
+def check_task_metrics(spec) -> None:
+    """Before training: every metric a task names must be registered (a typo would otherwise fail after training)."""
+    from .errors import BadInput
+
+    unknown = [m for m in spec.metrics if m not in METRICS]
+    if unknown:
+        import difflib
+
+        close = {m: difflib.get_close_matches(m, list(METRICS), n=1) for m in unknown}
+        hints = "".join(f" ({m!r}: did you mean {c[0]!r}?)" for m, c in close.items() if c)
+        raise BadInput(f"task {spec.display} names unknown metric(s) {', '.join(map(repr, unknown))}{hints}. "
+                       f"Registered metrics: {', '.join(sorted(METRICS))}; a plugin adds one with "
+                       "suite.metrics.register_metric(name, fn)")
+
+
 def predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
     return logits[:, 0] if regression else logits.argmax(-1)
 

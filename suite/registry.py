@@ -5,20 +5,23 @@ Unknown names raise an error that lists every valid name; `select` understands `
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import importlib
 import importlib.metadata
 import re
 from typing import Callable, Generic, Iterable, TypeVar
 
+from .errors import UnknownNameError  # re-exported: the registry raises it
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
-    """An unknown method or task name; the message lists the valid ones."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
+def _distribution_of(top_module: str) -> dict[str, str | None]:
+    names = importlib.metadata.packages_distributions().get(top_module, [])
+    if not names:
+        return {"distribution": None, "version": None}
+    return {"distribution": names[0], "version": importlib.metadata.version(names[0])}
 
 
 def normalise(name: str) -> str:
@@ -36,6 +39,8 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
         self._names: dict[str, str] = {}  # key -> display name
         self._loaded = False
+        self._origins: dict[str, dict[str, str | None]] = {}  # key -> the distribution that registered it
+        self._loading: dict[str, str | None] | None = None     # the distribution being imported right now
         self.plugin_errors: dict[str, str] = {}
 
     # -- registration -------------------------------------------------------------------------------
@@ -45,6 +50,7 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} clashes with already registered {self._names[k]!r}")
         self._entries[k] = entry
         self._names[k] = name
+        self._origins[k] = self._loading or {"distribution": None, "version": None}
         return entry
 
     def remove(self, name: str) -> None:
@@ -57,12 +63,33 @@ class Registry(Generic[T]):
         if self._loaded and not reload_plugins:
             return
         self._loaded = True
-        importlib.import_module(self._builtins)
+        self._import(self._builtins, _distribution_of("suite"))
         for ep in importlib.metadata.entry_points(group=self._group):
+            dist = getattr(ep, "dist", None)
+            origin = ({"distribution": dist.name, "version": dist.version} if dist else
+                      _distribution_of(ep.value.split(":")[0].split(".")[0]))
             try:
-                ep.load()  # importing the plugin module registers its entries
+                self._import(ep.load, origin)  # importing the plugin module registers its entries
             except Exception as exc:  # a broken plugin must not take the suite down
                 self.plugin_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+
+    def _import(self, what: str | Callable[[], object], origin: dict[str, str | None]) -> None:
+        """Import a module (or load an entry point); entries it registers are attributed to `origin`.
+        A module imported earlier registers nothing new here: its entries keep the origin they got then."""
+        self._loading = origin
+        try:
+            importlib.import_module(what) if isinstance(what, str) else what()
+        finally:
+            self._loading = None
+
+    def origin(self, name: str) -> dict[str, str | None]:
+        """Which installed distribution (name, version) registered `name`; both None for entries registered at
+        run time by a script or a test."""
+        entry = self.get(name)
+        origin = dict(self._origins.get(self._key(name), {"distribution": None, "version": None}))
+        if origin["distribution"] is None and isinstance(entry, type):  # a class imported before the registry loaded
+            origin = _distribution_of(entry.__module__.split(".")[0])
+        return origin
 
     # -- lookup --------------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -73,8 +100,10 @@ class Registry(Generic[T]):
         self.load()
         k = self._key(name)
         if k not in self._entries:
+            close = difflib.get_close_matches(k, list(self._entries), n=1, cutoff=0.6)  # typos: "did you mean"
+            hint = f". Did you mean {self._names[close[0]]!r}?" if close else ""
             raise UnknownNameError(
-                f"unknown {self.kind} {name!r}. Valid {self.kind}s: {', '.join(self.names())}")
+                f"unknown {self.kind} {name!r}. Valid {self.kind}s: {', '.join(self.names())}{hint}")
         return self._entries[k]
 
     def canonical(self, name: str) -> str:

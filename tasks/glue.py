@@ -3,6 +3,8 @@
 Local TSVs are normalised to the hub (`nyu-mll/glue`) label ids; note the orders differ per task
 (RTE/QNLI: entailment=0; WNLI: not_entailment=0, entailment=1; MNLI: entailment, neutral, contradiction).
 """
+import dataclasses
+
 from suite.data import LocalSplit, TaskSpec, register_task
 
 HUB = "nyu-mll/glue"
@@ -55,5 +57,13 @@ GLUE = [
              local={s: _pair_split(f) for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
 ]
 
+# Conventions of the GLUE benchmark: tasks are averaged under "GLUE"; WNLI is left out of the average (its dev set is
+# adversarial to train-set memorisation: fine-tuned models score below the majority class, as BERT's paper notes).
+WNLI_NOTE = "left out of the GLUE average by convention (adversarial dev set; BERT and later papers omit it)"
+
 for _spec in GLUE:
+    _spec = dataclasses.replace(
+        _spec, benchmark="GLUE", in_average=_spec.name != "wnli",
+        average_note=WNLI_NOTE if _spec.name == "wnli" else "",
+        score_range=(0.0, 5.0) if _spec.name == "stsb" else None)
     register_task(_spec, groups=["glue"])

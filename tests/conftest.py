@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,58 +14,27 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# the tokenised-data cache of this test session lives in its own folder, never in the user's ~/.cache
+os.environ.setdefault("SUITE_CACHE_DIR", tempfile.mkdtemp(prefix="suite-test-cache-"))
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 SHARED_GLUE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
-WORDS = ("the a cat dog sat on mat man woman ran fast slow big small red blue null NA yes no house tree "
-         "car bird sees likes \" 'll n't . , ! ?").split()
-
-
-def tiny_config(kind: str = "bert", **over):
-    from transformers import BertConfig, RobertaConfig
-
-    common = dict(vocab_size=len(WORDS) + 10, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, max_position_embeddings=80, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0)
-    common.update(over)
-    if kind == "roberta":
-        return RobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, **common)
-    return BertConfig(pad_token_id=0, **common)
-
-
-def tiny_model(kind: str = "bert", num_labels: int = 2, seed: int = 0, **over):
-    from transformers import AutoModelForSequenceClassification
-
-    torch.manual_seed(seed)
-    cfg = tiny_config(kind, num_labels=num_labels, **over)
-    return AutoModelForSequenceClassification.from_config(cfg)
-
-
-def padded_batch(batch: int = 3, length: int = 12, vocab: int = 30, seed: int = 0):
-    """input_ids and an attention mask with different amounts of padding per row (one row unpadded)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (batch, length), generator=g)
-    mask = torch.ones(batch, length, dtype=torch.long)
-    for i in range(1, batch):
-        mask[i, max(2, length - 3 * i):] = 0
-    ids[mask == 0] = 0
-    return ids, mask
+# The tiny-model builders are public (suite.testing) so that method authors' checks and these tests share them.
+from suite.testing import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> str:
     """A saved tiny BERT with a WordPiece tokenizer: a complete local model folder for end-to-end runs."""
-    from transformers import BertForSequenceClassification, BertTokenizer
+    from transformers import BertForSequenceClassification
 
     d = tmp_path_factory.mktemp("tiny-bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(w.lower() for w in WORDS))
-    (d / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    # transformers 5 takes the vocabulary as `vocab=` (a `vocab_file=` keyword is ignored: every word -> [UNK])
-    tok = BertTokenizer(vocab=str(d / "vocab.txt"), do_lower_case=True)
+    tok = tiny_tokenizer(d)
     assert tok.convert_tokens_to_ids("cat") != tok.unk_token_id
-    tok.save_pretrained(d)
     torch.manual_seed(0)
-    BertForSequenceClassification(tiny_config("bert", vocab_size=len(vocab))).save_pretrained(d)
+    # 128 positions: the default --max-length, which the run command checks against the model's positions
+    config = tiny_config("bert", vocab_size=len(tok), max_position_embeddings=128)
+    BertForSequenceClassification(config).save_pretrained(d)
     return str(d)
 
 

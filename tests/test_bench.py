@@ -75,7 +75,7 @@ def test_hyper_parameters_reach_the_method():
     import argparse
 
     args = argparse.Namespace(methods="topk", sets=["topk.k=3"])
-    [(name, method)] = bench._methods(args)
+    [(name, method)] = bench.command._methods(args)
     assert name == "topk" and method.cfg.k == 3
 
 
@@ -130,8 +130,9 @@ def test_profile_section_for_named_methods(capsys):
 
 def test_targets_are_judged_against_eager():
     cands = [bench.Candidate(bench.SDPA, times=[1.0]), bench.Candidate(bench.EAGER, times=[2.0]),
-             bench.Candidate("rela", times=[2.6]), bench.Candidate("topk", times=[2.4]),
-             bench.Candidate("uniform", times=[9.0])]
+             bench.Candidate("rela", times=[2.6], target=suite.METHODS.get("rela").cost_target),
+             bench.Candidate("topk", times=[2.4], target=suite.METHODS.get("topk").cost_target),
+             bench.Candidate("uniform", times=[9.0], target=suite.METHODS.get("uniform").cost_target)]
     assert [c.name for c in bench.missed_targets(cands)] == ["rela"]  # 1.3x eager > 1.2; topk 1.2x <= 1.3
     rows = rows_of(bench.table(cands))
     assert rows["rela"]["CUDA target (x eager)"] == "<= 1.2 MISSED"

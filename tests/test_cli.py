@@ -1,10 +1,10 @@
 """End to end through the command line on a tiny random BERT and generated GLUE data: records, resume, bad input."""
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import pytest
-import torch
 
 import suite
 from suite.cli import main
@@ -139,7 +139,7 @@ def test_nan_loss_fails_that_run_and_the_grid_goes_on(tiny_bert_dir, glue_dir, t
 def test_interrupt_keeps_finished_records_and_resumes(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
     import suite.runner as runner
 
-    real = runner.train_and_evaluate
+    real = runner.train_and_record
     calls = []
 
     def interrupted_second(*a, **k):
@@ -148,33 +148,37 @@ def test_interrupt_keeps_finished_records_and_resumes(tiny_bert_dir, glue_dir, t
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(runner, "train_and_evaluate", interrupted_second)
+    monkeypatch.setattr(runner, "train_and_record", interrupted_second)
     assert _run(tiny_bert_dir, glue_dir, tmp_path, methods="vanilla", tasks="rte", seeds="1,2,3") == 130
     first = _records(tmp_path)
     assert len(first) == 1 and next(iter(first.values()))["status"] == "ok"
     assert not list((tmp_path / "runs").glob(".tmp-*"))
-    monkeypatch.setattr(runner, "train_and_evaluate", real)
+    monkeypatch.setattr(runner, "train_and_record", real)
     assert _run(tiny_bert_dir, glue_dir, tmp_path, methods="vanilla", tasks="rte", seeds="1,2,3") == 0
     after = _records(tmp_path)
     assert len(after) == 3 and all(after[n] == r for n, r in first.items())
 
 
+def _valid_record(score: float, **extra) -> dict:
+    return {"config": {"task": "rte", "method": "vanilla", "seed": 1}, "hash": "h", "label": "l", "status": "ok",
+            "final": {"score": score}, "history": [{"epoch": 1}], **extra}
+
+
 def test_store_write_is_atomic(tmp_path, monkeypatch):
     store = Store(tmp_path)
-    store.write("a.json", {"status": "ok", "x": 1})
+    store.write("a.json", _valid_record(0.5))
 
-    def broken_dump(obj, fh, **kw):
-        fh.write('{"status": "ok", "x"')
-        raise OSError("disk full")
+    def broken_fsync(fd):
+        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(json, "dump", broken_dump)
-    with pytest.raises(OSError):
-        store.write("a.json", {"status": "ok", "x": 2})
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="No space left"):
+        store.write("a.json", _valid_record(0.7))
     monkeypatch.undo()
-    assert store.read("a.json") == {"status": "ok", "x": 1}
+    assert store.read("a.json") == _valid_record(0.5)
     assert list(store.runs.iterdir()) == [store.runs / "a.json"]
-    store.write("b.json", {"v": float("nan")})
-    assert store.read("b.json") == {"v": None}
+    store.write("b.json", _valid_record(0.5, gap=float("nan")))
+    assert store.read("b.json")["gap"] is None
 
 
 def test_list_prints_methods_with_defaults_and_tasks(capsys):

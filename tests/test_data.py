@@ -1,4 +1,5 @@
 """The local GLUE reader on generated files with each quirk of the real ones, task selection, and batching."""
+import re
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,63 @@ def test_collate_pads_dynamically():
     assert b["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert b["labels"].dtype == torch.long
     assert collate(feats, [0.5, 1.5], 0, regression=True)["labels"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("score,message", [("500", "outside STS-B's range [0, 5]"), ("-0.5", "outside STS-B's range"),
+                                           ("nan", "'nan' is not a finite number"),
+                                           ("inf", "'inf' is not a finite number")])
+@pytest.mark.parametrize("split", ["train", "dev"])
+def test_regression_scores_must_be_finite_and_in_range(score, message, split, tmp_path, glue_dir):
+    folder = _copy_task(glue_dir, tmp_path, "STS-B")
+    lines = (folder / f"{split}.tsv").read_text().splitlines()
+    lines[4] = lines[4].rsplit("\t", 1)[0] + "\t" + score
+    (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=rf"STS-B/{split}.tsv:5: score '{score}' "):
+        load_splits(get_task("stsb"), tmp_path)
+    with pytest.raises(DataError, match=re.escape(message)):
+        load_splits(get_task("stsb"), tmp_path)
+
+
+def test_scores_at_the_ends_of_the_range_are_kept(tmp_path, glue_dir):
+    folder = _copy_task(glue_dir, tmp_path, "STS-B")
+    lines = (folder / "train.tsv").read_text().splitlines()
+    lines[1], lines[2] = lines[1].rsplit("\t", 1)[0] + "\t0", lines[2].rsplit("\t", 1)[0] + "\t5.000"
+    (folder / "train.tsv").write_text("\n".join(lines) + "\n")
+    assert load_splits(get_task("stsb"), tmp_path)["train"]["label"][:2] == [0.0, 5.0]
+
+
+def _sst2_bytes(tmp_path, glue_dir) -> tuple[Path, bytes]:
+    folder = _copy_task(glue_dir, tmp_path, "SST-2")
+    return folder / "train.tsv", (folder / "train.tsv").read_bytes()
+
+
+def _prefix_line(content: bytes, number: int, prefix: bytes) -> bytes:
+    lines = content.split(b"\n")
+    lines[number - 1] = prefix + lines[number - 1]
+    return b"\n".join(lines)
+
+
+UNREADABLE = {
+    # name: (how the file is spoilt, what the message must say)
+    "latin-1 byte": (lambda b: _prefix_line(b, 3, "caf\u00e9 ".encode("latin-1")),
+                     r"SST-2/train.tsv:3: bytes b'\\xe9 .*' at column 4 are not UTF-8.*iconv"),
+    "UTF-16 with BOM": (lambda b: b.decode().encode("utf-16"),
+                        r"SST-2/train.tsv:1: the file is UTF-16 encoded.*iconv -f UTF-16 -t UTF-8"),
+    "UTF-16 without BOM": (lambda b: b.decode().encode("utf-16-le"),
+                           r"SST-2/train.tsv:1: NUL bytes: this is not a UTF-8 text file"),
+    "binary (gzip)": (lambda b: __import__("gzip").compress(b, mtime=0),
+                      r"SST-2/train.tsv:1: bytes .* are not UTF-8"),
+    "NUL inside a line": (lambda b: _prefix_line(b, 7, b"ab\x00cd "),
+                          r"SST-2/train.tsv:7: NUL bytes"),
+    "1 MB line": (lambda b: _prefix_line(b, 4, b"x" * 2**20 + b" "),
+                  r"SST-2/train.tsv:4: a field longer than 131072 characters"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNREADABLE))
+def test_unreadable_files_name_file_line_and_fix(case, tmp_path, glue_dir):
+    spoil, message = UNREADABLE[case]
+    path, content = _sst2_bytes(tmp_path, glue_dir)
+    path.write_bytes(spoil(content))
+    with pytest.raises(DataError, match=message):
+        load_splits(get_task("sst2"), tmp_path)

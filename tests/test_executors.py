@@ -20,8 +20,11 @@ import pytest
 from suite import cli
 from suite.attention import METHODS
 from suite.config import RunConfig, TrainSettings, build_grid
-from suite.executors import (ExecutorError, GridStatus, LocalPlan, check_executor, local_plan, run_grid,
-                             visible_gpus)
+from suite.errors import EXIT_BAD_INPUT, EXIT_TERMINATED
+from suite.executors import (ExecutorError, GridResult, GridStatus, LocalPlan, check_executor, local_plan, run_grid,
+                             status_table, visible_gpus)
+from suite.executors.ray import TaskResources
+from suite.record import RunRecord
 from suite.store import Store
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
@@ -35,16 +38,16 @@ def cli_args(model, glue, out, *extra):
             "--quiet", *extra]
 
 
-def records(out) -> dict[str, dict]:
-    return {r["hash"]: r for r in Store(out)}
+def records(out) -> dict[str, RunRecord]:
+    return {r["hash"]: RunRecord.from_dict(r, source=r["_path"]) for r in Store(out)}
 
 
-def assert_same_numbers(a: dict, b: dict, tol: float = 1e-5) -> None:
+def assert_same_numbers(a: RunRecord, b: RunRecord, tol: float = 1e-5) -> None:
     """Same metrics for the same job: final scores and every epoch's losses and dev metrics."""
-    assert a["status"] == b["status"] == "ok", (a.get("error"), b.get("error"))
-    assert a["final"] == pytest.approx(b["final"], abs=tol)
-    assert len(a["history"]) == len(b["history"])
-    for ea, eb in zip(a["history"], b["history"]):
+    assert a.status == b.status == "ok", (a.error, b.error)
+    assert a.final == pytest.approx(b.final, abs=tol)
+    assert len(a.history) == len(b.history)
+    for ea, eb in zip(a.history, b.history):
         for key in ("train_loss", "dev_loss", "train_subset_loss"):
             assert ea[key] == pytest.approx(eb[key], rel=tol, abs=tol), key
         assert ea["dev"] == pytest.approx(eb["dev"], abs=tol)
@@ -58,7 +61,7 @@ def sequential(tiny_bert_dir, glue_dir, tmp_path_factory):
     assert cli.main(cli_args(tiny_bert_dir, glue_dir, out)) == 0
     recs = records(out)
     assert len(recs) == len(METHOD_NAMES) * len(SEEDS)
-    assert all(r["executor"]["name"] == "local" and r["executor"]["worker"] is None for r in recs.values())
+    assert all(r.executor["name"] == "local" and r.executor["worker"] is None for r in recs.values())
     return out, recs
 
 
@@ -102,9 +105,9 @@ def fault_jobs(tiny_bert_dir, tmp_path) -> tuple[list[RunConfig], Path, Path]:
 def check_fault_outcome(result, dies: Path, raises: Path) -> None:
     (rec_ok,) = [rec for job, rec in result.done if job.method == "test_dies_once"]
     (job_failed, rec_failed), = result.failed
-    assert rec_ok["status"] == "ok"
+    assert rec_ok.ok
     assert len(dies.read_text().splitlines()) == 2  # died once, ran again, finished
-    assert job_failed.method == "test_raises" and "this method always fails" in rec_failed["error"]
+    assert job_failed.method == "test_raises" and "this method always fails" in rec_failed.error
     assert len(raises.read_text().splitlines()) == 1  # failed on its own: not retried
 
 
@@ -121,7 +124,7 @@ def test_ray_cli_matches_local_and_resumes_its_grid(ray_cluster, sequential, tin
     assert cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "ray")) == 0
     got = records(tmp_path)
     assert got.keys() == seq.keys()
-    ran_on_ray = [h for h, r in got.items() if r.get("executor", {}).get("name") == "ray"]
+    ran_on_ray = [h for h, r in got.items() if r.executor.get("name") == "ray"]
     assert len(ran_on_ray) == len(seq) - 1
     for h in seq:
         assert_same_numbers(got[h], seq[h])
@@ -136,7 +139,7 @@ def test_ray_retries_dead_worker_but_not_failed_run(ray_cluster, fault_methods, 
 def test_ray_ships_data_to_workers(ray_cluster, sequential, tiny_bert_dir, glue_dir, tmp_path):
     """With shipping (the default for --address), workers read a copy sent through the object store."""
     _, seq = sequential
-    job = next(RunConfig.from_dict(r["config"]) for r in seq.values())
+    job = next(RunConfig.from_dict(r.config) for r in seq.values())
     result = run_grid([job], Store(tmp_path), glue_dir, executor="ray", quiet=True, ship=True)
     (_, rec), = result.done
     assert_same_numbers(rec, seq[job.hash])
@@ -157,7 +160,7 @@ def test_local_pool_matches_sequential_and_retries_dead_worker(sequential, fault
     """Two spawned workers, each given its own CUDA_VISIBLE_DEVICES as on a 2-GPU machine (CPU runs here): the same
     records as in-process; the job whose worker died runs again; the run that fails on its own fails once."""
     _, seq = sequential
-    jobs = [RunConfig.from_dict(r["config"]) for r in seq.values()]
+    jobs = [RunConfig.from_dict(r.config) for r in seq.values()]
     faults, dies, raises = fault_jobs(tiny_bert_dir, tmp_path)
     plan = LocalPlan(2, [{"CUDA_VISIBLE_DEVICES": "gpu-a"}, {"CUDA_VISIBLE_DEVICES": "gpu-b"}], "cpu", 1)
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -166,7 +169,7 @@ def test_local_pool_matches_sequential_and_retries_dead_worker(sequential, fault
     ok = {j.hash: rec for j, rec in result.done}
     for h in seq:
         assert_same_numbers(ok[h], seq[h])
-    seen = {(r["executor"]["worker"], r["executor"]["cuda_visible_devices"]) for r in ok.values()}
+    seen = {(r.executor["worker"], r.executor["cuda_visible_devices"]) for r in ok.values()}
     assert seen == {(0, "gpu-a"), (1, "gpu-b")}
     check_fault_outcome(result, dies, raises)
 
@@ -210,7 +213,7 @@ def test_stopped_driver_leaves_no_pool_workers(sig, tiny_bert_dir, glue_dir, tmp
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     if sig == signal.SIGTERM:
-        assert rc == cli.EXIT_TERMINATED
+        assert rc == EXIT_TERMINATED
         assert "terminated: finished records are kept" in driver.stderr.read()
         assert not list((out / "runs").glob("*.json"))
 
@@ -243,11 +246,18 @@ def test_local_plan_gpu_layouts():
     (["--executor", "local", "--address", "auto"], "--address does not apply to --executor local"),
     (["--executor", "ray", "--workers", "2"], "--workers does not apply to --executor ray"),
     (["--executor", "ray", "--gpus-per-run", "0"], "--gpus-per-run 0.0: give a value > 0"),
-    (["--executor", "slurm"], "unknown executor 'slurm'. Valid executors: local, ray"),
 ])
 def test_cli_rejects_executor_options(extra, message, tiny_bert_dir, glue_dir, tmp_path, capsys):
-    assert cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, *extra)) == cli.EXIT_BAD_INPUT
+    assert cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, *extra)) == EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_rejects_an_unknown_executor(tiny_bert_dir, glue_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "slurm"))
+    assert exc.value.code == EXIT_BAD_INPUT
+    assert "invalid choice: 'slurm' (choose from 'local', 'ray')" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
@@ -258,25 +268,71 @@ def test_grid_status_line():
     status.started(job)
     status.started(job)
     assert status.line().startswith("0 done, 2 running, 1 pending, 0 failed | ETA ?")
-    status.finished_run(job, {"status": "ok", "final": {"score": 0.5}, "wall_s": 3.0})
-    status.finished_run(job, {"status": "failed", "error": "boom"})
+    status.finished_run(job, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5}, wall_s=3.0))
+    status.finished_run(job, RunRecord.failed(job, "boom"))
     out = stream.getvalue()
     assert "done rte/vanilla/seed1: score 0.5000" in out and "FAILED rte/vanilla/seed1: boom" in out
     assert "[2/3: 1 done, 0 running, 1 pending, 1 failed | ETA " in out
 
 
-def test_compile_setting_leaves_old_hashes_alone():
+def test_status_table_lists_every_run():
+    done, failed, skipped, stopped = build_grid(["m"], ["rte"], ["vanilla"], [1, 2, 3, 4], SETTINGS)
+    ok = RunRecord(done.to_dict(), done.hash, done.label, "ok", final={"score": 0.6251}, wall_s=61.4)
+    result = GridResult(done=[(done, ok)], failed=[(failed, RunRecord.failed(failed, "ValueError: boom", wall_s=2.0))],
+                        skipped=[skipped], not_run=[stopped])
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in status_table(result).splitlines() if line.startswith("| rte/")}
+    assert rows == {done.label: ["done", "0.6251", "61s", ""],
+                    failed.label: ["failed", "", "2s", "ValueError: boom"],
+                    skipped.label: ["skipped", "", "", "record exists"],
+                    stopped.label: ["not run", "", "", "interrupted"]}
+    assert status_table(result).endswith("1 done, 1 skipped, 1 failed, 1 not run")
+
+
+def test_ray_task_resources():
+    cpu = TaskResources.choose(cluster_gpus=0, device="auto", gpus_per_run=None, cpus_per_run=None)
+    assert (cpu.num_cpus, cpu.num_gpus, cpu.device, cpu.threads) == (1, 0, "cpu", 1)
+    assert cpu.slots({"CPU": 8.0}, pending=20) == 8
+    packed = TaskResources.choose(cluster_gpus=2, device="auto", gpus_per_run=0.5, cpus_per_run=2)
+    assert (packed.device, packed.threads) == ("cuda", 2)
+    assert packed.slots({"CPU": 16.0, "GPU": 2.0}, pending=20) == 4      # GPUs limit: 2 / 0.5
+    assert packed.slots({"CPU": 6.0, "GPU": 2.0}, pending=20) == 3       # CPUs limit: 6 / 2
+    assert TaskResources.choose(cluster_gpus=2, device="cpu", gpus_per_run=None, cpus_per_run=None).num_gpus == 0
+    with pytest.raises(ExecutorError, match="no GPU"):
+        TaskResources.choose(cluster_gpus=0, device="cuda", gpus_per_run=None, cpus_per_run=None)
+
+
+def test_added_settings_leave_old_hashes_alone():
     import hashlib
+
+    from suite.config import HASHED_WHEN_CHANGED
 
     job = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS)[0]
     old_style = job.to_dict()
-    del old_style["train"]["compile"]  # records written before the setting existed
+    for name in HASHED_WHEN_CHANGED:  # records written before these settings existed
+        del old_style["train"][name]
     blob = json.dumps(old_style, sort_keys=True, default=str)
     assert job.hash == hashlib.sha256(blob.encode()).hexdigest()[:12]
     compiled = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS, ["train.compile=true"])[0]
     assert compiled.train.compile is True and compiled.hash != job.hash
     assert RunConfig.from_dict(json.loads(json.dumps(old_style))).hash == job.hash
 
+
+def test_added_method_fields_leave_old_hashes_alone():
+    """topk's div/lb came after records of it existed: at their defaults they stay out of the hash."""
+    import hashlib
+
+    job = build_grid(["m"], ["rte"], ["topk"], [1], SETTINGS)[0]
+    old_style = job.to_dict()
+    from suite.config import HASHED_WHEN_CHANGED
+
+    for name in HASHED_WHEN_CHANGED:
+        del old_style["train"][name]
+    for name in ("div", "lb"):
+        del old_style["hparams"][name]
+    assert job.hash == hashlib.sha256(json.dumps(old_style, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    changed = build_grid(["m"], ["rte"], ["topk"], [1], SETTINGS, ["topk.div=2"])[0]
+    assert changed.hash != job.hash
 
 
 def test_compile_flag_reaches_the_model(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
@@ -290,5 +346,5 @@ def test_compile_flag_reaches_the_model(tiny_bert_dir, glue_dir, tmp_path, monke
     args[args.index("--methods") + 1], args[args.index("--seeds") + 1] = "vanilla", "1"
     assert cli.main(args) == 0
     (rec,) = records(tmp_path).values()
-    assert rec["status"] == "ok" and rec["config"]["train"]["compile"] is True
+    assert rec.ok and rec.config["train"]["compile"] is True
     assert compiled == ["BertForSequenceClassification"]

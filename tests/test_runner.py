@@ -3,7 +3,7 @@ run records."""
 import torch
 
 from suite.cli import main
-from suite.runner import StepContext
+from suite.training import StepContext
 from suite.store import Store
 
 

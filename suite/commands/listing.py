@@ -1,0 +1,71 @@
+"""`python -m suite list`: every registered method (hyper-parameters, defaults) and task, within 100 columns."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import textwrap
+import typing
+
+from tabulate import tabulate
+
+from ..attention import METHODS
+from ..data import TASK_GROUPS, TASKS, get_task
+
+COMMAND = "list"
+MAX_WIDTH = 100
+
+
+def add_parser(sub) -> None:
+    sub.add_parser(COMMAND, help="methods with their hyper-parameters, and tasks",
+                   description="Lists every registered method (with its hyper-parameters and their defaults) and "
+                               "every task (text fields, labels, metrics), and plugins that failed to load.")
+
+
+def width() -> int:
+    """The terminal's width, at most 100 columns (and at least 60, for pipes and tiny windows)."""
+    return max(60, min(MAX_WIDTH, shutil.get_terminal_size((MAX_WIDTH, 24)).columns))
+
+
+def _wrap(text: str, indent: str = "    ") -> str:
+    return textwrap.fill(text, width(), initial_indent=indent, subsequent_indent=indent)
+
+
+def method_lines() -> list[str]:
+    lines = ["Methods (select with --methods; set with --set METHOD.KEY=VALUE):", ""]
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        hints = typing.get_type_hints(cls.Config)
+        defaults = cls.Config()
+        hp = ", ".join(f"{f.name}={getattr(defaults, f.name)!r} ({getattr(hints[f.name], '__name__', hints[f.name])})"
+                       for f in dataclasses.fields(cls.Config))
+        lines += [name, _wrap(cls.description or "-"), _wrap("hyper-parameters: " + (hp or "none")), ""]
+    return lines
+
+
+def task_table() -> str:
+    rows = []
+    for name in TASKS.names():
+        spec = get_task(name)
+        groups = ",".join(g for g, members in TASK_GROUPS.items() if name in members)
+        rows.append([spec.name, " + ".join(spec.text_fields),
+                     "regression" if spec.is_regression else ", ".join(spec.label_names),
+                     ", ".join(spec.metric_keys()), groups])
+    return tabulate(rows, headers=["task", "text", "labels", "metrics (score: mean)", "group"], tablefmt="simple",
+                    maxcolwidths=[8, 22, 34, 24, 6])
+
+
+def plugin_error_lines() -> list[str]:
+    lines = []
+    for registry in (METHODS, TASKS):
+        for name, error in registry.plugin_errors.items():
+            lines.append(_wrap(f"{registry.kind} plugin {name!r} failed to load: {error}", ""))
+    return ["", "Plugins that failed to load:", *lines] if lines else []
+
+
+def main(args) -> int:
+    print("\n".join(method_lines()))
+    TASKS.load()
+    print("Tasks (select with --tasks; groups: " + ", ".join(TASK_GROUPS) + "):\n")
+    print(task_table())
+    print("\n".join(plugin_error_lines()))
+    return 0

@@ -1,0 +1,60 @@
+"""`python -m suite predict`: test-set predictions (GLUE server format) from checkpoints saved by `run --save-model`."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import BadInput
+
+COMMAND = "predict"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(COMMAND, help="test-set predictions in the GLUE server's format from saved checkpoints",
+                       description="Loads each checkpoint (a RUN.model/ folder written by `run --save-model`, or the "
+                                   "run's record RUN.json) and writes one TSV per test set of its task "
+                                   "(index, prediction) into --out: a folder ready to zip for the GLUE server.")
+    p.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="RUN.model/ folders or their RUN.json records")
+    p.add_argument("--out", required=True, help="folder for the TSVs (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)")
+    p.add_argument("--data-dir", help="folder of task data with the test files (else $SUITE_DATA_DIR, else the hub)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda ...")
+    p.add_argument("--batch-size", type=int, help="examples per batch (default: the run's eval batch size)")
+
+
+def checkpoint_folder(path: str) -> Path:
+    """A checkpoint folder as given, or the one a record's `artifacts.model` names."""
+    p = Path(path)
+    if p.is_file() and p.suffix == ".json":
+        model = (json.loads(p.read_text()).get("artifacts") or {}).get("model")
+        if not model:
+            raise BadInput(f"{p}: this run kept no model (it ran without --save-model); rerun it with "
+                           "`python -m suite run ... --save-model --force`")
+        return p.parent / model
+    if not p.is_dir():
+        raise BadInput(f"{p}: no such checkpoint folder or record")
+    return p
+
+
+def main(args) -> int:
+    from ..data import resolve_data_dir, task_data_dir
+    from ..device import autocast_dtype, pick_device
+    from ..predict import load_checkpoint, predict_test
+
+    folders = [checkpoint_folder(c) for c in args.checkpoints]
+    device, data_dir, out = pick_device(args.device), resolve_data_dir(args.data_dir), Path(args.out)
+    seen: dict[str, Path] = {}
+    for folder in folders:
+        model, tokenizer, job, spec = load_checkpoint(folder, device)
+        if spec.name in seen:
+            raise BadInput(f"{folder} and {seen[spec.name]} are both {spec.display} runs: one submission holds one "
+                           "run per task; write them to separate --out folders")
+        seen[spec.name] = folder
+        t = job.train
+        found = predict_test(model, tokenizer, spec, task_data_dir(spec, data_dir), out, t.max_length,
+                             args.batch_size or t.eval_batch_size, device, autocast_dtype(t.precision, device))
+        for name, file in found["files"].items():
+            print(f"{spec.display} ({job.label}): {out / file}")
+        for absent in found["absent"]:
+            print(f"{spec.display}: test set not found, skipped: {absent}", file=sys.stderr)
+    return 0

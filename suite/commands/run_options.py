@@ -1,0 +1,129 @@
+"""The options of `python -m suite run`, each with its help text, and the help for every `train.KEY` setting.
+
+Options default to None so that a study file (`--study`) can fill what the command line leaves out; `RUN_DEFAULTS`
+applies after that.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from ..config import DEFAULT_MODEL, PRESETS, TrainSettings
+from ..data import DATA_DIR_ENV
+
+RUN_DEFAULTS = {"seeds": [1, 2, 3], "preset": "quick", "out": "runs", "device": "auto", "executor": "local"}
+
+TRAIN_HELP = {
+    "epochs": "passes over the training set",
+    "lr": "peak learning rate of AdamW (linear warm-up, then linear decay to 0)",
+    "batch_size": "training examples per batch",
+    "eval_batch_size": "examples per batch when evaluating",
+    "max_length": "tokens per example; longer inputs are truncated",
+    "warmup_ratio": "share of the optimizer steps spent warming the learning rate up, in [0, 1)",
+    "weight_decay": "AdamW weight decay (not on biases and norms)",
+    "grad_clip": "clip the gradient norm to this value (0: no clipping)",
+    "max_train_samples": "seeded train subset, the same for every method and seed (none: the whole train set)",
+    "max_eval_samples": "seeded dev subset (none: the whole dev set)",
+    "train_eval_samples": "fixed train subset scored each epoch for the overfitting gap (0: none)",
+    "data_seed": "seed that draws the train/dev subsets",
+    "precision": "auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16 or fp16 (with loss scaling)",
+    "stats_batches": "dev batches used for attention statistics (0: none)",
+    "compile": "torch.compile the model (faster on GPUs; numbers may differ in the last digits)",
+    "grad_accumulation": "batches per optimizer step: effective batch = batch_size x grad_accumulation",
+    "early_stopping_patience": "stop after this many epochs without a better dev score (0: off)",
+    "select_epoch": "last (default: the leaderboard uses the last epoch) or best (the best dev epoch's model "
+                    "gives the final metrics, predictions and saved model)",
+    "analyses": "end-of-run analyses on fixed dev examples: a comma list of importance, seeds, heads; or none",
+    "analysis_examples": "fixed dev examples the analyses read",
+}
+
+
+def train_keys_help() -> str:
+    """One line per training setting: `train.KEY (default): what it does`."""
+    import textwrap
+
+    defaults, lines = TrainSettings(), []
+    for f in dataclasses.fields(TrainSettings):
+        head = f"  train.{f.name:<24} {getattr(defaults, f.name)!r:<8} "
+        lines.append(textwrap.fill(TRAIN_HELP.get(f.name, ""), 100, initial_indent=head,
+                                   subsequent_indent=" " * len(head)))
+    return "\n".join(lines)
+
+
+def presets_help() -> str:
+    parts = []
+    for name, preset in PRESETS.items():
+        train = ", ".join(f"{k}={v}" for k, v in preset["train"].items()) or "the train.* defaults below"
+        parts.append(f"{name}: models {','.join(preset['models'])}; {train}")
+    return "; ".join(parts)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    what = p.add_argument_group("what to run")
+    what.add_argument("--study", metavar="FILE", help="a study file (studies/*.yaml) that declares the whole grid; "
+                                                      "the flags below override it")
+    what.add_argument("--methods", help="comma list of names, wildcards ('scores_*') or 'all'")
+    what.add_argument("--tasks", help="comma list of task names (case/dash-insensitive) or a group ('glue')")
+    what.add_argument("--seeds", type=_ints, help="comma list (default 1,2,3)")
+    what.add_argument("--model", help=f"comma list of local folders or hub ids (default: the preset's; "
+                                      f"'{DEFAULT_MODEL}' is the offline MiniLM)")
+    what.add_argument("--preset", choices=sorted(PRESETS), help=f"training recipe (default quick). {presets_help()}")
+    what.add_argument("--data-dir", help=f"folder of task data (GLUE TSVs in the classic layout); else "
+                                         f"${DATA_DIR_ENV}, else the hub")
+    what.add_argument("--out", help="output folder; records go to OUT/runs/ (default ./runs)")
+
+    train = p.add_argument_group("training (shortcuts for --set train.KEY=VALUE; every key is listed below)")
+    train.add_argument("--epochs", type=int, help="train.epochs: " + TRAIN_HELP["epochs"])
+    train.add_argument("--lr", type=float, help="train.lr: " + TRAIN_HELP["lr"])
+    train.add_argument("--batch-size", type=int, help="train.batch_size: " + TRAIN_HELP["batch_size"])
+    train.add_argument("--max-length", type=int, help="train.max_length: " + TRAIN_HELP["max_length"])
+    train.add_argument("--max-train-samples", type=int, help="train.max_train_samples: seeded train subset "
+                                                             "(the same for every method and seed)")
+    train.add_argument("--max-eval-samples", type=int, help="train.max_eval_samples: seeded dev subset")
+    train.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
+                       help="train.precision: " + TRAIN_HELP["precision"])
+    train.add_argument("--grad-accumulation", type=int, metavar="N",
+                       help="train.grad_accumulation: " + TRAIN_HELP["grad_accumulation"])
+    train.add_argument("--early-stopping", type=int, metavar="PATIENCE",
+                       help="train.early_stopping_patience: " + TRAIN_HELP["early_stopping_patience"])
+    train.add_argument("--compile", action="store_true", default=None, help="train.compile=true: "
+                                                                            + TRAIN_HELP["compile"])
+    train.add_argument("--set", dest="sets", action="append", default=[], metavar="M.KEY=V",
+                       help="fix a hyper-parameter of method M (or train.KEY=V; METHOD:train.KEY=V for one "
+                            "method only); repeatable")
+    train.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="M.KEY=V1,V2",
+                       help="add a grid axis (train.lr=2e-5,3e-5; METHOD:train.lr=... sweeps one method's "
+                            "learning rate); several sweeps multiply")
+
+    where = p.add_argument_group("where it runs")
+    where.add_argument("--device", help="auto (CUDA when present; default), cpu, cuda, cuda:1 ...")
+    where.add_argument("--executor", choices=["local", "ray"],
+                       help="local (default: sequential; one worker process per GPU when several are visible) or ray")
+    where.add_argument("--workers", type=int, help="local executor: worker processes (default: 1 on CPU, one per GPU)")
+    where.add_argument("--address", help="ray executor: cluster to join (auto, HOST:PORT, ray://HOST:10001); "
+                                         "default: start a local cluster")
+    where.add_argument("--gpus-per-run", type=float, help="ray executor: GPUs per run (default 1; 0.5 packs two "
+                                                          "runs per GPU)")
+    where.add_argument("--cpus-per-run", type=float, help="ray executor: CPUs per run (default 1)")
+
+    outputs = p.add_argument_group("what each run leaves besides its record")
+    outputs.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=None,
+                         help="keep the fine-tuned weights and tokenizer in OUT/runs/RUN.model/ (off by default)")
+    outputs.add_argument("--predict-test", action=argparse.BooleanOptionalAction, default=None,
+                         help="write test-set predictions in the GLUE server's format to OUT/runs/RUN.test/")
+    outputs.add_argument("--report-to", metavar="TRACKERS",
+                         help="comma list of tensorboard, mlflow, wandb: log config, per-epoch curves and final "
+                              "metrics (local stores under OUT/tracking/; wandb offline)")
+
+    control = p.add_argument_group("control")
+    control.add_argument("--force", action="store_true", help="rerun jobs whose records exist")
+    control.add_argument("--quiet", action="store_true", help="no progress bars (for logs)")
+    control.add_argument("--dry-run", action="store_true",
+                         help="print the jobs (marking those whose records exist) and exit; reads no data")
