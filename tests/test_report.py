@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from suite.attention import METHODS, AttentionMethod, register_method
 from suite.config import TrainSettings
+from suite.data import get_task
 from suite.report import build_report
 from suite.store import Store
 
@@ -29,13 +31,15 @@ def headline(metrics: dict) -> float:
 def make_record(task: str, method: str, seed: int, metrics: dict | None = None, *, hparams: dict | None = None,
                 train: dict | None = None, status: str = "ok", step_s: float = 0.1, peak_mb: float = 1000.0,
                 extra: int = 0, training_only: int = 0, attention: dict | None = None,
-                method_record: dict | None = None, epoch_method: dict | None = None) -> tuple[str, dict]:
+                method_record: dict | None = None, epoch_method: dict | None = None,
+                baselines: dict | None = None, env: dict | None = None) -> tuple[str, dict]:
     """(file name, record) in the layout `suite.runner.run_one` writes."""
     train = {**TRAIN, **(train or {})}
     config = {"model": MODEL, "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
               "train": train, "data_source": "local"}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-    rec = {"config": config, "hash": digest, "label": f"{task}/{method}/seed{seed}", "environment": ENV,
+    rec = {"config": config, "hash": digest, "label": f"{task}/{method}/seed{seed}",
+           "environment": {**ENV, **(env or {})},
            "started": f"2026-01-01T00:00:{seed:02d}+0000"}
     if status == "ok":
         final = {**metrics, "score": headline(metrics)}
@@ -59,6 +63,8 @@ def make_record(task: str, method: str, seed: int, metrics: dict | None = None, 
                    method_record=method_record or {}, status="ok")
         if attention is not None:
             rec["attention"] = attention
+        if baselines is not None:
+            rec["baselines"] = baselines
     else:
         rec.update(status="failed", error="RuntimeError: synthetic failure\ntraceback line")
     rec.update(wall_s=1.0, finished=f"2026-01-01T00:01:{seed:02d}+0000")
@@ -174,7 +180,7 @@ def test_leaderboard_means_stds_best_and_average(report):
     assert van["WNLI"] == "**56.00 ± 0.00** (3)" and sd["WNLI"] == "45.00 ± 5.00 (3)"
     # GLUE average over RTE, MRPC, STS-B: WNLI is left out (with it vanilla would be 61.75)
     assert van["GLUE avg"] == "63.67" and sd["GLUE avg"] == "**66.33**"
-    assert "WNLI left out of the average" in md
+    assert f"WNLI: {get_task('wnli').average_note}" in md   # the reason comes from the task's spec
     # a method with results on one of three averaged tasks is flagged and never bolded
     assert board["no_dropout"]["GLUE avg"] == "62.00 (1 of 3)"
 
@@ -192,23 +198,37 @@ def test_missing_and_failed_cells(report):
 
 
 def test_significance_marks(report):
+    """Paired t-tests (pairs by seed) adjusted by Holm across the 7 tests of the table; numbers by hand below."""
     _, md = report
     delta = parse_table(md, "### Difference to `vanilla`")
-    assert delta["scores_dropout"]["RTE"] == "+9.00*"     # 71 ± 1 vs 62 ± 2, Welch p ≈ 0.006
-    assert delta["no_dropout"]["RTE"] == "+0.00"          # the same three values: no mark
-    assert delta["scores_dropout"]["STS-B"] == "-2.00"    # 50 ± 1 vs 52 ± 2: p ≈ 0.23, no mark
+    # RTE: differences 10, 9, 8: mean 9, sd 1, t = 15.6 with 2 df, p = 0.0041; Holm: 7 x p = 0.029 < 0.05
+    assert delta["scores_dropout"]["RTE"] == "+9.00 [+8.00, +10.00]*"
+    # differences 4, -2, -2: p = 1; of the 27 equally likely resamples of three seeds, the extreme means -2 (8/27)
+    # and +4 (1/27) each have chance > 2.5%, so the percentile interval is [-2, +4]
+    assert delta["no_dropout"]["RTE"] == "+0.00 [-2.00, +4.00]"
+    assert delta["scores_dropout"]["STS-B"] == "-2.00 [-3.00, -1.00]"    # -1, -2, -3: p = 0.074, no mark
+    assert delta["scores_dropout"]["MRPC"] == "+1.00 [+1.00, +1.00]"     # +1 at every seed: zero variance, no test
+    # the average: per-seed means over RTE, MRPC, STS-B differ by 3.33, 2.67, 2.00: p = 0.020, Holm 6 x p > 0.05
+    average = delta["scores_dropout"]["GLUE avg"]
+    assert average.startswith("+2.67 [") and not average.endswith("*")
     rte = parse_table(md, "#### RTE")
-    assert rte["scores_dropout"]["p"] == "0.0065"
+    p = stats.ttest_rel([70, 71, 72], [60, 62, 64]).pvalue
+    assert rte["scores_dropout"]["p"] == f"{p:.4f}" and rte["scores_dropout"]["p adj (Holm)"] == f"{7 * p:.4f}"
     assert rte["no_dropout"]["p"] == "1.0000"
-    assert "Welch's t-test" in md and "p < 0.05" in md
+    assert float(rte["scores_dropout"]["ASO ε"]) < 0.2 and float(rte["plugin_x [k=8]"]["ASO ε"]) > 0.5
+    assert "paired t-test" in md and "Holm-Bonferroni" in md and "all 7 tests of this table" in md
+    # power under the table: RTE's paired differences pooled over methods, at the first Holm step 0.05 / 7
+    assert "What this table can detect" in md and "RTE: " in md
 
 
-def test_costs_parameters_and_reconstruction_footnote(report):
+def test_costs_from_the_runs_are_context_only_and_parameters_and_reconstruction_footnote(report):
     _, md = report
     board = parse_table(md, "### Leaderboard")
-    assert board["scores_dropout"]["step time vs vanilla"] == "2.00×"
-    assert board["scores_dropout"]["peak memory vs vanilla"] == "1.50×"
-    assert board["vanilla"]["step time vs vanilla"] == "1.00×"
+    assert not any("memory" in col or "step time" in col for col in board["vanilla"])   # no bench file: no costs
+    assert "Costs: no measurement for this model" in md
+    context = parse_table(md, "#### In-run step times (context, not a cost measurement)")
+    assert context["scores_dropout"]["in-run step time vs vanilla"] == "2.00×"
+    assert "in-run GPU peak" not in md and "process's peak resident set, which is not one method's cost" in md
     assert board["recon_probe †"]["training-only params"] == "12,345"
     assert "† `recon_probe`: reconstruction from the paper's description" in md
     # unknown plugin method: the most-run setting, named in the row and under the table
@@ -245,21 +265,34 @@ def test_overfitting_gap_and_figures(report):
     gap = parse_table(md, "### Overfitting")
     assert gap["vanilla"]["RTE"] == "15.00 ± 0.00 (3)"   # factory: train subset = dev + 0.05 * 3 epochs
     figures = root / "figures"
-    expected = ["curves_tiny-bert_rte.png", "curves_tiny-bert_mrpc.png", "curves_tiny-bert_stsb.png",
-                "curves_tiny-bert_wnli.png", "attention_tiny-bert.png", "attention_mass_tiny-bert.png",
-                "drop_rate_tiny-bert_recon_probe.png"]
+    expected = ["curves_tiny-bert_rte.png", "loss_tiny-bert_rte.png", "curves_tiny-bert_mrpc.png",
+                "curves_tiny-bert_stsb.png", "curves_tiny-bert_wnli.png", "seeds_tiny-bert.png",
+                "attention_tiny-bert.png", "attention_mass_tiny-bert.png", "drop_rate_tiny-bert_recon_probe.png"]
     for name in expected:
         data = (figures / name).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 5000, name
+        assert round(png_dpi(data)) >= 200, name
+        assert (figures / name).with_suffix(".pdf").read_bytes().startswith(b"%PDF"), name
         assert f"(figures/{name})" in md   # relative links render on GitHub
     att = parse_table(md, "### Attention")
     assert att["vanilla"]["sparsity"] == "0.150" and att["scores_dropout"]["sparsity"] == "0.250"
 
 
+def png_dpi(data: bytes) -> float:
+    """Horizontal resolution from the PNG's pHYs chunk (pixels per metre -> dots per inch)."""
+    import struct
+
+    at = data.index(b"pHYs")
+    per_metre = struct.unpack(">I", data[at + 4:at + 8])[0]
+    return per_metre * 0.0254
+
+
 def test_regeneration_is_byte_identical_apart_from_the_date(report):
     root, first = report
-    pngs = {p.name: p.read_bytes() for p in (root / "figures").glob("*.png")}
+    produced = sorted([*(root / "figures").iterdir(), *root.glob("*.csv"), *root.glob("*.tex")])
+    files = {p.name: p.read_bytes() for p in produced}
     (root / "figures" / "curves_tiny-bert_gone.png").write_bytes(b"stale")
+    (root / "figures" / "curves_tiny-bert_gone.pdf").write_bytes(b"stale")
     second = build_report([root]).read_text()
 
     def undated(text):
@@ -267,7 +300,9 @@ def test_regeneration_is_byte_identical_apart_from_the_date(report):
 
     assert undated(first) == undated(second)
     assert sum(line.startswith("Generated ") for line in first.splitlines()) == 1
-    assert {p.name: p.read_bytes() for p in (root / "figures").glob("*.png")} == pngs   # stale figure removed
+    again = sorted([*(root / "figures").iterdir(), *root.glob("*.csv"), *root.glob("*.tex")])
+    assert {p.name: p.read_bytes() for p in again} == files   # stale figures removed, the rest identical
+    assert {"leaderboard.csv", "leaderboard.tex", "comparisons.csv"} <= set(files)
 
 
 def write_single_seed(root: Path) -> Path:
@@ -280,7 +315,7 @@ def write_single_seed(root: Path) -> Path:
 
 def test_single_seed_table(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")   # pins the date line too
-    md = build_report([write_single_seed(tmp_path)]).read_text()
+    md = build_report([write_single_seed(tmp_path)], figures=False).read_text()
     assert "Generated 1970-01-01 00:00 UTC" in md
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "60.00 ± – (1)" and board["scores_dropout"]["RTE"] == "**90.00 ± –** (1)"
@@ -288,13 +323,10 @@ def test_single_seed_table(tmp_path, monkeypatch):
     assert "Commands that produced the runs: not recorded" in md
 
 
-def test_cli(tmp_path, monkeypatch):
+def test_cli(tmp_path):
     from suite import cli
 
-    def main(argv):
-        # each call starts from the command list a fresh process has
-        monkeypatch.setattr(cli, "EXTRA_COMMANDS", [])
-        return cli.main(argv)
+    main = cli.main
 
     root = write_single_seed(tmp_path / "grid")
     (root / "commands.txt").write_text("python -m suite run --methods vanilla --tasks rte --out synthetic\n")
@@ -310,7 +342,7 @@ def test_cli(tmp_path, monkeypatch):
 def test_without_baseline_runs(tmp_path):
     store = Store(tmp_path)
     store.write(*make_record("rte", "scores_dropout", 1, {"accuracy": 0.7}, hparams={"p": 0.1}))
-    md = build_report([tmp_path]).read_text()
+    md = build_report([tmp_path], figures=False).read_text()
     assert "No `vanilla` runs for this model" in md
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["RTE"] == "**70.00 ± –** (1)"
 
@@ -337,7 +369,7 @@ def test_a_task_run_only_with_other_hyper_parameters_is_listed_not_dropped(tmp_p
     store = Store(tmp_path)
     store.write(*make_record("rte", "scores_dropout", 1, {"accuracy": 0.7}, hparams={"p": 0.1}))
     store.write(*make_record("mrpc", "scores_dropout", 1, {"f1": 0.8, "accuracy": 0.6}, hparams={"p": 0.2}))
-    md = build_report([tmp_path]).read_text()
+    md = build_report([tmp_path], figures=False).read_text()
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["MRPC"] == "–"
     outside = parse_table(md, "## Runs outside the leaderboard settings")["tiny-bert"]
     assert outside["task"] == "MRPC" and outside["setting"] == "p=0.2" and outside["headline x100"] == "70.00 ± – (1)"

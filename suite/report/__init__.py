@@ -1,0 +1,42 @@
+"""`python -m suite report DIR [MORE_RUN_DIRS...]`: run records -> `DIR/leaderboard.md` (with CSV and LaTeX tables
+beside it) and `DIR/figures/*.png|pdf`.
+
+Everything here is derived from the records (plus, when given, the dev labels for baselines the records lack and a
+bench file for costs), so the same inputs give the same report: rows, columns and legends are sorted, floats have a
+fixed format, every bootstrap is seeded, figures carry no software/date metadata, and the only line that changes
+between two regenerations is the one starting with `Generated` (set SOURCE_DATE_EPOCH to pin that too).
+
+How records become cells
+  * A cell is one (model, task, method, hyper-parameters, training settings): the headline score
+    (`record["final"]["score"]`, x100) of its `ok` runs as mean ± sample std (n seeds), plus the count of failed runs.
+  * The leaderboard uses, per method, its default hyper-parameters (the method's `Config()`); a method run only with
+    other settings shows the most-run one and says so. Per (model, task) it uses one set of training settings for
+    every method: the one that the most methods ran (then most ok runs, then the latest finished run).
+  * Other settings appear in the ablation tables (one per method whose records differ in a hyper-parameter or a
+    training field within a task); runs in neither place are listed at the end. Nothing is silently dropped.
+
+Where things are
+  load.py            run folders -> one DataFrame row per valid record (`RunRecord.from_dict`)
+  registry_info.py   what the method and task registries say (defaults, display names, benchmark, averages)
+  selection.py       which records the leaderboard and the ablation tables use
+  cells.py           a table cell (per-seed values) and its text
+  significance.py    paired tests, bootstrap intervals, corrections, almost stochastic order, power
+  comparisons.py     every comparison with the reference in one table, corrected as one family
+  baselines.py       majority / constant-mean / chance scores (from the records, or from the dev labels)
+  examples.py        example-level intervals from the per-example prediction sidecars
+  costs.py           cost columns from `python -m suite bench --json`; in-run times as context
+  figures.py         matplotlib figures (PNG and PDF)
+  header.py, leaderboard.py, details.py, stability.py, figure_sections.py   the markdown sections
+  exports.py         the tables as CSV and LaTeX, comparisons.csv
+  document.py        the `Report` object the sections write into, and their order
+  command.py         `build_report` and the command line
+"""
+from __future__ import annotations
+
+from ..errors import ReportError
+from .command import COMMAND, DEFAULT_ALPHA, DEFAULT_BASELINE, add_parser, build_report, main
+from .formatting import slug
+from .load import Loaded, load
+
+__all__ = ["COMMAND", "DEFAULT_ALPHA", "DEFAULT_BASELINE", "Loaded", "ReportError", "add_parser", "build_report",
+           "load", "main", "slug"]

@@ -1,0 +1,162 @@
+"""The interpretability analyses of the leaderboard's runs (suite/analyses, docs/analyses.md), per model:
+
+- attention vs input importance: per method the mean Kendall tau of each attention reading with each importance, and
+  the mean entropies (per run the mean over its examples, then the mean over runs);
+- variance across seeds: runs of one cell (task, method, settings) paired seed by seed; per dev example the JS
+  divergence of their attention and the total-variation distance of their predictions; median and quartiles per
+  method and a violin figure;
+- what the heads look at: per method, heatmaps (layer x head) of the mass on [CLS], [SEP], punctuation and the
+  entropy, averaged over tasks and seeds.
+
+Runs without analyses are left out; the section is absent when no run has any.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..analyses import heads as head_stats
+from ..analyses.seeds import compare_runs
+from .figures import pyplot, save
+from .formatting import DASH, fmt, table
+from .selection import Selection
+
+TAUS = ("tau_cls_gxi", "tau_cls_loo", "tau_rollout_gxi", "tau_rollout_loo")
+ENTROPIES = ("entropy_gxi", "entropy_loo", "entropy_cls", "entropy_rollout")
+
+
+def _part(board: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The board's ok runs that carry analysis `name`, with that part in column `part`."""
+    if "analyses" not in board.columns:
+        return board.iloc[0:0]
+    part = board["analyses"].map(lambda a: a.get(name) if isinstance(a, dict) else None)
+    keep = part.map(lambda p: isinstance(p, dict) and bool(p))
+    return board[keep].assign(part=part[keep])
+
+
+def _mean(values) -> float:
+    vals = np.asarray([v for v in values if v is not None], dtype=float)
+    vals = vals[np.isfinite(vals)]
+    return float(vals.mean()) if len(vals) else math.nan
+
+
+def importance_table(sel: Selection, runs: pd.DataFrame, label) -> str:
+    rows = []
+    for m in sel.methods:
+        sub = runs[runs["method"] == m]
+        if len(sub):
+            means = [_mean(p["mean"].get(k) for p in sub["part"]) for k in TAUS + ENTROPIES]
+            rows.append([label(m)] + [fmt(v, 3) if math.isfinite(v) else DASH for v in means] + [str(len(sub))])
+    heads = ["method", "τ [CLS]·g×i", "τ [CLS]·LOO", "τ rollout·g×i", "τ rollout·LOO",
+             "H g×i", "H LOO", "H [CLS]", "H rollout", "runs"]
+    return table(rows, heads)
+
+
+def seed_pairs(runs: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
+    """method -> {"jsd": [...], "tvd": [...]} over every pair of seeds of every cell and every analysed example."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for (method, _task, _hp, _train), cell in runs.groupby(["method", "task", "hp", "train"], sort=True):
+        ordered = cell.sort_values("seed")
+        for (_, a), (_, b) in itertools.combinations(ordered.iterrows(), 2):
+            if a["part"].get("prediction") and len(a["part"]["prediction"]) == len(b["part"]["prediction"]):
+                pair = compare_runs(a["part"], b["part"])
+                got = out.setdefault(method, {"jsd": [], "tvd": []})
+                got["jsd"] += [v for v in pair["jsd"] if math.isfinite(v)]
+                got["tvd"] += [v for v in pair["tvd"] if math.isfinite(v)]
+    return out
+
+
+def _quartiles(values: list[float]) -> str:
+    if not values:
+        return DASH
+    q1, med, q3 = np.percentile(values, [25, 50, 75])
+    return f"{fmt(med, 3)} [{fmt(q1, 3)}, {fmt(q3, 3)}]"
+
+
+def seeds_table(sel: Selection, pairs: dict, label) -> str:
+    rows = [[label(m), _quartiles(pairs[m]["jsd"]), _quartiles(pairs[m]["tvd"]), str(len(pairs[m]["tvd"]))]
+            for m in sel.methods if m in pairs]
+    return table(rows, ["method", "JSD of attention, median [IQR]", "TVD of predictions, median [IQR]", "pairs"])
+
+
+def plot_seed_violins(pairs: dict, methods: list[str], title: str, path) -> bool:
+    shown = [m for m in methods if m in pairs and pairs[m]["tvd"]]
+    if not shown:
+        return False
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(1.0 + 0.6 * len(shown) * 2, 3.2), layout="constrained")
+    for ax, key, name in ((axes[0], "jsd", "JSD of attention (nats)"), (axes[1], "tvd", "TVD of predictions")):
+        data = [pairs[m][key] or [math.nan] for m in shown]
+        usable = [i for i, d in enumerate(data) if np.isfinite(d).any()]
+        if usable:
+            ax.violinplot([data[i] for i in usable], positions=[i + 1 for i in usable], showmedians=True)
+        ax.set_xticks(range(1, len(shown) + 1), shown, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel(name)
+    fig.suptitle(title, fontsize=9)
+    save(fig, path)
+    return True
+
+
+def mean_heads(runs: pd.DataFrame, method: str) -> dict[str, np.ndarray]:
+    parts = [p for p in runs[runs["method"] == method]["part"]]
+    out = {}
+    for name in head_stats.STATISTICS:
+        arrays = [np.asarray(p[name], dtype=float) for p in parts if name in p]
+        shapes = {a.shape for a in arrays}
+        if arrays and len(shapes) == 1:
+            out[name] = np.nanmean(np.stack(arrays), axis=0)
+    return out
+
+
+def plot_head_maps(runs: pd.DataFrame, methods: list[str], title: str, path) -> bool:
+    maps = {m: mean_heads(runs, m) for m in methods}
+    maps = {m: v for m, v in maps.items() if v}
+    if not maps:
+        return False
+    plt = pyplot()
+    stats = head_stats.STATISTICS
+    fig, axes = plt.subplots(len(maps), len(stats), figsize=(2.2 * len(stats) + 1, 1.6 * len(maps) + 0.8),
+                             squeeze=False, layout="constrained")
+    for r, (m, found) in enumerate(sorted(maps.items())):
+        for c, name in enumerate(stats):
+            ax = axes[r, c]
+            if name in found:
+                vmax = None if name == "entropy" else 1.0
+                im = ax.imshow(found[name], aspect="auto", cmap="viridis", vmin=0.0, vmax=vmax)
+                fig.colorbar(im, ax=ax, fraction=0.05)
+            ax.set_title(f"{m}: {name}", fontsize=7)
+            ax.set_xlabel("head", fontsize=6)
+            ax.set_ylabel("layer", fontsize=6)
+            ax.tick_params(labelsize=5)
+    fig.suptitle(title, fontsize=9)
+    save(fig, path)
+    return True
+
+
+def section(rep, sel: Selection, board: pd.DataFrame, mslug: str, model: str) -> None:
+    """The analyses section of one model, written into the report `rep`."""
+    ok = board[board["status"] == "ok"]
+    parts = {name: _part(ok, name) for name in ("importance", "seeds", "heads")}
+    if not any(len(p) for p in parts.values()):
+        return
+    label = lambda m: rep.method_label(m, sel)  # noqa: E731
+    rep.add("### Interpretability analyses", "", "On a fixed dev subset after training (see docs/analyses.md).", "")
+    if len(parts["importance"]):
+        rep.add("Attention vs input importance (Kendall τ between attention and importance over content tokens; "
+                "H: entropy in nats; mean over runs of each run's mean over its examples):", "",
+                importance_table(sel, parts["importance"], label), "")
+    pairs = seed_pairs(parts["seeds"]) if len(parts["seeds"]) else {}
+    if pairs:
+        rep.add("Variance across seeds (per dev example and pair of seeds of the same cell):", "",
+                seeds_table(sel, pairs, label), "")
+        path = rep.figure(f"analysis_seeds_{mslug}.png")
+        if plot_seed_violins(pairs, sel.methods, f"variance across seeds, {model}", path):
+            rep.link(path, "JS divergence of attention and TVD of predictions across seeds")
+    if len(parts["heads"]):
+        path = rep.figure(f"analysis_heads_{mslug}.png")
+        if plot_head_maps(parts["heads"], sel.methods, f"what the heads look at, {model} (mean over tasks and "
+                          "seeds)", path):
+            rep.link(path, "attention mass on [CLS], [SEP], punctuation and entropy per layer and head")

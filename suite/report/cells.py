@@ -1,0 +1,66 @@
+"""A table cell: the per-seed values of one (method, task) and how they are shown."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from .formatting import DASH, SCALE, fmt
+
+
+@dataclasses.dataclass
+class Cell:
+    values: np.ndarray            # finite per-seed values, display scale, sorted
+    failed: int = 0               # runs whose status is not ok
+    no_score: int = 0             # ok runs without a finite value (e.g. a correlation of constant predictions)
+    seeds: np.ndarray | None = None   # the seed of each value (same order), for pairing by seed
+
+    @classmethod
+    def of(cls, sub: pd.DataFrame, column: str = "score", scale: float = SCALE) -> "Cell":
+        ok = sub[sub["status"] == "ok"]
+        vals = ok[column].astype(float).to_numpy() * scale
+        seeds = pd.to_numeric(ok["seed"], errors="coerce").to_numpy(dtype=float) if "seed" in ok else None
+        finite = np.isfinite(vals)
+        order = np.argsort(vals[finite], kind="mergesort")
+        return cls(vals[finite][order], int((sub["status"] != "ok").sum()), int(len(vals) - finite.sum()),
+                   seeds[finite][order] if seeds is not None else None)
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values)) if self.n else math.nan
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.values, ddof=1)) if self.n > 1 else math.nan
+
+    @property
+    def empty(self) -> bool:
+        return self.n == 0 and self.failed == 0 and self.no_score == 0
+
+    def by_seed(self) -> dict[float, float]:
+        return {} if self.seeds is None else dict(zip(self.seeds.tolist(), self.values.tolist()))
+
+    def text(self, bold: bool = False, with_n: bool = True, mark: str = "") -> str:
+        if self.empty:
+            return DASH
+        parts = []
+        if self.n:
+            body = f"{fmt(self.mean)} ± {fmt(self.std)}"
+            body = f"**{body}**" if bold else body
+            parts.append(body + mark + (f" ({self.n})" if with_n else ""))
+        if self.failed:
+            parts.append(f"failed ({self.failed})")
+        if self.no_score:
+            parts.append(f"no score ({self.no_score})")
+        return ", ".join(parts)
+
+
+def geometric_mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else math.nan

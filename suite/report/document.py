@@ -1,0 +1,113 @@
+"""The report as a document: state shared by the sections, and the order in which they are written."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from . import analyses, details, figure_sections, header, leaderboard, stability
+from .cells import Cell
+from . import costs
+from .costs import read_bench
+from .figure_sections import FIGURES
+from .formatting import SCALE, slug, unique
+from .load import Loaded
+from .registry_info import reconstruction_note
+from .selection import Selection, select, setting_text
+
+
+@dataclasses.dataclass
+class Options:
+    baseline: str = "vanilla"          # the reference method
+    alpha: float = 0.05
+    correction: str = "holm"           # "holm" or "bh"
+    aso: bool = True                   # almost stochastic order (the slowest statistic)
+    data_dir: str | None = None        # dev labels for the baselines of records that lack them
+    costs: str | None = None           # `python -m suite bench --json` file
+    figures: bool = True               # False: tables only (much faster; existing figures are left alone)
+
+
+class Report:
+    def __init__(self, loaded: Loaded, out: Path, options: Options, date_line: str):
+        self.df = loaded.frame
+        self.loaded = loaded
+        self.out = out
+        self.fig_dir = out / FIGURES
+        self.baseline, self.alpha, self.correction, self.aso = (options.baseline, options.alpha,
+                                                                options.correction, options.aso)
+        self.data_dir, self.draw = options.data_dir, options.figures
+        self.costs_path = options.costs
+        self.bench = read_bench(options.costs)
+        self.date_line = date_line
+        self.lines: list[str] = []
+        self.figures: list[Path] = []
+        self.used_hashes: set[str] = set()      # records shown in the leaderboard or an ablation table
+        self.selections: dict[str, Selection] = {}
+        self.baseline_cache: dict = {}
+        self.baselines: dict[str, dict] = {}    # model -> task -> Baseline
+        self.comparisons: dict[str, dict] = {}  # model -> (method, column) -> Comparison
+        self.tables: dict[tuple[str, str], tuple[list[str], list[list[str]]]] = {}   # (model, kind) -> table
+
+    def add(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def figure(self, name: str) -> Path:
+        if self.draw:
+            self.fig_dir.mkdir(parents=True, exist_ok=True)
+        return self.fig_dir / name
+
+    def link(self, path: Path, alt: str) -> None:
+        self.figures.append(path)
+        self.add(f"![{alt}]({FIGURES}/{path.name})", "")
+
+    def method_label(self, method: str, sel: Selection) -> str:
+        label = method + (" †" if reconstruction_note(method) else "")
+        if not sel.hp_is_default[method]:
+            text = setting_text(json.loads(sel.hp_by_method[method]), method)
+            label += f" [{text}]" if text else ""
+        return label
+
+    def cells(self, sel: Selection, board: pd.DataFrame, column: str = "score", scale: float = SCALE):
+        return {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)], column, scale)
+                for m in sel.methods for t in sel.tasks}
+
+    def seeds_per_cell(self) -> str:
+        counts = []
+        for model, sel in self.selections.items():
+            board = sel.board(self.df[self.df["model"] == model])
+            ok = board[(board["status"] == "ok") & board["score"].notna()]
+            counts += ok.groupby(["method", "task"]).size().tolist()
+        if not counts:
+            return "none"
+        return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+
+    def model_section(self, model: str) -> None:
+        df = self.df[self.df["model"] == model]
+        sel = self.selections[model]
+        board = sel.board(df)
+        self.used_hashes.update(board["hash"])
+        mslug = slug(model)
+        self.add(f"## Model `{model}`", "")
+        leaderboard.leaderboard(self, sel, board)
+        if self.baseline in sel.methods:
+            self.add(*costs.in_run_context(self, sel, board))
+        details.setup(self, sel, board)
+        details.per_task(self, sel, board)
+        details.ablations(self, sel, df)
+        stability.stability(self, sel, board, mslug)
+        figure_sections.overfitting(self, sel, board, mslug)
+        figure_sections.attention(self, sel, board, mslug, model)
+        analyses.section(self, sel, board, mslug, model)
+
+    def build(self) -> str:
+        self.selections = {m: select(self.df, m, self.baseline) for m in unique(self.df["model"])}
+        header.header(self)
+        for model in unique(self.df["model"]):
+            self.model_section(model)
+        details.failures(self)
+        details.skipped_records(self)
+        text = "\n".join(self.lines).rstrip("\n") + "\n"
+        return re.sub(r"\n{3,}", "\n\n", text)

@@ -1,0 +1,116 @@
+"""The report's header: what was run, on what, by which code, and with which commands."""
+from __future__ import annotations
+
+from collections import Counter
+
+from .formatting import plural, unique
+from .significance import CORRECTIONS
+from .registry_info import task_display, task_order, task_source
+
+
+def model_line(df) -> str:
+    models = []
+    for m in unique(df["model"]):
+        totals = unique(df.loc[(df["model"] == m), "total_params"].dropna().astype(int))
+        size = (f"{totals[0]:,}" if len(totals) == 1 else f"{totals[0]:,}–{totals[-1]:,}") if totals else ""
+        models.append(f"`{m}`" + (f" ({size} parameters{' by task head' if len(totals) > 1 else ''})"
+                                  if totals else ""))
+    return f"- **Model{'s' if len(models) > 1 else ''}:** {', '.join(models)}"
+
+
+def data_line(df) -> str:
+    """Tasks grouped by benchmark, with where each benchmark's data comes from."""
+    tasks = task_order(df["task"].unique())
+    by_benchmark: dict[str, list[str]] = {}
+    hubs: dict[str, list[str]] = {}
+    for t in tasks:
+        hub, bench = task_source(t)
+        by_benchmark.setdefault(bench, []).append(task_display(t))
+        if hub and hub not in hubs.setdefault(bench, []):
+            hubs[bench].append(hub)
+    groups = [f"{b + ' tasks' if b else 'tasks'} {', '.join(names)}" for b, names in by_benchmark.items()]
+    origin = "; ".join(f"local: {b + ' ' if b else ''}TSVs; hub: {', '.join(hubs.get(b, [])) or 'unknown'}"
+                       for b in by_benchmark)
+    sources = unique(v.get("data_source") for v in df["train_dict"])
+    return (f"- **Data:** {'; '.join(groups)}; source: {', '.join(map(str, sources)) or 'unknown'} ({origin}); "
+            "dev split as the test set; sizes in the setup tables")
+
+
+def runs_line(loaded, df) -> str:
+    counts = Counter(df["status"])
+    return (f"- **Runs:** {len(df)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            + (f"; {len(loaded.unreadable)} unreadable record files skipped: " + ", ".join(loaded.unreadable)
+               if loaded.unreadable else "")
+            + (f"; {loaded.duplicates} duplicate records of the same job ignored" if loaded.duplicates else ""))
+
+
+def machine_keys(df) -> list[tuple]:
+    return [(env.get("device", "?"), env.get("gpu") or "", env.get("platform", "?"), str(env.get("cpu_threads", "?")))
+            for env in df["env"]]
+
+
+def environment_counts(df) -> tuple[Counter, Counter, Counter]:
+    machines, software, libs = Counter(machine_keys(df)), Counter(), Counter()
+    for env in df["env"]:
+        software[(str(env.get("suite", "?")), str(env.get("git_commit") or "unknown"))] += 1
+        libs[(f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, "
+              f"transformers {env.get('transformers', '?')}")] += 1
+    return machines, software, libs
+
+
+def environment_lines(df) -> list[str]:
+    machines, software, libs = environment_counts(df)
+    lines = [f"- **Machine:** {device}{' (' + gpu + ')' if gpu else ''}, {plat}, {threads} CPU threads ({plural(n)})"
+             for (device, gpu, plat, threads), n in sorted(machines.items())]
+    lines += [f"- **Suite:** version {version}, git commit `{commit}` ({plural(n)})"
+              for (version, commit), n in sorted(software.items())]
+    lines += [f"- **Software:** {text} ({plural(n)})" for text, n in sorted(libs.items())]
+    return lines
+
+
+def provenance_warning(df) -> list[str]:
+    """A prominent warning when the records span several code versions, uncommitted trees or machines."""
+    _, software, _ = environment_counts(df)
+    commits = {commit for (_, commit) in software}
+    dirty = sum(n for (_, commit), n in software.items() if commit.endswith("+dirty"))
+    unknown = sum(n for (_, commit), n in software.items() if commit == "unknown")
+    setups = {(str(env.get("host", "?")), *machine) for env, machine in
+              zip(df["env"], (tuple(k) for k in machine_keys(df)))}
+    problems = []
+    if len(commits) > 1:
+        problems.append(f"{len(commits)} code versions (git commits)")
+    if dirty:
+        problems.append(f"{plural(dirty)} from uncommitted (`+dirty`) trees, whose exact code is not recoverable")
+    if unknown:
+        problems.append(f"{plural(unknown)} without a recorded git commit")
+    if len(setups) > 1:
+        problems.append(f"{len(setups)} machines or device setups (host, device, platform, CPU threads)")
+    if not problems:
+        return []
+    return ["", f"> **Warning — mixed provenance:** the {plural(len(df), 'record')} come from "
+            + "; ".join(problems) + ". Differences between methods may partly be differences between code versions "
+            "or machines; see the Suite and Machine lines above.", ""]
+
+
+def header(rep) -> None:
+    df = rep.df
+    rep.add("# Leaderboard", "", rep.date_line, "")
+    seeds = unique(df["seed"])
+    rep.add(model_line(df), data_line(df),
+            f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; {rep.seeds_per_cell()} per "
+            "leaderboard cell)",
+            runs_line(rep.loaded, df))
+    started, finished = unique(df["started"]), unique(df["finished"])
+    if started and finished:
+        rep.add(f"- **Run dates:** {started[0]} to {finished[-1]}")
+    rep.add(*environment_lines(df))
+    rep.add(f"- **Reference:** `{rep.baseline}`; significance: two-sided paired t-test over seeds (runs paired by "
+            f"seed), {CORRECTIONS[rep.correction]} across each model's table, adjusted p < {rep.alpha:g}; "
+            "bootstrap intervals and almost stochastic order beside it", "")
+    rep.add(*provenance_warning(df))
+    if rep.loaded.commands:
+        rep.add("Commands that produced the runs:", "", "```", *rep.loaded.commands, "```", "")
+    else:
+        rep.add("Commands that produced the runs: not recorded (no commands.txt next to the runs).", "")
+    if not (df["status"] == "ok").any():
+        rep.add("**No run finished successfully.**", "")

@@ -1,0 +1,235 @@
+"""The leaderboard table with its baseline rows and notes, and the table of differences to the reference method."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import significance as sig
+from .baselines import Baseline, task_baselines
+from .cells import Cell
+from .comparisons import Comparison, compare_model, family_size, power_lines
+from .costs import cost_columns
+from .formatting import DASH, fmt, table, unique
+from .registry_info import (average_note, higher_is_better, metric_order, reconstruction_note, task_benchmark,
+                            task_display, task_in_average)
+from .selection import Selection, has_variation, setting_text
+
+NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
+
+
+@dataclasses.dataclass
+class Average:
+    """One benchmark's average column: the tasks it averages and each method's (mean, number of tasks)."""
+    benchmark: str
+    tasks: list[str]
+    left_out: list[str]
+    values: dict[str, tuple[float, int]]
+
+    @property
+    def header(self) -> str:
+        return f"{self.benchmark} avg"
+
+    def full(self, methods) -> list[str]:
+        """Methods with results on every averaged task (only their averages are comparable)."""
+        return [m for m in methods if self.values[m][1] == len(self.tasks) and self.tasks]
+
+
+def averages(sel: Selection, cells: dict) -> list[Average]:
+    out = []
+    for bench in dict.fromkeys(task_benchmark(t) for t in sel.tasks if task_benchmark(t)):
+        members = [t for t in sel.tasks if task_benchmark(t) == bench]
+        tasks = [t for t in members if task_in_average(t)]
+        values = {}
+        for m in sel.methods:
+            means = [cells[m, t].mean for t in tasks if cells[m, t].n]
+            values[m] = (float(np.mean(means)) if means else math.nan, len(means))
+        out.append(Average(bench, tasks, [t for t in members if t not in tasks], values))
+    return out
+
+
+def near_majority(cell: Cell, base: Baseline, higher: bool, alpha: float) -> bool:
+    """True when the seeds give no evidence (one-sided t-test at alpha) that the cell beats the constant predictor."""
+    if not cell.n or not base.available:
+        return False
+    if cell.n == 1:
+        return not (cell.mean > base.constant if higher else cell.mean < base.constant)
+    return not sig.beats_level_p(cell.values, base.constant, higher) < alpha
+
+
+def best_key(means: dict[str, float], higher: bool, excluded: set[str] = frozenset()) -> str | None:
+    """The best entry at the displayed precision if no other ties it and it is not excluded; else None."""
+    shown = {k: round(v, 2) for k, v in means.items() if math.isfinite(v)}
+    if not shown:
+        return None
+    ranked = sorted(shown.items(), key=lambda kv: -kv[1] if higher else kv[1])
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return None
+    return None if ranked[0][0] in excluded else ranked[0][0]
+
+
+def average_text(avg: Average, method: str, best: str | None) -> str:
+    value, k = avg.values[method]
+    text = DASH if not k else fmt(value)
+    if k and method == best:
+        text = f"**{text}**"
+    if k and k < len(avg.tasks):
+        text += f" ({k} of {len(avg.tasks)})"
+    return text
+
+
+def baseline_rows(sel: Selection, bases: dict[str, Baseline], n_avgs: int, n_rest: int) -> list[list[str]]:
+    if not any(b.available for b in bases.values()):
+        return []
+    kinds = sorted({b.constant_kind for b in bases.values() if b.available}, key=("majority", "constant_mean").index)
+    name = " / ".join("majority class" if k == "majority" else "constant mean" for k in kinds)
+    const = [fmt(bases[t].constant) if bases[t].available else DASH for t in sel.tasks]
+    chance = [fmt(bases[t].chance) if bases[t].available else DASH for t in sel.tasks]
+    return [[f"*{name} (baseline)*", *const, *[DASH] * (n_avgs + n_rest)],
+            ["*chance (baseline)*", *chance, *[DASH] * (n_avgs + n_rest)]]
+
+
+def leaderboard(rep, sel: Selection, board: pd.DataFrame) -> None:
+    cells = rep.cells(sel, board)
+    avgs = averages(sel, cells)
+    bases = task_baselines(board, sel.tasks, sel.train_by_task, rep.data_dir, rep.baseline_cache)
+    rep.baselines[sel.model] = bases
+    marked = {(m, t) for m in sel.methods for t in sel.tasks
+              if near_majority(cells[m, t], bases[t], higher_is_better(t), rep.alpha)}
+    best = {t: best_key({m: cells[m, t].mean for m in sel.methods}, higher_is_better(t),
+                        {m for m in sel.methods if (m, t) in marked}) for t in sel.tasks}
+    best_avg = {a.benchmark: best_key({m: a.values[m][0] for m in a.full(sel.methods)}, True) for a in avgs}
+    cost_headers, cost_cells, cost_note = cost_columns(rep, sel, sel.model)
+    headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs], *cost_headers,
+               "extra params", "training-only params"]
+    rows = []
+    for m in sel.methods:
+        rows.append([rep.method_label(m, sel),
+                     *[cells[m, t].text(bold=best[t] == m, mark=NEAR_MAJORITY if (m, t) in marked else "")
+                       for t in sel.tasks],
+                     *[average_text(a, m, best_avg[a.benchmark]) for a in avgs], *cost_cells.get(m, []),
+                     param_text(board, m, "extra"), param_text(board, m, "training_only")])
+    rows += baseline_rows(sel, bases, len(avgs), len(cost_headers) + 2)
+    rep.tables[sel.model, "leaderboard"] = (headers, rows)
+    rep.add("### Leaderboard", "", table(rows, headers), "")
+    notes = leaderboard_notes(rep, sel, board, avgs, bases) + [cost_note]
+    rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel)], "")
+    if rep.baseline not in sel.methods:
+        rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
+                f"(choose another reference with --baseline).", "")
+        return
+    rep.comparisons[sel.model] = compare_model(rep, sel, board, cells, avgs)
+    differences(rep, sel, cells, avgs)
+
+
+def cells_note(sel: Selection, board: pd.DataFrame) -> str:
+    combined = [f"{task_display(t)}: mean of {', '.join(keys)}" for t in sel.tasks
+                if len(keys := metric_order(t, {k for f in board.loc[board['task'] == t, 'final'] for k in f})) > 1]
+    return ("Cells: headline dev metric x100 at the last epoch (the task's official metric, or the mean of its "
+            "official metrics" + (f": {'; '.join(combined)}" if combined else "") + "), as mean ± sample std "
+            "(number of seeds); \"–\" in place of a std: a single seed; a \"–\" cell: no run; failed (k): runs "
+            "that failed; no score (k): finished runs without a finite score.")
+
+
+def baseline_note(rep, bases: dict[str, Baseline]) -> str:
+    sources = {b.source for b in bases.values()}
+    missing = sorted({b.source for b in bases.values() if not b.available})
+    where = ("from the records (the runner scores them on the dev labels it evaluated on)" if sources == {"records"}
+             else "from the dev labels the runs were evaluated on (read from the data folder, subset as the runner "
+                  "subsets them)" if "data" in sources or "records" in sources else "")
+    text = (f"Baseline rows: a predictor that always outputs the dev set's majority class (classification) or the "
+            f"dev mean (regression; its correlations are undefined and count as 0), and uniformly random "
+            f"predictions (chance, mean of 100 seeded draws), {where}. {NEAR_MAJORITY}: not distinguishable from "
+            f"the majority / constant predictor (one-sided one-sample t-test over seeds, p ≥ {rep.alpha:g}; a single "
+            "seed: not above it). Bold: the best mean of a column, only when no other mean ties it at the shown "
+            f"precision and it is not marked {NEAR_MAJORITY}.")
+    if missing:
+        text += " Baseline unavailable for " + ", ".join(
+            f"{task_display(t)} ({b.source})" for t, b in bases.items() if not b.available) + "."
+    return text
+
+
+def average_notes(avgs: list[Average]) -> list[str]:
+    notes = []
+    for a in avgs:
+        names = ", ".join(task_display(t) for t in a.tasks) or "none"
+        notes.append(f"{a.header}: unweighted mean of the per-task means over {names}"
+                     + "".join(f"; {task_display(t)}: {average_note(t)}" if average_note(t)
+                               else f"; {task_display(t)} left out of the average" for t in a.left_out)
+                     + "; (k of N): the method has results for only k of those tasks, so its average is not "
+                       "comparable (and not bolded).")
+    return notes
+
+
+def method_notes(rep, sel: Selection) -> list[str]:
+    notes = ["Extra params: parameters the method adds to the model (saved with it); training-only params: "
+             "parameters used only while training (e.g. a generator network)."]
+    for m in sel.methods:
+        if not sel.hp_is_default[m]:
+            text = setting_text(json.loads(sel.hp_by_method[m]), m) or "(as recorded)"
+            notes.append(f"`{m}`: no runs with its default hyper-parameters; the row shows {text}.")
+    swept = [m for m in sel.methods if has_variation(rep.df, sel.model, m)]
+    if swept:
+        notes.append("Methods with several settings (see the ablation tables): "
+                     + ", ".join(f"`{m}`" for m in swept)
+                     + "; the leaderboard uses their default hyper-parameters where present.")
+    notes += [f"† `{m}`: {reconstruction_note(m).rstrip('.')}." for m in sel.methods if reconstruction_note(m)]
+    return notes
+
+
+def leaderboard_notes(rep, sel: Selection, board: pd.DataFrame, avgs: list[Average], bases) -> list[str]:
+    return [cells_note(sel, board), baseline_note(rep, bases), *average_notes(avgs)]
+
+
+def difference_text(c: Comparison | None) -> str:
+    if c is None or not c.n:
+        return DASH
+    text = fmt(c.diff, sign=True)
+    if math.isfinite(c.low):
+        text += f" [{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]"
+    return text + ("*" if c.significant else "")
+
+
+def differences(rep, sel: Selection, cells: dict, avgs: list[Average]) -> None:
+    comps = rep.comparisons[sel.model]
+    columns = [*sel.tasks, *[a.header for a in avgs]]
+    rows = [[rep.method_label(m, sel), *[difference_text(comps.get((m, c))) for c in columns]]
+            for m in sel.methods if m != rep.baseline]
+    if not rows:
+        return
+    headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs]]
+    rep.tables[sel.model, "differences"] = (headers, rows)
+    rep.add(f"### Difference to `{rep.baseline}`", "", table(rows, headers), "")
+    rep.add(*[f"- {n}" for n in difference_notes(rep, sel, comps, cells, avgs)], "")
+
+
+def difference_notes(rep, sel: Selection, comps: dict, cells: dict, avgs: list[Average]) -> list[str]:
+    m = family_size(comps)
+    correction = sig.CORRECTIONS[rep.correction]
+    notes = [f"Mean paired difference (method minus `{rep.baseline}`, runs paired by seed: same classifier "
+             "initialisation and batch order) in the headline metric x100, with a 95% percentile bootstrap "
+             "interval over seeds in brackets. `*`: significant after correction: two-sided paired t-test over "
+             f"seeds, p-values adjusted by {correction} across all {m} tests of this table (tasks and averages), "
+             f"adjusted p < {rep.alpha:g}. Unadjusted and adjusted p-values, and almost stochastic order, in the "
+             "per-task tables. No test with fewer than 2 paired seeds."]
+    if avgs:
+        notes.append(" and ".join(a.header for a in avgs) + ": the same on each seed's average over the "
+                     "averaged tasks (seeds that ran all of them for both methods); their p-values and almost "
+                     "stochastic order are in `comparisons.csv`.")
+    lines = power_lines(comps, sel, cells, rep.baseline, rep.alpha)
+    if lines:
+        notes.append(f"What this table can detect (80% power, paired t-test at α = {rep.alpha:g}/{m} = "
+                     f"{rep.alpha / m:.2g}, the first step of the correction; sd of the paired differences pooled "
+                     "over methods): minimum detectable difference per task — " + "; ".join(lines)
+                     + ". A difference smaller than that is not significant here whether or not it is real.")
+    return notes
+
+
+def param_text(board: pd.DataFrame, method: str, column: str) -> str:
+    vals = unique(board.loc[(board["method"] == method) & (board["status"] == "ok"), column].dropna().astype(int))
+    if not vals:
+        return DASH
+    return f"{vals[0]:,}" if len(vals) == 1 else f"{vals[0]:,}–{vals[-1]:,}"

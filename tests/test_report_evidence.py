@@ -1,0 +1,222 @@
+"""What a reviewer checks in the report: baseline rows and marks, bold only without ties, stability, baselines from
+the data folder for old records, provenance warnings, costs from a bench file, exports, corrections, plugin tasks,
+and records that are not records. Numbers are computed by hand from the records written here."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from suite.data import TASKS, TaskSpec, register_task
+from suite.errors import ReportError
+from suite.report import build_report
+from suite.store import Store
+from test_report import make_record, parse_table
+
+RTE_BASE = {"majority": {"accuracy": 0.505, "score": 0.505}, "chance": {"accuracy": 0.5, "score": 0.5}}
+STSB_BASE = {"constant_mean": {"pearson": 0.0, "spearman": 0.0, "score": 0.0},
+             "chance": {"pearson": 0.001, "spearman": 0.002, "score": 0.0015}}
+
+
+def write(root: Path, records) -> Path:
+    store = Store(root)
+    for name, rec in records:
+        store.write(name, rec)
+    return root
+
+
+def collapsed_grid(root: Path) -> Path:
+    """vanilla collapses to the majority class on RTE; two methods tie at 62 ± 2; STS-B near the constant mean."""
+    recs = []
+    for i, s in enumerate((1, 2, 3)):
+        recs.append(make_record("rte", "vanilla", s, {"accuracy": 0.505}, hparams={"p": 0.1}, baselines=RTE_BASE))
+        for m in ("scores_dropout", "no_dropout"):
+            recs.append(make_record("rte", m, s, {"accuracy": [0.60, 0.62, 0.64][i]},
+                                    hparams={"p": 0.1} if m == "scores_dropout" else None, baselines=RTE_BASE))
+        recs.append(make_record("stsb", "vanilla", s, {"pearson": 0.005, "spearman": 0.005}, hparams={"p": 0.1},
+                                baselines=STSB_BASE))
+        recs.append(make_record("stsb", "scores_dropout", s, {"pearson": [0.3, 0.4, 0.5][i],
+                                                              "spearman": [0.3, 0.4, 0.5][i]},
+                                hparams={"p": 0.1}, baselines=STSB_BASE))
+    return write(root, recs)
+
+
+@pytest.fixture(scope="module")
+def collapsed(tmp_path_factory):
+    root = collapsed_grid(tmp_path_factory.mktemp("collapsed"))
+    return root, build_report([root], aso=False, figures=False).read_text()
+
+
+def test_baseline_rows_marks_and_no_bold_on_ties(collapsed):
+    _, md = collapsed
+    board = parse_table(md, "### Leaderboard")
+    assert board["*majority class / constant mean (baseline)*"]["RTE"] == "50.50"
+    assert board["*majority class / constant mean (baseline)*"]["STS-B"] == "0.00"
+    assert board["*chance (baseline)*"]["STS-B"] == "0.15"
+    assert board["vanilla"]["RTE"] == "50.50 ± 0.00° (3)"          # exactly the majority class: marked
+    # 60, 62, 64 against 50.5: one-sided t = 10.0, p = 0.005 -> above the majority class, not marked; but tied
+    assert board["scores_dropout"]["RTE"] == "62.00 ± 2.00 (3)" and board["no_dropout"]["RTE"] == "62.00 ± 2.00 (3)"
+    assert board["vanilla"]["STS-B"] == "0.50 ± 0.00 (3)"           # 0.5 > 0 with zero spread: not marked
+    assert board["scores_dropout"]["STS-B"] == "**40.00 ± 10.00** (3)"
+    assert "not distinguishable from the majority / constant predictor" in md and "from the records" in md
+
+
+def test_stability_counts_collapsed_runs_and_worst_seeds(collapsed):
+    _, md = collapsed
+    table = parse_table(md, "### Stability across seeds")
+    assert table["vanilla"]["RTE"] == "3/3 · 0.00 · 50.50"          # at the majority class: all failed
+    assert table["scores_dropout"]["RTE"] == "0/3 · 2.00 · 60.00"
+    assert table["vanilla"]["STS-B"] == "3/3 · 0.00 · 0.50"         # within 1 point of the constant predictor
+    assert table["scores_dropout"]["STS-B"] == "0/3 · 10.00 · 30.00"
+
+
+def write_rte_dev(data: Path, labels: list[str]) -> None:
+    (data / "RTE").mkdir(parents=True)
+    lines = ["index\tsentence1\tsentence2\tlabel"] + [f"{i}\ta\tb\t{lab}" for i, lab in enumerate(labels)]
+    (data / "RTE" / "dev.tsv").write_text("\n".join(lines) + "\n")
+
+
+def test_baselines_of_old_records_come_from_the_dev_labels_or_are_declared_unavailable(tmp_path, monkeypatch):
+    monkeypatch.delenv("SUITE_DATA_DIR", raising=False)
+    root = write(tmp_path / "runs", [make_record("rte", "vanilla", s, {"accuracy": 0.6}, hparams={"p": 0.1})
+                                     for s in (1, 2)])
+    md = build_report([root], aso=False, figures=False).read_text()
+    assert "Baseline unavailable for RTE (unavailable: no data folder" in md
+    write_rte_dev(tmp_path / "glue", ["entailment"] * 7 + ["not_entailment"] * 3)
+    md = build_report([root], aso=False, figures=False, data_dir=tmp_path / "glue").read_text()
+    board = parse_table(md, "### Leaderboard")
+    assert board["*majority class (baseline)*"]["RTE"] == "70.00"    # 7 of 10 dev labels are the majority
+    assert board["vanilla"]["RTE"] == "60.00 ± 0.00° (2)"            # below the majority class
+
+
+def test_provenance_warning_counts_versions_dirty_trees_and_machines(tmp_path):
+    recs = [make_record("rte", "vanilla", 1, {"accuracy": 0.6}, env={"git_commit": "aaa+dirty", "host": "one"}),
+            make_record("rte", "vanilla", 2, {"accuracy": 0.6}, env={"git_commit": "bbb", "host": "two"}),
+            make_record("rte", "vanilla", 3, {"accuracy": 0.6}, env={"git_commit": "bbb", "host": "two"})]
+    md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
+    warning = next(line for line in md.splitlines() if line.startswith("> **Warning"))
+    assert "2 code versions" in warning and "1 run from uncommitted (`+dirty`) trees" in warning
+    assert "2 machines or device setups" in warning
+    clean = build_report([write(tmp_path / "clean", recs[1:])], aso=False, figures=False).read_text()
+    assert "> **Warning" not in clean
+
+
+def bench_file(path: Path) -> Path:
+    rows = [{"shape": "tiny", "seq_len": 128, "batch_size": 8, "method": m, "step_ms": t, "peak_mb": mb}
+            for m, t, mb in (("[sdpa]", 9.0, 90.0), ("vanilla", 10.0, 100.0), ("scores_dropout", 15.0, 80.0))]
+    rows += [{"shape": "tiny", "seq_len": 512, "batch_size": 8, "method": m, "step_ms": t, "peak_mb": mb}
+             for m, t, mb in (("vanilla", 40.0, 400.0), ("scores_dropout", 80.0, 400.0))]
+    path.write_text(json.dumps({"device": "cuda (Test GPU)", "note": "bf16", "rows": rows}))
+    return path
+
+
+def test_cost_columns_come_from_the_bench_file_with_its_device(tmp_path):
+    root = write(tmp_path / "grid", [make_record("rte", m, 1, {"accuracy": 0.6}, hparams={"p": 0.1}, peak_mb=9e9)
+                                     for m in ("vanilla", "scores_dropout")])
+    md = build_report([root], aso=False, figures=False, costs=bench_file(tmp_path / "bench.json")).read_text()
+    board = parse_table(md, "### Leaderboard")
+    # time: 1.5 and 2.0 -> geometric mean sqrt(3) = 1.73; memory: 0.8 and 1.0 -> sqrt(0.8) = 0.89
+    assert board["scores_dropout"]["step time vs vanilla (bench)"] == "1.73×"
+    assert board["scores_dropout"]["step memory vs vanilla (bench)"] == "0.89×"
+    assert "on cuda (Test GPU), shape `tiny`" in md and "9000000000" not in md
+    (root / "bench.json").write_text(bench_file(tmp_path / "b2.json").read_text())
+    assert "(bench)" in build_report([root], aso=False, figures=False).read_text()   # OUT/bench.json: the default
+    with pytest.raises(ReportError, match="no such file"):
+        build_report([root], costs=tmp_path / "missing.json")
+
+
+def test_exports_hold_the_markdown_tables(collapsed):
+    root, md = collapsed
+    csv = pd.read_csv(root / "leaderboard.csv", dtype=str, keep_default_na=False)
+    assert csv.loc[csv["method"] == "scores_dropout", "STS-B"].item() == "40.00 ± 10.00 (3)"   # bold removed
+    assert csv["model"].unique().tolist() == ["tiny-bert"]
+    tex = (root / "leaderboard.tex").read_text()
+    assert r"\textbf{40.00 $\pm$ 10.00}" in tex and r"scores\_dropout" in tex and r"\begin{tabular}" in tex
+    comparisons = pd.read_csv(root / "comparisons.csv")
+    row = comparisons[(comparisons["method"] == "scores_dropout") & (comparisons["column"] == "rte")].iloc[0]
+    assert row["diff"] == pytest.approx(11.5) and row["n"] == 3           # 62 - 50.5 at every seed
+    assert (root / "leaderboard_stability.csv").is_file() and (root / "leaderboard_differences.tex").is_file()
+
+
+def test_benjamini_hochberg_option(collapsed):
+    root, _ = collapsed
+    md = build_report([root], aso=False, figures=False, correction="bh").read_text()
+    assert "Benjamini-Hochberg" in md and "p adj (BH)" in md
+    with pytest.raises(ReportError, match="valid corrections are holm, bh"):
+        build_report([root], correction="bonferroni")
+
+
+@pytest.fixture
+def plugin_task():
+    spec = register_task(TaskSpec("toxic_probe", "Toxic", ("text",), ("no", "yes"), ("accuracy",),
+                                  ("someone/toxic", "default"), benchmark="SAFETY"))
+    yield spec
+    TASKS.remove(spec.name)
+
+
+def test_a_plugin_task_is_averaged_under_its_own_benchmark_never_glue(tmp_path, plugin_task):
+    recs = [make_record(t, "vanilla", 1, {"accuracy": 0.6}, hparams={"p": 0.1}) for t in ("rte", "toxic_probe")]
+    md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
+    board = parse_table(md, "### Leaderboard")
+    assert board["vanilla"]["GLUE avg"] == "**60.00**" and board["vanilla"]["SAFETY avg"] == "**60.00**"
+    assert "GLUE avg: unweighted mean of the per-task means over RTE;" in md
+    assert "SAFETY avg: unweighted mean of the per-task means over Toxic;" in md
+    assert "GLUE tasks RTE; SAFETY tasks Toxic" in md and "hub: someone/toxic" in md
+
+
+def test_invalid_records_are_named_with_the_reason_and_temporary_files_ignored(tmp_path):
+    root = write(tmp_path, [make_record("rte", "vanilla", 1, {"accuracy": 0.6})])
+    (root / "runs" / "no_status.json").write_text(json.dumps({"config": {}, "hash": "x", "label": "y"}))
+    (root / "runs" / ".tmp-abc.json").write_text("{half a rec")
+    md = build_report([root], aso=False, figures=False).read_text()
+    assert "1 unreadable record files skipped: no_status.json" in md
+    assert "- no_status.json: not a run record: missing status" in md and ".tmp-abc" not in md
+    assert not (root / "figures").exists()          # figures=False: tables only
+
+
+def test_example_level_interval_from_prediction_sidecars(tmp_path):
+    """Accuracy differences over resampled examples: the interval is about mean ± 1.96 standard errors of the
+    per-example correctness difference (normal approximation), and exactly +100 when one method is always right."""
+    from suite.record import save_predictions
+
+    rng = np.random.default_rng(5)
+    n = 400
+    labels = rng.integers(0, 2, n)
+    right_a, right_b = rng.random(n) < 0.75, rng.random(n) < 0.65
+    store = Store(tmp_path)
+    for method, right in (("vanilla", right_b), ("scores_dropout", right_a)):
+        for s in (1, 2):
+            name, rec = make_record("rte", method, s, {"accuracy": float(right.mean())}, hparams={"p": 0.1})
+            pred = np.where(right, labels, 1 - labels)
+            sidecar = name.replace(".json", ".predictions.npz")
+            store.runs.mkdir(parents=True, exist_ok=True)
+            save_predictions(store.runs / sidecar, {"": {"index": np.arange(n), "label": labels,
+                                                          "logits": np.eye(2)[pred].astype(np.float32)}})
+            rec["predictions"] = sidecar
+            store.write(name, rec)
+    md = build_report([tmp_path], aso=False, figures=False).read_text()
+    low, high = (float(x) for x in parse_table(md, "#### RTE")["scores_dropout"]["95% CI (dev examples)"]
+                 .strip("[]").split(", "))
+    d = right_a.astype(float) - right_b.astype(float)
+    se = d.std(ddof=1) / np.sqrt(n) * 100
+    assert low == pytest.approx(d.mean() * 100 - 1.96 * se, abs=0.6 * se)
+    assert high == pytest.approx(d.mean() * 100 + 1.96 * se, abs=0.6 * se)
+    assert parse_table(md, "#### RTE")["vanilla"]["95% CI (dev examples)"] == "–"
+
+
+def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
+    import torch
+
+    from suite.bench import write_json
+
+    rows = [{"shape": "tiny", "seq_len": 64, "batch_size": 4, "method": m, "step_ms": t, "peak_mb": 10.0,
+             "error": None} for m, t in (("vanilla", 20.0), ("scores_dropout", 30.0))]
+    write_json(str(tmp_path / "bench.json"), rows, torch.device("cpu"), None, "python -m suite bench --shapes tiny")
+    root = write(tmp_path / "grid", [make_record("rte", m, 1, {"accuracy": 0.6}, hparams={"p": 0.1})
+                                     for m in ("vanilla", "scores_dropout")])
+    md = build_report([root], aso=False, figures=False, costs=tmp_path / "bench.json").read_text()
+    assert parse_table(md, "### Leaderboard")["scores_dropout"]["step time vs vanilla (bench)"] == "1.50×"
+    assert "with `python -m suite bench --shapes tiny`" in md and "on CPU" in md
