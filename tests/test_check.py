@@ -1,0 +1,138 @@
+"""The method check (suite.testing, `python -m suite check`): it passes a correct method and fails each kind of broken
+one with a message that says what is wrong, also for a method that comes from another package's entry point."""
+import argparse
+import dataclasses
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import suite
+from suite import check, testing
+from suite.methods.dropout import ScoresDropout
+
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with testing.one_thread():
+        yield
+
+
+def _cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    check.add_parser(parser.add_subparsers(dest="command"))
+    return check.main(parser.parse_args([check.COMMAND, *argv]))
+
+
+def _plugin_distribution(root: Path) -> Path:
+    """An installed-looking distribution (dist-info with an entry point) whose method lives in tests/plugins."""
+    info = root / "leaky_plugin-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: leaky-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[suite.methods]\nleaky_attention = leaky_attention\n")
+    return root
+
+
+@pytest.fixture
+def leaky_plugin(tmp_path, monkeypatch):
+    root = _plugin_distribution(tmp_path)
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    monkeypatch.syspath_prepend(str(root))
+    assert any(ep.name == "leaky_attention" for ep in importlib.metadata.entry_points(group="suite.methods"))
+    suite.METHODS.load(reload_plugins=True)
+    yield "leaky_attention"
+    suite.METHODS.remove("leaky_attention")  # other tests select `all`
+    sys.modules.pop("leaky_attention", None)
+
+
+def test_scores_dropout_passes_every_check(capsys):
+    assert _cli("scores_dropout") == 0
+    out = capsys.readouterr().out
+    assert "scores_dropout: passed" in out and "FAIL" not in out
+    for name in ("identity", "padding", "finite", "hparams"):
+        assert f" {name} " in out
+
+
+def test_plugin_method_that_ignores_padding_fails(leaky_plugin, capsys):
+    assert leaky_plugin in suite.METHODS.names()
+    assert _cli(leaky_plugin) == check.EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "leaky_attention: FAILED" in out
+    assert "the method attends to padding" in out
+    assert "weight up to" in out and "on padded keys" in out
+    assert "failed: leaky_attention" in out
+
+
+def test_plugin_check_from_the_command_line(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_plugin_distribution(tmp_path)), str(PLUGINS),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "suite", "check", "leaky_attention", "--quiet"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == check.EXIT_FAILED, proc.stderr
+    assert "attends to padding" in proc.stdout
+
+
+def test_unknown_method_is_bad_input(capsys):
+    assert _cli("no_such_method") == check.EXIT_BAD_INPUT
+    assert "scores_dropout" in capsys.readouterr().err  # the valid names are listed
+
+
+def test_set_reaches_the_checked_method(capsys):
+    assert check._hparams(["scores_dropout", "topk"], ["topk.k=3"]) == {"scores_dropout": {}, "topk": {"k": 3}}
+    assert _cli("scores_dropout", "--set", "vanilla.p=0.3") == check.EXIT_BAD_INPUT
+    assert _cli("scores_dropout", "--set", "scores_dropout.p=1.5") == check.EXIT_FAILED
+    assert "p=1.5 is impossible" in capsys.readouterr().out
+
+
+class AcceptsAnything(ScoresDropout):
+    def validate(self):
+        pass
+
+
+class WrongIdentity(ScoresDropout):
+    identity = {"p": 0.5}  # scores dropout at p=0.5 is not softmax attention in training
+
+
+class NaNAttention(ScoresDropout):
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        out, probs = super().attention(module, query, key, value, attention_mask, scaling, **kwargs)
+        return out / 0.0 * 0.0, probs
+
+
+def test_hparams_check_catches_missing_validation():
+    results = testing.check_hparams(AcceptsAnything, {})
+    refused = {r.setting: r for r in results}
+    assert refused["p=1.5"].passed is False and "accepted an impossible value" in refused["p=1.5"].detail
+    assert testing.check_hparams(ScoresDropout, {"p": 2.0})[0].passed is False  # the value under test itself
+
+
+def test_identity_check_catches_a_wrong_identity():
+    result = testing.check_identity(WrongIdentity, "bert")
+    assert result.passed is False and "train mode" in result.detail
+    assert testing.check_identity(ScoresDropout, "roberta").passed is True
+
+
+def test_finite_check_catches_nan():
+    results = testing.check_finite(NaNAttention(), "bert")
+    assert [r.passed for r in results] == [False, False]
+    assert "non-finite outputs" in results[0].detail
+
+
+def test_probability_fields_follow_the_naming_rule():
+    @dataclasses.dataclass
+    class Config:
+        p: float = 0.1
+        p_max: float = 0.3
+        k: int = 3
+        p_count: int = 2  # an int is no probability
+
+    class M(ScoresDropout):
+        pass
+
+    M.Config = Config
+    assert testing.probability_fields(M) == ["p", "p_max"]
