@@ -1,10 +1,16 @@
-"""Top-k selective attention (Explicit Sparse Transformer, Zhao et al. 2019; methods.md §6).
+"""Top-k selective attention (Explicit Sparse Transformer, Zhao et al. 2019; see docs/methods.md).
 
-After the padding mask, each query row keeps the scores >= its k-th largest valid score (ties at the k-th value are
-all kept, so more than k keys may survive) and the rest get the mask minimum; then softmax and the usual
+After the padding mask, each query row keeps the scores >= its k-th largest score (ties at the k-th value are all
+kept, so more than k keys may survive) and the rest get the mask minimum; then softmax and the usual
 attention-probability dropout. The threshold is a constant for autograd: gradients flow only through the kept scores.
-k is fixed (`k`) or a fraction of each row's valid length (`k_frac`: k = ceil(k_frac * n), at least 1). A k at least
-the row's valid length drops nothing, so the method then equals softmax attention exactly.
+A k at least the number of a row's valid keys drops nothing there, so the method then equals softmax attention.
+
+How k is chosen (one of three):
+- `k`: a fixed k for every row (the paper's usual setting, k = 8).
+- `div` (the official code's ratio mode, `--div`/`--lb`): k = ceil(padded key length / div), raised to at least `lb`
+  and capped at the padded length. The padded length is the batch's, so k depends on the batch's composition.
+- `k_frac` (the suite's own rule, not the official code's): k = ceil(k_frac * the row's real length), at least 1, so
+  every row keeps the same share of its own tokens whatever the batch.
 """
 from __future__ import annotations
 
@@ -19,9 +25,16 @@ from suite.attention import (AttentionMethod, HyperParameterError, attend, mask_
 
 @dataclasses.dataclass
 class TopKConfig:
-    k: int = 8                      # keys kept per query (the paper's usual value); ignored when k_frac is set
-    k_frac: float | None = None     # keep ceil(k_frac * valid length) keys per query instead, 0 < k_frac <= 1
+    k: int = 8                      # keys kept per query (the paper's usual value); ignored when div or k_frac is set
+    div: float | None = None        # official ratio mode: k = max(lb, ceil(padded key length / div)), div > 0
+    lb: int = 1                     # lower bound on k in the official ratio mode
+    k_frac: float | None = None     # the suite's per-row rule: ceil(k_frac * row's real length) keys, 0 < k_frac <= 1
     p: float = 0.1                  # attention-probability dropout after the softmax, as vanilla
+
+
+def official_ratio_k(key_length: int, div: float, lb: int) -> int:
+    """The official code's k for `--div > 0`: ceil(key_length / div), at least lb, at most key_length."""
+    return min(max(math.ceil(key_length / div), lb), key_length)
 
 
 def topk_mask(s: torch.Tensor, valid: torch.Tensor, k: int | None, k_frac: float | None) -> torch.Tensor:
@@ -47,9 +60,11 @@ def topk_mask(s: torch.Tensor, valid: torch.Tensor, k: int | None, k_frac: float
 @register_method("topk")
 class TopK(AttentionMethod):
     """Top-k selective attention: only each query's k largest scores (ties kept) enter the softmax."""
+    cost_target = 1.3  # x eager attention step (CUDA)
 
+    hashed_when_changed = {"div": None, "lb": 1}  # the official ratio mode came later
     Config = TopKConfig
-    identity = {"k": 1_000_000, "k_frac": None, "p": 0.0}
+    identity = {"k": 1_000_000, "div": None, "k_frac": None, "p": 0.0}
 
     def validate(self) -> None:
         super().validate()
@@ -59,10 +74,19 @@ class TopK(AttentionMethod):
         if frac is not None and not (isinstance(frac, (int, float)) and math.isfinite(frac) and 0 < frac <= 1):
             raise HyperParameterError(f"topk.k_frac={frac!r} is impossible: it must lie in (0, 1] (or be None "
                                       "to use the fixed topk.k)")
+        div, lb = self.cfg.div, self.cfg.lb
+        if div is not None and not (isinstance(div, (int, float)) and math.isfinite(div) and div > 0):
+            raise HyperParameterError(f"topk.div={div!r} is impossible: it must be > 0 (or None; a fixed k is "
+                                      "topk.k)")
+        if isinstance(lb, bool) or not isinstance(lb, int) or lb < 1:
+            raise HyperParameterError(f"topk.lb={lb!r} is impossible: it must be an integer >= 1")
+        if div is not None and frac is not None:
+            raise HyperParameterError("topk.div and topk.k_frac are two ways of choosing k: set one of them")
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         s = scores(query, key, scaling, attention_mask)
-        drop = topk_mask(s, valid_keys(attention_mask, s), self.cfg.k, self.cfg.k_frac)
+        k = self.cfg.k if self.cfg.div is None else official_ratio_k(s.shape[-1], self.cfg.div, self.cfg.lb)
+        drop = topk_mask(s, valid_keys(attention_mask, s), k, self.cfg.k_frac)
         s = s.masked_fill(drop, mask_fill_value(s))
         p = probs_dropout(softmax(s), self.cfg.p if module.training else 0.0, module)
         return attend(module, p, value)

@@ -1,4 +1,4 @@
-"""Attention statistics of a fine-tuned model: one implementation for every method (methods.md §5, §7, §9.1).
+"""Attention statistics of a fine-tuned model: one implementation for every method (docs/methods.md, docs/analyses.md#heads).
 
 The runner calls `attention_statistics` at the end of each run. It puts the model in eval mode, sets a probe on every
 attention module (`module.suite_probe`, which `suite.attention.attend` calls with the layer's probabilities) and
@@ -13,11 +13,17 @@ feed hand-made maps. Definitions, per layer, over the valid (non-padding) querie
 - entropy         mean row entropy in nats, after Clark et al.'s smoothing P' = 0.9999 P + 0.0001 / T (T: the
                   query's number of valid keys). Rows are first divided by their L1 mass, so rows that do not sum to
                   one (ReLA) are read as distributions; null rows have no distribution and are left out.
-- head_diversity  Jensen-Shannon divergence (nats, no smoothing, 0 log 0 = 0) between the rows of every pair of
-                  heads for the same query, averaged over the pairs, then over queries (Correia et al.). Pairs in
-                  which either row is null are left out; a query with no such pair does not count. It costs
-                  H(H-1)/2 passes over a row, most of the statistics' time, so it is averaged over a systematic
-                  sample of query positions: every s-th with s = ceil(L / DIVERSITY_QUERIES) (all when L <= 32).
+- head_disagreement
+                  Correia et al. (2019)'s disagreement between heads: the generalised Jensen-Shannon divergence of
+                  the heads' rows for the same query, H(mean_h p_h) - mean_h H(p_h) (nats, no smoothing,
+                  0 log 0 = 0; between 0 for identical heads and ln H), averaged over queries. Null rows are left
+                  out of both means; a query with fewer than two non-null rows does not count.
+- head_diversity  the suite's own pairwise variant: the two-distribution Jensen-Shannon divergence between the rows
+                  of every pair of heads for the same query (at most ln 2), averaged over the pairs, then over
+                  queries. Pairs in which either row is null are left out; a query with no such pair does not count.
+                  It costs H(H-1)/2 passes over a row, most of the statistics' time.
+                  Both head statistics are averaged over a systematic sample of query positions: every s-th with
+                  s = ceil(L / DIVERSITY_QUERIES) (all when L <= 32).
 - mass_cls, mass_sep, mass_punct
                   mean share of a row's mass on [CLS], on [SEP] (all of them in a pair input), and on "." and ","
                   tokens (Clark et al.), over non-null rows. RoBERTa's <s> and </s> play [CLS] and [SEP].
@@ -33,7 +39,8 @@ from typing import Any
 
 import torch
 
-STATS = ("sparsity", "entropy", "null_rows", "attended_keys", "head_diversity", "mass_cls", "mass_sep", "mass_punct")
+STATS = ("sparsity", "entropy", "null_rows", "attended_keys", "head_diversity", "head_disagreement", "mass_cls",
+         "mass_sep", "mass_punct")
 SMOOTHING = 1e-4  # Clark et al.: P' = (1 - SMOOTHING) * P + SMOOTHING / T
 PUNCTUATION = (".", ",")
 DIVERSITY_QUERIES = 32  # query positions per sequence sampled for head diversity
@@ -124,7 +131,19 @@ def map_sums(probs: torch.Tensor, valid: torch.Tensor, input_ids: torch.Tensor |
 
     stride = -(-lq // DIVERSITY_QUERIES)
     out["head_diversity"] = _head_diversity(q[:, :, ::stride], live[:, :, ::stride])
+    out["head_disagreement"] = _head_disagreement(q[:, :, ::stride], live[:, :, ::stride])
     return out
+
+
+def _head_disagreement(q: torch.Tensor, live: torch.Tensor) -> tuple[float, float]:
+    """(sum over queries of H(mean_h p_h) - mean_h H(p_h) over the non-null heads, queries with >= 2 of them)."""
+    w = live.to(q.dtype)                                                     # (B, H, L)
+    n = w.sum(1)                                                             # (B, L) non-null heads per query
+    mixture = (q * w[..., None]).sum(1) / n.clamp_min(1)[..., None]          # (B, L, K)
+    mean_entropy = (_entropy(q) * w).sum(1) / n.clamp_min(1)
+    js = (_entropy(mixture) - mean_entropy).clamp_min(0)
+    has = n >= 2
+    return float(js[has].sum()), float(has.sum())
 
 
 def _head_diversity(q: torch.Tensor, live: torch.Tensor) -> tuple[float, float]:
@@ -204,8 +223,7 @@ def probes(model: torch.nn.Module, probe):
 @torch.no_grad()
 def attention_statistics(model, tokenizer, dev, spec, train, pad_id: int, device, amp_dtype) -> dict[str, Any]:
     """Statistics of the model's attention, in eval mode, over the first `train.stats_batches` dev batches."""
-    from .data import collate, sorted_batches
-    from .runner import to_device
+    from .data import collate, sorted_batches, to_device
 
     classes = token_classes(tokenizer)
     batches = sorted_batches(dev.lengths(), train.eval_batch_size)[:train.stats_batches]

@@ -1,22 +1,28 @@
-"""AttendOut (reconstruction, methods.md §3.3): the generator's gradients, masks, log-probabilities, the Defender's
-synchronisation, the Attacker's masked update, the policy following its reward, and an end-to-end run."""
+"""AttendOut (reconstruction): the generator's gradients, masks and log-probabilities, the first-order reward against
+autograd's per-sample gradients, leave-one-out advantages, the placebo, the masked update, no reward at lr 0, the
+interleaved cost (never below 1), and an end-to-end run."""
 import pytest
 import torch
 from transformers import get_linear_schedule_with_warmup
 
 import suite
 from conftest import padded_batch, tiny_model
-from suite.methods.attendout import AttendOut, valid_pairs
 from suite.attention import HyperParameterError
-from suite.runner import StepContext
+from suite.methods.attendout import AttendOut, valid_pairs
+from suite.methods.attendout import reward as rw
+from suite.methods.attendout.cost import CostMeter
+from suite.methods.attendout.generator import mask_log_prob
+from suite.methods.attendout.policy import leave_one_out
+from suite.training import StepContext
 
 
-def _attach(seed=0, model_seed=0, **hp):
-    model = tiny_model(seed=model_seed)
+def _attach(seed=0, model_seed=0, model_kw=None, **hp):
+    model = tiny_model(seed=model_seed, **(model_kw or {}))
     torch.manual_seed(seed)
     method = AttendOut(AttendOut.Config(**hp))
     method.attach(model)
     model.train()
+    method.setup_training(_ctx(model, method))
     return model, method
 
 
@@ -25,16 +31,23 @@ def _batch(seed=0, batch=4, length=12, vocab=40):
     return {"input_ids": ids, "attention_mask": mask, "labels": torch.arange(batch) % 2}
 
 
-def _ctx(model, method, lr=1e-3):
+def _ctx(model, method, lr=1e-3, warmup=0):
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    sched = get_linear_schedule_with_warmup(opt, 0, 100)
-    ctx = StepContext(model, method, opt, sched, torch.device("cpu"), None, 1.0)
-    method.setup_training(ctx)
-    return ctx
+    sched = get_linear_schedule_with_warmup(opt, warmup, 100)
+    return StepContext(model, method, opt, sched, torch.device("cpu"), None, 1.0, total_steps=100)
 
 
 def _g_params(method):
     return list(method.generator.parameters())
+
+
+def _collect(method, model, batch):
+    """One forward that draws masks from G and keeps G's graph; returns the samples."""
+    method.collect = True
+    with torch.no_grad():
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    method.collect = False
+    return method.take_samples()
 
 
 def _mean_pi(method, model, batch):
@@ -50,13 +63,12 @@ def test_generator_is_outside_the_model():
     model, method = _attach()
     ids = {id(p) for p in model.parameters()}
     assert not any(id(p) in ids for p in _g_params(method))
-    assert method.training_only_parameters == sum(p.numel() for p in _g_params(method)) > 0
+    assert method.training_only_parameters() == sum(p.numel() for p in _g_params(method)) > 0
     assert not any("generator" in k for k in model.state_dict())
-    # per layer: Wq, Wk (hidden x d_g) and a bias; shared: one of each plus a layer embedding
     hidden, layers = model.config.hidden_size, model.config.num_hidden_layers
-    assert method.training_only_parameters == layers * (2 * hidden * 32 + 1)
+    assert method.training_only_parameters() == layers * (2 * hidden * 32 + 1)  # Wq, Wk and a bias per layer
     _, shared = _attach(shared_generator=True, d_g=8)
-    assert shared.training_only_parameters == 2 * hidden * 8 + 1 + layers * hidden
+    assert shared.training_only_parameters() == 2 * hidden * 8 + 1 + layers * hidden
 
 
 def test_generator_gets_gradient_only_from_the_policy_loss():
@@ -65,18 +77,13 @@ def test_generator_gets_gradient_only_from_the_policy_loss():
     method.collect = True
     loss = model(**batch).loss
     method.collect = False
-    assert len(method._samples) == model.config.num_hidden_layers
+    samples = method.take_samples()
+    assert len(samples) == model.config.num_hidden_layers
     loss.backward()
     assert all(p.grad is None for p in _g_params(method))  # the task loss never reaches G
-    assert any(p.grad is not None for p in model.parameters())
-    method.policy_update(torch.tensor(1.0))   # sets the baseline
-    method.collect = True
-    model(**batch)
-    method.collect = False
-    before = [p.detach().clone() for p in _g_params(method)]
     model.zero_grad(set_to_none=True)
-    method.policy_update(torch.tensor(2.0))
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in _g_params(method))
+    before = [p.detach().clone() for p in _g_params(method)]
+    method.policy.update([samples, _collect(method, model, batch)], torch.tensor([[1.0] * 4, [-1.0] * 4]))
     assert all(p.grad is None for p in model.parameters())  # G reads detached states: nothing flows back
     assert any(not torch.equal(a, p) for a, p in zip(before, _g_params(method)))
 
@@ -93,17 +100,14 @@ def test_masks_keep_padding_masked_and_never_drop_the_diagonal():
     valid_key = batch["attention_mask"].bool()
     real_query = valid_key[:, None, :, None]
     dropped_share = []
-    for probs, sample in zip(seen, method._samples):
+    for probs, sample in zip(seen, method.take_samples()):
         assert torch.isfinite(probs).all()
-        # padded keys get no weight from real queries, dropped or not
         assert (probs.masked_fill(~real_query, 0)[~valid_key[:, None, None, :].expand_as(probs)] == 0).all()
         assert (probs.diagonal(dim1=-2, dim2=-1)[real_query[..., 0].expand(-1, probs.shape[1], -1)] > 0).all()
         assert not sample.drop.diagonal(dim1=-2, dim2=-1).any()
         assert not (sample.drop & ~sample.valid).any()
-        # the mask is shared across heads and is what zeroes the probabilities
-        zero = probs == 0
-        assert torch.equal(zero & real_query & valid_key[:, None, None, :],
-                           sample.drop[:, None].expand_as(zero))
+        zero = probs == 0  # the mask is shared across heads and is what zeroes the probabilities
+        assert torch.equal(zero & real_query & valid_key[:, None, None, :], sample.drop[:, None].expand_as(zero))
         dropped_share.append(sample.drop.sum() / sample.valid.expand_as(sample.drop).sum())
     assert 0.3 < float(sum(dropped_share) / len(dropped_share)) < 0.8  # the check above is not vacuous
 
@@ -111,51 +115,90 @@ def test_masks_keep_padding_masked_and_never_drop_the_diagonal():
 def test_valid_pairs_exclude_padding_and_diagonal():
     _, mask = padded_batch(3, 6)
     additive = torch.zeros(3, 1, 6, 6).masked_fill(~mask.bool()[:, None, None, :], torch.finfo(torch.float32).min)
-    v = valid_pairs(additive, 6, "cpu")
     real = mask.bool()
     expected = real[:, :, None] & real[:, None, :] & ~torch.eye(6, dtype=torch.bool)
-    assert torch.equal(v, expected)
+    assert torch.equal(valid_pairs(additive, 6, "cpu"), expected)
     assert torch.equal(valid_pairs(None, 6, "cpu")[0], ~torch.eye(6, dtype=torch.bool))
 
 
 def test_log_prob_matches_bernoulli_on_valid_pairs():
     model, method = _attach(p_max=0.5, p_init=0.2)
-    method.collect = True
-    model(**_batch(length=10))
-    method.collect = False
+    samples = _collect(method, model, _batch(length=10))
     expected = 0.0
-    for s in method._samples:
-        pi = 0.5 * torch.sigmoid(s.logits)
-        lp = torch.distributions.Bernoulli(probs=pi).log_prob(s.drop.float())
+    for s in samples:
+        lp = torch.distributions.Bernoulli(probs=0.5 * torch.sigmoid(s.logits)).log_prob(s.drop.float())
         expected = expected + (lp * s.valid.expand_as(lp)).sum((-1, -2))
-    got = method.log_prob()
+    got = mask_log_prob(samples, 0.5)
     assert got.shape == (4,)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("sync_every", [1, 2])
-def test_defender_equals_attacker_after_each_sync(sync_every):
-    model, method = _attach(sync_every=sync_every, cost_probe_steps=0)
-    ctx = _ctx(model, method)
-    checks = []
-    original = method.sync_defender
+def test_first_order_reward_matches_autograd_per_sample_gradients():
+    """eta * v . grad l_i under a fixed mask and hidden-dropout draws, against autograd in float64."""
+    model, method = _attach(model_kw={"hidden_dropout_prob": 0.2}, p_max=0.5, p_init=0.2)
+    model.double()  # G stays in fp32: it reads the states as fp32, the masks are what matter
+    batch, nxt = _batch(seed=0), _batch(seed=1)
+    v = rw.next_batch_gradient(model, nxt)
+    state = rw.RandomState(torch.device("cpu"))
+    with method._mode("attacker", state):
+        base = rw.losses_at(model, None, batch)
+    eps = 1e-6 / rw.squared_norm(v)
+    got = rw.alignment_rewards(model, batch, base, rw.shifted(model, v, eps), eps, 0.5, method._mode("replay", state))
+    expected = []
+    for i in range(4):  # autograd: the same masks and draws, one sample's loss at a time
+        with method._mode("replay", state):
+            li = rw.losses_at(model, None, batch)[i]
+        g = torch.autograd.grad(li, [p for n, p in rw.trainable(model).items() if n in v])
+        expected.append(0.5 * sum((a * b).sum() for a, b in zip(g, v.values())))
+    torch.testing.assert_close(got, torch.stack(expected), rtol=1e-4, atol=1e-9)
+    assert got.abs().min() > 0
 
-    def spy(m):
-        original(m)
-        d = method.defender_parameters(m)
-        checks.append(all(torch.equal(d[n], p) for n, p in method.trainable(m).items()))
 
-    method.sync_defender = spy
-    batches = [_batch(seed=i) for i in range(6)]
-    for i in range(5):
-        method.training_step(ctx, batches[i], batches[i + 1])
-    assert checks and all(checks)
-    assert len(checks) == (5 if sync_every == 1 else 3)  # before rewards 0, 2, 4
-    if sync_every == 1:  # the Defender reads the Attacker's own tensors
-        assert all(method.defender_parameters(model)[n] is p for n, p in model.named_parameters())
-    else:  # between syncs it has trained on its own: it differs from the Attacker
-        d = method.defender_parameters(model)
-        assert any(not torch.equal(d[n], p) for n, p in model.named_parameters())
+def test_leave_one_out_advantages_by_hand():
+    r = torch.tensor([[1.0, 0.0], [3.0, 6.0], [5.0, 3.0]])
+    expected = torch.tensor([[1 - 4.0, 0 - 4.5], [3 - 3.0, 6 - 1.5], [5 - 2.0, 3 - 3.0]])
+    torch.testing.assert_close(leave_one_out(r), expected)
+
+
+def _toy_run(sign, updates=15, **hp):
+    """Policy updates whose reward is +-the share of pairs each sample's mask drops (RLOO over 2 masks)."""
+    model, method = _attach(g_lr=0.02, **hp)
+    batch = _batch(length=16)
+    start = _mean_pi(method, model, batch)
+    for _ in range(updates):
+        samples = [_collect(method, model, batch) for _ in range(2)]
+        shares = torch.stack([sum(s.drop.sum((-1, -2)).float() for s in k) for k in samples])
+        adv = method.policy.advantages(sign * shares)
+        method.policy.update(samples, adv)
+    return start, _mean_pi(method, model, batch), method
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_policy_moves_the_drop_rate_in_the_direction_of_its_reward(sign):
+    start, end, _ = _toy_run(sign)
+    assert start == pytest.approx(0.1, abs=0.02)  # p_init
+    assert (end > start + 0.04) if sign > 0 else (end < start - 0.04)
+
+
+def test_placebo_ignores_the_reward():
+    """With the placebo, opposite rewards give the same G: only the advantages' spread reaches the policy."""
+    _, end_up, up = _toy_run(1.0, updates=8, placebo=True)
+    _, end_down, down = _toy_run(-1.0, updates=8, placebo=True)
+    assert end_up == pytest.approx(end_down, abs=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(_g_params(up), _g_params(down)))
+
+
+def test_entropy_bonus_raises_capped_drop_rates_without_reward_signal():
+    """pi <= p_max < 0.5, so the Bernoulli entropy grows with pi: the bonus alone pushes rates up."""
+    model, method = _attach(g_lr=0.01, entropy_coef=1.0, baseline="ema", mask_samples=1)
+    batch = _batch(length=16)
+    start = _mean_pi(method, model, batch)
+    for _ in range(10):
+        adv = method.policy.advantages(torch.full((1, 4), 0.5))
+        samples = [_collect(method, model, batch)]
+        method.policy.update(samples, torch.zeros(1, 4) if adv is None else adv)
+        assert adv is None or adv.abs().max() < 1e-6  # a constant reward: no signal
+    assert _mean_pi(method, model, batch) > start + 0.01
 
 
 def test_attacker_update_uses_the_masked_gradient():
@@ -163,55 +206,51 @@ def test_attacker_update_uses_the_masked_gradient():
     batch, nxt = _batch(seed=0), _batch(seed=1)
     results = []
     for reward in (True, False):
-        model, method = _attach(seed=3, cost_probe_steps=0)
+        model, method = _attach(seed=3, model_kw={"hidden_dropout_prob": 0.1}, cost_every=0)
         ctx = _ctx(model, method)
-        torch.manual_seed(7)  # same masks and hidden dropout draws in the Attacker's forward
+        torch.manual_seed(7)
         method.training_step(ctx, batch, nxt if reward else None)
+        assert method._epoch["g_updates"] == (1 if reward else 0)
         results.append({n: p.detach().clone() for n, p in model.named_parameters()})
-    changed = False
     for n in results[0]:
-        torch.testing.assert_close(results[0][n], results[1][n], rtol=1e-5, atol=1e-7)
-    model0 = tiny_model(seed=0)
-    for n, p in model0.named_parameters():
-        changed |= not torch.equal(p, results[0][n])
-    assert changed
+        torch.testing.assert_close(results[0][n], results[1][n], rtol=0, atol=0)
+    assert any(not torch.equal(p, results[0][n]) for n, p in tiny_model(seed=0).named_parameters())
 
 
-@pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_policy_moves_the_drop_rate_in_the_direction_of_its_reward(sign):
-    """Toy reward under our control: +share of dropped pairs (rate must rise) or -share (rate must fall)."""
-    model, method = _attach(g_lr=0.01)
-    batch = _batch(length=16)
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
-    start = _mean_pi(method, model, batch)
-    for _ in range(40):
-        method.collect = True
-        with torch.no_grad():
-            model(**inputs)
-        method.collect = False
-        dropped = sum(s.drop.sum() for s in method._samples)
-        pairs = sum(s.valid.expand_as(s.drop).sum() for s in method._samples)
-        method.policy_update(sign * dropped.float() / pairs)
-    end = _mean_pi(method, model, batch)
-    assert start == pytest.approx(0.1, abs=0.02)  # p_init
-    if sign > 0:
-        assert end > start + 0.04
-    else:
-        assert end < start - 0.04
+def test_no_reward_or_policy_update_while_the_learning_rate_is_zero():
+    model, method = _attach(cost_every=0)
+    ctx = _ctx(model, method, warmup=5)  # linear warm-up: the first step's learning rate is 0
+    before = [p.detach().clone() for p in _g_params(method)]
+    method.training_step(ctx, _batch(seed=0), _batch(seed=1))
+    assert all(torch.equal(a, p) for a, p in zip(before, _g_params(method)))
+    entry = method.epoch_record()
+    assert entry["skipped_zero_lr"] == 1 and entry["rewards"] == 0
+    method.training_step(ctx, _batch(seed=1), _batch(seed=2))  # lr > 0 now
+    assert method.epoch_record()["g_updates"] == 1
 
 
-def test_entropy_bonus_raises_capped_drop_rates_without_reward_signal():
-    """pi <= p_max < 0.5, so the Bernoulli entropy grows with pi: the bonus alone pushes rates up."""
-    model, method = _attach(g_lr=0.01, entropy_coef=1.0)
-    batch = _batch(length=16)
-    start = _mean_pi(method, model, batch)
-    for _ in range(10):
-        method.collect = True
-        with torch.no_grad():
-            model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-        method.collect = False
-        assert abs(method.policy_update(torch.tensor(0.5))["advantage"]) < 1e-6  # a constant reward: no signal
-    assert _mean_pi(method, model, batch) > start + 0.01
+def test_cost_probe_leaves_training_unchanged():
+    params = []
+    for every in (0, 1):
+        model, method = _attach(seed=5, model_kw={"hidden_dropout_prob": 0.1}, cost_every=every)
+        ctx = _ctx(model, method)
+        for i in range(3):
+            method.training_step(ctx, _batch(seed=i), _batch(seed=i + 1))
+        params.append([p.detach().clone() for p in [*model.parameters(), *_g_params(method)]])
+        assert method.cost.summary()["paired_steps"] == 3 * every
+    assert all(torch.equal(a, b) for a, b in zip(*params))
+
+
+def test_cost_ratio_is_interleaved_sums_and_never_below_one():
+    meter = CostMeter()
+    meter.add_pair(3.0, 0.8, 0.2)  # vanilla step 1.0
+    meter.add_pair(5.0, 1.5, 0.5)  # vanilla step 2.0
+    assert meter.summary()["measured_step_ratio"] == pytest.approx(8.0 / 3.0)
+    noisy = CostMeter()
+    noisy.add_pair(0.9, 0.9, 0.1)  # timing noise: AttendOut cannot be cheaper than vanilla
+    s = noisy.summary()
+    assert s["measured_step_ratio"] == pytest.approx(0.9) and s["step_ratio"] == 1.0
+    assert CostMeter().summary()["step_ratio"] is None
 
 
 def test_identity_and_eval_are_plain_softmax():
@@ -225,16 +264,34 @@ def test_identity_and_eval_are_plain_softmax():
     assert method._samples == [] and method._hidden == {}  # G is not used at test time
 
 
-def test_impossible_hyper_parameters_are_rejected():
-    for hp in ({"p_init": 0.3}, {"p_max": 1.0}, {"reward": "token"}, {"sync_every": 0}, {"g_update_every": 0},
-               {"rate_target": 1.5}, {"lookahead_lr": 0.0}, {"d_g": 0}):
-        with pytest.raises(HyperParameterError):
-            AttendOut(AttendOut.Config(**hp))
+@pytest.mark.parametrize("hp", [{"p_init": 0.3}, {"p_max": 1.0}, {"baseline": "mean"}, {"credit": "token"},
+                                {"mask_samples": 1}, {"g_update_every": 0}, {"g_accumulate": 0},
+                                {"rate_target": 1.5}, {"lookahead_lr": 0.0}, {"d_g": 0}, {"fd_decrease": 0.0}])
+def test_impossible_hyper_parameters_are_rejected(hp):
+    with pytest.raises(HyperParameterError):
+        AttendOut(AttendOut.Config(**hp))
+
+
+def test_possible_settings_are_accepted():
     AttendOut(AttendOut.Config(p_max=0.0))  # the identity setting
+    AttendOut(AttendOut.Config(baseline="defender", mask_samples=1))
+    AttendOut(AttendOut.Config(baseline="ema", mask_samples=1, credit="batch"))
+
+
+@pytest.mark.parametrize("hp", [{"baseline": "defender", "mask_samples": 1}, {"credit": "batch", "g_accumulate": 2}])
+def test_other_baselines_and_credit_train(hp):
+    model, method = _attach(cost_every=0, **hp)
+    ctx = _ctx(model, method)
+    for i in range(2):
+        method.training_step(ctx, _batch(seed=i), _batch(seed=i + 1))
+    r = method.last_reward
+    assert r["rewards"].shape == (hp.get("mask_samples", 2), 4)
+    assert (r["defender"] is not None) == (hp.get("baseline") == "defender")
+    assert method.policy.updates == (1 if hp.get("g_accumulate") == 2 else 2)
 
 
 def test_g_update_every_skips_rewards_but_applies_masks():
-    model, method = _attach(g_update_every=3, cost_probe_steps=0)
+    model, method = _attach(g_update_every=3, cost_every=0)
     ctx = _ctx(model, method)
     batches = [_batch(seed=i) for i in range(7)]
     for i in range(6):
@@ -243,7 +300,7 @@ def test_g_update_every_skips_rewards_but_applies_masks():
     entry = method.epoch_record()
     assert entry["rewards"] == 2 and entry["g_updates"] == 2  # steps 1 and 4
     assert all(r is not None and r > 0 for r in entry["sampled_drop_rate_per_layer"])
-    assert len(method._cost["masked_step_s"]) == 5
+    assert method.cost.summary()["steps"] == 7
 
 
 def test_runner_end_to_end_records_traces_and_cost(tiny_bert_dir, glue_dir):
@@ -251,21 +308,22 @@ def test_runner_end_to_end_records_traces_and_cost(tiny_bert_dir, glue_dir):
     from suite.runner import run_one
 
     train = TrainSettings(epochs=2, batch_size=8, eval_batch_size=16, max_length=64, max_train_samples=24,
-                          train_eval_samples=8, stats_batches=1, lr=1e-3)
-    hp = dict(suite.METHODS.get("attendout").Config().__dict__)
+                          train_eval_samples=8, stats_batches=1, lr=1e-3, warmup_ratio=0.0)
+    hp = dict(suite.METHODS.get("attendout").Config().__dict__, cost_every=2)
     rec = run_one(RunConfig(tiny_bert_dir, "rte", "attendout", hp, 1, train), data_dir=glue_dir, device="cpu",
                   quiet=True)
-    assert rec["status"] == "ok", rec.get("traceback")
-    assert len(rec["history"]) == 2
-    for e in rec["history"]:
+    assert rec.status == "ok", rec.traceback
+    assert len(rec.history) == 2
+    for e in rec.history:
         m = e["method"]
         assert len(m["drop_rate_per_layer"]) == 2 and all(0 < r < 0.3 for r in m["drop_rate_per_layer"])
         assert m["rewards"] == 2 and m["reward_mean"] is not None  # 3 batches per epoch, the last has no reward
-    mr = rec["method_record"]
-    assert mr["drop_rate_per_layer"] == rec["history"][-1]["method"]["drop_rate_per_layer"]
-    assert len(mr["reward_trace"]) == 2 and len(mr["drop_rate_per_layer_per_epoch"]) == 2
-    assert mr["g_parameters"] == rec["parameters"]["training_only"] > 0
-    assert rec["parameters"]["extra"] == 0  # G is not part of the saved model
+    mr = rec.method_record
+    assert mr["drop_rate_per_layer"] == rec.history[-1]["method"]["drop_rate_per_layer"]
+    assert len(mr["reward_trace"]) == 2 and mr["g_updates"] == 4
+    assert mr["g_parameters"] == rec.parameters["training_only"] > 0
+    assert rec.parameters["extra"] == 0  # G is not part of the saved model
     cost = mr["cost"]
-    assert cost["steps"] == 6 and cost["step_s"] > 0 and cost["vanilla_step_s"] > 0 and cost["step_ratio"] > 0
+    assert cost["steps"] == 6 and cost["paired_steps"] == 3
+    assert cost["step_ratio"] >= 1 and cost["measured_step_ratio"] > 0 and cost["vanilla_step_s"] > 0
     assert cost["peak_memory_mb"] is None  # CPU: no per-allocator peak to compare

@@ -106,6 +106,15 @@ def test_uniform_attention_is_uniform_over_real_tokens():
     assert q.grad is None or (q.grad == 0).all()  # queries and keys play no part
 
 
+def test_uniform_without_boundary_tokens_is_wiegreffe_and_pinter():
+    """1 / (len - 2) over the real tokens without the first and last; a 2-token row keeps both (1 / 2)."""
+    _, probs, valid, (_, _, v) = _probs("uniform", boundary_tokens=False)
+    for b, (n, expected) in enumerate([(7, [0] + [1 / 5] * 5 + [0]), (4, [0, 1 / 2, 1 / 2, 0, 0, 0, 0]),
+                                       (2, [1 / 2, 1 / 2, 0, 0, 0, 0, 0])]):
+        assert int(valid[b].sum()) == n
+        torch.testing.assert_close(probs[b], torch.tensor(expected).expand_as(probs[b]))
+
+
 def test_impossible_probabilities_are_rejected():
     cls = suite.METHODS.get("scores_dropout")
     for p in (-0.1, 1.0, 1.5, float("nan")):

@@ -171,6 +171,28 @@ def test_topk_matches_formula_forward_and_backward(hp):
                                     fast_mode=True)
 
 
+# official ratio mode: k = max(lb, ceil(padded length / div)); the padded length here is L = 7
+@pytest.mark.parametrize("hp, k_by_hand", [({"div": 4.0}, 2), ({"div": 4.0, "lb": 3}, 3), ({"div": 2.0}, 4),
+                                           ({"div": 0.5}, 7)])
+def test_topk_official_ratio_mode_matches_formula(hp, k_by_hand):
+    method, module, _ = _attached("topk", **hp)
+    q, k, v, mask, valid = _inputs(seed=3)
+    out, probs = _run(method, module, q, k, v, mask)
+    ref_probs = _rows(q, k, LENGTHS, lambda s, b, h: topk_row(s, k_by_hand))
+    torch.testing.assert_close(probs, ref_probs)
+    torch.testing.assert_close(out, _context(ref_probs, v))
+    assert (_pad_weight(probs, valid) == 0).all()
+
+
+def test_topk_official_ratio_k_depends_on_the_batch_padding():
+    """The same 5-token row keeps ceil(7/2) = 4 keys in a batch padded to 7 and ceil(5/2) = 3 when alone."""
+    method, module, _ = _attached("topk", div=2.0)
+    q, k, v, mask, _ = _inputs(seed=4)
+    _, padded = _run(method, module, q, k, v, mask)
+    _, alone = _run(method, module, q[1:2, :, :5], k[1:2, :, :5], v[1:2, :, :5], None)
+    assert ((padded[1, :, :5] > 0).sum(-1) == 4).all() and ((alone[0] > 0).sum(-1) == 3).all()
+
+
 def test_topk_keeps_ties_at_the_kth_value():
     method, module, _ = _attached("topk", k=2)
     q = torch.ones(1, H, 1, D, dtype=torch.float64)
@@ -194,7 +216,9 @@ def test_topk_with_k_at_least_the_length_equals_softmax_exactly():
 
 
 @pytest.mark.parametrize("hp", [{"k": 0}, {"k": -3}, {"k": 2.5}, {"k_frac": 0.0}, {"k_frac": 1.5},
-                                {"k_frac": float("nan")}, {"k_frac": -0.1}, {"p": 1.0}])
+                                {"k_frac": float("nan")}, {"k_frac": -0.1}, {"p": 1.0}, {"div": 0.0},
+                                {"div": -4.0}, {"div": float("inf")}, {"lb": 0}, {"div": 4.0, "lb": 1.5},
+                                {"div": 4.0, "k_frac": 0.5}])
 def test_topk_rejects_impossible_values(hp):
     cls = suite.METHODS.get("topk")
     with pytest.raises(HyperParameterError):
@@ -363,15 +387,12 @@ def test_drophead_drops_whole_heads_at_rate_p_and_rescales():
 
 
 def test_drophead_schedules():
-    from suite.methods.structured_dropout import scheduled_rate, total_training_steps
-    from transformers import get_linear_schedule_with_warmup
+    from suite.methods.structured_dropout import scheduled_rate
 
     assert [scheduled_rate(0.2, "linear", t) for t in (0, 0.5, 1)] == pytest.approx([0.2, 0.1, 0.0])
     assert [scheduled_rate(0.2, "v", t) for t in (0, 0.25, 0.5, 1)] == pytest.approx([0.2, 0.1, 0.0, 0.2])
     assert scheduled_rate(0.2, "constant", 0.7) == 0.2
-    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
-    ctx = type("Ctx", (), {"scheduler": get_linear_schedule_with_warmup(opt, 1, 11), "step": 0})()
-    assert total_training_steps(ctx) == 11
+    ctx = type("Ctx", (), {"total_steps": 11, "step": 0})()
     method = suite.METHODS.get("drophead")(suite.METHODS.get("drophead").Config(p=0.2, schedule="linear"))
     method.setup_training(ctx)
     rates = []

@@ -131,6 +131,34 @@ def test_head_diversity_skips_pairs_with_a_null_row():
     assert stats.map_statistics(disjoint, all_valid(1, 2))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
 
 
+def test_head_disagreement_by_hand():
+    """Correia et al.'s generalised JS, H(mean_h p_h) - mean_h H(p_h), on maps whose value is known in closed form."""
+    a, b = torch.tensor([0.5, 0.5, 0.0, 0.0]), torch.tensor([0.0, 0.0, 0.5, 0.5])
+    # heads A, A, B: mixture (1/3, 1/3, 1/6, 1/6), each head's entropy ln 2 -> ln 3 - (2/3) ln 2
+    three = torch.stack([a, a, b]).unsqueeze(1).expand(3, 4, 4)[None]
+    got = stats.map_statistics(three, all_valid(1, 4))["head_disagreement"]
+    assert got == pytest.approx(math.log(3) - 2 / 3 * LN2, rel=1e-6)
+    assert stats.map_statistics(three, all_valid(1, 4))["head_diversity"] == pytest.approx(2 * LN2 / 3, rel=1e-6)
+    one_hot = torch.eye(4).unsqueeze(1).expand(4, 4, 4)[None]  # four heads, each on its own key: the maximum ln 4
+    assert stats.map_statistics(one_hot, all_valid(1, 4))["head_disagreement"] == pytest.approx(math.log(4), rel=1e-6)
+    same = torch.tensor([0.1, 0.2, 0.3, 0.4]).expand(1, 3, 4, 4)
+    assert stats.map_statistics(same, all_valid(1, 4))["head_disagreement"] == pytest.approx(0, abs=1e-6)
+
+
+def test_head_disagreement_matches_scipy_and_skips_null_rows():
+    from scipy.stats import entropy
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(1, 4, 5, 5, generator=g, dtype=torch.float64) * 2, -1)
+    probs[0, 3, 1] = 0  # head 3 is null for query 1: that query's JS is over heads 0-2
+    expected = []
+    for i in range(5):
+        rows = [probs[0, h, i].numpy() for h in range(4) if probs[0, h, i].sum() > 0]
+        expected.append(entropy(sum(rows) / len(rows)) - sum(entropy(r) for r in rows) / len(rows))
+    got = stats.map_statistics(probs, all_valid(1, 5))["head_disagreement"]
+    assert got == pytest.approx(sum(expected) / 5, rel=1e-9)
+
+
 def test_bf16_maps_are_read_in_fp32():
     probs = torch.full((1, 2, 8, 8), 1 / 8, dtype=torch.bfloat16)
     s = stats.map_statistics(probs, all_valid(1, 8))

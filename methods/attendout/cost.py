@@ -1,0 +1,47 @@
+"""AttendOut's step cost against vanilla, measured interleaved on the same batches.
+
+Every `cost_every`-th step a vanilla forward-backward pass (attention-probability dropout, no update, the random
+state restored afterwards so training is unchanged) is timed on that step's own batch, alternately just before and
+just after AttendOut's step, so that slow phases of a shared machine hit both. A vanilla step is that pass plus the
+optimizer part (clipping, AdamW, scheduler) of the same step, which AttendOut runs identically. The ratio is the sum of
+AttendOut's step times over the sum of the paired vanilla step times. AttendOut does strictly more work than a
+vanilla step (at least the same forward-backward and optimizer step, plus G), so a measured ratio below 1 is timing
+noise: `step_ratio` is then reported as 1 and the raw value kept as `measured_step_ratio`.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+
+class CostMeter:
+    def __init__(self) -> None:
+        self.pairs: list[tuple[float, float]] = []  # (AttendOut step s, vanilla step s) on the same batch
+        self.step_s: list[float] = []
+        self.peak_memory_mb: float | None = None
+
+    def add_step(self, seconds: float) -> None:
+        self.step_s.append(seconds)
+
+    def add_pair(self, attendout_s: float, vanilla_fwd_bwd_s: float, optimizer_s: float) -> None:
+        self.pairs.append((attendout_s, vanilla_fwd_bwd_s + optimizer_s))
+
+    def summary(self) -> dict[str, Any]:
+        measured = None
+        if self.pairs:
+            measured = sum(a for a, _ in self.pairs) / sum(v for _, v in self.pairs)
+        return {
+            "step_s": statistics.fmean(self.step_s) if self.step_s else None,
+            "steps": len(self.step_s),
+            "paired_steps": len(self.pairs),
+            "vanilla_step_s": statistics.fmean(v for _, v in self.pairs) if self.pairs else None,
+            "measured_step_ratio": measured,
+            "step_ratio": None if measured is None else max(1.0, measured),
+            "peak_memory_mb": self.peak_memory_mb,
+            "how": "interleaved on the same batches: every cost_every-th step a vanilla forward-backward pass "
+                   "(attention-probability dropout, no update) is timed on that step's batch, alternately before "
+                   "and after AttendOut's step, plus that step's optimizer part; step_ratio = sum of AttendOut's "
+                   "step times / sum of the paired vanilla times, floored at 1 (AttendOut does strictly more work). "
+                   "Peak memory: CUDA max allocated during training steps, None on CPU; `suite bench` compares "
+                   "memory against vanilla.",
+        }

@@ -1,0 +1,108 @@
+"""AttendOut's generator G (G-Net) and its Bernoulli drop policy over query-key pairs.
+
+G is a single-head self-attention scorer per encoder layer (or one shared scorer plus a learned layer embedding)
+over the detached input hidden states h_l of attention layer l:
+
+    logits_l = (h_l Wq_l)(h_l Wk_l)^T / sqrt(d_g) + b_l,    pi_l = p_max * sigmoid(logits_l),    m_l ~ Bernoulli(pi_l)
+
+with one mask (B, T, T) per layer, shared across heads. Masks are drawn from G's own random generator, so the
+model's dropout draws (from torch's global generator) do not depend on how many masks were drawn: the reward can
+then replay the same hidden-dropout draws under different masks (common random numbers).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class GNet(nn.Module):
+    """Single-head self-attention scorer: logits_l = (h Wq_l)(h Wk_l)^T / sqrt(d_g) + b_l over query-key pairs."""
+
+    def __init__(self, hidden: int, d_g: int, num_layers: int, shared: bool, init_bias: float):
+        super().__init__()
+        n = 1 if shared else num_layers
+        self.shared = shared
+        self.d_g = d_g
+        self.query = nn.ModuleList(nn.Linear(hidden, d_g, bias=False) for _ in range(n))
+        self.key = nn.ModuleList(nn.Linear(hidden, d_g, bias=False) for _ in range(n))
+        self.bias = nn.Parameter(torch.full((n,), float(init_bias)))
+        self.layer_embedding = nn.Embedding(num_layers, hidden) if shared else None
+        if shared:
+            nn.init.normal_(self.layer_embedding.weight, std=0.02)
+
+    def forward(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        """(B, T, hidden) -> logits (B, T, T)."""
+        i = 0 if self.shared else layer
+        if self.shared:
+            h = h + self.layer_embedding.weight[layer]
+        q, k = self.query[i](h), self.key[i](h)
+        return torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.d_g) + self.bias[i]
+
+
+def init_bias(p_init: float, p_max: float) -> float:
+    """The bias b with p_max * sigmoid(b) = p_init (0 when p_max = 0: G then drops nothing)."""
+    if p_max <= 0:
+        return 0.0
+    frac = p_init / p_max
+    return math.log(frac / (1 - frac))
+
+
+@dataclasses.dataclass
+class MaskSample:
+    """One layer's sampled mask with what the policy gradient needs."""
+
+    layer: int
+    logits: torch.Tensor   # (B, T, T), attached to G's graph when collected for an update
+    drop: torch.Tensor     # (B, T, T) bool, False outside `valid`
+    valid: torch.Tensor    # (B or 1, T, T) bool: real query, real key, off the diagonal
+
+
+def valid_pairs(attention_mask: torch.Tensor | None, length: int, device) -> torch.Tensor:
+    """(B or 1, T, T) bool: pairs whose query and key are real tokens, diagonal excluded (it is never dropped)."""
+    if attention_mask is None:
+        keys = torch.ones(1, 1, length, length, dtype=torch.bool, device=device)
+    else:
+        keys = attention_mask == 0
+    queries = keys.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)  # in self-attention query i is real iff key i is
+    eye = torch.eye(length, dtype=torch.bool, device=device)
+    return (keys & queries & ~eye)[:, 0]
+
+
+def policy_log_probs(logits: torch.Tensor, p_max: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(pi, log pi, log(1 - pi)) with pi = p_max * sigmoid(logits), computed stably."""
+    log_pi = math.log(p_max) + F.logsigmoid(logits)
+    pi = log_pi.exp()
+    return pi, log_pi, torch.log1p(-pi)
+
+
+def mask_log_prob(samples: list[MaskSample], p_max: float) -> torch.Tensor:
+    """log p(m) per sample (B,): sum over layers and valid pairs of m log pi + (1 - m) log(1 - pi)."""
+    total = 0.0
+    for s in samples:
+        _, log_pi, log_keep = policy_log_probs(s.logits, p_max)
+        v = s.valid.expand_as(s.logits)
+        total = total + torch.where(s.drop, log_pi, log_keep).masked_fill(~v, 0.0).sum((-1, -2))
+    return total
+
+
+def mask_entropy(samples: list[MaskSample], p_max: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(Bernoulli entropy per sample (B,), sum of pi over valid pairs, number of valid pairs)."""
+    entropy, pi_sum, pairs = 0.0, 0.0, 0.0
+    for s in samples:
+        pi, log_pi, log_keep = policy_log_probs(s.logits, p_max)
+        v = s.valid.expand_as(pi)
+        entropy = entropy + (-(pi * log_pi + (1 - pi) * log_keep)).masked_fill(~v, 0.0).sum((-1, -2))
+        pi_sum = pi_sum + pi.masked_fill(~v, 0.0).sum()
+        pairs = pairs + v.sum()
+    return entropy, pi_sum, pairs
+
+
+def sampled_drop_share(samples: list[MaskSample]) -> torch.Tensor:
+    """Per sample (B,), the share of its valid pairs that the mask drops, over all layers."""
+    dropped = sum(s.drop.sum((-1, -2)).float() for s in samples)
+    pairs = sum(s.valid.expand_as(s.drop).sum((-1, -2)).float() for s in samples)
+    return dropped / pairs.clamp_min(1)
