@@ -2,3 +2,4 @@
 from . import dropout, uniform  # noqa: F401
 from . import entmax_attention, rela, structured_dropout, topk  # noqa: F401
 from . import attendout, regularizers  # noqa: F401
+from . import convolution, less_attention  # noqa: F401
