@@ -1,0 +1,138 @@
+"""The command line as a new user meets it: help for every option, --version, `list` within 100 columns, dry runs
+that read no data, suggestions for misspelt names, plugin errors, metrics checked before training, README table."""
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+import suite
+from suite.cli import build_parser, main
+from suite.config import RunConfig, TrainSettings
+from suite.record import RunRecord
+from suite.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _subparser(name: str):
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return sub.choices[name]
+
+
+def _options(name: str) -> dict[str, str]:
+    return {opt: action.help or "" for action in _subparser(name)._actions for opt in action.option_strings
+            if opt.startswith("--") and opt != "--help"}
+
+
+@pytest.mark.parametrize("command", ["run", "list", "report", "predict", "bench", "check"])
+def test_every_option_has_help(command):
+    missing = [opt for opt, text in _options(command).items() if not text.strip()]
+    assert not missing
+
+
+def test_every_training_setting_has_a_description():
+    from suite.commands.run_options import TRAIN_HELP
+
+    assert sorted(f.name for f in dataclasses.fields(TrainSettings)) == sorted(TRAIN_HELP)
+
+
+def test_run_help_lists_every_training_setting_and_preset(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    for field in dataclasses.fields(TrainSettings):
+        assert f"train.{field.name}" in out
+    assert "paper:modelsbert-base-uncased,roberta-base" in re.sub(r"\s+", "", out)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"python -m suite {suite.__version__}"
+
+
+def test_list_fits_100_columns(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert any("p=0.1 (float)" in line for line in lines)
+
+
+def test_dry_run_reads_no_data_and_marks_existing_records(tmp_path, capsys):
+    args = ["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1,2", "--data-dir", str(tmp_path / "absent"),
+            "--model", str(tmp_path / "no-model"), "--out", str(tmp_path), "--dry-run"]
+    assert main(args) == 0
+    capsys.readouterr()
+    job = RunConfig(str(tmp_path / "no-model"), "rte", "vanilla", {"p": 0.1}, 1, TrainSettings(), "local")
+    Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5},
+                                                  history=[{"epoch": 1}]))
+    assert main(args) == 0
+    rows = {line.split()[-1]: line.split()[0] for line in capsys.readouterr().out.splitlines() if ".json" in line}
+    assert rows[job.filename] == "ok" and len(rows) == 2
+    assert [v for k, v in rows.items() if k != job.filename] == ["rte/vanilla/seed2"]  # no mark: the label comes first
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "scores_dropot", "--tasks", "rte"], "Did you mean 'scores_dropout'?"),
+    (["--methods", "vanilla", "--tasks", "mrcp"], "Did you mean 'mrpc'?"),
+])
+def test_misspelt_names_get_a_suggestion(args, message, capsys, tmp_path):
+    assert main(["run", *args, "--out", str(tmp_path), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_report_with_an_unknown_baseline_is_an_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path), "--baseline", "vanila"]) == 2
+    assert "unknown method 'vanila'" in capsys.readouterr().err
+
+
+def test_run_shows_plugin_load_errors_for_methods_and_tasks(monkeypatch, tmp_path, capsys):
+    from suite.attention import METHODS
+    from suite.data import TASKS
+
+    monkeypatch.setattr(METHODS, "plugin_errors", {"broken_method": "ImportError: no module named x"})
+    monkeypatch.setattr(TASKS, "plugin_errors", {"broken_task": "SyntaxError: bad"})
+    assert main(["run", "--methods", "vanilla", "--tasks", "rte", "--out", str(tmp_path), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "method plugin 'broken_method' failed to load" in err and "task plugin 'broken_task' failed" in err
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "broken_method" in out and "broken_task" in out
+
+
+def test_unknown_task_metric_is_refused_before_training_and_registered_ones_work(tmp_path, capsys):
+    import numpy as np
+
+    from suite.data import TASKS, get_task, register_task
+    from suite.metrics import METRICS, compute, register_metric
+
+    spec = dataclasses.replace(get_task("rte"), name="rte_balanced", display="RTE-balanced", benchmark="",
+                               metrics=("balanced_acuracy",))
+    register_task(spec)
+    try:
+        assert main(["run", "--methods", "vanilla", "--tasks", "rte_balanced", "--out", str(tmp_path),
+                     "--dry-run"]) == 2
+        assert "unknown metric(s) 'balanced_acuracy'" in capsys.readouterr().err
+        from sklearn.metrics import balanced_accuracy_score
+
+        register_metric("balanced_acuracy", lambda pred, gold: float(balanced_accuracy_score(gold, pred)))
+        logits = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+        # recall of class 1: 1/1, of class 0: 2/3 -> (1 + 2/3) / 2
+        assert compute(["balanced_acuracy"], logits, np.array([1, 0, 0, 1]) * 0 + np.array([1, 0, 0, 0]),
+                       False)["balanced_acuracy"] == pytest.approx((1 + 1) / 2)
+        assert main(["run", "--methods", "vanilla", "--tasks", "rte_balanced", "--out", str(tmp_path),
+                     "--dry-run"]) == 0
+    finally:
+        TASKS.remove("rte_balanced")
+        METRICS.pop("balanced_acuracy", None)
+
+
+def test_readme_options_table_lists_every_run_option():
+    usage = ROOT.joinpath("README.md").read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"--[a-z][a-z-]+", usage))
+    missing = sorted(opt for opt in _options("run") if opt not in documented and not opt.startswith("--no-"))
+    assert not missing

@@ -1,0 +1,111 @@
+"""Study files: one YAML declares the grid; flags override it; unknown keys and wrong types name file and key."""
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+from suite.config import HASHED_WHEN_CHANGED
+from suite.errors import BadInput
+from suite.study import load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(tmp_path, text: str) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_committed_studies_load_and_match_their_records():
+    """Each studies/*.yaml is valid, and the results study lists exactly the grid the committed records ran."""
+    from suite.commands.run import merge_study, plan_grid
+    from suite.cli import build_parser
+
+    studies = sorted((ROOT / "studies").glob("*.yaml"))
+    assert studies
+    for path in studies:
+        load_study(path)
+    args = merge_study(build_parser().parse_args(["run", "--study", str(ROOT / "studies" / "results.yaml")]))
+    jobs = plan_grid(args).jobs
+    records = [json.loads(p.read_text()) for p in (ROOT / "results" / "runs").glob("*.json")]
+
+    def grid_point(config):  # settings added since the records were written count only when changed
+        train = {k: v for k, v in config["train"].items() if HASHED_WHEN_CHANGED.get(k, object()) != v}
+        return config["model"], config["task"], config["method"], config["seed"], json.dumps(train, sort_keys=True)
+
+    assert {grid_point(j.to_dict()) for j in jobs} == {grid_point(r["config"]) for r in records}
+    # records of methods whose hyper-parameters have not changed since are found by hash (so not run again)
+    planned = {j.hash for j in jobs}
+    current = {j.method: j.hparams for j in jobs}
+    unchanged = [r for r in records if r["config"]["hparams"] == current[r["config"]["method"]]]
+    assert unchanged and all(r["hash"] in planned for r in unchanged)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("methods: [vanilla]\ntasks: rte\ntrain: {epoch: 2}\n", "study.yaml: unknown key 'train.epoch' (did you mean "
+                                                             "'epochs'?)"),
+    ("methods: [vanilla]\ntasks: rte\nmethod: x\n", "unknown key 'method' (did you mean 'methods'?)"),
+    ("methods: [vanilla]\ntasks: rte\ntrain: {lr: fast}\n", "study.yaml: train.lr: Input should be a valid number"),
+    ("methods: [vanilla]\nseeds: [1, two]\n", "study.yaml: seeds.1: Input should be a valid integer"),
+    ("methods: [vanilla]\nsweep: {scores_dropout.q: [0.1]}\n", "study.yaml: sweep.scores_dropout.q: scores_dropout "
+                                                                "has no hyper-parameter 'q'"),
+    ("methods: [vanilla]\nexecutor: {workers: many}\n", "study.yaml: executor.workers: Input should be a valid"),
+    ("- just\n- a list\n", "a study file is a YAML mapping"),
+    ("methods: [vanilla\n", "not a readable study file"),
+])
+def test_bad_study_files_name_file_and_key(tmp_path, text, message):
+    with pytest.raises(BadInput, match=None) as info:
+        load_study(_write(tmp_path, text))
+    assert message in str(info.value) and str(tmp_path / "study.yaml") in str(info.value)
+
+
+def test_bad_study_exits_2_before_training(tmp_path, capsys):
+    assert main(["run", "--study", str(_write(tmp_path, "methods: [vanilla]\ntrain: {lrr: 1}\n"))]) == 2
+    assert "unknown key 'train.lrr'" in capsys.readouterr().err
+
+
+def test_flags_override_the_study(tmp_path, monkeypatch):
+    from suite.cli import build_parser
+    from suite.commands.run import merge_study, plan_grid
+
+    monkeypatch.setenv("STUDY_OUT", str(tmp_path / "from-env"))
+    path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
+                            "out: ${oc.env:STUDY_OUT}\n"
+                            "train: {lr: 1.0e-4, epochs: 2, max_train_samples: null}\n"
+                            "set: {scores_dropout.p: 0.2}\nsweep: {train.batch_size: [8, 16]}\n"
+                            "outputs: {save_model: true}\n")
+    args = merge_study(build_parser().parse_args(["run", "--study", str(path), "--lr", "3e-4", "--seeds", "5",
+                                                  "--sweep", "train.batch_size=4", "--no-save-model"]))
+    plan = plan_grid(args)
+    assert args.out == str(tmp_path / "from-env") and plan.seeds == [5] and not plan.outputs.save_model
+    assert {(j.method, j.train.lr, j.train.epochs, j.train.batch_size, j.train.max_train_samples) for j in plan.jobs} \
+        == {("vanilla", 3e-4, 2, 4, None), ("scores_dropout", 3e-4, 2, 4, None)}
+    assert {j.hparams.get("p") for j in plan.jobs if j.method == "scores_dropout"} == {0.2}
+
+
+def test_study_without_methods_says_how(tmp_path, capsys):
+    assert main(["run", "--study", str(_write(tmp_path, "tasks: [rte]\n")), "--dry-run"]) == 2
+    assert "no methods given" in capsys.readouterr().err
+
+
+def test_report_study_uses_its_out_and_report_section(tmp_path):
+    import argparse
+
+    from suite.study import report_arguments
+
+    path = _write(tmp_path, "methods: [vanilla]\nout: results\nreport: {baseline: scores_dropout, alpha: 0.1}\n")
+    args = report_arguments(argparse.Namespace(study=str(path), dir=None, more=[], baseline=None, alpha=None,
+                                               out=None))
+    assert (args.dir, args.baseline, args.alpha, args.out) == ("results", "scores_dropout", 0.1, None)
+    args = report_arguments(argparse.Namespace(study=str(path), dir="other", more=[], baseline="vanilla", alpha=None,
+                                               out=None))
+    assert (args.dir, args.baseline, args.alpha) == ("other", "vanilla", 0.1)
+
+
+def test_the_readme_study_example_is_valid(tmp_path):
+    usage = (ROOT / "README.md").read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
+    example = usage.split("```yaml\n", 1)[1].split("```", 1)[0]
+    study = load_study(_write(tmp_path, example))
+    assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
