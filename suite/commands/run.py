@@ -14,6 +14,7 @@ from ..attention import METHODS
 from ..config import PRESETS, build_grid, canonical_model, preset_train
 from ..data import TASKS, get_task, load_splits, resolve_data_dir, select_tasks, task_data_dir
 from ..errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, BadInput, Terminated
+from ..summary import compact_leaderboard, grid_records
 from .run_options import RUN_DEFAULTS, add_run_options, train_keys_help
 
 COMMAND = "run"
@@ -180,6 +181,7 @@ def main(args) -> int:
               "command again to run the rest", file=sys.stderr)
         return EXIT_FAILED_RUNS
     print(status_table(result))
+    print("\n" + compact_leaderboard(grid_records(plan.jobs, store), out=args.out))
     return 0 if not result.failed else EXIT_FAILED_RUNS
 
 
