@@ -46,7 +46,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     """Read the records under each run folder and write `out/leaderboard.md` (with CSV and LaTeX tables beside it)
     and `out/figures/*.png|pdf`.
 
-    `out` defaults to the first folder; `costs` to `out/bench.json` when that file exists. Returns the path of the
+    `out` defaults to the first folder; `costs` to `out/bench.json`, else the first folder's, when that file exists. Returns the path of the
     markdown file.
     """
     if not run_dirs:
@@ -60,8 +60,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     loaded = load(run_dirs)
     out_dir = Path(out) if out is not None else Path(run_dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
-    if costs is None and (out_dir / DEFAULT_COSTS).is_file():
-        costs = out_dir / DEFAULT_COSTS
+    if costs is None:  # the bench file beside the report, else beside the runs it reports
+        costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
     options = Options(baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
                       str(costs) if costs else None, figures)
     report = Report(loaded, out_dir, options, date_line())
@@ -91,7 +91,7 @@ def add_parser(sub) -> None:
                    help=f"GLUE-format data folder (default ${DATA_DIR_ENV}): dev labels for the baseline rows of "
                         "records that do not carry them")
     p.add_argument("--costs", help=f"`python -m suite bench --json` file for the cost columns "
-                                   f"(default: OUT/{DEFAULT_COSTS} when it exists)")
+                                   f"(default: OUT/{DEFAULT_COSTS}, else DIR/{DEFAULT_COSTS}, when it exists)")
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="tables only: much faster; existing figures are left as they are")
     p.add_argument("--out", help="write the report here instead of DIR")

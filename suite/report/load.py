@@ -44,11 +44,15 @@ def _gap(rec: RunRecord) -> float:
     return gap
 
 
+OUTCOME_NEUTRAL = frozenset({"analyses", "analysis_examples"})
+
+
 def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
     """One DataFrame row: the fields the report groups by, plus the record's parts the sections read."""
     cfg = rec.config
     hp, train = with_added_defaults(str(cfg["method"]), dict(cfg.get("hparams") or {}), dict(cfg.get("train") or {}))
-    train_all = {**train, "data_source": cfg.get("data_source")}
+    # what the run analysed afterwards does not change its numbers: not a setting records are grouped by
+    train_all = {**{k: v for k, v in train.items() if k not in OUTCOME_NEUTRAL}, "data_source": cfg.get("data_source")}
     ok = rec.status == "ok"
     final, timing, params = rec.final or {}, rec.timing or {}, rec.parameters or {}
     return {
