@@ -306,14 +306,21 @@ def snr_summary(pairs: list[dict]) -> dict:
     return out
 
 
-def reward_snr(args, spec, train, pad_id, run) -> dict:
+def measurement_batches(model, train, batch_size: int, n: int, pad_id, spec, seed: int) -> list[dict]:
+    """`n` consecutive batches of a fresh training order drawn with `seed`; the model in train mode and torch's
+    generator reseeded, so each measurement replays the same draws."""
     from suite.data import length_grouped_batches
 
-    model, method = run["model"], run["method"]
     model.train()
-    order = length_grouped_batches(train.lengths(), args.batch_size, torch.Generator().manual_seed(10_000))
-    batches = list(batches_of(train, order[:args.snr_batches + 1], pad_id, spec))
-    torch.manual_seed(10_000)
+    order = length_grouped_batches(train.lengths(), batch_size, torch.Generator().manual_seed(seed))
+    batches = list(batches_of(train, order[:n], pad_id, spec))
+    torch.manual_seed(seed)
+    return batches
+
+
+def reward_snr(args, spec, train, pad_id, run) -> dict:
+    model, method = run["model"], run["method"]
+    batches = measurement_batches(model, train, args.batch_size, args.snr_batches + 1, pad_id, spec, seed=10_000)
     pairs = [reward_pair(method, model, batches[i], batches[i + 1], args.lr, method.cfg.fd_decrease,
                          fp64=i < args.fp64_batches) for i in range(args.snr_batches)]
     return snr_summary(pairs)

@@ -84,15 +84,11 @@ def summarize(steps: list[dict], ks: list[int]) -> dict:
 
 def accumulated_snr(args, spec, train, pad_id, run) -> dict:
     """Per-step rewards on `--accumulate-batches` consecutive batch pairs of a fresh training order, summarised."""
-    from attendout_placebo import batches_of
-
-    from suite.data import length_grouped_batches
+    from attendout_placebo import measurement_batches
 
     model, method = run["model"], run["method"]
-    model.train()
-    order = length_grouped_batches(train.lengths(), args.batch_size, torch.Generator().manual_seed(20_000))
-    batches = list(batches_of(train, order[:args.accumulate_batches + 1], pad_id, spec))
-    torch.manual_seed(20_000)
+    batches = measurement_batches(model, train, args.batch_size, args.accumulate_batches + 1, pad_id, spec,
+                                  seed=20_000)
     steps, began = [], time.perf_counter()
     for i in range(args.accumulate_batches):
         steps.append(step_rewards(method, model, batches[i], batches[i + 1], args.lr, method.cfg.fd_decrease))

@@ -5,7 +5,7 @@
     python benchmarks/mfu.py --tiny --steps 3     # CPU smoke test of the script itself (no meaningful MFU)
 
 The model is BERT-base built from its config (random weights: speed does not depend on them, and no download is
-needed), with the suite's `vanilla` method attached, stepped by `suite.training.standard_step` (the runner's own
+needed), with the suite's `vanilla` method attached, stepped by its `training_step` (the runner's own
 forward, backward, clipping, optimizer and scheduler step). Training FLOPs per token follow the usual count
 6 x (non-embedding parameters) + 12 x layers x sequence x hidden (attention scores and weighted sum, forward and
 backward); MFU = achieved FLOP/s / the device's peak dense bf16 FLOP/s (`--peak-tflops`, else a table by GPU name).
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
 
     import suite  # noqa: F401  registers the methods
     from suite.attention import METHODS
-    from suite.training import StepContext, standard_step
+    from suite.attention import StepContext
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=int, default=32)
@@ -84,11 +84,11 @@ def main(argv=None) -> int:
             torch.cuda.synchronize(device)
 
     for _ in range(args.warmup):
-        loss = standard_step(ctx, batch, batch)
+        loss = ctx.method.training_step(ctx, batch, batch)
     sync()
     start = time.perf_counter()
     for _ in range(args.steps):
-        loss = standard_step(ctx, batch, batch)
+        loss = ctx.method.training_step(ctx, batch, batch)
     sync()
     step_s = (time.perf_counter() - start) / args.steps
     if not math.isfinite(loss.item()):

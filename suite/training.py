@@ -22,11 +22,6 @@ from .data import Encoded, TaskSpec, length_grouped_batches, sorted_batches, to_
 from .errors import NonFiniteLoss
 
 
-def standard_step(ctx: StepContext, batch: dict, next_batch: dict | None) -> torch.Tensor:
-    """The plain training step (what `AttentionMethod.training_step` does unless a method replaces it)."""
-    return AttentionMethod.training_step(ctx.method, ctx, batch, next_batch)
-
-
 def _no_decay(name: str) -> bool:
     return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
 
