@@ -57,22 +57,16 @@ class ReportSection(_Section):
     out: Optional[str] = None
 
 
-class Study(_Section):
-    description: Optional[str] = None
+class _Grid(_Section):
+    """What one grid of a study varies: models x tasks x methods x seeds, its training settings, sets and sweeps."""
+
     models: Optional[Names] = None
     tasks: Optional[Names] = None
     methods: Optional[Names] = None
     seeds: Optional[list[int]] = None
-    preset: Optional[str] = None
-    data_dir: Optional[str] = None
-    out: Optional[str] = None
-    device: Optional[str] = None
     train: TrainSection = pydantic.Field(default_factory=TrainSection)
     set: dict[str, Scalar] = pydantic.Field(default_factory=dict)
     sweep: dict[str, list[Scalar]] = pydantic.Field(default_factory=dict)
-    executor: ExecutorSection = pydantic.Field(default_factory=ExecutorSection)
-    outputs: OutputsSection = pydantic.Field(default_factory=OutputsSection)
-    report: ReportSection = pydantic.Field(default_factory=ReportSection)
 
     def train_values(self) -> dict[str, Any]:
         """The training settings the file gives (null included: `max_train_samples: null` means all)."""
@@ -83,6 +77,25 @@ class Study(_Section):
         sets = [f"{k}={_text(v)}" for k, v in self.set.items()]
         sweeps = [f"{k}={','.join(_text(v) for v in values)}" for k, values in self.sweep.items()]
         return sets, sweeps
+
+
+class AlsoGrid(_Grid):
+    """A further grid of the study (`also:`): it inherits every key it does not give from the study's top level;
+    its train:, set: and sweep: entries add to the top level's."""
+
+    description: Optional[str] = None
+
+
+class Study(_Grid):
+    description: Optional[str] = None
+    preset: Optional[str] = None
+    data_dir: Optional[str] = None
+    out: Optional[str] = None
+    device: Optional[str] = None
+    executor: ExecutorSection = pydantic.Field(default_factory=ExecutorSection)
+    outputs: OutputsSection = pydantic.Field(default_factory=OutputsSection)
+    report: ReportSection = pydantic.Field(default_factory=ReportSection)
+    also: list[AlsoGrid] = pydantic.Field(default_factory=list)  # further grids, written to the same folder
 
 
 def _text(value: Scalar) -> str:
@@ -98,10 +111,13 @@ def names(value: Names | None) -> str | None:
 
 def _section_keys(model: type[pydantic.BaseModel], loc: tuple) -> list[str]:
     for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list such as also:
+            continue
         field = model.model_fields.get(str(part))
-        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, pydantic.BaseModel)):
+        annotation = field and (typing.get_args(field.annotation) or [field.annotation])[0]
+        if not (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)):
             return []
-        model = field.annotation
+        model = annotation
     return list(model.model_fields)
 
 
@@ -138,13 +154,14 @@ def load_study(path: str | Path) -> Study:
         study = Study.model_validate(data)
     except pydantic.ValidationError as exc:
         raise BadInput(_explain(path, exc)) from None
-    sets, sweeps = study.assignments()
-    for section, texts, sweep in (("set", sets, False), ("sweep", sweeps, True)):
-        for text in texts:
-            try:
-                parse_assignment(text, sweep=sweep)
-            except BadInput as exc:
-                raise BadInput(f"{path}: {section}.{text.split('=', 1)[0]}: {exc}") from None
+    for where, grid in [("", study), *((f"also[{i}].", g) for i, g in enumerate(study.also))]:
+        sets, sweeps = grid.assignments()
+        for section, texts, sweep in (("set", sets, False), ("sweep", sweeps, True)):
+            for text in texts:
+                try:
+                    parse_assignment(text, sweep=sweep)
+                except BadInput as exc:
+                    raise BadInput(f"{path}: {where}{section}.{text.split('=', 1)[0]}: {exc}") from None
     return study
 
 

@@ -109,3 +109,43 @@ def test_the_readme_study_example_is_valid(tmp_path):
     example = usage.split("```yaml\n", 1)[1].split("```", 1)[0]
     study = load_study(_write(tmp_path, example))
     assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
+
+
+def test_also_grids_inherit_the_study_and_yield_to_flags(tmp_path):
+    from suite.cli import build_parser
+    from suite.commands.run import merge_study, plan_grid
+
+    path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
+                            "train: {epochs: 2}\nset: {scores_dropout.p: 0.2}\n"
+                            "also:\n"
+                            "  - {description: more seeds, methods: [vanilla], seeds: [1, 2, 3]}\n"
+                            "  - methods: [vanilla, scores_dropout]\n"
+                            "    tasks: [mrpc]\n"
+                            "    train: {lr: 1.0e-4}\n"
+                            "    sweep: {train.max_train_samples: [100, 200]}\n")
+
+    def plan(*flags):
+        return plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path), *flags])))
+
+    jobs = {(j.task, j.method, j.seed, j.train.epochs, j.train.lr, j.train.max_train_samples, j.hparams.get("p"))
+            for j in plan().jobs}
+    default_lr, default_n = 5e-5, 2000  # TrainSettings defaults for RTE (no preset values); the file sets all of MRPC's
+    first = {("rte", m, s, 2, default_lr, default_n, p) for m, p in (("vanilla", 0.1), ("scores_dropout", 0.2))
+             for s in (1, 2)}
+    more_seeds = {("rte", "vanilla", 3, 2, default_lr, default_n, 0.1)}
+    sizes = {("mrpc", m, s, 2, 1e-4, n, p) for m, p in (("vanilla", 0.1), ("scores_dropout", 0.2))
+             for s in (1, 2) for n in (100, 200)}
+    assert jobs == first | more_seeds | sizes  # vanilla seeds 1-2 on RTE appear once, not twice
+    # flags replace the key in every grid of the file
+    flagged = plan("--seeds", "7", "--set", "scores_dropout.p=0.3")
+    assert {j.seed for j in flagged.jobs} == {7}
+    assert {j.hparams["p"] for j in flagged.jobs if j.method == "scores_dropout"} == {0.3}
+
+
+def test_also_grid_errors_name_the_grid(tmp_path):
+    with pytest.raises(BadInput) as info:
+        load_study(_write(tmp_path, "methods: [vanilla]\nalso:\n  - {methodz: [vanilla]}\n"))
+    assert "unknown key 'also.0.methodz' (did you mean 'methods'?)" in str(info.value)
+    with pytest.raises(BadInput) as info:
+        load_study(_write(tmp_path, "methods: [vanilla]\nalso:\n  - {set: {vanilla.q: 1}}\n"))
+    assert "also[0].set.vanilla.q" in str(info.value)

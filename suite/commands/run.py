@@ -18,6 +18,7 @@ from ..summary import compact_leaderboard, grid_records
 from .run_options import RUN_DEFAULTS, add_run_options, train_keys_help
 
 COMMAND = "run"
+GRID_KEYS = ("methods", "tasks", "model", "seeds")  # what an also: grid of a study file may give for itself
 EXECUTOR_OPTIONS = ("workers", "address", "gpus_per_run", "cpus_per_run")
 
 
@@ -49,7 +50,9 @@ class GridPlan:
 def merge_study(args: argparse.Namespace) -> argparse.Namespace:
     """Fill what the command line left unset from the study file (if any), then the defaults."""
     args = argparse.Namespace(**vars(args))
-    args.study_train = {}
+    args.study_train, args.also = {}, []
+    args.cli = {k for k in GRID_KEYS if getattr(args, k) is not None}  # flags win over every grid of the file
+    args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
     if args.study:
         from ..study import load_study, names
 
@@ -65,7 +68,7 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
                 setattr(args, key, value)
         sets, sweeps = study.assignments()
         args.sets, args.sweeps = sets + args.sets, sweeps + args.sweeps  # later assignments win
-        args.study_train = study.train_values()
+        args.study_train, args.also = study.train_values(), study.also
     for key, value in RUN_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -110,11 +113,38 @@ def plan_grid(args) -> GridPlan:
                          check_trackers((args.report_to or "").split(",")))
     jobs = build_grid(models, tasks, methods, args.seeds, train_settings(args, tasks), args.sets, args.sweeps,
                       data_source="local" if data_dir else "hub")
+    seeds = list(dict.fromkeys(args.seeds))
+    for grid in args.also:  # a study's further grids: their jobs join the first grid's (a job given twice runs once)
+        part = plan_grid(also_arguments(args, grid))
+        jobs += part.jobs
+        models, tasks, methods, seeds = (list(dict.fromkeys(a + b)) for a, b in
+                                         ((models, part.models), (tasks, part.tasks), (methods, part.methods),
+                                          (seeds, part.seeds)))
+    jobs = list({j.hash: j for j in jobs}.values())
     # a task with its own data folder reads local files whatever the grid's source; outputs travel with each job
     jobs = [dataclasses.replace(j, data_source="local" if get_task(j.task).data_dir else j.data_source,
                                 outputs=outputs if outputs.active else None) for j in jobs]
-    return GridPlan(jobs, models, tasks, methods, list(dict.fromkeys(args.seeds)), data_dir, outputs,
-                    executor_options)
+    return GridPlan(jobs, models, tasks, methods, seeds, data_dir, outputs, executor_options)
+
+
+def also_arguments(args, grid) -> argparse.Namespace:
+    """The arguments of one `also:` grid: its own keys where the command line gave none, the rest inherited."""
+    from ..study import names
+
+    part = argparse.Namespace(**vars(args))
+    part.also = []
+    own = {"methods": names(grid.methods), "tasks": names(grid.tasks), "model": names(grid.models),
+           "seeds": grid.seeds}
+    for key, value in own.items():
+        if value is not None and key not in args.cli:
+            setattr(part, key, value)
+    part.study_train = {**args.study_train, **grid.train_values()}
+    sets, sweeps = grid.assignments()
+    # the file's top-level assignments, then the grid's, then the command line's: later ones win
+    top_sets = args.sets[:len(args.sets) - len(args.cli_sets)]
+    top_sweeps = args.sweeps[:len(args.sweeps) - len(args.cli_sweeps)]
+    part.sets, part.sweeps = top_sets + sets + args.cli_sets, top_sweeps + sweeps + args.cli_sweeps
+    return part
 
 
 def check_inputs(plan: GridPlan) -> None:
@@ -162,9 +192,11 @@ def main(args) -> int:
     check_inputs(plan)
     preflight.check_grid(plan.jobs, args.device, args.sets, args.sweeps, args.executor)  # models, device, --set
     preflight.check_out(store)
-    print(f"{len(plan.jobs)} runs: {len(plan.models)} model(s) x {len(plan.tasks)} task(s) x {len(plan.methods)} "
-          f"method(s) x {len(plan.seeds)} seed(s){' x sweeps' if args.sweeps else ''} -> {store.runs}",
-          file=sys.stderr)
+    shape = (f"{len(plan.models)} model(s) x {len(plan.tasks)} task(s) x {len(plan.methods)} method(s) x "
+             f"{len(plan.seeds)} seed(s){' x sweeps' if args.sweeps else ''}")
+    if args.also:
+        shape = f"{1 + len(args.also)} grids of the study over {shape.replace(' x ', ', ')}"
+    print(f"{len(plan.jobs)} runs: {shape} -> {store.runs}", file=sys.stderr)
     _warn_missing_outputs(plan, store, args.force)
     _write_command(store)
     try:
