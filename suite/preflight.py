@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import torch
+
 from .config import DEFAULT_MODEL, RunConfig, parse_assignment, resolve_model
 from .device import pick_device
 from .errors import BadInput
@@ -41,6 +43,15 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
     for model in dict.fromkeys(job.model for job in jobs):
         check_model(model, max(job.train.max_length for job in jobs if job.model == model))
     warn_unused_settings(sets, sweeps, {job.method for job in jobs})
+    warn_emulated_bf16(jobs, device)
+
+
+def warn_emulated_bf16(jobs: Sequence[RunConfig], device: str) -> None:
+    """bf16 autocast on a CPU without bf16 instructions is emulated: correct, but slower than fp32."""
+    if any(job.train.precision == "bf16" for job in jobs) and not device.startswith("cuda") \
+            and pick_device(device).type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        print("warning: train.precision=bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX) is emulated "
+              "and slower than fp32: add --precision fp32", file=sys.stderr)
 
 
 def check_device(device: str, executor: str = "local") -> None:

@@ -252,6 +252,22 @@ def test_set_for_a_method_not_in_the_grid_warns(capsys):
                    "--methods (vanilla)"]
 
 
+@pytest.mark.parametrize("native, precision, warned", [(False, "bf16", True), (True, "bf16", False),
+                                                       (False, "fp32", False)])
+def test_emulated_bf16_is_warned_about(monkeypatch, capsys, native, precision, warned):
+    """bf16 autocast on a CPU that emulates it is slower than fp32: say so, and how to turn it off."""
+    import dataclasses
+
+    from suite.config import RunConfig, TrainSettings
+    from suite.preflight import warn_emulated_bf16
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    job = RunConfig("minilm", "rte", "vanilla", {}, 1, dataclasses.replace(TrainSettings(), precision=precision))
+    warn_emulated_bf16([job], "cpu")
+    err = capsys.readouterr().err
+    assert ("--precision fp32" in err) == warned, err
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Output folder and disk
 # ---------------------------------------------------------------------------------------------------------
