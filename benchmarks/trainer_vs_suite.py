@@ -9,12 +9,17 @@ hits both). Wall-clock is end to end for both: read the TSVs, tokenise, load the
 after every epoch. Two suite rows: "suite (as recorded)" also scores a fixed train subset every epoch and computes
 attention statistics (work Trainer does not do); "suite (like for like)" turns both off.
 
+`--batching length,random` runs every runner both ways: the suite's `train.batching` (length-grouped batches, its
+default, or a plain shuffle) and Trainer's `train_sampling_strategy` (`group_by_length`, or `random`, Trainer's own
+default), so whether length grouping changes the dev metric is measured, not assumed. Under the table, Welch's t-test
+compares each suite row's dev scores with Trainer's at the same precision and batching (the two draw batches in
+different orders, so seeds do not pair them).
+
 With several `--precisions`, every runner runs at each (Trainer's `bf16=True` is the same autocast as the suite's
 `train.precision=bf16`), and a last speed-up column compares each row with Trainer at the first precision listed.
 
 Trainer gets what our runner does: linear schedule with 10% warmup, AdamW (weight decay 0.01, none on biases and
-LayerNorm), gradient clipping 1.0, length-grouped batches (`train_sampling_strategy="group_by_length"`) with dynamic
-padding (`DataCollatorWithPadding`), evaluation each epoch, bf16 autocast on CUDA, no checkpoints, no reporting.
+LayerNorm), gradient clipping 1.0, the same batching (above) with dynamic padding (`DataCollatorWithPadding`), evaluation each epoch, bf16 autocast on CUDA, no checkpoints, no reporting.
 """
 from __future__ import annotations
 
@@ -135,7 +140,7 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
             output_dir=out, learning_rate=t.lr, per_device_train_batch_size=t.batch_size,
             per_device_eval_batch_size=t.eval_batch_size, num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
             weight_decay=t.weight_decay, max_grad_norm=t.grad_clip, lr_scheduler_type="linear",
-            train_sampling_strategy="group_by_length", eval_strategy="epoch", save_strategy="no",
+            train_sampling_strategy="group_by_length" if t.batching == "length" else "random", eval_strategy="epoch", save_strategy="no",
             logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
             bf16=t.precision == "bf16" or (t.precision == "auto" and cuda), disable_tqdm=True,
             dataloader_num_workers=0)
@@ -173,6 +178,9 @@ def main(argv=None) -> int:
     p.add_argument("--precisions", default="auto",
                    help="comma-separated; each runner runs at each (auto: bf16 autocast on CUDA, fp32 on CPU; fp32; "
                         "bf16 autocast, which CPUs with AVX512-BF16 or AMX run natively)")
+    p.add_argument("--batching", default="length",
+                   help="comma-separated: length (the suite's default; Trainer's group_by_length) and/or random "
+                        "(plain shuffle, Trainer's default); each runner runs at each")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--skip-recorded", action="store_true", help="leave out the 'suite (as recorded)' runs")
     p.add_argument("--count-tokens", action="store_true",
@@ -182,27 +190,31 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    precisions = args.precisions.split(",")
+    precisions, batchings = args.precisions.split(","), args.batching.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
 
-    def settings(precision: str, like_for_like: bool) -> TrainSettings:
+    def settings(precision: str, batching: str, like_for_like: bool) -> TrainSettings:
         t = TrainSettings(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, precision=precision,
-                          max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples)
+                          max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
+                          batching=batching)
         return dataclasses.replace(t, train_eval_samples=0, stats_batches=0) if like_for_like else t
 
     def job(seed: int, t: TrainSettings) -> RunConfig:
         return RunConfig(args.model, args.task, "vanilla", {"p": 0.1}, seed, t)
 
-    runners = {}
+    runners = {}  # name -> ((precision, batching), run(seed))
     for prec in precisions:
-        tag = f" [{prec}]" if len(precisions) > 1 else ""
-        if not args.skip_recorded:
-            runners["suite (as recorded)" + tag] = (prec, lambda seed, t=settings(prec, False): run_suite(
+        for batching in batchings:
+            setting = (prec, batching)
+            tag = ", ".join([*([prec] if len(precisions) > 1 else []), *([batching] if len(batchings) > 1 else [])])
+            tag = f" [{tag}]" if tag else ""
+            if not args.skip_recorded:
+                runners["suite (as recorded)" + tag] = (setting, lambda seed, t=settings(*setting, False): run_suite(
+                    job(seed, t), args.data_dir, args.device))
+            runners["suite (like for like)" + tag] = (setting, lambda seed, t=settings(*setting, True): run_suite(
                 job(seed, t), args.data_dir, args.device))
-        runners["suite (like for like)" + tag] = (prec, lambda seed, t=settings(prec, True): run_suite(
-            job(seed, t), args.data_dir, args.device))
-        runners["HF Trainer" + tag] = (prec, lambda seed, t=settings(prec, True): run_trainer(
-            job(seed, t), args.data_dir, args.device))
+            runners["HF Trainer" + tag] = (setting, lambda seed, t=settings(*setting, True): run_trainer(
+                job(seed, t), args.data_dir, args.device))
     load_before = os.getloadavg()[0]
     results: dict[str, list[dict]] = {name: [] for name in runners}
     for i, seed in enumerate(seeds):
@@ -220,18 +232,21 @@ def main(argv=None) -> int:
                   f"{res['score']:.4f}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()[0]
 
-    def trainer(prec: str, key: str) -> float:
-        return np.mean([r[key] for name, runs in results.items() if runners[name][0] == prec
-                        and name.startswith("HF Trainer") for r in runs])
+    def trainer_runs(setting: tuple[str, str]) -> list[dict]:
+        return [r for name, runs in results.items() if runners[name][0] == setting and name.startswith("HF Trainer")
+                for r in runs]
+
+    def trainer(setting: tuple[str, str], key: str) -> float:
+        return np.mean([r[key] for r in trainer_runs(setting)])
 
     rows = []
     for name, runs in results.items():
-        prec = runners[name][0]
+        setting = runners[name][0]
         wall, cpu = np.mean([r["wall_s"] for r in runs]), np.mean([r["cpu_s"] for r in runs])
         rows.append([name, " / ".join(f"{r['wall_s']:.1f}" for r in runs), f"{wall:.1f}",
-                     f"{trainer(prec, 'wall_s') / wall:.2f}x", " / ".join(f"{r['cpu_s']:.1f}" for r in runs),
-                     f"{cpu:.1f}", f"{trainer(prec, 'cpu_s') / cpu:.2f}x"]
-                    + ([f"{trainer(precisions[0], 'cpu_s') / cpu:.2f}x"] if len(precisions) > 1 else [])
+                     f"{trainer(setting, 'wall_s') / wall:.2f}x", " / ".join(f"{r['cpu_s']:.1f}" for r in runs),
+                     f"{cpu:.1f}", f"{trainer(setting, 'cpu_s') / cpu:.2f}x"]
+                    + ([f"{trainer((precisions[0], setting[1]), 'cpu_s') / cpu:.2f}x"] if len(precisions) > 1 else [])
                     + [" / ".join(f"{r['score']:.4f}" for r in runs), f"{np.mean([r['score'] for r in runs]):.4f}"]
                     + ([" ; ".join(r["tokens"] for r in runs)] if args.count_tokens else []))
     spec = get_task(args.task)
@@ -244,7 +259,21 @@ def main(argv=None) -> int:
                    + ([f"CPU speed-up vs Trainer [{precisions[0]}]"] if len(precisions) > 1 else [])
                    + [f"dev {'/'.join(spec.metrics)} (per seed)", "mean dev"]
                    + (["padded tokens train / eval (per seed)"] if args.count_tokens else []), tablefmt="github"))
+    print()
+    for name, runs in results.items():
+        if not name.startswith("HF Trainer"):
+            print(f"- {name} minus HF Trainer at its settings: "
+                  f"{welch(runs, trainer_runs(runners[name][0]))}")
     return 0
+
+
+def welch(a: list[dict], b: list[dict]) -> str:
+    """Mean difference of the dev scores of two sets of runs and Welch's t-test (the runs are not paired)."""
+    from scipy import stats
+
+    x, y = [r["score"] for r in a], [r["score"] for r in b]
+    p = stats.ttest_ind(x, y, equal_var=False).pvalue if len(x) > 1 and len(y) > 1 else float("nan")
+    return f"{np.mean(x) - np.mean(y):+.4f} dev score (Welch's t-test p = {p:.2f}, {len(x)} vs {len(y)} runs)"
 
 
 if __name__ == "__main__":

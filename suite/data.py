@@ -354,6 +354,14 @@ def length_grouped_batches(lengths: list[int], batch_size: int, generator, mega:
     return [batches[i] for i in order]
 
 
+def random_batches(n: int, batch_size: int, generator) -> list[list[int]]:
+    """Plain shuffled batches, whatever the lengths (Trainer's default sampler)."""
+    import torch
+
+    perm = torch.randperm(n, generator=generator).tolist()
+    return [perm[j:j + batch_size] for j in range(0, n, batch_size)]
+
+
 def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Evaluation batches sorted by length (order does not change metrics; padding does cost time)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
