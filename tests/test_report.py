@@ -373,3 +373,35 @@ def test_a_task_run_only_with_other_hyper_parameters_is_listed_not_dropped(tmp_p
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["MRPC"] == "–"
     outside = parse_table(md, "## Runs outside the leaderboard settings")["tiny-bert"]
     assert outside["task"] == "MRPC" and outside["setting"] == "p=0.2" and outside["headline x100"] == "70.00 ± – (1)"
+
+
+def test_data_efficiency_table_tests_and_figure(tmp_path):
+    """Three train-set sizes of the leaderboard's settings: a table per task with paired differences to vanilla,
+    Holm-corrected over the section, and a figure; a method run at one size only is left out of the curves."""
+    store = Store(tmp_path)
+    vanilla = {16: [0.50, 0.52, 0.54], 32: [0.55, 0.56, 0.57], 64: [0.60, 0.62, 0.64]}
+    dropout = {16: [0.60, 0.63, 0.66], 32: [0.55, 0.57, 0.55], 64: [0.61, 0.62, 0.64]}
+    for size in (16, 32, 64):
+        for i, seed in enumerate((1, 2, 3)):
+            train = {"max_train_samples": size}
+            store.write(*make_record("rte", "vanilla", seed, {"accuracy": vanilla[size][i]}, hparams={"p": 0.1},
+                                     train=train))
+            store.write(*make_record("rte", "scores_dropout", seed, {"accuracy": dropout[size][i]},
+                                     hparams={"p": 0.1}, train=train))
+    store.write(*make_record("rte", "no_dropout", 1, {"accuracy": 0.6}))  # leaderboard size only: no curve
+    md = build_report([tmp_path]).read_text()
+    rows = parse_table(md, "### Data efficiency")
+    assert set(rows) == {"vanilla", "scores_dropout"}
+    assert rows["vanilla"]["16 examples"] == "52.00 ± 2.00 (3)"
+    # paired differences by seed: +10/+11/+12, 0/+1/-2, +1/0/0; Holm over the three tests
+    raw = [stats.ttest_rel(dropout[s], vanilla[s]).pvalue for s in (16, 32, 64)]
+    order = sorted(range(3), key=lambda k: raw[k])
+    holm, running = [0.0] * 3, 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (3 - rank) * raw[k]))
+        holm[k] = running
+    assert holm[0] < 0.05 < holm[1]
+    assert rows["scores_dropout"]["16 examples"] == f"63.00 ± 3.00 (3) [**+11.00, p {holm[0]:.2g}**]"
+    assert rows["scores_dropout"]["32 examples"] == f"55.67 ± 1.15 (3) [-0.33, p {holm[1]:.2g}]"
+    assert "![dev score against training-set size](figures/data_efficiency_tiny-bert.png)" in md
+    assert (tmp_path / "figures" / "data_efficiency_tiny-bert.png").is_file()

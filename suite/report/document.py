@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import analyses, details, figure_sections, header, leaderboard, stability
+from . import analyses, data_efficiency, details, figure_sections, header, leaderboard, stability
 from .cells import Cell
 from . import costs
 from .costs import read_bench
@@ -97,6 +97,7 @@ class Report:
         details.setup(self, sel, board)
         details.per_task(self, sel, board)
         details.ablations(self, sel, df)
+        data_efficiency.section(self, sel, df, mslug)
         stability.stability(self, sel, board, mslug)
         figure_sections.overfitting(self, sel, board, mslug)
         figure_sections.attention(self, sel, board, mslug, model)

@@ -1,0 +1,130 @@
+"""Data efficiency: dev score against training-set size, per method, on the tasks that ran several sizes.
+
+A task qualifies when at least three values of `train.max_train_samples` were run with the leaderboard's other
+training settings for that task (epochs, learning rate, ...) and each method's leaderboard hyper-parameters. Each
+method is compared with the reference at every size by the paired t-test over seeds; all those tests form one family,
+corrected together (Holm by default), separately from the leaderboard's.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import significance as sig
+from .cells import Cell
+from .figures import band, grid, method_colors, method_styles, save
+from .formatting import fmt, slug, table
+from .registry_info import task_display
+from .selection import Selection
+
+SIZE = "max_train_samples"
+MIN_SIZES = 3
+
+
+def _rest(train_key: str) -> str:
+    """A training-settings key without the train-set size."""
+    d = json.loads(train_key)
+    d.pop(SIZE, None)
+    return json.dumps(d, sort_keys=True)
+
+
+def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """{task: its ok records at every train-set size (column `size`)} for tasks with at least MIN_SIZES sizes."""
+    ok = df[(df["status"] == "ok") & (df["hp"] == df["method"].map(sel.hp_by_method))]
+    found = {}
+    for task in sel.tasks:
+        sub = ok[ok["task"] == task]
+        if task not in sel.train_by_task or not len(sub):
+            continue
+        sub = sub[sub["train"].map(_rest) == _rest(sel.train_by_task[task])]
+        sizes = sub["train_dict"].map(lambda d: d.get(SIZE))
+        sub = sub.assign(size=sizes)[sizes.notna()]  # `null` (the whole train set) has no place on the axis
+        if sub["size"].nunique() >= MIN_SIZES:
+            found[task] = sub
+    return found
+
+
+def _methods(sel: Selection, sub: pd.DataFrame) -> list[str]:
+    return [m for m in sel.methods if sub[sub["method"] == m]["size"].nunique() >= 2]
+
+
+def compare(rep, sel: Selection, curves: dict[str, pd.DataFrame]) -> dict[tuple[str, str, int], tuple[float, float]]:
+    """{(task, method, size): (mean paired difference to the reference x100, corrected p)}."""
+    keys, diffs, ps = [], [], []
+    for task, sub in curves.items():
+        for size in sorted(sub["size"].unique()):
+            at = sub[sub["size"] == size]
+            ref = Cell.of(at[at["method"] == rep.baseline]).by_seed()
+            for m in _methods(sel, sub):
+                if m == rep.baseline:
+                    continue
+                a, b = sig.paired(Cell.of(at[at["method"] == m]).by_seed(), ref)
+                if len(a) >= 2:
+                    keys.append((task, m, int(size)))
+                    diffs.append(float(np.mean(a - b)))
+                    ps.append(float(sig.paired_t_p(a - b)))
+    adjusted = sig.adjust(np.asarray(ps), rep.correction) if ps else []
+    return {k: (d, float(p)) for k, d, p in zip(keys, diffs, adjusted)}
+
+
+def section(rep, sel: Selection, df: pd.DataFrame, mslug: str) -> None:
+    curves = size_curves(sel, df)
+    if not curves:
+        return
+    tests = compare(rep, sel, curves)
+    rep.add("### Data efficiency", "",
+            f"Dev headline metric x100 (mean ± std over seeds, seeds in brackets) at each training-set size, with "
+            f"the other training settings of the leaderboard. In brackets after a cell: the mean paired difference "
+            f"to {rep.baseline} at that size; **bold**: significant after {rep.correction} correction over all "
+            f"{len(tests)} comparisons of this section (paired t-test over seeds, α = {rep.alpha}).", "")
+    for task, sub in curves.items():
+        sizes = sorted(int(s) for s in sub["size"].unique())
+        rows = []
+        for m in _methods(sel, sub):
+            row = [rep.method_label(m, sel)]
+            for size in sizes:
+                cell = Cell.of(sub[(sub["method"] == m) & (sub["size"] == size)])
+                text = cell.text()
+                if (task, m, size) in tests:
+                    d, p = tests[task, m, size]
+                    diff = f"{fmt(d, sign=True)}, p {p:.2g}"
+                    text += f" [**{diff}**]" if p < rep.alpha else f" [{diff}]"
+                row.append(text)
+            rows.append(row)
+        base = rep.baselines.get(sel.model, {}).get(task)
+        rep.add(f"#### {task_display(task)}", "", table(rows, ["method", *[f"{s} examples" for s in sizes]]), "")
+        if base is not None and base.available:
+            rep.add(f"{base.constant_kind.replace('_', ' ')} baseline: {fmt(base.constant)}", "")
+    path = rep.figure(f"data_efficiency_{mslug}.png")
+    if rep.draw:
+        plot(rep, sel, curves, path)
+    if path.exists():
+        rep.link(path, "dev score against training-set size")
+
+
+def plot(rep, sel: Selection, curves: dict[str, pd.DataFrame], path) -> None:
+    methods = list(dict.fromkeys(m for sub in curves.values() for m in _methods(sel, sub)))
+    colors, styles = method_colors(methods), method_styles(methods)
+    fig, axes = grid(len(curves), width=3.6, height=2.8)
+    for ax, (task, sub) in zip(axes, curves.items()):
+        for m in _methods(sel, sub):
+            cells = [(s, Cell.of(sub[(sub["method"] == m) & (sub["size"] == s)])) for s in sorted(sub["size"].unique())]
+            x = np.asarray([s for s, _ in cells], dtype=float)
+            band(ax, x, np.asarray([c.mean for _, c in cells]), np.asarray([c.std for _, c in cells]), colors[m],
+                 styles[m], label=m)
+        base = rep.baselines.get(sel.model, {}).get(task)
+        if base is not None and base.available and math.isfinite(base.constant):
+            ax.axhline(base.constant, color="grey", linestyle=":", linewidth=1, label="majority / constant")
+        ax.set_xscale("log", base=2)
+        sizes = sorted(int(s) for s in sub["size"].unique())
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_title(f"{task_display(task)}, {sel.model}", fontsize=9)
+        ax.set_xlabel("training examples")
+        ax.set_ylabel("dev headline metric x100")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=7)
+    save(fig, path)
