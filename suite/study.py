@@ -55,6 +55,7 @@ class ReportSection(_Section):
     baseline: Optional[str] = None
     alpha: Optional[float] = None
     out: Optional[str] = None
+    reference_tasks: Optional[Names] = None  # own table against the majority class, out of every comparison
 
 
 class _Grid(_Section):
@@ -174,6 +175,8 @@ def report_arguments(args):
     for key in ("baseline", "alpha", "out"):
         if getattr(args, key, None) is None:
             setattr(args, key, getattr(study.report, key))
+    if getattr(args, "reference_tasks", None) is None and study.report.reference_tasks is not None:
+        args.reference_tasks = names(study.report.reference_tasks).split(",")
     return args
 
 

@@ -13,7 +13,7 @@ from scipy import stats
 from suite.attention import METHODS, AttentionMethod, register_method
 from suite.config import TrainSettings
 from suite.data import get_task
-from suite.report import build_report
+from suite.report import ReportError, build_report
 from suite.store import Store
 
 MODEL = "tiny-bert"
@@ -405,3 +405,25 @@ def test_data_efficiency_table_tests_and_figure(tmp_path):
     assert rows["scores_dropout"]["32 examples"] == f"55.67 ± 1.15 (3) [-0.33, p {holm[1]:.2g}]"
     assert "![dev score against training-set size](figures/data_efficiency_tiny-bert.png)" in md
     assert (tmp_path / "figures" / "data_efficiency_tiny-bert.png").is_file()
+
+
+def test_reference_tasks_get_their_own_table_and_stay_out_of_comparisons(tmp_path):
+    store = Store(tmp_path)
+    base = {"majority": {"accuracy": 0.5, "score": 0.5}, "chance": {"accuracy": 0.5, "score": 0.5}}
+    for i, seed in enumerate((1, 2, 3)):
+        for method, acc in (("vanilla", [0.80, 0.82, 0.84]), ("scores_dropout", [0.81, 0.83, 0.85])):
+            store.write(*make_record("sst2", method, seed, {"accuracy": acc[i]}, hparams={"p": 0.1}, baselines=base))
+        store.write(*make_record("rte", "vanilla", seed, {"accuracy": [0.49, 0.51, 0.52][i]}, hparams={"p": 0.1},
+                                 baselines=base))
+    md = build_report([tmp_path], figures=False, reference_tasks=["RTE"]).read_text()
+    board = parse_table(md, "### Leaderboard")
+    assert "RTE" not in board["vanilla"] and board["scores_dropout"]["GLUE avg"] == "**83.00**"  # comparable
+    reference = parse_table(md, "### Reference tasks")
+    assert reference["vanilla"]["RTE"] == "50.67 ± 1.53° (3)"  # not above the majority class's 50.00
+    assert reference["*majority class / constant mean (baseline)*"]["RTE"] == "50.00"
+    assert "## Runs outside the leaderboard settings" not in md
+    # without the option RTE is a leaderboard column, and scores_dropout's average covers one of two tasks
+    md = build_report([tmp_path], figures=False).read_text()
+    assert "### Reference tasks" not in md and parse_table(md, "### Leaderboard")["vanilla"]["RTE"]
+    with pytest.raises(ReportError, match="unknown task 'rtee'.*Did you mean 'rte'"):
+        build_report([tmp_path], figures=False, reference_tasks=["rtee"])

@@ -42,12 +42,14 @@ def remove_stale_figures(report: Report) -> None:
 def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike | None = None,
                  baseline: str = DEFAULT_BASELINE, alpha: float = DEFAULT_ALPHA, correction: str = "holm",
                  aso: bool = True, data_dir: str | os.PathLike | None = None,
-                 costs: str | os.PathLike | None = None, figures: bool = True) -> Path:
+                 costs: str | os.PathLike | None = None, figures: bool = True,
+                 reference_tasks: Sequence[str] = ()) -> Path:
     """Read the records under each run folder and write `out/leaderboard.md` (with CSV and LaTeX tables beside it)
     and `out/figures/*.png|pdf`.
 
-    `out` defaults to the first folder; `costs` to `out/bench.json`, else the first folder's, when that file exists. Returns the path of the
-    markdown file.
+    `out` defaults to the first folder; `costs` to `out/bench.json`, else the first folder's, when that file exists.
+    `reference_tasks` are shown in their own table against their majority class and left out of every comparison.
+    Returns the path of the markdown file.
     """
     if not run_dirs:
         raise ReportError("give at least one folder of runs")
@@ -57,13 +59,14 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
         raise ReportError(f"--correction {correction!r}: valid corrections are {', '.join(CORRECTIONS)}")
     if costs is not None and not Path(costs).is_file():
         raise ReportError(f"--costs {costs}: no such file (write one with `python -m suite bench --json FILE`)")
+    reference_tasks = tuple(_task_names(reference_tasks))
     loaded = load(run_dirs)
     out_dir = Path(out) if out is not None else Path(run_dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     if costs is None:  # the bench file beside the report, else beside the runs it reports
         costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
     options = Options(baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
-                      str(costs) if costs else None, figures)
+                      str(costs) if costs else None, figures, reference_tasks)
     report = Report(loaded, out_dir, options, date_line())
     path = out_dir / "leaderboard.md"
     path.write_text(report.build())
@@ -71,6 +74,16 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     if figures:
         remove_stale_figures(report)
     return path
+
+
+def _task_names(names: Sequence[str]) -> list[str]:
+    from ..data import get_task
+    from ..registry import UnknownNameError
+
+    try:
+        return [get_task(n).name for n in names]
+    except UnknownNameError as exc:
+        raise ReportError(f"--reference-tasks: {exc}") from None
 
 
 def add_parser(sub) -> None:
@@ -92,6 +105,9 @@ def add_parser(sub) -> None:
                         "records that do not carry them")
     p.add_argument("--costs", help=f"`python -m suite bench --json` file for the cost columns "
                                    f"(default: OUT/{DEFAULT_COSTS}, else DIR/{DEFAULT_COSTS}, when it exists)")
+    p.add_argument("--reference-tasks", type=lambda v: [t for t in v.split(",") if t],
+                   help="comma list of tasks shown in their own table against their majority class and left out "
+                        "of the comparisons and averages (e.g. tasks the model does not learn)")
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="tables only: much faster; existing figures are left as they are")
     p.add_argument("--out", help="write the report here instead of DIR")
@@ -116,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         args = resolve_arguments(args)
         path = build_report([args.dir, *args.more], args.out, args.baseline, args.alpha, args.correction,
-                            args.aso, args.data_dir, args.costs, args.figures)
+                            args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or ())
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import analyses, data_efficiency, details, figure_sections, header, leaderboard, stability
+from . import analyses, data_efficiency, details, figure_sections, header, leaderboard, reference, stability
 from .cells import Cell
 from . import costs
 from .costs import read_bench
@@ -28,6 +28,7 @@ class Options:
     data_dir: str | None = None        # dev labels for the baselines of records that lack them
     costs: str | None = None           # `python -m suite bench --json` file
     figures: bool = True               # False: tables only (much faster; existing figures are left alone)
+    reference_tasks: tuple[str, ...] = ()  # shown in their own table, left out of comparisons and averages
 
 
 class Report:
@@ -40,6 +41,7 @@ class Report:
                                                                 options.correction, options.aso)
         self.data_dir, self.draw = options.data_dir, options.figures
         self.costs_path = options.costs
+        self.reference_tasks = options.reference_tasks
         self.bench = read_bench(options.costs)
         self.date_line = date_line
         self.lines: list[str] = []
@@ -92,6 +94,7 @@ class Report:
         mslug = slug(model)
         self.add(f"## Model `{model}`", "")
         leaderboard.leaderboard(self, sel, board)
+        reference.section(self, sel, df)
         if self.baseline in sel.methods:
             self.add(*costs.in_run_context(self, sel, board))
         details.setup(self, sel, board)
@@ -104,7 +107,7 @@ class Report:
         analyses.section(self, sel, board, mslug, model)
 
     def build(self) -> str:
-        self.selections = {m: select(self.df, m, self.baseline) for m in unique(self.df["model"])}
+        self.selections = {m: select(self.df, m, self.baseline, self.reference_tasks) for m in unique(self.df["model"])}
         header.header(self)
         for model in unique(self.df["model"]):
             self.model_section(model)

@@ -23,10 +23,12 @@ class Selection:
     train_by_task: dict[str, str]     # task -> training-settings key used in the leaderboard
     hp_by_method: dict[str, str]      # method -> hyper-parameter key used in the leaderboard
     hp_is_default: dict[str, bool]
+    reference_tasks: list[str] = dataclasses.field(default_factory=list)  # shown apart, never compared
 
-    def board(self, df: pd.DataFrame) -> pd.DataFrame:
-        """The model's records that the leaderboard uses."""
-        keep = df.apply(lambda r: self.train_by_task.get(r["task"]) == r["train"]
+    def board(self, df: pd.DataFrame, tasks: list[str] | None = None) -> pd.DataFrame:
+        """The model's records that the leaderboard uses (or the reference table, given its tasks)."""
+        tasks = set(self.tasks if tasks is None else tasks)
+        keep = df.apply(lambda r: r["task"] in tasks and self.train_by_task.get(r["task"]) == r["train"]
                         and self.hp_by_method.get(r["method"]) == r["hp"], axis=1)
         return df[keep.astype(bool)] if len(df) else df
 
@@ -48,7 +50,8 @@ def _train_used(sub: pd.DataFrame) -> str:
     return stats["train"].iloc[0]
 
 
-def select(df: pd.DataFrame, model: str, baseline: str) -> Selection:
+def select(df: pd.DataFrame, model: str, baseline: str, reference_tasks=()) -> Selection:
+    """`reference_tasks` (e.g. tasks the model does not learn) get their own table, out of comparisons and averages."""
     dm = df[df["model"] == model]
     tasks = task_order(dm["task"].unique())
     methods = sorted(dm["method"].unique(), key=lambda m: (m != baseline, m))
@@ -61,7 +64,9 @@ def select(df: pd.DataFrame, model: str, baseline: str) -> Selection:
         if not len(sub):  # this task only has other hyper-parameter settings: they are listed after the tables
             sub = dm[dm["task"] == task]
         train_by_task[task] = _train_used(sub)
-    return Selection(model, tasks, methods, train_by_task, hp_by_method, is_default)
+    reference = [t for t in tasks if t in set(reference_tasks)]
+    return Selection(model, [t for t in tasks if t not in reference], methods, train_by_task, hp_by_method,
+                     is_default, reference)
 
 
 def setting_text(hp: dict, method: str) -> str:

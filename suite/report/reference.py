@@ -1,0 +1,37 @@
+"""Reference tasks: tasks a study runs for context (e.g. ones the model does not learn at its budget), shown against
+their majority-class level in their own table and left out of the leaderboard's comparisons and averages."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .baselines import task_baselines
+from .cells import Cell
+from .formatting import DASH, fmt, table
+from .leaderboard import NEAR_MAJORITY, near_majority
+from .registry_info import higher_is_better, task_display
+from .selection import Selection
+
+
+def section(rep, sel: Selection, df: pd.DataFrame) -> None:
+    if not sel.reference_tasks:
+        return
+    board = sel.board(df, sel.reference_tasks)
+    rep.used_hashes.update(board["hash"])
+    tasks = sel.reference_tasks
+    bases = task_baselines(board, tasks, sel.train_by_task, rep.data_dir, rep.baseline_cache)
+    methods = [m for m in sel.methods if (board["method"] == m).any()]
+    rows = []
+    for m in methods:
+        row = [rep.method_label(m, sel)]
+        for t in tasks:
+            cell = Cell.of(board[(board["method"] == m) & (board["task"] == t)])
+            near = near_majority(cell, bases[t], higher_is_better(t), rep.alpha)
+            row.append(cell.text(mark=NEAR_MAJORITY if near else ""))
+        rows.append(row)
+    rows.append(["*majority class / constant mean (baseline)*",
+                 *[fmt(bases[t].constant) if bases[t].available else DASH for t in tasks]])
+    rep.add("### Reference tasks", "",
+            f"Run for context and left out of the comparisons, differences and averages above: "
+            f"{', '.join(task_display(t) for t in tasks)}. Cells as in the leaderboard; {NEAR_MAJORITY}: not "
+            f"distinguishable from the majority / constant predictor (one-sided t-test over seeds, p ≥ "
+            f"{rep.alpha:g}).", "", table(rows, ["method", *[task_display(t) for t in tasks]]), "")
