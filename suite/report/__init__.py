@@ -26,7 +26,8 @@ Where things are
   examples.py        example-level intervals from the per-example prediction sidecars
   costs.py           cost columns from `python -m suite bench --json`; in-run times as context
   figures.py         matplotlib figures (PNG and PDF)
-  header.py, leaderboard.py, details.py, stability.py, figure_sections.py   the markdown sections
+  header.py, leaderboard.py, reference.py, details.py, data_efficiency.py, stability.py, figure_sections.py
+                     the markdown sections
   exports.py         the tables as CSV and LaTeX, comparisons.csv
   document.py        the `Report` object the sections write into, and their order
   command.py         `build_report` and the command line
