@@ -44,8 +44,8 @@ def test_importance_table_means_over_runs(board):
 
 
 class _Rep:
-    def __init__(self, out: Path):
-        self.lines, self.figures, self.out = [], [], out
+    def __init__(self, out: Path, draw: bool = True):
+        self.lines, self.figures, self.out, self.draw = [], [], out, draw
 
     def add(self, *lines):
         self.lines.extend(lines)
@@ -77,3 +77,11 @@ def test_no_analyses_no_section(tmp_path):
     board = pd.DataFrame([{"method": "vanilla", "status": "ok", "analyses": None}])
     section.section(rep, Selection("m", [], ["vanilla"], {}, {}, {}), board, "m", "m")
     assert rep.lines == []
+
+
+def test_tables_only_report_draws_no_analysis_figure(board, tmp_path):
+    """--no-figures: the tables are written, no figure is drawn or linked."""
+    rep = _Rep(tmp_path, draw=False)
+    section.section(rep, Selection("m", ["sst2", "rte"], ["vanilla", "topk"], {}, {}, {}), board, "m", "m")
+    assert "JSD of attention" in "\n".join(rep.lines)
+    assert rep.figures == [] and not list(tmp_path.iterdir())

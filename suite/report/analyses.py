@@ -153,10 +153,10 @@ def section(rep, sel: Selection, board: pd.DataFrame, mslug: str, model: str) ->
         rep.add("Variance across seeds (per dev example and pair of seeds of the same cell):", "",
                 seeds_table(sel, pairs, label), "")
         path = rep.figure(f"analysis_seeds_{mslug}.png")
-        if plot_seed_violins(pairs, sel.methods, f"variance across seeds, {model}", path):
+        if rep.draw and plot_seed_violins(pairs, sel.methods, f"variance across seeds, {model}", path):
             rep.link(path, "JS divergence of attention and TVD of predictions across seeds")
     if len(parts["heads"]):
         path = rep.figure(f"analysis_heads_{mslug}.png")
-        if plot_head_maps(parts["heads"], sel.methods, f"what the heads look at, {model} (mean over tasks and "
-                          "seeds)", path):
+        title = f"what the heads look at, {model} (mean over tasks and seeds)"
+        if rep.draw and plot_head_maps(parts["heads"], sel.methods, title, path):
             rep.link(path, "attention mass on [CLS], [SEP], punctuation and entropy per layer and head")

@@ -99,9 +99,8 @@ def section(rep, sel: Selection, df: pd.DataFrame, mslug: str) -> None:
         if base is not None and base.available:
             rep.add(f"{base.constant_kind.replace('_', ' ')} baseline: {fmt(base.constant)}", "")
     path = rep.figure(f"data_efficiency_{mslug}.png")
-    if rep.draw:
+    if rep.draw:  # --no-figures: tables only
         plot(rep, sel, curves, path)
-    if path.exists():
         rep.link(path, "dev score against training-set size")
 
 
