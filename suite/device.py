@@ -48,13 +48,19 @@ def precision_label(amp_dtype: torch.dtype | None, loss_scaling: bool = False) -
     return f"{name} autocast" + (", loss scaling" if loss_scaling else "")
 
 
-def git_commit() -> str | None:
-    """The suite's git commit, with '+dirty' when tracked files differ from it (None outside a checkout)."""
-    here = Path(__file__).resolve().parent.parent
+# What a run executes: a change elsewhere in the checkout (README, results/, studies/) leaves a run's code as committed,
+# so it does not mark records "+dirty" (a study writing its records into the repository stays clean).
+CODE_PATHS = ("suite", "methods", "tasks", "pyproject.toml")
+
+
+def git_commit(root: Path | None = None) -> str | None:
+    """The suite's git commit, with '+dirty' when its code (CODE_PATHS, untracked files included) differs from it;
+    None outside a checkout."""
+    here = root or Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", *CODE_PATHS],
                                capture_output=True, text=True, timeout=5).stdout.strip()
         return (sha + ("+dirty" if dirty else "")) if sha else None
     except (OSError, subprocess.SubprocessError):

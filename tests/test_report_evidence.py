@@ -98,7 +98,7 @@ def test_provenance_warning_counts_versions_dirty_trees_and_machines(tmp_path):
             make_record("rte", "vanilla", 3, {"accuracy": 0.6}, env={"git_commit": "bbb", "host": "two"})]
     md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
     warning = next(line for line in md.splitlines() if line.startswith("> **Warning"))
-    assert "2 code versions" in warning and "1 run from uncommitted (`+dirty`) trees" in warning
+    assert "2 code versions" in warning and "1 run from uncommitted (`+dirty`) code" in warning
     assert "2 machines or device setups" in warning
     clean = build_report([write(tmp_path / "clean", recs[1:])], aso=False, figures=False).read_text()
     assert "> **Warning" not in clean

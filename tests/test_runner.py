@@ -42,3 +42,31 @@ def test_fp16_run_records_loss_scaling(tiny_bert_dir, glue_dir, tmp_path):
     (rec,) = list(Store(tmp_path))
     assert rec["status"] == "ok" and rec["timing"]["precision"] == "fp16 autocast, loss scaling"
     assert torch.isfinite(torch.tensor(rec["history"][0]["train_loss"]))
+
+
+def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
+    """Records written into the checkout (results/, README) leave the commit clean; a changed or new module does not."""
+    import subprocess
+
+    from suite.device import git_commit
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "a.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("readme\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    sha = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (tmp_path / "README.md").write_text("edited\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "run.json").write_text("{}")
+    assert git_commit(tmp_path) == sha
+    (tmp_path / "suite" / "b.py").write_text("y = 2\n")
+    assert git_commit(tmp_path) == sha + "+dirty"
+    (tmp_path / "suite" / "b.py").unlink()
+    (tmp_path / "suite" / "a.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == sha + "+dirty"
+    assert git_commit(tmp_path / "missing") is None

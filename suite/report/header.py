@@ -80,7 +80,7 @@ def provenance_warning(df) -> list[str]:
     if len(commits) > 1:
         problems.append(f"{len(commits)} code versions (git commits)")
     if dirty:
-        problems.append(f"{plural(dirty)} from uncommitted (`+dirty`) trees, whose exact code is not recoverable")
+        problems.append(f"{plural(dirty)} from uncommitted (`+dirty`) code, whose exact version is not recoverable")
     if unknown:
         problems.append(f"{plural(unknown)} without a recorded git commit")
     if len(setups) > 1:
