@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from suite.cli import main
-from suite.config import HASHED_WHEN_CHANGED
 from suite.errors import BadInput
 from suite.study import load_study
 
@@ -18,29 +17,21 @@ def _write(tmp_path, text: str) -> Path:
     return path
 
 
-def test_committed_studies_load_and_match_their_records():
-    """Each studies/*.yaml is valid, and the results study lists exactly the grid the committed records ran."""
-    from suite.commands.run import merge_study, plan_grid
+def test_committed_studies_load_and_plan_their_records():
+    """Each studies/*.yaml is valid, and every committed record in results/ is a job the results study plans (found
+    by hash, so the study resumes instead of running it again)."""
     from suite.cli import build_parser
+    from suite.commands.run import merge_study, plan_grid
 
     studies = sorted((ROOT / "studies").glob("*.yaml"))
     assert studies
     for path in studies:
         load_study(path)
-    args = merge_study(build_parser().parse_args(["run", "--study", str(ROOT / "studies" / "results.yaml")]))
-    jobs = plan_grid(args).jobs
+    args = merge_study(build_parser().parse_args(["run", "--study", str(ROOT / "studies" / "glue-minilm.yaml")]))
+    planned = {j.hash: j for j in plan_grid(args).jobs}
     records = [json.loads(p.read_text()) for p in (ROOT / "results" / "runs").glob("*.json")]
-
-    def grid_point(config):  # settings added since the records were written count only when changed
-        train = {k: v for k, v in config["train"].items() if HASHED_WHEN_CHANGED.get(k, object()) != v}
-        return config["model"], config["task"], config["method"], config["seed"], json.dumps(train, sort_keys=True)
-
-    assert {grid_point(j.to_dict()) for j in jobs} == {grid_point(r["config"]) for r in records}
-    # records of methods whose hyper-parameters have not changed since are found by hash (so not run again)
-    planned = {j.hash for j in jobs}
-    current = {j.method: j.hparams for j in jobs}
-    unchanged = [r for r in records if r["config"]["hparams"] == current[r["config"]["method"]]]
-    assert unchanged and all(r["hash"] in planned for r in unchanged)
+    assert records
+    assert not [r["label"] for r in records if r["hash"] not in planned]
 
 
 @pytest.mark.parametrize("text, message", [
