@@ -220,3 +220,27 @@ def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
     md = build_report([root], aso=False, figures=False, costs=tmp_path / "bench.json").read_text()
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["step time vs vanilla (bench)"] == "1.50×"
     assert "with `python -m suite bench --shapes tiny`" in md and "on CPU" in md
+
+
+def test_seeds_for_the_observed_difference_and_comparisons_within_reach(tmp_path):
+    """RTE: scores_dropout - vanilla = +4, +1, +5 points (mean 3.33, sd 2.08; p = 0.11 at 3 seeds); no_dropout equals
+    vanilla. The per-task table gives the seeds at which the paired t-test at the correction's first step detects
+    3.33 points with 80% power, with the sd pooled over both methods; the note lists it as within reach."""
+    from suite.report import significance as sig
+
+    recs = []
+    for s, v, x in zip((1, 2, 3), (0.60, 0.62, 0.61), (0.64, 0.63, 0.66)):
+        recs.append(make_record("rte", "vanilla", s, {"accuracy": v}, hparams={"p": 0.1}, baselines=RTE_BASE))
+        recs.append(make_record("rte", "scores_dropout", s, {"accuracy": x}, hparams={"p": 0.1},
+                                baselines=RTE_BASE))
+        recs.append(make_record("rte", "no_dropout", s, {"accuracy": v}, baselines=RTE_BASE))
+    md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
+    tests = int(md.split("(family-wise error rate) across all ")[1].split(" tests")[0])
+    pooled = sig.pooled_sd([np.array([4.0, 1.0, 5.0]), np.zeros(3)])
+    assert pooled == pytest.approx(np.sqrt((2 * np.var([4, 1, 5], ddof=1)) / 4))
+    expected = sig.seeds_needed(10 / 3, pooled, 0.05 / tests)
+    rows = parse_table(md, "#### RTE")
+    assert rows["scores_dropout"]["seeds for Δ"] == str(expected)
+    assert rows["no_dropout"]["seeds for Δ"] == "–"            # no difference: nothing to detect
+    assert 3 < expected <= 10
+    assert "Within reach of more seeds" in md and f"scores_dropout on RTE ({expected})" in md

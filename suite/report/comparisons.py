@@ -31,6 +31,9 @@ class Comparison:
     significant: bool = False
     example_low: float = math.nan    # bootstrap interval over dev examples (runs that kept predictions)
     example_high: float = math.nan
+    # seeds with which the paired t-test at the first step of the correction would detect `diff` with 80% power
+    # (sd pooled over the task's comparisons; inf: more than 10,000; NaN: not estimable)
+    seeds_for_diff: float = math.nan
 
     @property
     def tested(self) -> bool:
@@ -70,6 +73,7 @@ def compare_model(rep, sel, board, cells: dict, avgs: list) -> dict[tuple[str, s
             out[m, a_.header] = compare_pairs(m, a_.header, a, b, seed=1000 * i + 999)
             samples[m, a_.header] = (a, b, True)
     correct(out, rep.correction, rep.alpha)
+    add_seeds_for_diff(out, sel, cells, base, rep.alpha)
     if rep.aso:
         add_aso(out, samples)
     add_example_intervals(out, sel, board, base)
@@ -108,6 +112,32 @@ def family_size(comparisons: dict) -> int:
     return sum(c.tested for c in comparisons.values())
 
 
+def task_differences(sel, cells: dict, base: str, task: str) -> list[np.ndarray]:
+    """Each method's paired differences to the reference on one task."""
+    return [np.subtract(*sig.paired(cells[x, task].by_seed(), cells[base, task].by_seed()))
+            for x in sel.methods if x != base]
+
+
+def add_seeds_for_diff(comparisons: dict, sel, cells: dict, base: str, alpha: float) -> None:
+    """How many seeds would make each task comparison's observed difference detectable. Observed differences
+    overstate true ones on average (the largest are the luckiest), so read it as a lower bound: where it is at
+    most the seeds a study can afford, more seeds can decide the comparison."""
+    m = family_size(comparisons)
+    for t in sel.tasks:
+        sd = sig.pooled_sd(task_differences(sel, cells, base, t))
+        for x in sel.methods:
+            c = comparisons.get((x, t))
+            if m and c is not None and c.tested and sd > 0 and c.diff != 0:
+                need = sig.seeds_needed(abs(c.diff), sd, alpha / m)
+                c.seeds_for_diff = float(need) if need else math.inf
+
+
+def within_reach(comparisons: dict, seeds: int) -> list[Comparison]:
+    """Task comparisons not significant yet whose observed difference `seeds` seeds would detect."""
+    return [c for c in comparisons.values()
+            if c.tested and not c.significant and math.isfinite(c.seeds_for_diff) and c.seeds_for_diff <= seeds]
+
+
 def power_lines(comparisons: dict, sel, cells: dict, base: str, alpha: float) -> list[str]:
     """Per task: minimum detectable difference at the table's seed count and seeds needed for 1 point."""
     m = family_size(comparisons)
@@ -116,8 +146,7 @@ def power_lines(comparisons: dict, sel, cells: dict, base: str, alpha: float) ->
     level = alpha / m
     parts = []
     for t in sel.tasks:
-        diffs = [np.subtract(*sig.paired(cells[x, t].by_seed(), cells[base, t].by_seed()))
-                 for x in sel.methods if x != base]
+        diffs = task_differences(sel, cells, base, t)
         counts = Counter(len(d) for d in diffs if len(d) > 1)
         sd = sig.pooled_sd(diffs)
         if not counts or not sd > 0:

@@ -42,9 +42,16 @@ def per_task_row(rep, sel: Selection, sub: pd.DataFrame, keys: list[str], method
     c = rep.comparisons.get(sel.model, {}).get((method, sub["task"].iloc[0]))
     examples = (f"[{fmt(c.example_low, sign=True)}, {fmt(c.example_high, sign=True)}]"
                 if c is not None and math.isfinite(c.example_low) else DASH)
-    stats = [DASH] * 5 if c is None else [difference_text(c), examples, fmt(c.p, 4), fmt(c.p_adj, 4), fmt(c.aso, 2)]
+    stats = [DASH] * 6 if c is None else [difference_text(c), examples, fmt(c.p, 4), fmt(c.p_adj, 4), fmt(c.aso, 2),
+                                          seeds_text(c.seeds_for_diff)]
     return [rep.method_label(method, sel), *metric_cells, headline.text(with_n=False), str(headline.n),
             str(headline.failed), best.text(with_n=False), *stats]
+
+
+def seeds_text(n: float) -> str:
+    if math.isnan(n):
+        return DASH
+    return "> 10,000" if math.isinf(n) else f"{int(n):,}"
 
 
 def per_task(rep, sel: Selection, board: pd.DataFrame) -> None:
@@ -58,7 +65,10 @@ def per_task(rep, sel: Selection, board: pd.DataFrame) -> None:
             f"paired t-test over seeds; p adj: {sig.CORRECTIONS[rep.correction]} across the whole leaderboard "
             "(`*` where below the threshold); ASO ε: ε_min of almost stochastic order (Dror et al. 2019; `deepsig`, "
             "Bonferroni-corrected confidence over the table's comparisons) that the method is better than "
-            f"`{rep.baseline}`: below {sig.ASO_THRESHOLD:g} almost stochastically better, 0.5 no order, near 1 worse.",
+            f"`{rep.baseline}`: below {sig.ASO_THRESHOLD:g} almost stochastically better, 0.5 no order, near 1 worse; "
+            "seeds for Δ: seeds with which the paired t-test at the correction's first step would detect the observed "
+            "Δ with 80% power (sd of paired differences pooled over the task's methods; observed differences "
+            "overstate true ones, so a lower bound).",
             "")
     for t in sel.tasks:
         bt = board[board["task"] == t]
@@ -69,7 +79,7 @@ def per_task(rep, sel: Selection, board: pd.DataFrame) -> None:
             rep.add(f"#### {task_display(t)}", "",
                     table(rows, ["method", *keys, "headline", "seeds", "failed", "best epoch",
                                  f"Δ vs {rep.baseline}", "95% CI (dev examples)", "p", f"p adj ({correction})",
-                                 "ASO ε"]), "")
+                                 "ASO ε", "seeds for Δ"]), "")
 
 
 def ablation_block(rep, sel: Selection, method: str, sub: pd.DataFrame, keys: list[str]) -> list[str]:

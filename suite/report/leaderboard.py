@@ -11,7 +11,7 @@ import pandas as pd
 from . import significance as sig
 from .baselines import Baseline, task_baselines
 from .cells import Cell
-from .comparisons import Comparison, compare_model, family_size, power_lines
+from .comparisons import Comparison, compare_model, family_size, power_lines, within_reach
 from .costs import cost_columns
 from .formatting import DASH, fmt, table, unique
 from .registry_info import (average_note, higher_is_better, metric_order, reconstruction_note, task_benchmark,
@@ -206,6 +206,9 @@ def differences(rep, sel: Selection, cells: dict, avgs: list[Average]) -> None:
     rep.add(*[f"- {n}" for n in difference_notes(rep, sel, comps, cells, avgs)], "")
 
 
+REACH_SEEDS = 10  # a study can afford this many; beyond it, more seeds are not the way to decide
+
+
 def difference_notes(rep, sel: Selection, comps: dict, cells: dict, avgs: list[Average]) -> list[str]:
     m = family_size(comps)
     correction = sig.CORRECTIONS[rep.correction]
@@ -225,6 +228,12 @@ def difference_notes(rep, sel: Selection, comps: dict, cells: dict, avgs: list[A
                      f"{rep.alpha / m:.2g}, the first step of the correction; sd of the paired differences pooled "
                      "over methods): minimum detectable difference per task — " + "; ".join(lines)
                      + ". A difference smaller than that is not significant here whether or not it is real.")
+    reach = sorted(within_reach(comps, REACH_SEEDS), key=lambda c: (c.seeds_for_diff, c.method, c.column))
+    if reach:
+        notes.append(f"Within reach of more seeds (not significant; at most {REACH_SEEDS} seeds would detect the "
+                     "observed difference with 80% power, a lower bound; per-task tables, \"seeds for Δ\"): "
+                     + ", ".join(f"{c.method} on {task_display(c.column)} ({int(c.seeds_for_diff)})" for c in reach)
+                     + ".")
     return notes
 
 
