@@ -340,8 +340,10 @@ def to_device(batch: dict, device) -> dict:
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, generator, mega: int = 50) -> list[list[int]]:
-    """Shuffled batches of similar lengths (as HF's LengthGroupedSampler): shuffle, sort within mega-batches of
-    `mega` batches by length, cut into batches, shuffle the batch order. Less padding, still random."""
+    """Shuffled batches of similar lengths: shuffle, sort within mega-batches of `mega` batches by length, cut into
+    batches, shuffle the batch order. Less padding, still random. HF's LengthGroupedSampler groups the same way but
+    keeps each mega-batch's batches in descending length (a long-to-short sweep per mega-batch); shuffling the batches
+    keeps the order of lengths out of the optimisation."""
     import torch
 
     perm = torch.randperm(len(lengths), generator=generator).tolist()
