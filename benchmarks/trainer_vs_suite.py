@@ -140,7 +140,7 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
             output_dir=out, learning_rate=t.lr, per_device_train_batch_size=t.batch_size,
             per_device_eval_batch_size=t.eval_batch_size, num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
             weight_decay=t.weight_decay, max_grad_norm=t.grad_clip, lr_scheduler_type="linear",
-            train_sampling_strategy="group_by_length" if t.batching == "length" else "random", eval_strategy="epoch", save_strategy="no",
+            train_sampling_strategy="group_by_length" if t.batching in ("length", "trainer_length") else "random", eval_strategy="epoch", save_strategy="no",
             logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
             bf16=t.precision == "bf16" or (t.precision == "auto" and cuda), disable_tqdm=True,
             dataloader_num_workers=0)

@@ -72,7 +72,7 @@ class TrainSettings:
     select_epoch: str = "last"      # the epoch whose model the record's final metrics come from: last or best
     analyses: str = "seeds,heads"   # end-of-run analyses (docs/analyses.md): importance, seeds, heads; or none
     analysis_examples: int = 64     # fixed dev examples the analyses read
-    batching: str = "length"        # length: shuffled length-grouped batches (less padding); random: plain shuffle
+    batching: str = "length"        # one of BATCHINGS
 
     def validate(self) -> None:
         """Raise HyperParameterError for any impossible setting (NaN and inf included), before anything trains."""
@@ -103,13 +103,17 @@ class TrainSettings:
         analyses.selected(self.analyses)
         if self.analysis_examples < 1:
             raise HyperParameterError(f"train.analysis_examples={self.analysis_examples} must be >= 1")
-        if self.batching not in ("length", "random"):
-            raise HyperParameterError(f"train.batching={self.batching!r}: choose length or random")
+        if self.batching not in BATCHINGS:
+            raise HyperParameterError(f"train.batching={self.batching!r}: choose {', '.join(BATCHINGS)}")
         if self.select_epoch not in ("last", "best"):
             raise HyperParameterError(f"train.select_epoch={self.select_epoch!r}: choose last or best")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise HyperParameterError(f"train.precision={self.precision!r}: choose auto, fp32, bf16 or fp16")
 
+
+# length: shuffled length-grouped batches (less padding); trainer_length: HF Trainer's group_by_length order (each
+# mega-batch's batches longest first); random: plain shuffle
+BATCHINGS = ("length", "trainer_length", "random")
 
 # TrainSettings fields (with their defaults) that are left out of a job's hash while at that default.
 HASHED_WHEN_CHANGED: dict[str, Any] = {"compile": False, "grad_accumulation": 1, "early_stopping_patience": 0,

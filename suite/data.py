@@ -356,6 +356,15 @@ def length_grouped_batches(lengths: list[int], batch_size: int, generator, mega:
     return [batches[i] for i in order]
 
 
+def trainer_length_batches(lengths: list[int], batch_size: int, generator) -> list[list[int]]:
+    """HF Trainer's `group_by_length` order, from transformers itself: length-grouped mega-batches whose batches come
+    longest first (the longest batch of all at the very start). For comparisons with Trainer runs."""
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    order = get_length_grouped_indices(lengths, batch_size, generator=generator)
+    return [order[j:j + batch_size] for j in range(0, len(order), batch_size)]
+
+
 def random_batches(n: int, batch_size: int, generator) -> list[list[int]]:
     """Plain shuffled batches, whatever the lengths (Trainer's default sampler)."""
     import torch

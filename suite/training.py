@@ -18,7 +18,8 @@ import torch
 from . import metrics
 from .attention import AttentionMethod, StepContext
 from .config import TrainSettings
-from .data import Encoded, TaskSpec, length_grouped_batches, random_batches, sorted_batches, to_device
+from .data import (Encoded, TaskSpec, length_grouped_batches, random_batches, sorted_batches, to_device,
+                   trainer_length_batches)
 from .errors import NonFiniteLoss
 
 
@@ -142,10 +143,11 @@ class EpochSelection:
 
 def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettings, pad_id: int, generator,
                 epoch: int, label: str, quiet: bool) -> tuple[float, int]:
-    """One pass over shuffled batches, length-grouped unless train.batching=random; (mean training loss, examples
-    seen)."""
-    batches = (length_grouped_batches(train.lengths(), t.batch_size, generator) if t.batching == "length"
-               else random_batches(len(train.lengths()), t.batch_size, generator))
+    """One pass over shuffled batches, drawn as train.batching says; (mean training loss, examples seen)."""
+    lengths = train.lengths()
+    batches = {"length": lambda: length_grouped_batches(lengths, t.batch_size, generator),
+               "trainer_length": lambda: trainer_length_batches(lengths, t.batch_size, generator),
+               "random": lambda: random_batches(len(lengths), t.batch_size, generator)}[t.batching]()
     bar = _progress(len(batches), f"{label} ep{epoch}/{t.epochs}", quiet)
     loss_sum = torch.zeros((), device=ctx.device)
 

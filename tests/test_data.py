@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from suite.data import (DataError, collate, get_task, length_grouped_batches, load_splits, random_batches,
-                        seeded_subset, select_tasks)
+                        seeded_subset, select_tasks, trainer_length_batches)
 from suite.registry import UnknownNameError
 
 
@@ -115,13 +115,29 @@ def test_random_batches_ignore_lengths_and_the_setting_is_checked():
     assert sorted(i for b in batches for i in b) == list(range(300))
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
     assert spread > 50
-    with pytest.raises(HyperParameterError, match="train.batching='sorted': choose length or random"):
+    with pytest.raises(HyperParameterError, match="train.batching='sorted': choose length, trainer_length, random"):
         TrainSettings(batching="sorted").validate()
     # records written before the setting existed keep their hash (the default is left out of it; the committed
     # records' test checks real ones); another value is another job
     job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
     assert HASHED_WHEN_CHANGED["batching"] == TrainSettings().batching
     assert job.hash != dataclasses.replace(job, train=TrainSettings(batching="random")).hash
+
+
+def test_trainer_length_batches_sweep_each_mega_batch_longest_first():
+    """HF Trainer's group_by_length order: with 300 examples in batches of 8, mega-batches of 9 batches (300 // 32)
+    whose batches come in descending length, the longest example first; every example once. The suite's own
+    length grouping shuffles the batch order instead."""
+    lengths = [(i * 37) % 101 for i in range(300)]
+    batches = trainer_length_batches(lengths, 8, torch.Generator().manual_seed(0))
+    assert sorted(i for b in batches for i in b) == list(range(300))
+    assert lengths[batches[0][0]] == max(lengths)
+    for start in range(0, len(batches), 9):
+        flat = [lengths[i] for b in batches[start:start + 9] for i in b]
+        assert flat[1:] == sorted(flat[1:], reverse=True)   # the first one may be the swapped-in longest
+    ours = length_grouped_batches(lengths, 8, torch.Generator().manual_seed(0))
+    maxima = [max(lengths[i] for i in b) for b in ours[:9]]
+    assert maxima != sorted(maxima, reverse=True)
 
 
 def test_collate_pads_dynamically():

@@ -35,8 +35,9 @@ TRAIN_HELP = {
                     "gives the final metrics, predictions and saved model)",
     "analyses": "end-of-run analyses on fixed dev examples: a comma list of importance, seeds, heads; or none",
     "analysis_examples": "fixed dev examples the analyses read",
-    "batching": "length (shuffled batches of similar lengths: less padding, faster) or random (plain shuffle, "
-                "HF Trainer's default)",
+    "batching": "length (shuffled batches of similar lengths: less padding, faster), trainer_length (HF "
+                "Trainer's group_by_length order: each mega-batch's batches longest first) or random (plain "
+                "shuffle, HF Trainer's default)",
 }
 
 
