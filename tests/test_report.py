@@ -427,3 +427,21 @@ def test_reference_tasks_get_their_own_table_and_stay_out_of_comparisons(tmp_pat
     assert "### Reference tasks" not in md and parse_table(md, "### Leaderboard")["vanilla"]["RTE"]
     with pytest.raises(ReportError, match="unknown task 'rtee'.*Did you mean 'rte'"):
         build_report([tmp_path], figures=False, reference_tasks=["rtee"])
+
+
+def test_data_efficiency_at_fixed_optimizer_steps(tmp_path):
+    """Sizes trained for more epochs the smaller they are (fixed optimizer steps) make one curve, the epochs in the
+    headers; a size also run at another epoch count with fewer runs keeps the one with more."""
+    store = Store(tmp_path)
+    epochs = {16: 12, 32: 6, 64: 3}
+    for size, e in epochs.items():
+        for seed in (1, 2, 3):
+            train = {"max_train_samples": size, "epochs": e}
+            store.write(*make_record("rte", "vanilla", seed, {"accuracy": 0.5 + size / 1000 + seed / 100},
+                                     hparams={"p": 0.1}, train=train))
+    store.write(*make_record("rte", "vanilla", 1, {"accuracy": 0.9}, hparams={"p": 0.1},
+                             train={"max_train_samples": 16, "epochs": 3}))
+    md = build_report([tmp_path], figures=False).read_text()
+    rows = parse_table(md, "### Data efficiency")
+    assert list(rows["vanilla"])[1:] == ["16 examples × 12 epochs", "32 examples × 6 epochs", "64 examples × 3 epochs"]
+    assert rows["vanilla"]["16 examples × 12 epochs"] == "53.60 ± 1.00 (3)"

@@ -1,7 +1,9 @@
 """Data efficiency: dev score against training-set size, per method, on the tasks that ran several sizes.
 
 A task qualifies when at least three values of `train.max_train_samples` were run with the leaderboard's other
-training settings for that task (epochs, learning rate, ...) and each method's leaderboard hyper-parameters. Each
+training settings for that task (learning rate, batch size, ...) and each method's leaderboard hyper-parameters.
+The epochs may change with the size: a study that keeps the number of optimizer steps fixed trains small sets for
+more epochs, so that size is not confounded with how long the model trains; the table says which. Each
 method is compared with the reference at every size by the paired t-test over seeds; all those tests form one family,
 corrected together (Holm by default), separately from the leaderboard's.
 """
@@ -25,10 +27,22 @@ MIN_SIZES = 3
 
 
 def _rest(train_key: str) -> str:
-    """A training-settings key without the train-set size."""
+    """A training-settings key without the train-set size and the epochs (which may scale with it)."""
     d = json.loads(train_key)
     d.pop(SIZE, None)
+    d.pop("epochs", None)
     return json.dumps(d, sort_keys=True)
+
+
+def _one_epochs_per_size(sub: pd.DataFrame, leaderboard_epochs) -> pd.DataFrame:
+    """Where a size ran at several epoch counts, the one with the most runs (ties: the leaderboard's, then the
+    fewest epochs)."""
+    keep = []
+    for _, at in sub.groupby("size"):
+        counts = at["epochs"].value_counts()
+        pick = min(counts.index, key=lambda e: (-counts[e], e != leaderboard_epochs, e))
+        keep.append(at[at["epochs"] == pick])
+    return pd.concat(keep)
 
 
 def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -41,9 +55,10 @@ def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
             continue
         sub = sub[sub["train"].map(_rest) == _rest(sel.train_by_task[task])]
         sizes = sub["train_dict"].map(lambda d: d.get(SIZE))
-        sub = sub.assign(size=sizes)[sizes.notna()]  # `null` (the whole train set) has no place on the axis
+        sub = sub.assign(size=sizes, epochs=sub["train_dict"].map(lambda d: d.get("epochs")))
+        sub = sub[sizes.notna()]  # `null` (the whole train set) has no place on the axis
         if sub["size"].nunique() >= MIN_SIZES:
-            found[task] = sub
+            found[task] = _one_epochs_per_size(sub, json.loads(sel.train_by_task[task]).get("epochs"))
     return found
 
 
@@ -77,7 +92,8 @@ def section(rep, sel: Selection, df: pd.DataFrame, mslug: str) -> None:
     tests = compare(rep, sel, curves)
     rep.add("### Data efficiency", "",
             f"Dev headline metric x100 (mean ± std over seeds, seeds in brackets) at each training-set size, with "
-            f"the other training settings of the leaderboard. In brackets after a cell: the mean paired difference "
+            f"the other training settings of the leaderboard (the epochs, where they change with the size, in the "
+            f"column headers). In brackets after a cell: the mean paired difference "
             f"to {rep.baseline} at that size; **bold**: significant after {rep.correction} correction over all "
             f"{len(tests)} comparisons of this section (paired t-test over seeds, α = {rep.alpha}).", "")
     for task, sub in curves.items():
@@ -95,13 +111,21 @@ def section(rep, sel: Selection, df: pd.DataFrame, mslug: str) -> None:
                 row.append(text)
             rows.append(row)
         base = rep.baselines.get(sel.model, {}).get(task)
-        rep.add(f"#### {task_display(task)}", "", table(rows, ["method", *[f"{s} examples" for s in sizes]]), "")
+        rep.add(f"#### {task_display(task)}", "", table(rows, ["method", *size_headers(sub, sizes)]), "")
         if base is not None and base.available:
             rep.add(f"{base.constant_kind.replace('_', ' ')} baseline: {fmt(base.constant)}", "")
     path = rep.figure(f"data_efficiency_{mslug}.png")
     if rep.draw:  # --no-figures: tables only
         plot(rep, sel, curves, path)
         rep.link(path, "dev score against training-set size")
+
+
+def size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:
+    """"N examples", with "x E epochs" when the epochs change with the size."""
+    epochs = {int(s): int(sub.loc[sub["size"] == s, "epochs"].iloc[0]) for s in sizes}
+    if len(set(epochs.values())) == 1:
+        return [f"{s} examples" for s in sizes]
+    return [f"{s} examples × {epochs[s]} epochs" for s in sizes]
 
 
 def plot(rep, sel: Selection, curves: dict[str, pd.DataFrame], path) -> None:
