@@ -339,6 +339,11 @@ def to_device(batch: dict, device) -> dict:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def cut(order: list[int], batch_size: int) -> list[list[int]]:
+    """Consecutive batches of `batch_size` indices (the last one shorter)."""
+    return [order[j:j + batch_size] for j in range(0, len(order), batch_size)]
+
+
 def length_grouped_batches(lengths: list[int], batch_size: int, generator, mega: int = 50) -> list[list[int]]:
     """Shuffled batches of similar lengths: shuffle, sort within mega-batches of `mega` batches by length, cut into
     batches, shuffle the batch order. Less padding, still random. HF's LengthGroupedSampler groups the same way but
@@ -351,7 +356,7 @@ def length_grouped_batches(lengths: list[int], batch_size: int, generator, mega:
     step = mega * batch_size
     for start in range(0, len(perm), step):
         chunk = sorted(perm[start:start + step], key=lambda i: -lengths[i])
-        batches.extend(chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size))
+        batches.extend(cut(chunk, batch_size))
     order = torch.randperm(len(batches), generator=generator).tolist()
     return [batches[i] for i in order]
 
@@ -361,19 +366,16 @@ def trainer_length_batches(lengths: list[int], batch_size: int, generator) -> li
     longest first (the longest batch of all at the very start). For comparisons with Trainer runs."""
     from transformers.trainer_pt_utils import get_length_grouped_indices
 
-    order = get_length_grouped_indices(lengths, batch_size, generator=generator)
-    return [order[j:j + batch_size] for j in range(0, len(order), batch_size)]
+    return cut(get_length_grouped_indices(lengths, batch_size, generator=generator), batch_size)
 
 
 def random_batches(n: int, batch_size: int, generator) -> list[list[int]]:
     """Plain shuffled batches, whatever the lengths (Trainer's default sampler)."""
     import torch
 
-    perm = torch.randperm(n, generator=generator).tolist()
-    return [perm[j:j + batch_size] for j in range(0, n, batch_size)]
+    return cut(torch.randperm(n, generator=generator).tolist(), batch_size)
 
 
 def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
     """Evaluation batches sorted by length (order does not change metrics; padding does cost time)."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[j:j + batch_size] for j in range(0, len(order), batch_size)]
+    return cut(sorted(range(len(lengths)), key=lambda i: -lengths[i]), batch_size)
