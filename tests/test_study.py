@@ -102,7 +102,7 @@ def test_the_readme_study_example_is_valid(tmp_path):
     assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
 
 
-def test_also_grids_inherit_the_study_and_yield_to_flags(tmp_path):
+def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
     from suite.cli import build_parser
     from suite.commands.run import merge_study, plan_grid
 
@@ -127,10 +127,16 @@ def test_also_grids_inherit_the_study_and_yield_to_flags(tmp_path):
     sizes = {("mrpc", m, s, 2, 1e-4, n, p) for m, p in (("vanilla", 0.1), ("scores_dropout", 0.2))
              for s in (1, 2) for n in (100, 200)}
     assert jobs == first | more_seeds | sizes  # vanilla seeds 1-2 on RTE appear once, not twice
-    # flags replace the key in every grid of the file
+    # a flag replaces what the grids inherit; a grid that gives the key itself keeps what both name, or drops out
     flagged = plan("--seeds", "7", "--set", "scores_dropout.p=0.3")
     assert {j.seed for j in flagged.jobs} == {7}
     assert {j.hparams["p"] for j in flagged.jobs if j.method == "scores_dropout"} == {0.3}
+    assert {(j.task, j.train.lr) for j in flagged.jobs} == {("rte", default_lr), ("mrpc", 1e-4)}  # 'more seeds' out
+    rte = {(j.task, j.method, j.seed, j.train.lr) for j in plan("--tasks", "RTE").jobs}
+    assert rte == {("rte", m, s, default_lr) for m, s in (("vanilla", 1), ("scores_dropout", 1), ("vanilla", 2),
+                                                          ("scores_dropout", 2), ("vanilla", 3))}
+    one_method = {(j.task, j.method, j.seed) for j in plan("--methods", "scores_dropout", "--seeds", "2").jobs}
+    assert one_method == {("rte", "scores_dropout", 2), ("mrpc", "scores_dropout", 2)}
 
 
 def test_also_grid_errors_name_the_grid(tmp_path):

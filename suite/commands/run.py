@@ -26,8 +26,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser(COMMAND, help="fine-tune a grid of models x tasks x methods x seeds x hyper-parameters",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Runs every job of the grid whose record is not already in OUT/runs/.\n"
-                                   "The grid comes from --study FILE and/or the flags (flags win); --methods and\n"
-                                   "--tasks are needed one way or the other.",
+                                   "The grid comes from --study FILE and/or the flags; --methods and --tasks are\n"
+                                   "needed one way or the other. A flag replaces the file's value; in a grid under\n"
+                                   "also: that names its own, it keeps only what both name (--tasks cola: the\n"
+                                   "study's CoLA jobs).",
                        epilog="training settings, with their defaults (--set train.KEY=VALUE, --sweep "
                               "train.KEY=V1,V2,\nor a study's train: section):\n" + train_keys_help())
     add_run_options(p)
@@ -115,7 +117,10 @@ def plan_grid(args) -> GridPlan:
                       data_source="local" if data_dir else "hub")
     seeds = list(dict.fromkeys(args.seeds))
     for grid in args.also:  # a study's further grids: their jobs join the first grid's (a job given twice runs once)
-        part = plan_grid(also_arguments(args, grid))
+        grid_args = also_arguments(args, grid)
+        if grid_args is None:  # the flags leave this grid nothing to run
+            continue
+        part = plan_grid(grid_args)
         jobs += part.jobs
         models, tasks, methods, seeds = (list(dict.fromkeys(a + b)) for a, b in
                                          ((models, part.models), (tasks, part.tasks), (methods, part.methods),
@@ -127,8 +132,10 @@ def plan_grid(args) -> GridPlan:
     return GridPlan(jobs, models, tasks, methods, seeds, data_dir, outputs, executor_options)
 
 
-def also_arguments(args, grid) -> argparse.Namespace:
-    """The arguments of one `also:` grid: its own keys where the command line gave none, the rest inherited."""
+def also_arguments(args, grid) -> argparse.Namespace | None:
+    """The arguments of one `also:` grid: its own keys, the rest inherited from the top level. A flag replaces an
+    inherited key but only narrows a key the grid gives itself (`--tasks cola` runs the study's CoLA jobs, not the
+    SST-2 grid's jobs moved to CoLA); None when the flag and the grid share nothing."""
     from ..study import names
 
     part = argparse.Namespace(**vars(args))
@@ -136,8 +143,13 @@ def also_arguments(args, grid) -> argparse.Namespace:
     own = {"methods": names(grid.methods), "tasks": names(grid.tasks), "model": names(grid.models),
            "seeds": grid.seeds}
     for key, value in own.items():
-        if value is not None and key not in args.cli:
-            setattr(part, key, value)
+        if value is None:
+            continue
+        if key in args.cli:
+            value = _shared(key, value, getattr(args, key))
+            if not value:
+                return None
+        setattr(part, key, value)
     part.study_train = {**args.study_train, **grid.train_values()}
     sets, sweeps = grid.assignments()
     # the file's top-level assignments, then the grid's, then the command line's: later ones win
@@ -145,6 +157,16 @@ def also_arguments(args, grid) -> argparse.Namespace:
     top_sweeps = args.sweeps[:len(args.sweeps) - len(args.cli_sweeps)]
     part.sets, part.sweeps = top_sets + sets + args.cli_sets, top_sweeps + sweeps + args.cli_sweeps
     return part
+
+
+def _shared(key: str, grid_value, flag_value):
+    """The values of a grid key that the command line's flag also names, in the grid's order."""
+    if key == "seeds":
+        return [s for s in grid_value if s in set(flag_value)]
+    resolve = {"methods": METHODS.select, "tasks": select_tasks,
+               "model": lambda text: [canonical_model(m) for m in text.split(",") if m.strip()]}[key]
+    wanted = set(resolve(flag_value))
+    return ",".join(v for v in resolve(grid_value) if v in wanted)
 
 
 def check_inputs(plan: GridPlan) -> None:
