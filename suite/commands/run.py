@@ -108,8 +108,7 @@ def plan_grid(args) -> GridPlan:
     methods, tasks = METHODS.select(args.methods), select_tasks(args.tasks)
     for task in tasks:
         check_task_metrics(get_task(task))
-    models = list(dict.fromkeys(canonical_model(m) for m in (args.model.split(",") if args.model
-                                                             else PRESETS[args.preset]["models"]) if m.strip()))
+    models = select_models(args.model or ",".join(PRESETS[args.preset]["models"]))
     data_dir = resolve_data_dir(args.data_dir)
     outputs = RunOutputs(args.out, bool(args.save_model), bool(args.predict_test),
                          check_trackers((args.report_to or "").split(",")))
@@ -159,12 +158,17 @@ def also_arguments(args, grid) -> argparse.Namespace | None:
     return part
 
 
+def select_models(text: str) -> list[str]:
+    """A comma list of models as their canonical names, each once."""
+    return list(dict.fromkeys(canonical_model(m) for m in text.split(",") if m.strip()))
+
+
 def _shared(key: str, grid_value, flag_value):
     """The values of a grid key that the command line's flag also names, in the grid's order."""
     if key == "seeds":
-        return [s for s in grid_value if s in set(flag_value)]
-    resolve = {"methods": METHODS.select, "tasks": select_tasks,
-               "model": lambda text: [canonical_model(m) for m in text.split(",") if m.strip()]}[key]
+        wanted_seeds = set(flag_value)
+        return [s for s in grid_value if s in wanted_seeds]
+    resolve = {"methods": METHODS.select, "tasks": select_tasks, "model": select_models}[key]
     wanted = set(resolve(flag_value))
     return ",".join(v for v in resolve(grid_value) if v in wanted)
 
