@@ -1,49 +1,18 @@
-"""ReLA, top-k, sparsemax / entmax15 / learned-alpha entmax, DropHead and DropAttention(c) against independent
-references on random padded batches: forward, backward (float64 gradcheck), exact zeros on padding, finiteness in
-low precision, dropout expectations, and a forward+backward through tiny BERT and RoBERTa models."""
+"""ReLA, top-k, sparsemax / entmax15 / learned-alpha entmax against independent references on random padded
+batches: forward, backward (float64 gradcheck), exact zeros on padding, finiteness in low precision; and every
+sparse or structured-dropout method (DropHead, DropAttention(c): their own checks are in test_structured_dropout.py)
+forward and backward through tiny BERT and RoBERTa models."""
 import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from entmax import entmax15, entmax_bisect, sparsemax
 
 import suite
+from attention_inputs import (D, H, L, LENGTHS, SPARSE, attached_method, padded_qkv, padding_weight,
+                              run_attention)
 from conftest import padded_batch, tiny_model
 from suite.attention import HyperParameterError, attention_modules
-
-B, H, L, D = 3, 4, 7, 8          # tiny_config: hidden 32 = 4 heads x 8
-LENGTHS = [7, 5, 2]              # one unpadded row, two padded ones
-SPARSE = ["rela", "topk", "sparsemax", "entmax15", "entmax_alpha", "drophead", "dropattention_col"]
-
-
-def _inputs(dtype=torch.float64, seed=0, spread=1.0, lengths=LENGTHS, length=L):
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(len(lengths), H, length, D, generator=g, dtype=torch.float64).mul(spread)
-               .to(dtype).requires_grad_() for _ in range(3))
-    valid = torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]            # (B, Lk)
-    mask = torch.zeros(len(lengths), 1, length, length, dtype=dtype)
-    mask = mask.masked_fill(~valid[:, None, None, :], torch.finfo(dtype).min)         # transformers' eager form
-    return q, k, v, mask, valid
-
-
-def _attached(name, dtype=torch.float64, training=False, **hp):
-    """The method and layer 0's real attention module of a tiny BERT (parameters added by `prepare`)."""
-    cls = suite.METHODS.get(name)
-    method = cls(cls.Config(**hp))
-    model = tiny_model("bert")
-    method.attach(model)
-    model.to(dtype).train(training)
-    return method, attention_modules(model)[0], model
-
-
-def _run(method, module, q, k, v, mask):
-    return method.attention(module, q, k, v, mask, D ** -0.5)
-
-
-def _pad_weight(probs, valid):
-    return probs.masked_select(~valid[:, None, None, :].expand_as(probs))
-
 
 # ------------------------------------------------------------------------------------------------------------
 # Independent references, row by row on the truncated (unpadded) scores
@@ -89,15 +58,15 @@ def topk_row(s, k=None, k_frac=None):
 # ------------------------------------------------------------------------------------------------------------
 
 def test_rela_matches_formula_forward_and_backward():
-    method, module, _ = _attached("rela")
+    method, module, _ = attached_method("rela")
     with torch.no_grad():  # random scale and gate, so g and w really enter the comparison
         module.rela_scale.uniform_(0.5, 1.5)
         module.rela_gate.normal_()
-    q, k, v, mask, valid = _inputs()
-    out, weights = _run(method, module, q, k, v, mask)
+    q, k, v, mask, valid = padded_qkv()
+    out, weights = run_attention(method, module, q, k, v, mask)
     ref = rela_reference(q, k, v, LENGTHS, module.rela_scale, module.rela_gate)
     torch.testing.assert_close(out, ref)
-    assert (_pad_weight(weights, valid) == 0).all()
+    assert (padding_weight(weights, valid) == 0).all()
     ones = torch.ones((), dtype=weights.dtype)
     assert (weights >= 0).all() and not torch.allclose(weights.sum(-1), ones)  # rows are not normalised
     cot = torch.randn_like(out)
@@ -105,17 +74,17 @@ def test_rela_matches_formula_forward_and_backward():
     grads_ref = torch.autograd.grad((ref * cot).sum(), [q, k, v, module.rela_scale, module.rela_gate])
     for a, r in zip(grads, grads_ref):
         torch.testing.assert_close(a, r)
-    assert torch.autograd.gradcheck(lambda q, k, v: _run(method, module, q, k, v, mask)[0], (q, k, v),
+    assert torch.autograd.gradcheck(lambda q, k, v: run_attention(method, module, q, k, v, mask)[0], (q, k, v),
                                     fast_mode=True)
 
 
 def test_rela_null_rows_are_zero_and_finite():
-    method, module, _ = _attached("rela")
-    q, k, v, mask, valid = _inputs()
+    method, module, _ = attached_method("rela")
+    q, k, v, mask, valid = padded_qkv()
     with torch.no_grad():  # every key of batch 0 / head 1 points along +1, its queries along -1: no positive score
         k[0, 1] = k[0, 1].abs() + 0.1
         q[0, 1] = -(q[0, 1].abs() + 0.1)
-    out, weights = _run(method, module, q, k, v, mask)
+    out, weights = run_attention(method, module, q, k, v, mask)
     assert (weights[0, 1] == 0).all() and torch.isfinite(out).all()
     assert (out[0, :, 1] == 0).all()  # the null head contributes nothing (the gate of 0 is 0 times 1/2)
     out.sum().backward()
@@ -138,12 +107,12 @@ def test_rela_parameters_are_added_per_layer_and_counted():
 
 
 def test_rela_dropout_only_in_training():
-    method, module, _ = _attached("rela", training=True, p=0.5)
-    q, k, v, mask, _ = _inputs()
+    method, module, _ = attached_method("rela", training=True, p=0.5)
+    q, k, v, mask, _ = padded_qkv()
     torch.manual_seed(0)
-    _, w_train = _run(method, module, q, k, v, mask)
+    _, w_train = run_attention(method, module, q, k, v, mask)
     module.eval()
-    _, w_eval = _run(method, module, q, k, v, mask)
+    _, w_eval = run_attention(method, module, q, k, v, mask)
     kept = w_train != 0
     assert 0.3 < (kept.sum() / (w_eval != 0).sum()).item() < 0.7
     torch.testing.assert_close(w_train[kept], w_eval[kept] / 0.5)
@@ -155,19 +124,19 @@ def test_rela_dropout_only_in_training():
 
 @pytest.mark.parametrize("hp", [{"k": 3}, {"k": 1}, {"k_frac": 0.5}, {"k_frac": 0.3}])
 def test_topk_matches_formula_forward_and_backward(hp):
-    method, module, _ = _attached("topk", **hp)
-    q, k, v, mask, valid = _inputs(seed=1)
-    out, probs = _run(method, module, q, k, v, mask)
+    method, module, _ = attached_method("topk", **hp)
+    q, k, v, mask, valid = padded_qkv(seed=1)
+    out, probs = run_attention(method, module, q, k, v, mask)
     ref_probs = _rows(q, k, LENGTHS, lambda s, b, h: topk_row(s, hp.get("k", 8), hp.get("k_frac")))
     torch.testing.assert_close(probs, ref_probs)
     torch.testing.assert_close(out, _context(ref_probs, v))
-    assert (_pad_weight(probs, valid) == 0).all()
+    assert (padding_weight(probs, valid) == 0).all()
     cot = torch.randn_like(out)
     g = torch.autograd.grad((out * cot).sum(), [q, k, v])
     g_ref = torch.autograd.grad((_context(ref_probs, v) * cot).sum(), [q, k, v])
     for a, r in zip(g, g_ref):
         torch.testing.assert_close(a, r)
-    assert torch.autograd.gradcheck(lambda q, k, v: _run(method, module, q, k, v, mask)[0], (q, k, v),
+    assert torch.autograd.gradcheck(lambda q, k, v: run_attention(method, module, q, k, v, mask)[0], (q, k, v),
                                     fast_mode=True)
 
 
@@ -175,43 +144,43 @@ def test_topk_matches_formula_forward_and_backward(hp):
 @pytest.mark.parametrize("hp, k_by_hand", [({"div": 4.0}, 2), ({"div": 4.0, "lb": 3}, 3), ({"div": 2.0}, 4),
                                            ({"div": 0.5}, 7)])
 def test_topk_official_ratio_mode_matches_formula(hp, k_by_hand):
-    method, module, _ = _attached("topk", **hp)
-    q, k, v, mask, valid = _inputs(seed=3)
-    out, probs = _run(method, module, q, k, v, mask)
+    method, module, _ = attached_method("topk", **hp)
+    q, k, v, mask, valid = padded_qkv(seed=3)
+    out, probs = run_attention(method, module, q, k, v, mask)
     ref_probs = _rows(q, k, LENGTHS, lambda s, b, h: topk_row(s, k_by_hand))
     torch.testing.assert_close(probs, ref_probs)
     torch.testing.assert_close(out, _context(ref_probs, v))
-    assert (_pad_weight(probs, valid) == 0).all()
+    assert (padding_weight(probs, valid) == 0).all()
 
 
 def test_topk_official_ratio_k_depends_on_the_batch_padding():
     """The same 5-token row keeps ceil(7/2) = 4 keys in a batch padded to 7 and ceil(5/2) = 3 when alone."""
-    method, module, _ = _attached("topk", div=2.0)
-    q, k, v, mask, _ = _inputs(seed=4)
-    _, padded = _run(method, module, q, k, v, mask)
-    _, alone = _run(method, module, q[1:2, :, :5], k[1:2, :, :5], v[1:2, :, :5], None)
+    method, module, _ = attached_method("topk", div=2.0)
+    q, k, v, mask, _ = padded_qkv(seed=4)
+    _, padded = run_attention(method, module, q, k, v, mask)
+    _, alone = run_attention(method, module, q[1:2, :, :5], k[1:2, :, :5], v[1:2, :, :5], None)
     assert ((padded[1, :, :5] > 0).sum(-1) == 4).all() and ((alone[0] > 0).sum(-1) == 3).all()
 
 
 def test_topk_keeps_ties_at_the_kth_value():
-    method, module, _ = _attached("topk", k=2)
+    method, module, _ = attached_method("topk", k=2)
     q = torch.ones(1, H, 1, D, dtype=torch.float64)
     k = torch.zeros(1, H, 5, D, dtype=torch.float64)
     k[..., 0, 0], k[..., 1, 0], k[..., 2, 0], k[..., 3, 0] = 3.0, 1.0, 1.0, -1.0  # scores 3, 1, 1, -1, 0
-    _, probs = _run(method, module, q, k, torch.randn(1, H, 5, D, dtype=torch.float64), None)
+    _, probs = run_attention(method, module, q, k, torch.randn(1, H, 5, D, dtype=torch.float64), None)
     assert ((probs > 0).sum(-1) == 3).all()  # the top one and both tied at the 2nd value
 
 
 def test_topk_with_k_at_least_the_length_equals_softmax_exactly():
-    q, k, v, mask, _ = _inputs(dtype=torch.float32, seed=2)
+    q, k, v, mask, _ = padded_qkv(dtype=torch.float32, seed=2)
     softmax = torch.softmax(q @ k.transpose(-1, -2) * D ** -0.5 + mask, -1, dtype=torch.float32)
     for hp in [{"k": 10 ** 6}, {"k": L}, {"k_frac": 1.0}, suite.METHODS.get("topk").identity]:
-        method, module, _ = _attached("topk", dtype=torch.float32, **hp)
-        _, probs = _run(method, module, q, k, v, mask)
+        method, module, _ = attached_method("topk", dtype=torch.float32, **hp)
+        _, probs = run_attention(method, module, q, k, v, mask)
         assert torch.equal(probs, softmax), hp
     # k between a padded row's length and the full length: that row is plain softmax too
-    method, module, _ = _attached("topk", dtype=torch.float32, k=5)
-    _, probs = _run(method, module, q, k, v, mask)
+    method, module, _ = attached_method("topk", dtype=torch.float32, k=5)
+    _, probs = run_attention(method, module, q, k, v, mask)
     assert torch.equal(probs[1:], softmax[1:]) and not torch.equal(probs[0], softmax[0])
 
 
@@ -231,23 +200,23 @@ def test_topk_rejects_impossible_values(hp):
 
 @pytest.mark.parametrize("name,fn", [("sparsemax", sparsemax), ("entmax15", entmax15)])
 def test_entmax_family_matches_the_package_row_by_row(name, fn):
-    method, module, _ = _attached(name)
-    q, k, v, mask, valid = _inputs(seed=3, spread=1.5)
-    out, probs = _run(method, module, q, k, v, mask)
+    method, module, _ = attached_method(name)
+    q, k, v, mask, valid = padded_qkv(seed=3, spread=1.5)
+    out, probs = run_attention(method, module, q, k, v, mask)
     ref_probs = _rows(q, k, LENGTHS, lambda s, b, h: fn(s, dim=-1))
     torch.testing.assert_close(probs, ref_probs)
-    assert (_pad_weight(probs, valid) == 0).all() and (probs == 0).any()  # padding and some valid keys exactly 0
+    assert (padding_weight(probs, valid) == 0).all() and (probs == 0).any()  # padding and some valid keys exactly 0
     cot = torch.randn_like(out)
     g = torch.autograd.grad((out * cot).sum(), [q, k, v])
     g_ref = torch.autograd.grad((_context(ref_probs, v) * cot).sum(), [q, k, v])
     for a, r in zip(g, g_ref):
         torch.testing.assert_close(a, r)
-    assert torch.autograd.gradcheck(lambda q, k, v: _run(method, module, q, k, v, mask)[0], (q, k, v),
+    assert torch.autograd.gradcheck(lambda q, k, v: run_attention(method, module, q, k, v, mask)[0], (q, k, v),
                                     fast_mode=True)
 
 
 def _alpha_module(**hp):
-    method, module, model = _attached("entmax_alpha", n_iter=50, **hp)
+    method, module, model = attached_method("entmax_alpha", n_iter=50, **hp)
     with torch.no_grad():
         module.entmax_pre_alpha.copy_(torch.tensor([-2.0, -0.3, 0.4, 2.5]))
     return method, module, model
@@ -257,20 +226,20 @@ def test_entmax_alpha_matches_entmax_bisect_row_by_row_with_per_head_alpha():
     method, module, _ = _alpha_module()
     alpha = 1.01 + 0.99 * torch.sigmoid(module.entmax_pre_alpha)  # the documented map, written out
     assert len(set(alpha.tolist())) == H
-    q, k, v, mask, valid = _inputs(seed=4, spread=1.5)
-    out, probs = _run(method, module, q, k, v, mask)
+    q, k, v, mask, valid = padded_qkv(seed=4, spread=1.5)
+    out, probs = run_attention(method, module, q, k, v, mask)
     ref_probs = _rows(q, k, LENGTHS, lambda s, b, h: entmax_bisect(s, alpha=alpha[h], dim=-1, n_iter=50))
     torch.testing.assert_close(probs, ref_probs)
-    assert (_pad_weight(probs, valid) == 0).all()
+    assert (padding_weight(probs, valid) == 0).all()
     cot = torch.randn_like(out)
     g = torch.autograd.grad((out * cot).sum(), [q, k, v, module.entmax_pre_alpha])
     g_ref = torch.autograd.grad((_context(ref_probs, v) * cot).sum(), [q, k, v, module.entmax_pre_alpha])
     for a, r in zip(g, g_ref):
         torch.testing.assert_close(a, r)
-    assert torch.autograd.gradcheck(lambda q, k, v: _run(method, module, q, k, v, mask)[0], (q, k, v),
+    assert torch.autograd.gradcheck(lambda q, k, v: run_attention(method, module, q, k, v, mask)[0], (q, k, v),
                                     fast_mode=True)
     # the gradient with respect to the per-head parameter, against central differences
-    loss = lambda: (_run(method, module, q, k, v, mask)[0] * cot).sum()  # noqa: E731
+    loss = lambda: (run_attention(method, module, q, k, v, mask)[0] * cot).sum()  # noqa: E731
     eps = 1e-6
     for h in range(H):
         with torch.no_grad():
@@ -283,21 +252,21 @@ def test_entmax_alpha_matches_entmax_bisect_row_by_row_with_per_head_alpha():
 
 
 def test_entmax_alpha_at_one_and_a_half_is_entmax15():
-    method, module, _ = _attached("entmax_alpha", n_iter=50)  # alpha_init 1.5
-    q, k, v, mask, _ = _inputs(seed=5, spread=1.5)
-    _, probs = _run(method, module, q, k, v, mask)
-    _, ref = _run(*_attached("entmax15")[:2], q, k, v, mask)
+    method, module, _ = attached_method("entmax_alpha", n_iter=50)  # alpha_init 1.5
+    q, k, v, mask, _ = padded_qkv(seed=5, spread=1.5)
+    _, probs = run_attention(method, module, q, k, v, mask)
+    _, ref = run_attention(*attached_method("entmax15")[:2], q, k, v, mask)
     torch.testing.assert_close(probs, ref, atol=1e-9, rtol=1e-7)
 
 
 def test_learned_alpha_stays_in_range_under_large_gradients():
-    method, module, model = _attached("entmax_alpha", dtype=torch.float32, training=True)
-    q, k, v, mask, valid = _inputs(dtype=torch.float32, seed=6, spread=2.0)
+    method, module, model = attached_method("entmax_alpha", dtype=torch.float32, training=True)
+    q, k, v, mask, valid = padded_qkv(dtype=torch.float32, seed=6, spread=2.0)
     push = torch.tensor([1.0, -1.0, 1.0, -1.0]) * 1e4  # descend: heads 0, 2 pushed down, 1, 3 pushed up
     opt = torch.optim.Adam([module.entmax_pre_alpha], lr=1.0)
     for _ in range(200):
         opt.zero_grad()
-        out, probs = _run(method, module, q.detach(), k.detach(), v.detach(), mask)
+        out, probs = run_attention(method, module, q.detach(), k.detach(), v.detach(), mask)
         alpha = method.alpha(module)
         (out.sum() + (push * alpha).sum()).backward()
         opt.step()
@@ -306,8 +275,8 @@ def test_learned_alpha_stays_in_range_under_large_gradients():
     assert ((alpha > 1) & (alpha <= 2)).all()
     assert alpha[0] < 1.02 and alpha[2] < 1.02 and alpha[1] > 1.98 and alpha[3] > 1.98  # it really was pushed
     assert module.entmax_pre_alpha.abs().min() > 5  # the stored parameter is unconstrained
-    out, probs = _run(method, module, q, k, v, mask)
-    assert torch.isfinite(out).all() and (_pad_weight(probs, valid) == 0).all()
+    out, probs = run_attention(method, module, q, k, v, mask)
+    assert torch.isfinite(out).all() and (padding_weight(probs, valid) == 0).all()
     torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)))
 
 
@@ -319,7 +288,7 @@ def test_entmax_alpha_record_and_hyper_parameters():
     expected = (1.01 + 0.99 * torch.sigmoid(module.entmax_pre_alpha)).tolist()
     assert rec["alpha"][0] == pytest.approx(expected, abs=1e-6)
     assert rec["alpha"][1] == pytest.approx([1.5] * H, abs=1e-6)  # layer 1 untouched: the initial alpha
-    m2, mod2, _ = _attached("entmax_alpha", alpha_init=1.2, alpha_lr_mult=10.0)
+    m2, mod2, _ = attached_method("entmax_alpha", alpha_init=1.2, alpha_lr_mult=10.0)
     assert m2.alpha(mod2).tolist() == pytest.approx([1.2] * H)
     assert mod2.entmax_pre_alpha.abs().max() < 1  # the multiplier scales the stored parameter down
     cls = suite.METHODS.get("entmax_alpha")
@@ -336,13 +305,13 @@ def test_entmax_alpha_record_and_hyper_parameters():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("name", SPARSE)
 def test_rows_finite_and_padding_zero_in_low_precision(name, dtype):
-    method, module, _ = _attached(name, dtype=torch.float32)
-    q, k, v, mask, valid = _inputs(dtype=dtype, seed=7, spread=3.0)  # scores up to ~30: stress the exponentials
+    method, module, _ = attached_method(name, dtype=torch.float32)
+    q, k, v, mask, valid = padded_qkv(dtype=dtype, seed=7, spread=3.0)  # scores up to ~30: stress the exponentials
     with torch.enable_grad():
-        out, probs = _run(method, module, q, k, v, mask)
+        out, probs = run_attention(method, module, q, k, v, mask)
     assert out.dtype == dtype and torch.isfinite(out).all()
     if probs is not None:
-        assert torch.isfinite(probs.float()).all() and (_pad_weight(probs, valid) == 0).all()
+        assert torch.isfinite(probs.float()).all() and (padding_weight(probs, valid) == 0).all()
         if name != "rela":
             torch.testing.assert_close(probs.float().sum(-1), torch.ones(probs.shape[:-1]), atol=1e-2, rtol=0)
     out.float().square().sum().backward()
@@ -351,109 +320,15 @@ def test_rows_finite_and_padding_zero_in_low_precision(name, dtype):
 
 @pytest.mark.parametrize("name", ["sparsemax", "entmax15", "entmax_alpha"])
 def test_entmax_family_runs_in_fp32_under_autocast(name):
-    method, module, _ = _attached(name, dtype=torch.float32)
-    q, k, v, mask, valid = _inputs(dtype=torch.float32, seed=8, spread=2.0)
+    method, module, _ = attached_method(name, dtype=torch.float32)
+    q, k, v, mask, valid = padded_qkv(dtype=torch.float32, seed=8, spread=2.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        _, probs = _run(method, module, q, k, v, mask)
-    _, ref = _run(method, module, q, k, v, mask)
+        _, probs = run_attention(method, module, q, k, v, mask)
+    _, ref = run_attention(method, module, q, k, v, mask)
     assert probs.dtype == torch.float32
     torch.testing.assert_close(probs, ref, atol=5e-2, rtol=0)  # bf16 scores, but an fp32 mapping: rows sum to 1
     assert probs.sum(-1).sub(1).abs().max() < 1e-5             # to fp32 precision (a bf16 mapping misses by ~1e-2)
-    assert (_pad_weight(probs, valid) == 0).all()
-
-
-# ------------------------------------------------------------------------------------------------------------
-# DropHead and DropAttention(c)
-# ------------------------------------------------------------------------------------------------------------
-
-def _many(b=2000, length=5):
-    return _inputs(dtype=torch.float32, lengths=[length - (i % 3) for i in range(b)], length=length)
-
-
-def test_drophead_drops_whole_heads_at_rate_p_and_rescales():
-    method, module, _ = _attached("drophead", dtype=torch.float32, training=True, p=0.3)
-    q, k, v, mask, _ = _many()
-    torch.manual_seed(0)
-    out, _ = _run(method, module, q, k, v, mask)
-    module.eval()
-    ref, _ = _run(method, module, q, k, v, mask)
-    ratio = (out / ref).transpose(1, 2)  # (B, H, L, d): one factor per sample and head
-    factor = ratio[..., 0, 0]
-    assert torch.allclose(ratio, factor[..., None, None].expand_as(ratio), atol=1e-4)
-    kept = factor != 0
-    assert kept.any(1).all()
-    torch.testing.assert_close(factor[kept], (H / kept.sum(1, keepdim=True).float()).expand_as(factor)[kept])
-    assert (~kept).float().mean().item() == pytest.approx(0.3, abs=0.015)
-
-
-def test_drophead_schedules():
-    from suite.methods.structured_dropout import scheduled_rate
-
-    assert [scheduled_rate(0.2, "linear", t) for t in (0, 0.5, 1)] == pytest.approx([0.2, 0.1, 0.0])
-    assert [scheduled_rate(0.2, "v", t) for t in (0, 0.25, 0.5, 1)] == pytest.approx([0.2, 0.1, 0.0, 0.2])
-    assert scheduled_rate(0.2, "constant", 0.7) == 0.2
-    ctx = type("Ctx", (), {"total_steps": 11, "step": 0})()
-    method = suite.METHODS.get("drophead")(suite.METHODS.get("drophead").Config(p=0.2, schedule="linear"))
-    method.setup_training(ctx)
-    rates = []
-    for step in range(1, 12):
-        ctx.step = step
-        rates.append(method.rate())
-    assert rates[0] == pytest.approx(0.2) and rates[5] == pytest.approx(0.1) and rates[-1] == pytest.approx(0.0)
-    cls = suite.METHODS.get("drophead")
-    with pytest.raises(HyperParameterError):
-        cls(cls.Config(schedule="cosine"))
-
-
-def _col_probs(p, seed=0, **kw):
-    method, module, _ = _attached("dropattention_col", dtype=torch.float32, training=True, p=p)
-    seen = []
-    module.suite_probe = lambda m, probs: seen.append(probs.detach())
-    q, k, v, mask, valid = _many(**kw)
-    torch.manual_seed(seed)
-    out, probs = _run(method, module, q, k, v, mask)
-    module.eval()
-    _, ref = _run(method, module, q, k, v, mask)
-    return probs, ref, valid, out, (method, module, q, k, v, mask)
-
-
-def test_dropattention_col_drops_columns_and_renormalises_rows():
-    probs, ref, valid, out, _ = _col_probs(0.3)
-    assert torch.isfinite(out).all() and (_pad_weight(probs, valid) == 0).all()
-    torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
-    kept = probs > 0
-    assert (kept == kept[:, :, :1, :]).all()  # whole columns: the same keys for every query of a (sample, head)
-    renorm = ref * kept / (ref * kept).sum(-1, keepdim=True)
-    torch.testing.assert_close(probs, renorm)
-    valid_cols = valid[:, None, :].expand(-1, H, -1)
-    dropped = (~kept[:, :, 0, :] & valid_cols).sum() / valid_cols.sum()
-    assert dropped.item() == pytest.approx(0.3, abs=0.02)  # few rows hit the all-dropped guard at this length
-
-
-def test_dropattention_col_guard_keeps_rows_finite_when_everything_is_dropped():
-    probs, ref, valid, out, (method, module, q, k, v, mask) = _col_probs(0.95, length=3)
-    assert torch.isfinite(out).all() and torch.isfinite(probs).all() and (_pad_weight(probs, valid) == 0).all()
-    module.train()
-    del module.suite_probe  # the fused path too: an all-False row would make SDPA return NaN
-    assert torch.isfinite(_run(method, module, q, k, v, mask)[0]).all()
-    torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
-    full = (probs > 0).sum(-1) == valid.sum(-1)[:, None, None]
-    assert full.any()  # the fall-back to all valid keys did happen here
-
-
-@pytest.mark.parametrize("name, p, seed", [("drophead", 0.5, 1), ("dropattention_col", 0.4, 3)])
-def test_structured_dropout_probe_path_equals_fused_path_and_eval_is_identity(name, p, seed):
-    method, module, _ = _attached(name, dtype=torch.float32, training=True, p=p)
-    q, k, v, mask, _ = _inputs(dtype=torch.float32)
-    torch.manual_seed(seed)
-    fused, _ = _run(method, module, q, k, v, mask)
-    module.suite_probe = lambda m, p: None
-    torch.manual_seed(seed)
-    explicit, _ = _run(method, module, q, k, v, mask)
-    torch.testing.assert_close(explicit, fused)
-    module.eval()
-    plain = F.scaled_dot_product_attention(q, k, v, attn_mask=mask == 0).transpose(1, 2)
-    torch.testing.assert_close(_run(method, module, q, k, v, mask)[0], plain)
+    assert (padding_weight(probs, valid) == 0).all()
 
 
 # ------------------------------------------------------------------------------------------------------------
