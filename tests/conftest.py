@@ -95,3 +95,22 @@ def shared_glue() -> Path:
     if not (SHARED_GLUE / "RTE" / "train.tsv").is_file():
         pytest.skip(f"real GLUE data not found at {SHARED_GLUE}")
     return SHARED_GLUE
+
+
+def run_cli(model, glue, out, *extra) -> int:
+    """The smallest real command: vanilla, RTE, seed 1, one epoch on `model`, into `out`; `extra` adds flags."""
+    from suite import cli
+
+    return cli.main(["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1", "--model", str(model),
+                     "--data-dir", glue, "--epochs", "1", "--batch-size", "8", "--out", str(out), "--quiet",
+                     *extra])
+
+
+def fake_ok_record(job):
+    """A valid ok record made without training, for tests that need records, not numbers."""
+    from suite.record import RunRecord
+
+    rec = RunRecord.started_now(job)
+    rec.status, rec.wall_s, rec.final = "ok", 0.0, {"score": 0.5, "accuracy": 0.5}
+    rec.history = [{"epoch": 1, "dev": rec.final}]
+    return rec
