@@ -289,11 +289,12 @@ def build_grid(models: list[str], tasks: list[str], methods: list[str], seeds: l
     """Every job of the grid, validated before anything trains (impossible values raise HyperParameterError).
 
     `train` is one TrainSettings for every task, or one per task (a preset's per-task values). A job that the
-    grid would list twice (a repeated seed or sweep value) is listed once.
+    grid would list twice (a repeated seed or sweep value) is listed once. Settings for a method that is not in
+    `methods` (`M.KEY`, `M:train.KEY`) change nothing here, so that a study's settings hold in every grid that
+    inherits them; `preflight.warn_unused_settings` names the ones no grid uses.
     """
     seeds = check_seeds(list(seeds))
     fixed, swept = _assignments(sets, sweeps)
-    _check_scopes(fixed, swept, methods)
     per_task = train if isinstance(train, dict) else {t: train for t in tasks}
     jobs: dict[str, RunConfig] = {}
     for method in methods:
@@ -346,13 +347,6 @@ def _method_train(fixed, swept, method: str):
     scoped = f"train:{method}"
     return ({"train": {**fixed.get("train", {}), **fixed.get(scoped, {})}},
             {"train": {**swept.get("train", {}), **swept.get(scoped, {})}})
-
-
-def _check_scopes(fixed, swept, methods: list[str]) -> None:
-    for target in {*fixed, *swept}:
-        if target.startswith("train:") and target.split(":", 1)[1] not in methods:
-            raise HyperParameterError(f"{target.split(':', 1)[1]}:train... is set, but that method is not in the "
-                                      f"grid ({', '.join(methods)}): add it to --methods or drop the setting")
 
 
 def _train_variants(base: TrainSettings, fixed, swept) -> list[TrainSettings]:

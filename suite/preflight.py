@@ -200,6 +200,7 @@ def warn_unused_settings(sets: Iterable[str], sweeps: Iterable[str], methods: se
     for flag, texts in (("--set", sets), ("--sweep", sweeps)):
         for text in texts:
             target = parse_assignment(text, sweep=flag == "--sweep")[0]
-            if target != "train" and target not in methods:
-                print(f"warning: {flag} {text} has no effect: method {target!r} is not in --methods "
+            method = target.split(":", 1)[1] if target.startswith("train:") else target  # M:train.KEY is M's
+            if target != "train" and method not in methods:
+                print(f"warning: {flag} {text} has no effect: method {method!r} is not in --methods "
                       f"({', '.join(sorted(methods))})", file=sys.stderr)

@@ -223,12 +223,14 @@ def test_roberta_positions_lose_the_padding_offset(tiny_bert_dir, tmp_path):
 
 
 def test_set_for_a_method_not_in_the_grid_warns(capsys):
-    warn_unused_settings(["scores_dropout.p=0.2", "vanilla.p=0.1", "train.lr=1e-5"],
-                         ["scores_dropout.p=0.1,0.2"], {"vanilla"})
+    warn_unused_settings(["scores_dropout.p=0.2", "vanilla.p=0.1", "train.lr=1e-5", "vanilla:train.lr=2e-5"],
+                         ["scores_dropout.p=0.1,0.2", "uniform:train.lr=1e-5,2e-5"], {"vanilla"})
     err = capsys.readouterr().err.splitlines()
     assert err == ["warning: --set scores_dropout.p=0.2 has no effect: method 'scores_dropout' is not in "
                    "--methods (vanilla)",
                    "warning: --sweep scores_dropout.p=0.1,0.2 has no effect: method 'scores_dropout' is not in "
+                   "--methods (vanilla)",
+                   "warning: --sweep uniform:train.lr=1e-5,2e-5 has no effect: method 'uniform' is not in "
                    "--methods (vanilla)"]
 
 

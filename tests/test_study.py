@@ -98,8 +98,14 @@ def test_report_study_uses_its_out_and_report_section(tmp_path):
 def test_the_readme_study_example_is_valid(tmp_path):
     usage = (ROOT / "README.md").read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
     example = usage.split("```yaml\n", 1)[1].split("```", 1)[0]
-    study = load_study(_write(tmp_path, example))
+    path = _write(tmp_path, example)
+    study = load_study(path)
     assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
+    from suite.cli import build_parser
+    from suite.commands.run import merge_study, plan_grid
+
+    jobs = plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path)]))).jobs  # it plans, too
+    assert jobs and {j.method for j in jobs} == set(study.methods)
 
 
 def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):

@@ -96,10 +96,13 @@ def test_per_method_learning_rate_sweep():
                       sweeps=["train.lr=1e-5,2e-5", "scores_dropout:train.lr=3e-5,4e-5,5e-5"])
     lrs = {m: sorted(j.train.lr for j in jobs if j.method == m) for m in ("vanilla", "scores_dropout")}
     assert lrs == {"vanilla": [1e-5, 2e-5], "scores_dropout": [3e-5, 4e-5, 5e-5]}
+    # a scoped setting for a method this grid does not run changes nothing (a study's also: grids inherit it)
+    assert build_grid(["minilm"], ["rte"], ["vanilla"], [1], TrainSettings(),
+                      sweeps=["train.lr=1e-5,2e-5", "scores_dropout:train.lr=3e-5,4e-5,5e-5"]) == \
+        [j for j in jobs if j.method == "vanilla"]
 
 
 @pytest.mark.parametrize("sweeps, sets, message", [
-    (["uniform:train.lr=1e-5,2e-5"], [], "uniform:train... is set, but that method is not in the grid"),
     ([], ["vanilla:scores_dropout.p=0.2"], "only training settings take a method scope"),
     ([], ["train.grad_accumulation=0"], "grad_accumulation=0 must be >= 1"),
     ([], ["train.select_epoch=first"], "choose last or best"),
