@@ -238,6 +238,18 @@ def _fields(target: str) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
+def method_train_target(method: str) -> str:
+    """The target of `METHOD:train.KEY` assignments: one method's own training settings."""
+    return f"train:{method}"
+
+
+def target_method(target: str) -> str | None:
+    """The method an assignment target belongs to (`M` and `train:M` are M's); None for the grid's `train`."""
+    if target == "train":
+        return None
+    return target.split(":", 1)[1] if target.startswith("train:") else target
+
+
 def parse_assignment(text: str, sweep: bool) -> tuple[str, str, list[Any]]:
     """'method.key=v1,v2' -> (method, key, [v1, v2]) with values converted to the field's type.
 
@@ -255,7 +267,7 @@ def parse_assignment(text: str, sweep: bool) -> tuple[str, str, list[Any]]:
                                   f"write {target}.{key}=... for a method's own hyper-parameter")
     target = "train" if target == "train" else METHODS.canonical(target)
     if scope:
-        target = f"train:{METHODS.canonical(scope)}"
+        target = method_train_target(METHODS.canonical(scope))
     fields = _fields(target)
     if key not in fields:
         raise HyperParameterError(f"{target} has no hyper-parameter {key!r}. Valid: {', '.join(fields) or '(none)'}")
@@ -344,7 +356,7 @@ def _check_accumulation(cls, t: TrainSettings) -> None:
 
 def _method_train(fixed, swept, method: str):
     """The training assignments that apply to `method`: the grid's, then its own `METHOD:train.KEY` ones."""
-    scoped = f"train:{method}"
+    scoped = method_train_target(method)
     return ({"train": {**fixed.get("train", {}), **fixed.get(scoped, {})}},
             {"train": {**swept.get("train", {}), **swept.get(scoped, {})}})
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .config import DEFAULT_MODEL, RunConfig, parse_assignment, resolve_model
+from .config import DEFAULT_MODEL, RunConfig, parse_assignment, resolve_model, target_method
 from .device import pick_device
 from .errors import BadInput
 
@@ -196,11 +196,11 @@ def check_out(store) -> None:
 
 
 def warn_unused_settings(sets: Iterable[str], sweeps: Iterable[str], methods: set[str]) -> None:
-    """`--set M.KEY=V` / `--sweep` for a method that is not run changes nothing: say so (a typo is likely)."""
+    """`--set`/`--sweep` of `M.KEY` or `M:train.KEY` for a method that is not run changes nothing: say so (a typo
+    is likely)."""
     for flag, texts in (("--set", sets), ("--sweep", sweeps)):
         for text in texts:
-            target = parse_assignment(text, sweep=flag == "--sweep")[0]
-            method = target.split(":", 1)[1] if target.startswith("train:") else target  # M:train.KEY is M's
-            if target != "train" and method not in methods:
+            method = target_method(parse_assignment(text, sweep=flag == "--sweep")[0])
+            if method is not None and method not in methods:
                 print(f"warning: {flag} {text} has no effect: method {method!r} is not in --methods "
                       f"({', '.join(sorted(methods))})", file=sys.stderr)
