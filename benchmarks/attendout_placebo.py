@@ -82,8 +82,9 @@ def parse(argv):
 def load_data(args):
     from transformers import AutoTokenizer
 
-    from suite.config import resolve_model
-    from suite.data import encode, get_task, load_splits
+    from suite.run.settings import resolve_model
+    from suite.run.data import encode, load_splits
+    from suite.api.tasks import get_task
 
     spec = get_task(args.task)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
@@ -95,7 +96,7 @@ def load_data(args):
 
 
 def batches_of(enc, order: list[list[int]], pad_id: int, spec):
-    from suite.data import collate
+    from suite.run.batching import collate
 
     for idx in order:
         yield collate([enc.features[i] for i in idx], [enc.labels[i] for i in idx], pad_id, spec.is_regression)
@@ -104,9 +105,9 @@ def batches_of(enc, order: list[list[int]], pad_id: int, spec):
 def build(args, spec, seed: int, placebo: bool):
     from transformers import get_linear_schedule_with_warmup
 
-    from suite.config import RunConfig, TrainSettings
-    from suite.models import load_model
-    from suite.training import StepContext
+    from suite.run.settings import RunConfig, TrainSettings
+    from suite.run.models import load_model
+    from suite.run.training import StepContext
 
     hp = {"placebo": placebo} | ({"g_lr": args.g_lr} if args.g_lr else {})
     job = RunConfig(args.model, args.task, "attendout", hp, seed, TrainSettings(lr=args.lr))
@@ -127,7 +128,7 @@ def build(args, spec, seed: int, placebo: bool):
 @torch.no_grad()
 def reference_states(args, spec, dev, pad_id):
     """[(hidden states entering each attention layer, valid pairs)] of the pre-trained model on fixed dev batches."""
-    from suite.data import sorted_batches
+    from suite.run.batching import sorted_batches
 
     model, _, _ = build(args, spec, 0, False)
     model.eval()
@@ -159,7 +160,7 @@ def policy_on(generator, p_max: float, states) -> list[np.ndarray]:
 # ---------------------------------------------------------------------------------------------------------
 
 def train_run(args, spec, train, dev, pad_id, states, seed: int, placebo: bool) -> dict:
-    from suite.data import length_grouped_batches
+    from suite.run.batching import length_grouped_batches
 
     model, method, ctx = build(args, spec, seed, placebo)
     start_policy = policy_on(method.generator, method.cfg.p_max, states)
@@ -192,7 +193,7 @@ def step_facts(r: dict, loss: float) -> dict:
 
 @torch.no_grad()
 def dev_accuracy(args, model, spec, dev, pad_id) -> float:
-    from suite.data import sorted_batches
+    from suite.run.batching import sorted_batches
 
     model.eval()
     correct = total = 0
@@ -309,7 +310,7 @@ def snr_summary(pairs: list[dict]) -> dict:
 def measurement_batches(model, train, batch_size: int, n: int, pad_id, spec, seed: int) -> list[dict]:
     """`n` consecutive batches of a fresh training order drawn with `seed`; the model in train mode and torch's
     generator reseeded, so each measurement replays the same draws."""
-    from suite.data import length_grouped_batches
+    from suite.run.batching import length_grouped_batches
 
     model.train()
     order = length_grouped_batches(train.lengths(), batch_size, torch.Generator().manual_seed(seed))
@@ -374,7 +375,7 @@ def run_summary(run: dict) -> dict:
 def run_meta(args, argv, began: float) -> dict:
     import os
 
-    from suite.device import machine
+    from suite.run.device import machine
 
     return {"task": args.task, "model": args.model, "machine": f"{machine(torch.device('cpu'))}, {os.cpu_count()} "
             f"cores", "load": " ".join(f"{v:.1f}" for v in os.getloadavg()),
@@ -406,7 +407,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     torch.set_num_threads(args.threads)
     import suite  # noqa: F401  registers the methods
-    from suite.models import quiet_transformers
+    from suite.run.models import quiet_transformers
 
     import attendout_placebo_accumulated as accumulated  # sibling modules (this script's folder is on sys.path)
     import attendout_placebo_report as report

@@ -1,4 +1,4 @@
-"""Vanilla fine-tuning of one model on one GLUE task by this suite (`suite.runner.run_one`) and by HF `Trainer`, with the
+"""Vanilla fine-tuning of one model on one GLUE task by this suite (`suite.run.runner.run_one`) and by HF `Trainer`, with the
 same data subset, hyper-parameters and seed; prints wall-clock and dev metric for both as a markdown table.
 
     python benchmarks/trainer_vs_suite.py --task sst2 --data-dir ../shared/data/glue --max-train-samples 1000 \
@@ -37,9 +37,10 @@ import numpy as np
 import torch
 from tabulate import tabulate
 
-from suite import metrics
-from suite.config import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
-from suite.data import get_task, load_splits, seeded_subset
+from suite.api import metrics
+from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
+from suite.api.tasks import get_task
+from suite.run.data import load_splits, seeded_subset
 
 
 class TokenCounter:
@@ -81,7 +82,7 @@ class TokenCounter:
 
 
 def run_suite(cfg: RunConfig, data_dir: str, device: str) -> dict:
-    from suite.runner import TokenizedCache, run_one
+    from suite.run.runner import TokenizedCache, run_one
 
     start = time.perf_counter()
     # a fresh cache: every run reads and tokenises its data, as Trainer's does
@@ -157,8 +158,8 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
 
 
 def machine(device: str) -> str:
-    from suite.device import machine as device_name
-    from suite.device import pick_device
+    from suite.run.device import machine as device_name
+    from suite.run.device import pick_device
 
     return f"{device_name(pick_device(device))}, {os.cpu_count()} cores, torch {torch.__version__}"
 

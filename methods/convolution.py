@@ -17,7 +17,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from suite.attention import (AttentionMethod, HyperParameterError, attend, attention_modules, register_method,
+from suite.api.attention import (has_probe, AttentionMethod, HyperParameterError, attend, attention_modules, register_method,
                              valid_keys)
 
 FAIRSEQ_ENCODER_KERNELS = (3, 7, 15, 31)  # then 31 for every further layer
@@ -105,7 +105,7 @@ class _Convolution(AttentionMethod):
             weights = F.dropout(weights, p=self.cfg.p_weight)
         real = key_padding(attention_mask, value)                   # (B, 1, L, 1)
         value = value * real                                        # padded positions contribute nothing
-        if getattr(module, "suite_probe", None) is not None:
+        if has_probe(module):
             return attend(module, banded_matrix(weights, value.shape[2]) * real.transpose(-1, -2), value)
         return convolve(value, weights).transpose(1, 2).contiguous(), None
 

@@ -6,7 +6,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from suite.attention import (AttentionMethod, NoConfig, attend, drop_scores, probs_dropout, register_method,
+from suite.api.attention import (has_probe, AttentionMethod, NoConfig, attend, drop_scores, probs_dropout, register_method,
                              scores, softmax)
 
 
@@ -27,7 +27,7 @@ class Vanilla(AttentionMethod):
         return self.cfg.p if module.training else 0.0
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
-        if getattr(module, "suite_probe", None) is None:
+        if not has_probe(module):
             # The fused kernel; a boolean mask avoids casting finfo(fp32).min to bf16 under autocast.
             mask = None if attention_mask is None else attention_mask == 0
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=self.rate(module),

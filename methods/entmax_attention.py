@@ -21,7 +21,7 @@ import math
 import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 
-from suite.attention import (AttentionMethod, HyperParameterError, NoConfig, attend, attention_modules,
+from suite.api.attention import (AttentionMethod, HyperParameterError, NoConfig, attend, attention_modules,
                              register_method, valid_keys)
 
 ALPHA_MIN = 1.01

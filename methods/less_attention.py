@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-from suite.attention import HyperParameterError, attend, register_method
+from suite.api.attention import has_probe, HyperParameterError, attend, register_method
 
 from .dropout import Vanilla
 
@@ -58,7 +58,7 @@ class LessAttention(Vanilla):
         free = mixing_free_layers(self.cfg.layers, module.config.num_hidden_layers)
         if module.layer_idx >= free:
             return super().attention(module, query, key, value, attention_mask, scaling, **kwargs)
-        if getattr(module, "suite_probe", None) is None:
+        if not has_probe(module):
             return value.transpose(1, 2).contiguous(), None
         b, h, length, _ = value.shape
         eye = torch.eye(length, dtype=value.dtype, device=value.device).expand(b, h, length, length)

@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from suite.attention import HyperParameterError, register_method
+from suite.api.attention import HyperParameterError, register_method
 
 from .dropout import ScoresDropout
 

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from suite.attention import (AttentionMethod, HyperParameterError, attend, attention_modules, probs_dropout,
+from suite.api.attention import (AttentionMethod, HyperParameterError, attend, attention_modules, probs_dropout,
                              register_method, valid_keys)
 
 

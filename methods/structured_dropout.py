@@ -20,7 +20,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from suite.attention import (AttentionMethod, HyperParameterError, attend, mask_fill_value, register_method,
+from suite.api.attention import (has_probe, AttentionMethod, HyperParameterError, attend, mask_fill_value, register_method,
                              scores, softmax, valid_keys)
 
 SCHEDULES = ("constant", "linear", "v")
@@ -87,7 +87,7 @@ class DropHead(AttentionMethod):
         if rate > 0:
             factors = self.head_factors(query.shape[0], query.shape[1], rate, query.device)
             factors = factors.to(query.dtype)[:, :, None, None]
-        if getattr(module, "suite_probe", None) is None:
+        if not has_probe(module):
             keep = None if attention_mask is None else attention_mask == 0
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=0.0, scale=scaling)
             if factors is not None:
@@ -124,7 +124,7 @@ class DropAttentionColumn(AttentionMethod):
             keep = self.kept_keys(attention_mask, (*query.shape[:3], key.shape[-2]), query.device)
         else:
             keep = None if attention_mask is None else attention_mask == 0
-        if getattr(module, "suite_probe", None) is None:
+        if not has_probe(module):
             out = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=0.0, scale=scaling)
             return out.transpose(1, 2).contiguous(), None
         s = scores(query, key, scaling, attention_mask)

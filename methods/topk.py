@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from suite.attention import (AttentionMethod, HyperParameterError, attend, mask_fill_value, probs_dropout,
+from suite.api.attention import (AttentionMethod, HyperParameterError, attend, mask_fill_value, probs_dropout,
                              register_method, scores, softmax, valid_keys)
 
 

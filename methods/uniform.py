@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from suite.attention import AttentionMethod, attend, register_method, valid_keys
+from suite.api.attention import AttentionMethod, attend, register_method, valid_keys
 
 
 @dataclasses.dataclass

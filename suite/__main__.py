@@ -5,7 +5,7 @@
   python -m suite run --methods 'scores_*' --tasks glue --seeds 1,2,3,4,5 --sweep scores_dropout.p=0.1,0.2,0.3
   python -m suite run --preset paper --methods all --tasks glue          # bert-base + roberta-base, needs the hub
 """
-from .cli import main
+from suite.commands import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -5,7 +5,7 @@ Local TSVs are normalised to the hub (`nyu-mll/glue`) label ids; note the orders
 """
 import dataclasses
 
-from suite.data import LocalSplit, TaskSpec, register_task
+from suite.api.tasks import LocalSplit, TaskSpec, register_task
 
 HUB = "nyu-mll/glue"
 PAIR = ("sentence1", "sentence2")

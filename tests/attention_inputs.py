@@ -3,7 +3,7 @@ method checks (sparse and structured-dropout tests) feed to `method.attention` d
 import torch
 
 import suite
-from suite.attention import attention_modules
+from suite.api.attention import attention_modules
 from suite.testing import tiny_model
 
 B, H, L, D = 3, 4, 7, 8          # tiny_config: hidden 32 = 4 heads x 8

@@ -99,16 +99,16 @@ def shared_glue() -> Path:
 
 def run_cli(model, glue, out, *extra) -> int:
     """The smallest real command: vanilla, RTE, seed 1, one epoch on `model`, into `out`; `extra` adds flags."""
-    from suite import cli
+    from suite import commands
 
-    return cli.main(["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1", "--model", str(model),
+    return commands.main(["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1", "--model", str(model),
                      "--data-dir", glue, "--epochs", "1", "--batch-size", "8", "--out", str(out), "--quiet",
                      *extra])
 
 
 def fake_ok_record(job):
     """A valid ok record made without training, for tests that need records, not numbers."""
-    from suite.record import RunRecord
+    from suite.run.record import RunRecord
 
     rec = RunRecord.started_now(job)
     rec.status, rec.wall_s, rec.final = "ok", 0.0, {"score": 0.5, "accuracy": 0.5}

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from suite.attention import register_method
+from suite.api.attention import register_method
 from suite.methods.dropout import Vanilla
 
 

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 import suite
-from suite import analyses
-from suite.analyses import heads, importance, seeds
-from suite.analyses.capture import capture_example, leave_one_out
-from suite.data import Encoded
+from suite.run import analyses
+from suite.run.analyses import heads, importance, seeds
+from suite.run.analyses.capture import capture_example, leave_one_out
+from suite.run.data import Encoded
 from suite.testing import one_thread, tiny_model
 
 WEIGHTS = torch.tensor([0.0, 2.0, -0.5, 1.0])     # per token id: how much the token pushes the class-1 logit

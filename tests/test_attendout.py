@@ -7,13 +7,13 @@ from transformers import get_linear_schedule_with_warmup
 
 import suite
 from conftest import padded_batch, tiny_model
-from suite.attention import HyperParameterError
+from suite.api.attention import HyperParameterError
 from suite.methods.attendout import AttendOut, valid_pairs
 from suite.methods.attendout import reward as rw
 from suite.methods.attendout.cost import CostMeter
 from suite.methods.attendout.generator import mask_log_prob
 from suite.methods.attendout.policy import leave_one_out
-from suite.training import StepContext
+from suite.run.training import StepContext
 
 
 def _attach(seed=0, model_seed=0, model_kw=None, **hp):
@@ -92,7 +92,7 @@ def test_masks_keep_padding_masked_and_never_drop_the_diagonal():
     model, method = _attach(p_max=0.9, p_init=0.6)
     batch = _batch(length=16)
     seen = []
-    for m in suite.attention.attention_modules(model):
+    for m in suite.api.attention.attention_modules(model):
         m.suite_probe = lambda module, probs: seen.append(probs.detach())
     method.collect = True
     model(**batch)
@@ -304,8 +304,8 @@ def test_g_update_every_skips_rewards_but_applies_masks():
 
 
 def test_runner_end_to_end_records_traces_and_cost(tiny_bert_dir, glue_dir):
-    from suite.config import RunConfig, TrainSettings
-    from suite.runner import run_one
+    from suite.run.settings import RunConfig, TrainSettings
+    from suite.run.runner import run_one
 
     train = TrainSettings(epochs=2, batch_size=8, eval_batch_size=16, max_length=64, max_train_samples=24,
                           train_eval_samples=8, stats_batches=1, lr=1e-3, warmup_ratio=0.0)

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from conftest import fake_ok_record, run_cli
-from suite import cli
-from suite.attention import METHODS, attention_modules
-from suite.config import RunConfig, TrainSettings
-from suite.errors import EXIT_BAD_INPUT
-from suite.preflight import VERIFIED_MODEL_TYPES, check_model, warn_unused_settings
+from suite import commands
+from suite.api.attention import METHODS, attention_modules
+from suite.run.settings import RunConfig, TrainSettings
+from suite.api.errors import EXIT_BAD_INPUT
+from suite.grid.preflight import VERIFIED_MODEL_TYPES, check_model, warn_unused_settings
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def no_training(monkeypatch):
     def run_one(job, *args, **kwargs):
         raise AssertionError(f"{job.label} was trained although its input is impossible")
 
-    monkeypatch.setattr("suite.runner.run_one", run_one)
+    monkeypatch.setattr("suite.run.runner.run_one", run_one)
 
 
 def assert_refused(capsys, rc: int, out: Path, *fragments: str) -> str:
@@ -84,21 +84,21 @@ def test_bad_data_exits_2_naming_file_and_line(no_training, tiny_bert_dir, glue_
     lines[2] = lines[2].rsplit("\t", 1)[0] + "\tnan"
     dev.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    rc = cli.main(["run", "--methods", "vanilla", "--tasks", "stsb", "--seeds", "1", "--model", tiny_bert_dir,
+    rc = commands.main(["run", "--methods", "vanilla", "--tasks", "stsb", "--seeds", "1", "--model", tiny_bert_dir,
                    "--data-dir", str(tmp_path / "glue"), "--out", str(out), "--quiet"])
     assert_refused(capsys, rc, out, f"{dev}:3: score 'nan' is not a finite number")
 
 
 def test_set_for_a_method_not_in_the_grid_warns_from_the_command(tiny_bert_dir, glue_dir, tmp_path, monkeypatch,
                                                                   capsys):
-    monkeypatch.setattr("suite.runner.run_one", lambda job, *a, **k: fake_ok_record(job))
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: fake_ok_record(job))
     assert run_cli(tiny_bert_dir, glue_dir, tmp_path / "out", "--set", "scores_dropout.p=0.2") == 0
     assert "warning: --set scores_dropout.p=0.2 has no effect" in capsys.readouterr().err
 
 
 def test_ray_leaves_cuda_to_the_cluster_but_refuses_non_devices():
-    from suite.errors import BadInput
-    from suite.preflight import check_device
+    from suite.api.errors import BadInput
+    from suite.grid.preflight import check_device
 
     check_device("cuda", "ray")  # the driver may have no GPU; the cluster's workers do
     check_device("cuda:1", "ray")
@@ -209,7 +209,7 @@ def test_roberta_positions_lose_the_padding_offset(tiny_bert_dir, tmp_path):
     """RoBERTa numbers positions from pad_token_id + 1: 80 position embeddings hold 78 tokens."""
     from transformers import RobertaForSequenceClassification
 
-    from suite.errors import BadInput
+    from suite.api.errors import BadInput
     from suite.testing import tiny_config
 
     folder = tmp_path / "tiny-roberta"
@@ -240,7 +240,7 @@ def test_emulated_bf16_is_warned_about(monkeypatch, capsys, native, precision, w
     """bf16 autocast on a CPU that emulates it is slower than fp32: say so, and how to turn it off."""
     import dataclasses
 
-    from suite.preflight import warn_emulated_bf16
+    from suite.grid.preflight import warn_emulated_bf16
 
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
     job = RunConfig("minilm", "rte", "vanilla", {}, 1, dataclasses.replace(TrainSettings(), precision=precision))

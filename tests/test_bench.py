@@ -5,8 +5,10 @@ import pytest
 import torch
 
 import suite
-from suite import bench, cli
-from suite.attention import AttentionMethod, register_method
+from suite import commands
+from suite import profiling as bench
+from suite.commands import bench as bench_command
+from suite.api.attention import AttentionMethod, register_method
 
 TINY = ["bench", "--shapes", "tiny", "--seq-len", "16", "--batch-size", "2", "--reps", "2", "--warmup", "2",
         "--device", "cpu", "--threads", "1"]
@@ -31,7 +33,7 @@ def rows_of(markdown: str) -> dict[str, dict[str, str]]:
 
 def test_bench_table_baselines_and_out_file(tmp_path, capsys):
     out = tmp_path / "bench" / "table.md"
-    rc = cli.main(TINY + ["--methods", "vanilla,topk,attendout", "--out", str(out)])
+    rc = commands.main(TINY + ["--methods", "vanilla,topk,attendout", "--out", str(out)])
     assert rc == 0
     text = out.read_text()
     assert text.strip() == capsys.readouterr().out.strip()
@@ -60,7 +62,7 @@ def test_a_failing_method_is_reported_and_the_rest_measured(capsys):
             raise RuntimeError("deliberately broken")
 
     try:
-        rc = cli.main(TINY + ["--methods", "bench_test_broken,no_dropout", "--no-memory"])
+        rc = commands.main(TINY + ["--methods", "bench_test_broken,no_dropout", "--no-memory"])
     finally:
         suite.METHODS.remove("bench_test_broken")
     assert rc == 0
@@ -75,7 +77,7 @@ def test_hyper_parameters_reach_the_method():
     import argparse
 
     args = argparse.Namespace(methods="topk", sets=["topk.k=3"])
-    [(name, method)] = bench.command._methods(args)
+    [(name, method)] = bench_command._methods(args)
     assert name == "topk" and method.cfg.k == 3
 
 
@@ -88,7 +90,7 @@ def test_bad_input_exits_2(bad, capsys):
             argv[argv.index(bad[i]) + 1] = bad[i + 1]
         else:
             argv += bad[i:i + 2]
-    assert cli.main(argv + ["--no-memory"]) == 2
+    assert commands.main(argv + ["--no-memory"]) == 2
     assert "error:" in capsys.readouterr().err
 
 
@@ -122,7 +124,7 @@ def test_padding_leaves_the_first_row_full():
 
 
 def test_profile_section_for_named_methods(capsys):
-    assert cli.main(TINY + ["--methods", "no_dropout", "--no-memory", "--reps", "1", "--profile", "no_dropout"]) == 0
+    assert commands.main(TINY + ["--methods", "no_dropout", "--no-memory", "--reps", "1", "--profile", "no_dropout"]) == 0
     out = capsys.readouterr().out
     assert "Where the time of one `no_dropout` step goes" in out
     assert "| operator" in out and "--profile no_dropout" in out

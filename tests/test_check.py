@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import suite
-from suite import check, testing
+from suite.commands import check
+from suite.api import testing
 from suite.methods.dropout import ScoresDropout
 
 PLUGINS = Path(__file__).parent / "plugins"

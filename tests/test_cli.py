@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import suite
-from suite.cli import main
-from suite.store import Store
+from suite.commands import main
+from suite.grid.store import Store
 
 
 def _run(tiny_bert_dir, glue_dir, out, *extra, methods="vanilla,scores_dropout", tasks="rte,stsb", seeds="1"):
@@ -137,7 +137,7 @@ def test_nan_loss_fails_that_run_and_the_grid_goes_on(tiny_bert_dir, glue_dir, t
 
 
 def test_interrupt_keeps_finished_records_and_resumes(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
-    import suite.runner as runner
+    import suite.run.runner as runner
 
     real = runner.train_and_record
     calls = []

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 import suite
-from suite.cli import build_parser, main
-from suite.config import RunConfig, TrainSettings
-from suite.record import RunRecord
-from suite.store import Store
+from suite.commands import build_parser, main
+from suite.run.settings import RunConfig, TrainSettings
+from suite.run.record import RunRecord
+from suite.grid.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,8 +92,8 @@ def test_report_with_an_unknown_baseline_is_an_error(tmp_path, capsys):
 
 
 def test_run_shows_plugin_load_errors_for_methods_and_tasks(monkeypatch, tmp_path, capsys):
-    from suite.attention import METHODS
-    from suite.data import TASKS
+    from suite.api.attention import METHODS
+    from suite.api.tasks import TASKS
 
     monkeypatch.setattr(METHODS, "plugin_errors", {"broken_method": "ImportError: no module named x"})
     monkeypatch.setattr(TASKS, "plugin_errors", {"broken_task": "SyntaxError: bad"})
@@ -108,8 +108,8 @@ def test_run_shows_plugin_load_errors_for_methods_and_tasks(monkeypatch, tmp_pat
 def test_unknown_task_metric_is_refused_before_training_and_registered_ones_work(tmp_path, capsys):
     import numpy as np
 
-    from suite.data import TASKS, get_task, register_task
-    from suite.metrics import METRICS, compute, register_metric
+    from suite.api.tasks import TASKS, get_task, register_task
+    from suite.api.metrics import METRICS, compute, register_metric
 
     spec = dataclasses.replace(get_task("rte"), name="rte_balanced", display="RTE-balanced", benchmark="",
                                metrics=("balanced_acuracy",))

@@ -6,7 +6,7 @@ import torch
 import suite
 from suite.methods.convolution import banded_matrix, convolve, kernel_sizes
 from suite.methods.less_attention import LessAttention
-from suite.stats import probes
+from suite.api.attention import probes
 from suite.testing import one_thread, padded_batch, tiny_model
 
 

@@ -5,9 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from suite.data import (DataError, collate, get_task, length_grouped_batches, load_splits, random_batches,
-                        seeded_subset, select_tasks, trainer_length_batches)
-from suite.registry import UnknownNameError
+from suite.api.errors import DataError
+from suite.run.batching import collate, length_grouped_batches, random_batches, trainer_length_batches
+from suite.api.tasks import get_task, select_tasks
+from suite.run.data import load_splits, seeded_subset
+from suite.api.registry import UnknownNameError
 
 
 def test_task_names_are_case_and_dash_insensitive():
@@ -107,11 +109,11 @@ def test_length_grouped_batches_cover_every_index_once_and_group_lengths():
 def test_random_batches_ignore_lengths_and_the_setting_is_checked():
     import dataclasses
 
-    from suite.config import HASHED_WHEN_CHANGED, RunConfig, TrainSettings
-    from suite.errors import HyperParameterError
+    from suite.run.settings import HASHED_WHEN_CHANGED, RunConfig, TrainSettings
+    from suite.api.errors import HyperParameterError
 
     lengths = [(i * 37) % 101 for i in range(300)]
-    batches = random_batches(len(lengths), 8, torch.Generator().manual_seed(0))
+    batches = random_batches(lengths, 8, torch.Generator().manual_seed(0))
     assert sorted(i for b in batches for i in b) == list(range(300))
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
     assert spread > 50

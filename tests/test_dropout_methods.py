@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import suite
-from suite.attention import drop_scores
+from suite.api.attention import drop_scores
 
 NEG = torch.finfo(torch.float32).min
 

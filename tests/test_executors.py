@@ -17,15 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from suite import cli
-from suite.attention import METHODS
-from suite.config import RunConfig, TrainSettings, build_grid
-from suite.errors import EXIT_BAD_INPUT, EXIT_TERMINATED
-from suite.executors import (ExecutorError, GridResult, GridStatus, LocalPlan, check_executor, local_plan, run_grid,
+from suite import commands
+from suite.api.attention import METHODS
+from suite.run.settings import RunConfig, TrainSettings
+from suite.grid.plan import build_grid
+from suite.api.errors import EXIT_BAD_INPUT, EXIT_TERMINATED
+from suite.grid.executors import (ExecutorError, GridResult, GridStatus, LocalPlan, check_executor, local_plan, run_grid,
                              status_table, visible_gpus)
-from suite.executors.ray import TaskResources
-from suite.record import RunRecord
-from suite.store import Store
+from suite.grid.executors.ray import TaskResources
+from suite.run.record import RunRecord
+from suite.grid.store import Store
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 SETTINGS = TrainSettings(epochs=1, batch_size=8)  # what the command line below produces (quick preset + flags)
@@ -58,7 +59,7 @@ def assert_same_numbers(a: RunRecord, b: RunRecord, tol: float = 1e-5) -> None:
 def sequential(tiny_bert_dir, glue_dir, tmp_path_factory):
     """The reference: the grid run in this process, one job after another."""
     out = tmp_path_factory.mktemp("sequential")
-    assert cli.main(cli_args(tiny_bert_dir, glue_dir, out)) == 0
+    assert commands.main(cli_args(tiny_bert_dir, glue_dir, out)) == 0
     recs = records(out)
     assert len(recs) == len(METHOD_NAMES) * len(SEEDS)
     assert all(r.executor["name"] == "local" and r.executor["worker"] is None for r in recs.values())
@@ -121,7 +122,7 @@ def test_ray_cli_matches_local_and_resumes_its_grid(ray_cluster, sequential, tin
     first = sorted(Path(seq_out, "runs").glob("*.json"))[0]
     Path(tmp_path, "runs").mkdir()
     shutil.copy(first, tmp_path / "runs" / first.name)
-    assert cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "ray")) == 0
+    assert commands.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "ray")) == 0
     got = records(tmp_path)
     assert got.keys() == seq.keys()
     ran_on_ray = [h for h, r in got.items() if r.executor.get("name") == "ray"]
@@ -191,7 +192,7 @@ def test_stopped_driver_leaves_no_pool_workers(sig, tiny_bert_dir, glue_dir, tmp
     argv = ["run", "--methods", "test_hangs", "--tasks", "rte", "--seeds", "1,2", "--model", tiny_bert_dir,
             "--data-dir", glue_dir, "--epochs", "1", "--out", str(out), "--quiet", "--workers", "2",
             "--set", f"test_hangs.marker={marker}"]
-    code = f"import sys, executor_faults; from suite import cli; sys.exit(cli.main({argv!r}))"
+    code = f"import sys, executor_faults; from suite import commands; sys.exit(commands.main({argv!r}))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
     driver = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -248,14 +249,14 @@ def test_local_plan_gpu_layouts():
     (["--executor", "ray", "--gpus-per-run", "0"], "--gpus-per-run 0.0: give a value > 0"),
 ])
 def test_cli_rejects_executor_options(extra, message, tiny_bert_dir, glue_dir, tmp_path, capsys):
-    assert cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, *extra)) == EXIT_BAD_INPUT
+    assert commands.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, *extra)) == EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
 
 def test_cli_rejects_an_unknown_executor(tiny_bert_dir, glue_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "slurm"))
+        commands.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "slurm"))
     assert exc.value.code == EXIT_BAD_INPUT
     assert "invalid choice: 'slurm' (choose from 'local', 'ray')" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
@@ -305,7 +306,7 @@ def test_ray_task_resources():
 def test_added_settings_leave_old_hashes_alone():
     import hashlib
 
-    from suite.config import HASHED_WHEN_CHANGED
+    from suite.run.settings import HASHED_WHEN_CHANGED
 
     job = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS)[0]
     old_style = job.to_dict()
@@ -324,7 +325,7 @@ def test_added_method_fields_leave_old_hashes_alone():
 
     job = build_grid(["m"], ["rte"], ["topk"], [1], SETTINGS)[0]
     old_style = job.to_dict()
-    from suite.config import HASHED_WHEN_CHANGED
+    from suite.run.settings import HASHED_WHEN_CHANGED
 
     for name in HASHED_WHEN_CHANGED:
         del old_style["train"][name]
@@ -344,7 +345,7 @@ def test_compile_flag_reaches_the_model(tiny_bert_dir, glue_dir, tmp_path, monke
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **k: compiled.append(type(self).__name__))
     args = cli_args(tiny_bert_dir, glue_dir, tmp_path, "--compile")
     args[args.index("--methods") + 1], args[args.index("--seeds") + 1] = "vanilla", "1"
-    assert cli.main(args) == 0
+    assert commands.main(args) == 0
     (rec,) = records(tmp_path).values()
     assert rec.ok and rec.config["train"]["compile"] is True
     assert compiled == ["BertForSequenceClassification"]

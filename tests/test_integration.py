@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from suite.cli import main
-from suite.data import get_task, load_splits
+from suite.commands import main
+from suite.api.tasks import get_task
+from suite.run.data import load_splits
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +21,7 @@ def test_real_glue_files_read_with_manifest_row_counts(shared_glue):
 def test_minilm_on_rte_subset(shared_glue, tmp_path):
     code = main(["run", "--methods", "vanilla,scores_dropout", "--tasks", "rte", "--seeds", "1",
                  "--data-dir", str(shared_glue), "--max-train-samples", "48", "--max-eval-samples", "64",
-                 "--epochs", "1", "--batch-size", "16", "--out", str(tmp_path), "--quiet"])
+                 "--epochs", "1", "--batch-size", "16", "--precision", "fp32", "--out", str(tmp_path), "--quiet"])
     assert code == 0
     recs = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
     assert len(recs) == 2 and all(r["status"] == "ok" for r in recs)

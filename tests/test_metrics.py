@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from suite import metrics
+from suite.api import metrics
 
 
 def test_accuracy_and_f1_by_hand():

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from suite.cli import main
+from suite.commands import main
 from suite.testing import WORDS
 
 TEST_ROWS = 9
@@ -84,7 +84,7 @@ def test_checkpoint_keeps_a_methods_own_parameters(tiny_bert_dir, glue_with_test
     """entmax_alpha learns one alpha per head: the checkpoint must carry the trained values, not re-initialise them."""
     import torch
 
-    from suite.predict import load_checkpoint
+    from suite.run.test_predictions import load_checkpoint
 
     assert main(["run", "--methods", "entmax_alpha", "--tasks", "rte", "--seeds", "1", "--model", tiny_bert_dir,
                  "--data-dir", glue_with_tests, "--out", str(tmp_path), "--epochs", "1", "--batch-size", "8",
@@ -109,8 +109,8 @@ def test_predict_test_without_test_files_is_refused_before_training(tiny_bert_di
 
 
 def test_submission_format_per_task():
-    from suite.data import get_task
-    from suite.predict import TEST_SETS, format_predictions
+    from suite.api.tasks import get_task
+    from suite.run.test_predictions import TEST_SETS, format_predictions
 
     logits = np.array([[0.1, 0.9], [2.0, -1.0]], dtype=np.float32)
     assert format_predictions(get_task("cola"), TEST_SETS["cola"][0], logits) == ["1", "0"]

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from conftest import fake_ok_record, run_cli
-from suite.config import RunConfig, TrainSettings, build_grid, canonical_model, default_model
-from suite.errors import EXIT_FAILED_RUNS, EXIT_TERMINATED
-from suite.executors import pending_jobs
+from suite.run.settings import RunConfig, TrainSettings, canonical_model, default_model
+from suite.grid.plan import build_grid
+from suite.api.errors import EXIT_FAILED_RUNS, EXIT_TERMINATED
+from suite.grid.executors import pending_jobs
 from suite.report.load import load
-from suite.store import Store
+from suite.grid.store import Store
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 
@@ -33,13 +34,13 @@ TESTS_DIR = str(Path(__file__).resolve().parent)
 def test_full_disk_stops_the_grid_and_keeps_every_record(tiny_bert_dir, glue_dir, tmp_path, monkeypatch, capsys):
     """The second record cannot be written (ENOSPC): it is kept in a fallback file, the grid stops with exit 1 and a
     message saying where the record is, and the first record is intact."""
-    import suite.store
+    import suite.grid.store
 
     trained = []
-    monkeypatch.setattr("suite.runner.run_one", lambda job, *a, **k: trained.append(job) or fake_ok_record(job))
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: trained.append(job) or fake_ok_record(job))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    real_write, writes = suite.store.atomic_write, []
+    real_write, writes = suite.grid.store.atomic_write, []
 
     def atomic_write(target, write):
         writes.append(target)
@@ -47,7 +48,7 @@ def test_full_disk_stops_the_grid_and_keeps_every_record(tiny_bert_dir, glue_dir
             raise OSError(errno.ENOSPC, "No space left on device")
         real_write(target, write)
 
-    monkeypatch.setattr(suite.store, "atomic_write", atomic_write)
+    monkeypatch.setattr(suite.grid.store, "atomic_write", atomic_write)
     out = tmp_path / "out"
     rc = run_cli(tiny_bert_dir, glue_dir, out, "--seeds", "1,2,3")
     err = capsys.readouterr().err
@@ -131,7 +132,7 @@ def test_one_model_has_one_name(tiny_bert_dir, tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------
 
 def test_diverged_model_is_recorded_as_failed(tiny_bert_dir, glue_dir):
-    from suite.runner import run_one
+    from suite.run.runner import run_one
 
     t = TrainSettings(epochs=1, batch_size=8, max_train_samples=8, lr=1e10, train_eval_samples=4, stats_batches=0)
     rec = run_one(RunConfig(tiny_bert_dir, "rte", "vanilla", {}, 1, t), glue_dir, device="cpu", quiet=True)
@@ -143,7 +144,7 @@ def test_diverged_model_is_recorded_as_failed(tiny_bert_dir, glue_dir):
 # ---------------------------------------------------------------------------------------------------------
 
 def _cli_process(argv: list[str], **popen) -> subprocess.Popen:
-    code = f"import sys, executor_faults; from suite import cli; sys.exit(cli.main({argv!r}))"
+    code = f"import sys, executor_faults; from suite import commands; sys.exit(commands.main({argv!r}))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
     return subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True, **popen)
 
@@ -186,7 +187,7 @@ def test_second_grid_skips_claimed_jobs_and_sigterm_exits_143(tiny_bert_dir, glu
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX record locks")
 def test_claims_are_exclusive_between_processes_and_die_with_their_holder(tmp_path):
     jobs = [RunConfig("m", "rte", "vanilla", {}, seed, TrainSettings()) for seed in (1, 2, 3)]
-    code = ("import sys, time, types; from suite.store import Store\n"  # light imports: jobs by hash only
+    code = ("import sys, time, types; from suite.grid.store import Store\n"  # light imports: jobs by hash only
             "jobs = [types.SimpleNamespace(hash=h) for h in sys.argv[2:]]\n"
             "claims = Store(sys.argv[1]).claims(); mine, _ = claims.claim(jobs); print(len(mine), flush=True)\n"
             "time.sleep(120)")

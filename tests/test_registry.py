@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 import suite
-from suite.registry import UnknownNameError
+from suite.api.registry import UnknownNameError
 
 
 def test_select_names_wildcards_and_all():

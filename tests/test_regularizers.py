@@ -6,7 +6,7 @@ import torch
 
 import suite
 from suite.methods.regularizers import layerwise_rate
-from suite.attention import HyperParameterError
+from suite.api.attention import HyperParameterError
 
 NEG = torch.finfo(torch.float32).min
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from suite.attention import METHODS, AttentionMethod, register_method
-from suite.config import TrainSettings
-from suite.data import get_task
+from suite.api.attention import METHODS, AttentionMethod, register_method
+from suite.run.settings import TrainSettings
+from suite.api.tasks import get_task
 from suite.report import ReportError, build_report
-from suite.store import Store
+from suite.grid.store import Store
 
 MODEL = "tiny-bert"
 TRAIN = {**dataclasses.asdict(TrainSettings()), "max_train_samples": 64, "max_eval_samples": 100}
@@ -33,7 +33,7 @@ def make_record(task: str, method: str, seed: int, metrics: dict | None = None, 
                 extra: int = 0, training_only: int = 0, attention: dict | None = None,
                 method_record: dict | None = None, epoch_method: dict | None = None,
                 baselines: dict | None = None, env: dict | None = None) -> tuple[str, dict]:
-    """(file name, record) in the layout `suite.runner.run_one` writes."""
+    """(file name, record) in the layout `suite.run.runner.run_one` writes."""
     train = {**TRAIN, **(train or {})}
     config = {"model": MODEL, "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
               "train": train, "data_source": "local"}
@@ -324,9 +324,9 @@ def test_single_seed_table(tmp_path, monkeypatch):
 
 
 def test_cli(tmp_path):
-    from suite import cli
+    from suite import commands
 
-    main = cli.main
+    main = commands.main
 
     root = write_single_seed(tmp_path / "grid")
     (root / "commands.txt").write_text("python -m suite run --methods vanilla --tasks rte --out synthetic\n")

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from suite.data import TASKS, TaskSpec, register_task
-from suite.errors import ReportError
+from suite.api.tasks import TASKS, TaskSpec, register_task
+from suite.api.errors import ReportError
 from suite.report import build_report
-from suite.store import Store
+from suite.grid.store import Store
 from test_report import make_record, parse_table
 
 RTE_BASE = {"majority": {"accuracy": 0.505, "score": 0.505}, "chance": {"accuracy": 0.5, "score": 0.5}}
@@ -180,7 +180,7 @@ def test_invalid_records_are_named_with_the_reason_and_temporary_files_ignored(t
 def test_example_level_interval_from_prediction_sidecars(tmp_path):
     """Accuracy differences over resampled examples: the interval is about mean ± 1.96 standard errors of the
     per-example correctness difference (normal approximation), and exactly +100 when one method is always right."""
-    from suite.record import save_predictions
+    from suite.run.record import save_predictions
 
     rng = np.random.default_rng(5)
     n = 400
@@ -210,7 +210,7 @@ def test_example_level_interval_from_prediction_sidecars(tmp_path):
 def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
     import torch
 
-    from suite.bench import write_json
+    from suite.profiling import write_json
 
     rows = [{"shape": "tiny", "seq_len": 64, "batch_size": 4, "method": m, "step_ms": t, "peak_mb": 10.0,
              "error": None} for m, t in (("vanilla", 20.0), ("scores_dropout", 30.0))]

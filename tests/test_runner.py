@@ -2,9 +2,9 @@
 run records."""
 import torch
 
-from suite.cli import main
-from suite.training import StepContext
-from suite.store import Store
+from suite.commands import main
+from suite.run.training import StepContext
+from suite.grid.store import Store
 
 
 class _NoMethod:
@@ -48,7 +48,7 @@ def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
     """Records written into the checkout (results/, README) leave the commit clean; a changed or new module does not."""
     import subprocess
 
-    from suite.device import git_commit
+    from suite.run.device import git_commit
 
     def git(*args):
         subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)

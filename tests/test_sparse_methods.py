@@ -12,7 +12,7 @@ import suite
 from attention_inputs import (D, H, L, LENGTHS, SPARSE, attached_method, padded_qkv, padding_weight,
                               run_attention)
 from conftest import padded_batch, tiny_model
-from suite.attention import HyperParameterError, attention_modules
+from suite.api.attention import HyperParameterError, attention_modules
 
 # ------------------------------------------------------------------------------------------------------------
 # Independent references, row by row on the truncated (unpadded) scores
@@ -368,11 +368,11 @@ def test_forward_backward_through_tiny_models(kind, name):
 def test_sparse_methods_on_minilm_rte(shared_glue, tmp_path):
     import json
 
-    from suite.cli import main
+    from suite.commands import main
 
     code = main(["run", "--methods", "rela,topk,entmax15", "--tasks", "rte", "--seeds", "1",
                  "--data-dir", str(shared_glue), "--max-train-samples", "32", "--max-eval-samples", "32",
-                 "--epochs", "1", "--batch-size", "16", "--out", str(tmp_path), "--quiet"])
+                 "--epochs", "1", "--batch-size", "16", "--precision", "fp32", "--out", str(tmp_path), "--quiet"])
     assert code == 0
     recs = {r["config"]["method"]: r for r in
             (json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json"))}

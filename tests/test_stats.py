@@ -6,10 +6,11 @@ import pytest
 import torch
 
 import suite
-from suite import stats
-from suite.attention import attention_modules
-from suite.config import TrainSettings
-from suite.data import Encoded, get_task
+from suite.run import attention_stats as stats
+from suite.api.attention import attention_modules
+from suite.run.settings import TrainSettings
+from suite.run.data import Encoded
+from suite.api.tasks import get_task
 
 LN2 = math.log(2)
 

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import suite
 from attention_inputs import H, attached_method, padded_qkv, padding_weight, run_attention
-from suite.attention import HyperParameterError
+from suite.api.attention import HyperParameterError
 
 def _many(b=2000, length=5):
     return padded_qkv(dtype=torch.float32, lengths=[length - (i % 3) for i in range(b)], length=length)

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.errors import BadInput
-from suite.study import load_study
+from suite.commands import main
+from suite.api.errors import BadInput
+from suite.grid.study import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ def _write(tmp_path, text: str) -> Path:
 def test_committed_studies_load_and_plan_their_records():
     """Each studies/*.yaml is valid, and every committed record in results/ is a job the results study plans (found
     by hash, so the study resumes instead of running it again)."""
-    from suite.cli import build_parser
+    from suite.commands import build_parser
     from suite.commands.run import merge_study, plan_grid
 
     studies = sorted((ROOT / "studies").glob("*.yaml"))
@@ -58,7 +58,7 @@ def test_bad_study_exits_2_before_training(tmp_path, capsys):
 
 
 def test_flags_override_the_study(tmp_path, monkeypatch):
-    from suite.cli import build_parser
+    from suite.commands import build_parser
     from suite.commands.run import merge_study, plan_grid
 
     monkeypatch.setenv("STUDY_OUT", str(tmp_path / "from-env"))
@@ -84,7 +84,7 @@ def test_study_without_methods_says_how(tmp_path, capsys):
 def test_report_study_uses_its_out_and_report_section(tmp_path):
     import argparse
 
-    from suite.study import report_arguments
+    from suite.grid.study import report_arguments
 
     path = _write(tmp_path, "methods: [vanilla]\nout: results\nreport: {baseline: scores_dropout, alpha: 0.1}\n")
     args = report_arguments(argparse.Namespace(study=str(path), dir=None, more=[], baseline=None, alpha=None,
@@ -101,7 +101,7 @@ def test_the_readme_study_example_is_valid(tmp_path):
     path = _write(tmp_path, example)
     study = load_study(path)
     assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
-    from suite.cli import build_parser
+    from suite.commands import build_parser
     from suite.commands.run import merge_study, plan_grid
 
     jobs = plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path)]))).jobs  # it plans, too
@@ -109,7 +109,7 @@ def test_the_readme_study_example_is_valid(tmp_path):
 
 
 def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
-    from suite.cli import build_parser
+    from suite.commands import build_parser
     from suite.commands.run import merge_study, plan_grid
 
     path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"

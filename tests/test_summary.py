@@ -2,7 +2,7 @@
 by hand below."""
 from __future__ import annotations
 
-from suite.summary import DASH, compact_leaderboard, grid_records
+from suite.grid.summary import DASH, compact_leaderboard, grid_records
 
 TRAIN = {"epochs": 3, "lr": 1e-4, "batch_size": 32, "max_train_samples": 1000}
 

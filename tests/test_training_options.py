@@ -4,13 +4,14 @@ import dataclasses
 import pytest
 import torch
 
-from suite.config import RunConfig, TrainSettings, build_grid
-from suite.data import get_task
-from suite.errors import HyperParameterError
-from suite.models import build_method
-from suite.runner import run_one
+from suite.run.settings import RunConfig, TrainSettings
+from suite.grid.plan import build_grid
+from suite.api.tasks import get_task
+from suite.api.errors import HyperParameterError
+from suite.run.models import build_method
+from suite.run.runner import run_one
 from suite.testing import tiny_model
-from suite.training import EpochSelection, build_context
+from suite.run.training import EpochSelection, build_context
 
 
 def _batch(ids: torch.Tensor, labels: torch.Tensor) -> dict:
@@ -122,7 +123,7 @@ def test_new_settings_at_their_defaults_keep_existing_hashes():
     job = RunConfig("minilm", "rte", "vanilla", {"p": 0.1}, 1, TrainSettings())
     changed = dataclasses.replace(job, train=dataclasses.replace(job.train, grad_accumulation=2))
     old_style = job.to_dict()
-    from suite.config import HASHED_WHEN_CHANGED
+    from suite.run.settings import HASHED_WHEN_CHANGED
 
     for key in HASHED_WHEN_CHANGED:  # settings added after records existed, all at their defaults here
         del old_style["train"][key]

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from suite.attention import (AttentionMethod, HyperParameterError, attend, attention_modules, check_probability,
+from suite.api.attention import (AttentionMethod, HyperParameterError, attend, attention_modules, check_probability,
                              drop_scores, register_method, scores, softmax)
 
 from ..dropout import NoDropout

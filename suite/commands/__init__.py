@@ -1,1 +1,43 @@
-"""The `run` and `list` commands (bench, report and check live next to what they drive)."""
+"""Every command of `python -m suite {run,list,bench,report,check,predict}`, and the parser that assembles them.
+
+Every command is a module with COMMAND, add_parser(sub) and main(args). Bad input (`suite.api.errors.BadInput`) exits 2
+with a message that says how to fix it, before anything trains.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+from suite import report
+from suite.api.errors import EXIT_BAD_INPUT, BadInput
+from suite.commands import bench, check, listing, predict, run
+
+COMMAND_MODULES = (run, listing, bench, report, check, predict)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from suite import __version__
+
+    parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.add_parser(sub)
+    return parser
+
+
+def commands() -> dict[str, Callable[[argparse.Namespace], int]]:
+    return {m.COMMAND: m.main for m in COMMAND_MODULES}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        return commands()[args.command](args)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -8,8 +8,8 @@ import typing
 
 from tabulate import tabulate
 
-from ..attention import METHODS
-from ..data import TASK_GROUPS, TASKS, get_task
+from suite.api.attention import METHODS
+from suite.api.tasks import TASK_GROUPS, TASKS, get_task
 
 COMMAND = "list"
 MAX_WIDTH = 100

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import BadInput
+from suite.api.errors import BadInput
 
 COMMAND = "predict"
 
@@ -37,9 +37,9 @@ def checkpoint_folder(path: str) -> Path:
 
 
 def main(args) -> int:
-    from ..data import resolve_data_dir, task_data_dir
-    from ..device import autocast_dtype, pick_device
-    from ..predict import load_checkpoint, predict_test
+    from suite.run.data import resolve_data_dir, task_data_dir
+    from suite.run.device import autocast_dtype, pick_device
+    from suite.run.test_predictions import load_checkpoint, predict_test
 
     folders = [checkpoint_folder(c) for c in args.checkpoints]
     device, data_dir, out = pick_device(args.device), resolve_data_dir(args.data_dir), Path(args.out)

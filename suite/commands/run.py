@@ -10,12 +10,14 @@ import signal
 import sys
 from typing import Any
 
-from ..attention import METHODS
-from ..config import PRESETS, build_grid, canonical_model, preset_train
-from ..data import TASKS, get_task, load_splits, resolve_data_dir, select_tasks, task_data_dir
-from ..errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, BadInput, Terminated
-from ..summary import compact_leaderboard, grid_records
-from .run_options import RUN_DEFAULTS, add_run_options, train_keys_help
+from suite.api.attention import METHODS
+from suite.run.settings import PRESETS, canonical_model, preset_train
+from suite.grid.plan import build_grid
+from suite.api.tasks import TASKS, get_task, select_tasks
+from suite.run.data import load_splits, resolve_data_dir, task_data_dir
+from suite.api.errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, BadInput, Terminated
+from suite.grid.summary import compact_leaderboard, grid_records
+from suite.commands.run_options import RUN_DEFAULTS, add_run_options, train_keys_help
 
 COMMAND = "run"
 GRID_KEYS = ("methods", "tasks", "model", "seeds")  # what an also: grid of a study file may give for itself
@@ -56,7 +58,7 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
     args.cli = {k for k in GRID_KEYS if getattr(args, k) is not None}  # flags win over every grid of the file
     args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
     if args.study:
-        from ..study import load_study, names
+        from suite.grid.study import load_study, names
 
         study = load_study(args.study)
         from_file = {"methods": names(study.methods), "tasks": names(study.tasks), "model": names(study.models),
@@ -96,10 +98,10 @@ def train_settings(args, tasks: list[str]) -> dict:
 
 def plan_grid(args) -> GridPlan:
     """Resolve and check names, settings, executor and outputs (no data is read, no model is loaded)."""
-    from ..executors import check_executor
-    from ..metrics import check_task_metrics
-    from ..outputs import RunOutputs
-    from ..tracking import check_trackers
+    from suite.grid.executors import check_executor
+    from suite.api.metrics import check_task_metrics
+    from suite.run.outputs import RunOutputs
+    from suite.run.tracking import check_trackers
 
     if args.preset not in PRESETS:
         raise BadInput(f"preset {args.preset!r} does not exist. Valid presets: {', '.join(sorted(PRESETS))}")
@@ -135,7 +137,7 @@ def also_arguments(args, grid) -> argparse.Namespace | None:
     """The arguments of one `also:` grid: its own keys, the rest inherited from the top level. A flag replaces an
     inherited key but only narrows a key the grid gives itself (`--tasks cola` runs the study's CoLA jobs, not the
     SST-2 grid's jobs moved to CoLA); None when the flag and the grid share nothing."""
-    from ..study import names
+    from suite.grid.study import names
 
     part = argparse.Namespace(**vars(args))
     part.also = []
@@ -179,7 +181,7 @@ def check_inputs(plan: GridPlan) -> None:
     for task in plan.tasks:
         load_splits(get_task(task), plan.data_dir)
         if plan.outputs.predict_test:
-            from ..predict import available_test_sets
+            from suite.run.test_predictions import available_test_sets
 
             found, absent = available_test_sets(get_task(task), task_data_dir(get_task(task), plan.data_dir))
             if not found:
@@ -204,9 +206,9 @@ def print_dry_run(plan: GridPlan, store) -> None:
 
 
 def main(args) -> int:
-    from .. import preflight
-    from ..executors import run_grid, status_table
-    from ..store import RecordNotSaved, Store
+    from suite.grid import preflight
+    from suite.grid.executors import run_grid, status_table
+    from suite.grid.store import RecordNotSaved, Store
 
     args = merge_study(args)
     plan = plan_grid(args)

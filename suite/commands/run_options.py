@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..config import DEFAULT_MODEL, PRESETS, TrainSettings
-from ..data import DATA_DIR_ENV
+from suite.run.settings import DEFAULT_MODEL, PRESETS, TrainSettings
+from suite.run.data import DATA_DIR_ENV
 
 RUN_DEFAULTS = {"seeds": [1, 2, 3], "preset": "quick", "out": "runs", "device": "auto", "executor": "local"}
 

@@ -34,10 +34,10 @@ Where things are
 """
 from __future__ import annotations
 
-from ..errors import ReportError
-from .command import COMMAND, DEFAULT_ALPHA, DEFAULT_BASELINE, add_parser, build_report, main
-from .formatting import slug
-from .load import Loaded, load
+from suite.api.errors import ReportError
+from suite.report.command import COMMAND, DEFAULT_ALPHA, DEFAULT_BASELINE, add_parser, build_report, main
+from suite.report.formatting import slug
+from suite.report.load import Loaded, load
 
 __all__ = ["COMMAND", "DEFAULT_ALPHA", "DEFAULT_BASELINE", "Loaded", "ReportError", "add_parser", "build_report",
            "load", "main", "slug"]

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .formatting import SCALE, num
-from .registry_info import task_spec
+from suite.report.formatting import SCALE, num
+from suite.report.registry_info import task_spec
 
 CONSTANT_KINDS = ("majority", "constant_mean")
 
@@ -44,7 +44,7 @@ def from_records(board_task: pd.DataFrame) -> Baseline | None:
 
 def dev_labels(spec, train: dict[str, Any], data_dir) -> dict[str, np.ndarray]:
     """The dev labels a run with training settings `train` was evaluated on, per eval-split suffix."""
-    from ..data import read_local_split, resolve_data_dir, seeded_subset
+    from suite.run.data import read_local_split, resolve_data_dir, seeded_subset
 
     local = resolve_data_dir(data_dir)
     if local is None:
@@ -58,7 +58,7 @@ def dev_labels(spec, train: dict[str, Any], data_dir) -> dict[str, np.ndarray]:
 
 
 def from_data(task: str, train_key: str, data_dir) -> Baseline:
-    from ..baselines import baseline_scores
+    from suite.run.baselines import baseline_scores
 
     spec = task_spec(task)
     if spec is None:

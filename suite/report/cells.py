@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .formatting import DASH, SCALE, fmt
+from suite.report.formatting import DASH, SCALE, fmt
 
 
 @dataclasses.dataclass

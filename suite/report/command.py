@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import EXIT_BAD_INPUT, ReportError
-from ..data import DATA_DIR_ENV
-from .document import Options, Report
-from .exports import write_exports
-from .load import load
-from .significance import CORRECTIONS
+from suite.api.errors import EXIT_BAD_INPUT, ReportError
+from suite.run.data import DATA_DIR_ENV
+from suite.report.document import Options, Report
+from suite.report.exports import write_exports
+from suite.report.load import load
+from suite.report.significance import CORRECTIONS
 
 COMMAND = "report"
 DEFAULT_BASELINE = "vanilla"
@@ -77,8 +77,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
 
 
 def _task_names(names: Sequence[str]) -> list[str]:
-    from ..data import get_task
-    from ..registry import UnknownNameError
+    from suite.api.tasks import get_task
+    from suite.api.registry import UnknownNameError
 
     try:
         return [get_task(n).name for n in names]
@@ -115,10 +115,10 @@ def add_parser(sub) -> None:
 
 def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
     """A study file's options where the command line left them unset, then the defaults."""
-    from ..attention import METHODS
+    from suite.api.attention import METHODS
 
     if getattr(args, "study", None):
-        from ..study import report_arguments
+        from suite.grid.study import report_arguments
 
         report_arguments(args)
     if not args.dir:

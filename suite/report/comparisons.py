@@ -12,9 +12,9 @@ from collections import Counter
 
 import numpy as np
 
-from . import significance as sig
-from .examples import example_bootstrap_ci, seed_predictions
-from .registry_info import higher_is_better, task_display
+from suite.report import significance as sig
+from suite.report.examples import example_bootstrap_ci, seed_predictions
+from suite.report.registry_info import higher_is_better, task_display
 
 
 @dataclasses.dataclass

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import ReportError
-from .cells import geometric_mean
-from .formatting import DASH, fmt, slug, table, unique
-from .registry_info import task_display, task_order
+from suite.api.errors import ReportError
+from suite.report.cells import geometric_mean
+from suite.report.formatting import DASH, fmt, slug, table, unique
+from suite.report.registry_info import task_display, task_order
 
 GPU_MEMORY_KINDS = ("cuda_max_allocated",)    # in-run peaks that are one run's own
 

@@ -15,12 +15,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import significance as sig
-from .cells import Cell
-from .figures import band, grid, method_colors, method_styles, save
-from .formatting import fmt, slug, table
-from .registry_info import task_display
-from .selection import Selection
+from suite.report import significance as sig
+from suite.report.cells import Cell
+from suite.report.figures import band, grid, method_colors, method_styles, save
+from suite.report.formatting import fmt, slug, table
+from suite.report.registry_info import task_display
+from suite.report.selection import Selection
 
 SIZE = "max_train_samples"
 MIN_SIZES = 3

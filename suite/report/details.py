@@ -6,12 +6,12 @@ import math
 
 import pandas as pd
 
-from . import significance as sig
-from .cells import Cell
-from .formatting import DASH, fmt, key_of, num, sort_key, table, value_text
-from .leaderboard import difference_text
-from .registry_info import metric_order, task_display
-from .selection import Selection, lookup, setting_text, train_diff, varying_keys
+from suite.report import significance as sig
+from suite.report.cells import Cell
+from suite.report.formatting import DASH, fmt, key_of, num, sort_key, table, value_text
+from suite.report.leaderboard import difference_text
+from suite.report.registry_info import metric_order, task_display
+from suite.report.selection import Selection, lookup, setting_text, train_diff, varying_keys
 
 
 def setup(rep, sel: Selection, board: pd.DataFrame) -> None:

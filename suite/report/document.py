@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import analyses, data_efficiency, details, figure_sections, header, leaderboard, reference, stability
-from .cells import Cell
-from . import costs
-from .costs import read_bench
-from .figure_sections import FIGURES
-from .formatting import SCALE, slug, unique
-from .load import Loaded
-from .registry_info import reconstruction_note
-from .selection import Selection, select, setting_text
+from suite.report import analyses, data_efficiency, details, figure_sections, header, leaderboard, reference, stability
+from suite.report.cells import Cell
+from suite.report import costs
+from suite.report.costs import read_bench
+from suite.report.figure_sections import FIGURES
+from suite.report.formatting import SCALE, slug, unique
+from suite.report.load import Loaded
+from suite.report.registry_info import reconstruction_note
+from suite.report.selection import Selection, select, setting_text
 
 
 @dataclasses.dataclass

@@ -12,10 +12,10 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from .. import metrics
-from ..record import load_predictions
-from .formatting import SCALE
-from .registry_info import task_spec
+from suite.api import metrics
+from suite.run.record import load_predictions
+from suite.report.formatting import SCALE
+from suite.report.registry_info import task_spec
 
 EXAMPLE_RESAMPLES = 200      # each re-scores every seed of both methods: ~1 s per comparison on a busy CPU
 

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from .figures import method_colors, plot_curves, plot_drop_rates, plot_layers
-from .formatting import DASH, fmt, num, slug, table
-from .registry_info import task_display
-from .selection import Selection
+from suite.report.figures import method_colors, plot_curves, plot_drop_rates, plot_layers
+from suite.report.formatting import DASH, fmt, num, slug, table
+from suite.report.registry_info import task_display
+from suite.report.selection import Selection
 
 FIGURES = "figures"
 # Column/panel order of the attention statistics (others follow alphabetically); mass_* go to their own figure.

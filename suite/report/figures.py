@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .formatting import SCALE, num
-from .registry_info import task_display
+from suite.report.formatting import SCALE, num
+from suite.report.registry_info import task_display
 
 PANELS_PER_ROW = 5
 DPI = 200

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .formatting import plural, unique
-from .significance import CORRECTIONS
-from .registry_info import task_display, task_order, task_source
+from suite.report.formatting import plural, unique
+from suite.report.significance import CORRECTIONS
+from suite.report.registry_info import task_display, task_order, task_source
 
 
 def model_line(df) -> str:

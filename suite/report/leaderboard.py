@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import significance as sig
-from .baselines import Baseline, task_baselines
-from .cells import Cell
-from .comparisons import Comparison, compare_model, family_size, power_lines, within_reach
-from .costs import cost_columns
-from .formatting import DASH, fmt, table, unique
-from .registry_info import (average_note, higher_is_better, metric_order, reconstruction_note, task_benchmark,
+from suite.report import significance as sig
+from suite.report.baselines import Baseline, task_baselines
+from suite.report.cells import Cell
+from suite.report.comparisons import Comparison, compare_model, family_size, power_lines, within_reach
+from suite.report.costs import cost_columns
+from suite.report.formatting import DASH, fmt, table, unique
+from suite.report.registry_info import (average_note, higher_is_better, metric_order, reconstruction_note, task_benchmark,
                             task_display, task_in_average)
-from .selection import Selection, has_variation, setting_text
+from suite.report.selection import Selection, has_variation, setting_text
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
 

@@ -1,6 +1,6 @@
 """Finding run folders and reading their records into one DataFrame row per run.
 
-Every record is parsed by `suite.record.RunRecord.from_dict`; a file that is not a valid record is named (with the
+Every record is parsed by `suite.run.record.RunRecord.from_dict`; a file that is not a valid record is named (with the
 reason) and skipped, and leftover `.tmp-*.json` files of an interrupted write are not records at all.
 """
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..config import with_added_defaults
-from ..errors import ReportError
-from ..record import InvalidRecord, RunRecord
-from .formatting import key_of, num
+from suite.run.settings import with_added_defaults
+from suite.api.errors import ReportError
+from suite.run.record import InvalidRecord, RunRecord
+from suite.report.formatting import key_of, num
 
 TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
 

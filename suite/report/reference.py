@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .baselines import task_baselines
-from .cells import Cell
-from .formatting import DASH, fmt, table
-from .leaderboard import NEAR_MAJORITY, near_majority
-from .registry_info import higher_is_better, task_display
-from .selection import Selection
+from suite.report.baselines import task_baselines
+from suite.report.cells import Cell
+from suite.report.formatting import DASH, fmt, table
+from suite.report.leaderboard import NEAR_MAJORITY, near_majority
+from suite.report.registry_info import higher_is_better, task_display
+from suite.report.selection import Selection
 
 
 def section(rep, sel: Selection, df: pd.DataFrame) -> None:

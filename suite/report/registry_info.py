@@ -8,15 +8,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from ..registry import normalise
-from .formatting import key_of
+from suite.api.registry import normalise
+from suite.report.formatting import key_of
 
 RECONSTRUCTION_NOTE = ("reconstruction from the paper's description, not the authors' code; its numbers are not "
                        "the paper's")
 
 
 def method_class(name: str):
-    from ..attention import METHODS
+    from suite.api.attention import METHODS
 
     try:
         return METHODS.get(name)
@@ -43,7 +43,7 @@ def reconstruction_note(method: str) -> str | None:
 
 
 def task_spec(name: str):
-    from ..data import get_task
+    from suite.api.tasks import get_task
 
     try:
         return get_task(name)
@@ -58,7 +58,7 @@ def task_display(name: str) -> str:
 
 def _group_of(name: str) -> str:
     """The registration group of a task (the benchmark name when the spec does not state one)."""
-    from ..data import TASK_GROUPS
+    from suite.api.tasks import TASK_GROUPS
 
     groups = [g for g, members in sorted(TASK_GROUPS.items()) if normalise(name) in map(normalise, members)]
     return groups[0].upper() if groups else ""
@@ -100,7 +100,7 @@ def is_regression(task: str) -> bool:
 
 def task_order(names: Iterable[str]) -> list[str]:
     """Registered groups' order first (e.g. GLUE's usual column order), then other registered tasks, then others."""
-    from ..data import TASK_GROUPS, TASKS
+    from suite.api.tasks import TASK_GROUPS, TASKS
 
     TASKS.load()
     rank: dict[str, int] = {}

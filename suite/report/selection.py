@@ -11,8 +11,8 @@ import json
 
 import pandas as pd
 
-from .formatting import key_of, value_text
-from .registry_info import default_hparams, task_order
+from suite.report.formatting import key_of, value_text
+from suite.report.registry_info import default_hparams, task_order
 
 
 @dataclasses.dataclass

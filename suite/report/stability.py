@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .baselines import Baseline
-from .cells import Cell
-from .figures import plot_seed_strips
-from .formatting import DASH, fmt, table
-from .registry_info import higher_is_better, task_display
+from suite.report.baselines import Baseline
+from suite.report.cells import Cell
+from suite.report.figures import plot_seed_strips
+from suite.report.formatting import DASH, fmt, table
+from suite.report.registry_info import higher_is_better, task_display
 
 FAIL_MARGIN = 1.0           # points x100
 

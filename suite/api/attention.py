@@ -1,0 +1,310 @@
+"""The method API: what an attention method is, how it is registered, and how it is plugged into a model.
+
+A method is a subclass of `AttentionMethod` with a dataclass `Config`, registered with `@register_method(name)`.
+Its `attention()` has transformers' attention-interface signature (plus the method instance). Registration puts the
+method into the suite's registry and into transformers' `AttentionInterface` *and* `AttentionMaskInterface` under
+`suite_<name>`: without the mask function transformers passes `attention_mask=None` and padding is silently ignored.
+
+Masks arrive in the additive form of transformers' `eager_mask`: a float tensor (B, 1, Lq, Lk) with 0 where a key may
+be attended and `finfo(dtype).min` where not, or `None` when the batch has no padding.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from suite.api.errors import HyperParameterError
+from suite.api.registry import Registry
+
+METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods")
+
+
+@dataclasses.dataclass
+class NoConfig:
+    pass
+
+
+def check_probability(name: str, value: float, allow_one: bool = False) -> None:
+    hi_ok = value <= 1 if allow_one else value < 1
+    if not (0 <= value and hi_ok) or math.isnan(value):
+        raise HyperParameterError(f"{name}={value} is impossible: it must lie in [0, {'1]' if allow_one else '1)'}")
+
+
+def check_precision(method: "AttentionMethod | type[AttentionMethod]", precision: str) -> None:
+    if precision == "fp16" and not method.supports_fp16:
+        raise HyperParameterError(f"{method.name} computes gradients of its own without fp16 loss scaling: "
+                                  "use train.precision=bf16 (no scaling needed) or fp32")
+
+
+@dataclasses.dataclass
+class StepContext:
+    """What a training step needs: every method's `training_step` receives it (the runner builds it)."""
+
+    model: torch.nn.Module
+    method: AttentionMethod
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    grad_clip: float
+    total_steps: int = 0  # optimizer steps of the whole run
+    step: int = 0         # steps taken so far (1 during the first step)
+    # gradient accumulation: `apply` divides the loss by the batches of the current group and steps the optimizer
+    # only on the group's last batch (the last group of an epoch may be shorter)
+    group_size: int = 1
+    group_end: bool = True
+    # dynamic loss scaling under fp16 autocast; disabled, it passes the loss and the optimizer step through unchanged
+    scaler: torch.amp.GradScaler = dataclasses.field(default_factory=lambda: torch.amp.GradScaler("cpu", enabled=False))
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the coming optimizer step (first parameter group)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def loss(self, batch: dict, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """Task loss plus the method's auxiliary loss, under autocast."""
+        model = model or self.model
+        with self.autocast():
+            loss = model(**batch).loss
+            aux = self.method.aux_loss(model)
+        return loss if aux is None else loss + aux
+
+    def apply(self, loss: torch.Tensor) -> None:
+        """Backward, clip, optimizer and scheduler step (under fp16, with the loss scaled and the gradients unscaled
+        before clipping; a step whose gradients overflowed is skipped and the scale lowered)."""
+        self.scaler.scale(loss / self.group_size if self.group_size > 1 else loss).backward()
+        if not self.group_end:
+            return
+        if self.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+
+class AttentionMethod:
+    """Base class of every attention method. Subclasses set `Config` and override `attention`.
+
+    Every hook below has a no-op default; override only what the method needs. The runner and `bench` call each
+    hook unconditionally, in this order: `prepare` when the method is attached, `setup_training` once the
+    optimizer exists, `training_step` for every batch (which calls `aux_loss` through `ctx.loss`), `epoch_record`
+    after each epoch, `record` and `training_only_parameters` at the end of the run.
+    """
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = NoConfig
+    identity: ClassVar[dict[str, Any] | None] = None  # hyper-parameters under which it equals softmax attention
+    description: ClassVar[str] = ""
+    # True (or a note saying how) when the method is rebuilt from a paper's description rather than its authors'
+    # code; reports footnote such methods so that nobody reads their numbers as the paper's.
+    reconstruction: ClassVar[bool | str] = False
+    # False for methods that compute gradients of their own (torch.autograd.grad) outside the runner's loss scaling:
+    # under fp16 those would underflow silently, so such a grid is refused up front.
+    supports_fp16: ClassVar[bool] = True
+    # The step time this method should stay within, as a multiple of transformers' eager attention step on CUDA
+    # (None: no target). `python -m suite bench` reports each method against its own target.
+    cost_target: ClassVar[float | None] = None
+    # Config fields added after records existed, with the default that reproduces the older behaviour: at that
+    # value they stay out of a run's hash, so older records keep their hash and are still found on resume.
+    hashed_when_changed: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, cfg: Any = None):
+        self.cfg = cfg if cfg is not None else self.Config()
+        self.validate()
+
+    # -- configuration -------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise HyperParameterError for impossible hyper-parameters. Probabilities named p* are checked here."""
+        for f in dataclasses.fields(self.cfg):
+            v = getattr(self.cfg, f.name)
+            if (f.name == "p" or f.name.startswith("p_")) and isinstance(v, float):
+                check_probability(f"{self.name}.{f.name}", v)
+
+    def hparams(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.cfg)
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Add per-layer parameters or modules before the optimizer is built (they are saved with the model and
+        counted as extra parameters). Create them on the model's device and dtype."""
+
+    def setup_training(self, ctx: "StepContext") -> None:
+        """Called once after the optimizer and scheduler exist (e.g. to build a second optimizer)."""
+
+    def aux_loss(self, model: torch.nn.Module) -> torch.Tensor | None:
+        """A scalar added to the task loss (regularizers); None adds nothing."""
+        return None
+
+    def training_step(self, ctx: "StepContext", batch: dict, next_batch: dict | None) -> torch.Tensor:
+        """One optimizer step on `batch`; returns the detached training loss. The default is the standard step
+        (task loss + aux loss, backward, clipping, optimizer and scheduler step). Methods that need several models
+        or look ahead (`next_batch` is the batch that follows, None at the end of an epoch) replace it."""
+        loss = ctx.loss(batch)
+        ctx.apply(loss)
+        return loss.detach()
+
+    def epoch_record(self) -> dict[str, Any]:
+        """JSON-able method facts for the epoch that just ended (e.g. mean drop rates); stored in the history."""
+        return {}
+
+    def record(self) -> dict[str, Any]:
+        """JSON-able method facts for the whole run (learned alphas, cost, ...); stored as `method_record`."""
+        return {}
+
+    def training_only_parameters(self) -> int:
+        """Parameters used during training only and not saved with the model (e.g. a policy network)."""
+        return 0
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        raise NotImplementedError
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    @property
+    def implementation(self) -> str:
+        return f"suite_{self.name}"
+
+    def attach(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Point every attention module of `model` at this method and run `prepare`."""
+        n = 0
+        for module in attention_modules(model):
+            module.suite_method = self
+            n += 1
+        if n == 0:
+            raise TypeError(f"{type(model).__name__} has no attention module that uses transformers' attention "
+                            "interface (one with `layer_idx` and `config._attn_implementation`)")
+        model.set_attn_implementation(self.implementation)
+        self.prepare(model)
+        return model
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Self-attention modules that dispatch through `AttentionInterface` (BERT, RoBERTa, and their kin)."""
+    return [m for m in model.modules()
+            if hasattr(m, "layer_idx") and hasattr(m, "config") and hasattr(m, "num_attention_heads")
+            and not getattr(m, "is_cross_attention", False)]
+
+
+def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The function transformers calls; it hands over to the method attached to this module."""
+    method: AttentionMethod = module.suite_method
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    return method.attention(module, query, key, value, attention_mask, scaling, **kwargs)
+
+
+def register_method(name: str, description: str | None = None):
+    """Class decorator: `@register_method("my_method")` on an `AttentionMethod` subclass."""
+
+    def wrap(cls: type[AttentionMethod]) -> type[AttentionMethod]:
+        if not (isinstance(cls, type) and issubclass(cls, AttentionMethod)):
+            raise TypeError("@register_method decorates a subclass of suite.AttentionMethod")
+        if not dataclasses.is_dataclass(cls.Config):
+            raise TypeError(f"{cls.__name__}.Config must be a dataclass")
+        cls.name = name
+        if description is not None:
+            cls.description = description
+        elif "description" not in cls.__dict__:
+            cls.description = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        METHODS.add(name, cls)
+        AttentionInterface.register(f"suite_{name}", _dispatch)
+        AttentionMaskInterface.register(f"suite_{name}", eager_mask)
+        return cls
+
+    return wrap
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building blocks shared by methods. Shapes: query/key/value (B, H, L, d); mask (B, 1, Lq, Lk) additive or None.
+# ---------------------------------------------------------------------------------------------------------
+
+def scores(query, key, scaling, attention_mask=None):
+    """Scaled dot-product scores with the additive padding mask applied."""
+    s = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        s = s + attention_mask
+    return s
+
+
+def valid_keys(attention_mask, like: torch.Tensor) -> torch.Tensor:
+    """Boolean (B, 1, Lq, Lk), broadcastable to the scores `like`: True where a key may be attended."""
+    if attention_mask is None:
+        return torch.ones((1, 1) + like.shape[-2:], dtype=torch.bool, device=like.device)
+    return attention_mask == 0
+
+
+def mask_fill_value(t: torch.Tensor) -> float:
+    return torch.finfo(t.dtype).min
+
+
+def drop_scores(s: torch.Tensor, drop: torch.Tensor, attention_mask=None) -> torch.Tensor:
+    """Scores dropout (docs/methods.md#scores_dropout): dropped query-key pairs get the mask minimum before the softmax.
+
+    `drop` is boolean, broadcastable to `s` (B, H, L, L). The diagonal is never dropped, so each real query keeps
+    one key and rows stay finite. With `attention_mask`, padded queries (whose diagonal is a padded key) drop
+    nothing, so even their rows never put weight on padding; padding itself stays masked because masked_fill
+    writes the minimum, never a larger value.
+    """
+    lq, lk = s.shape[-2:]
+    diag = torch.eye(lq, lk, dtype=torch.bool, device=s.device)
+    if attention_mask is not None:
+        query_valid = (attention_mask == 0).diagonal(dim1=-2, dim2=-1).unsqueeze(-1)  # self-attention: Lq == Lk
+        drop = drop & query_valid
+    return s.masked_fill(drop & ~diag, mask_fill_value(s))
+
+
+def probs_dropout(p: torch.Tensor, rate: float, module) -> torch.Tensor:
+    return F.dropout(p, p=rate, training=module.training) if rate > 0 else p
+
+
+@contextlib.contextmanager
+def probes(model: torch.nn.Module, probe):
+    """Set `probe(module, probs)` on every attention module for the duration; always removed afterwards."""
+    modules = attention_modules(model)
+    try:
+        for m in modules:
+            m.suite_probe = probe
+        yield modules
+    finally:
+        for m in modules:
+            if hasattr(m, "suite_probe"):
+                del m.suite_probe
+
+
+
+
+def has_probe(module) -> bool:
+    """Whether a statistics probe is watching `module`: a method with a fused fast path (SDPA) must then take the path
+    that materialises the probabilities and hands them to `attend`."""
+    return getattr(module, "suite_probe", None) is not None
+
+
+def attend(module, probs: torch.Tensor, value: torch.Tensor):
+    """probs @ value in the (B, L, H, d) layout transformers expects.
+
+    A statistics probe (set with `probes`) sees the probabilities first.
+    """
+    probe = getattr(module, "suite_probe", None)
+    if probe is not None:
+        probe(module, probs)
+    out = torch.matmul(probs.to(value.dtype), value).transpose(1, 2).contiguous()
+    return out, probs
+
+
+def softmax(s: torch.Tensor) -> torch.Tensor:
+    """Softmax over the keys in at least fp32 (float64 stays float64, so gradcheck can see the exact gradient)."""
+    return torch.softmax(s, dim=-1, dtype=torch.promote_types(s.dtype, torch.float32)).to(s.dtype)

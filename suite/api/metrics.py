@@ -1,0 +1,66 @@
+"""GLUE's official metrics on scikit-learn/scipy (offline; evaluate's GLUE metric downloads its script at run time)."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+
+def _nan_if_constant(fn):
+    def wrapped(pred, gold):
+        if np.std(pred) == 0 or np.std(gold) == 0:  # correlation undefined; scipy warns and returns nan
+            return math.nan
+        return float(fn(pred, gold)[0])
+    return wrapped
+
+
+METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+    "accuracy": lambda pred, gold: float(accuracy_score(gold, pred)),
+    "f1": lambda pred, gold: float(f1_score(gold, pred, pos_label=1, average="binary", zero_division=0.0)),
+    "mcc": lambda pred, gold: float(matthews_corrcoef(gold, pred)),
+    "pearson": _nan_if_constant(pearsonr),
+    "spearman": _nan_if_constant(spearmanr),
+}
+
+
+def register_metric(name: str, fn: Callable[[np.ndarray, np.ndarray], float]) -> Callable:
+    """Make `fn(predictions, gold) -> float` usable by name in a TaskSpec's `metrics` (plugin tasks)."""
+    if not callable(fn):
+        raise TypeError(f"register_metric({name!r}, ...): the metric must be a function (predictions, gold) -> float")
+    if name in METRICS and METRICS[name] is not fn:
+        raise ValueError(f"metric {name!r} is already registered")
+    METRICS[name] = fn
+    return fn
+
+
+def check_task_metrics(spec) -> None:
+    """Before training: every metric a task names must be registered (a typo would otherwise fail after training)."""
+    from suite.api.errors import BadInput
+
+    unknown = [m for m in spec.metrics if m not in METRICS]
+    if unknown:
+        import difflib
+
+        close = {m: difflib.get_close_matches(m, list(METRICS), n=1) for m in unknown}
+        hints = "".join(f" ({m!r}: did you mean {c[0]!r}?)" for m, c in close.items() if c)
+        raise BadInput(f"task {spec.display} names unknown metric(s) {', '.join(map(repr, unknown))}{hints}. "
+                       f"Registered metrics: {', '.join(sorted(METRICS))}; a plugin adds one with "
+                       "suite.api.metrics.register_metric(name, fn)")
+
+
+def predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
+    return logits[:, 0] if regression else logits.argmax(-1)
+
+
+def compute(names, logits: np.ndarray, labels: np.ndarray, regression: bool, suffix: str = "") -> dict[str, float]:
+    pred = predictions(logits, regression)
+    return {(f"{n}_{suffix}" if suffix else n): METRICS[n](pred, labels) for n in names}
+
+
+def headline(metrics: dict[str, float], keys) -> float:
+    """The task's single number: the mean of its official metrics (MRPC F1/acc, STS-B Pearson/Spearman, MNLI m/mm)."""
+    values = [metrics[k] for k in keys]
+    return float(np.mean(values)) if values and not any(math.isnan(v) for v in values) else math.nan

@@ -1,0 +1,139 @@
+"""One generic registry for methods and tasks.
+
+Unknown names raise an error that lists every valid name; `select` understands `all` and shell wildcards
+(`scores_*`); third-party packages add entries through an entry-point group, loaded on first use.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import importlib
+import importlib.metadata
+import re
+from typing import Callable, Generic, Iterable, TypeVar
+
+from suite.api.errors import UnknownNameError  # re-exported: the registry raises it
+
+T = TypeVar("T")
+
+
+def _distribution_of(top_module: str) -> dict[str, str | None]:
+    names = importlib.metadata.packages_distributions().get(top_module, [])
+    if not names:
+        return {"distribution": None, "version": None}
+    return {"distribution": names[0], "version": importlib.metadata.version(names[0])}
+
+
+def normalise(name: str) -> str:
+    """Case-, dash- and underscore-insensitive key: 'SST-2', 'sst2', 'sst_2' all map to 'sst2'."""
+    return re.sub(r"[-_\s]", "", name.lower())
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, builtins: str, entry_point_group: str,
+                 key: Callable[[str], str] = str):
+        self.kind = kind
+        self._builtins = builtins  # module whose import registers the built-in entries
+        self._group = entry_point_group
+        self._key = key
+        self._entries: dict[str, T] = {}
+        self._names: dict[str, str] = {}  # key -> display name
+        self._loaded = False
+        self._origins: dict[str, dict[str, str | None]] = {}  # key -> the distribution that registered it
+        self._loading: dict[str, str | None] | None = None     # the distribution being imported right now
+        self.plugin_errors: dict[str, str] = {}
+
+    # -- registration -------------------------------------------------------------------------------
+    def add(self, name: str, entry: T) -> T:
+        k = self._key(name)
+        if k in self._entries and self._names[k] != name:
+            raise ValueError(f"{self.kind} {name!r} clashes with already registered {self._names[k]!r}")
+        self._entries[k] = entry
+        self._names[k] = name
+        self._origins[k] = self._loading or {"distribution": None, "version": None}
+        return entry
+
+    def remove(self, name: str) -> None:
+        k = self._key(name)
+        self._entries.pop(k, None)
+        self._names.pop(k, None)
+
+    # -- loading -------------------------------------------------------------------------------------
+    def load(self, reload_plugins: bool = False) -> None:
+        if self._loaded and not reload_plugins:
+            return
+        self._loaded = True
+        self._import(self._builtins, _distribution_of("suite"))
+        for ep in importlib.metadata.entry_points(group=self._group):
+            dist = getattr(ep, "dist", None)
+            origin = ({"distribution": dist.name, "version": dist.version} if dist else
+                      _distribution_of(ep.value.split(":")[0].split(".")[0]))
+            try:
+                self._import(ep.load, origin)  # importing the plugin module registers its entries
+            except Exception as exc:  # a broken plugin must not take the suite down
+                self.plugin_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+
+    def _import(self, what: str | Callable[[], object], origin: dict[str, str | None]) -> None:
+        """Import a module (or load an entry point); entries it registers are attributed to `origin`.
+        A module imported earlier registers nothing new here: its entries keep the origin they got then."""
+        self._loading = origin
+        try:
+            importlib.import_module(what) if isinstance(what, str) else what()
+        finally:
+            self._loading = None
+
+    def origin(self, name: str) -> dict[str, str | None]:
+        """Which installed distribution (name, version) registered `name`; both None for entries registered at
+        run time by a script or a test."""
+        entry = self.get(name)
+        origin = dict(self._origins.get(self._key(name), {"distribution": None, "version": None}))
+        if origin["distribution"] is None and isinstance(entry, type):  # a class imported before the registry loaded
+            origin = _distribution_of(entry.__module__.split(".")[0])
+        return origin
+
+    # -- lookup --------------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        self.load()
+        return sorted(self._names.values())
+
+    def get(self, name: str) -> T:
+        self.load()
+        k = self._key(name)
+        if k not in self._entries:
+            close = difflib.get_close_matches(k, list(self._entries), n=1, cutoff=0.6)  # typos: "did you mean"
+            hint = f". Did you mean {self._names[close[0]]!r}?" if close else ""
+            raise UnknownNameError(
+                f"unknown {self.kind} {name!r}. Valid {self.kind}s: {', '.join(self.names())}{hint}")
+        return self._entries[k]
+
+    def canonical(self, name: str) -> str:
+        self.get(name)
+        return self._names[self._key(name)]
+
+    def __contains__(self, name: str) -> bool:
+        self.load()
+        return self._key(name) in self._entries
+
+    def select(self, patterns: Iterable[str] | str, groups: dict[str, list[str]] | None = None) -> list[str]:
+        """Names matching a comma list of names, wildcards, `all`, or group names; order kept, no repeats."""
+        if isinstance(patterns, str):
+            patterns = [p for p in patterns.split(",") if p.strip()]
+        groups = {self._key(g): v for g, v in (groups or {}).items()}
+        out: list[str] = []
+        for pattern in (p.strip() for p in patterns):
+            if pattern.lower() == "all":
+                found = self.names()
+            elif self._key(pattern) in groups:
+                found = [self.canonical(n) for n in groups[self._key(pattern)]]
+            elif any(c in pattern for c in "*?["):
+                found = [n for n in self.names() if fnmatch.fnmatch(self._key(n), self._key(pattern))
+                         or fnmatch.fnmatch(n, pattern)]
+                if not found:
+                    raise UnknownNameError(
+                        f"no {self.kind} matches {pattern!r}. Valid {self.kind}s: {', '.join(self.names())}")
+            else:
+                found = [self.canonical(pattern)]
+            out.extend(n for n in found if n not in out)
+        if not out:
+            raise UnknownNameError(f"no {self.kind} selected. Valid {self.kind}s: {', '.join(self.names())}")
+        return out

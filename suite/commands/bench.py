@@ -1,0 +1,161 @@
+"""`python -m suite bench`: options, defaults per device, and the loop over shapes and sequence lengths."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+from typing import Any
+
+import torch
+
+from suite.api.errors import BadInput
+from suite.profiling.measure import SHAPES, build_candidates, make_batches, profile_step, run_shape, shape_config
+from suite.profiling.output import _median, command_line, header, missed_targets, table, write_json
+
+COMMAND = "bench"
+# The issue's shapes are the CUDA defaults; a 2-core CPU needs minutes per BERT-base step at batch 32 x 512.
+CUDA_DEFAULTS = {"shapes": "bert-base,minilm", "seq_len": "128,512", "batch_size": 32, "reps": 10}
+CPU_DEFAULTS = {"shapes": "minilm", "seq_len": "128", "batch_size": 8, "reps": 5}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="training-step time and peak memory of each method vs vanilla attention",
+                       description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("--methods", default="all", help="comma list of names, wildcards or 'all' (default all)")
+    p.add_argument("--shapes", help=f"comma list of {', '.join(SHAPES)} (default: bert-base,minilm on CUDA, minilm "
+                                    "on CPU); bert-base = 12 layers, hidden 768, 12 heads; minilm = the default "
+                                    "model's config (6 layers, hidden 384, 12 heads); tiny = 2 layers, hidden 64, "
+                                    "4 heads, for smoke tests")
+    p.add_argument("--seq-len", help="comma list of sequence lengths (default: 128,512 on CUDA, 128 on CPU)")
+    p.add_argument("--batch-size", type=int, help="default: 32 on CUDA, 8 on CPU")
+    p.add_argument("--reps", type=int, help="timed rounds (default: 10 on CUDA, 5 on CPU)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
+    p.add_argument("--padding", type=float, default=0.0,
+                   help="up to this share of each sequence is padding, drawn per row (default 0: full rows)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
+                   help="auto: bf16 autocast on CUDA, fp32 on CPU")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="M.KEY=V",
+                   help="a method's hyper-parameter (as in `run`)")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory pass")
+    p.add_argument("--profile", nargs="?", const="missed", metavar="METHODS",
+                   help="profile one step of each method that misses its target (or of the given comma list) "
+                        "with torch.profiler and add its top operators to the output")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads for torch (default: torch's choice); 1 is steadier on a busy shared machine")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and weights (default 0)")
+    p.add_argument("--out", help="also write the markdown to this file")
+    p.add_argument("--json", metavar="FILE", help="also write the measurements as JSON (`suite report --costs` "
+                                                  "reads it for the leaderboard's cost columns)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Candidates
+# ---------------------------------------------------------------------------------------------------------
+
+def _ints(text: str, what: str) -> list[int]:
+
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--{what}: expected a comma list of integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise BadInput(f"--{what}: values must be >= 1, got {text!r}")
+    return values
+
+
+def _methods(args) -> list[tuple[str, Any]]:
+    from suite.api.attention import METHODS
+    from suite.grid.plan import parse_assignment
+
+    names = METHODS.select(args.methods)
+    overrides: dict[str, dict[str, Any]] = {}
+    for text in args.sets:
+        target, key, values = parse_assignment(text, sweep=False)
+        if target == "train":
+            raise BadInput(f"--set {text}: bench has no training settings; use its own flags")
+        overrides.setdefault(target, {})[key] = values[0]
+    out = []
+    for name in names:
+        cls = METHODS.get(name)
+        out.append((name, cls(dataclasses.replace(cls.Config(), **overrides.get(name, {})))))
+    return out
+
+
+def main(args) -> int:
+    from suite.run.device import autocast_dtype, pick_device
+
+    device = pick_device(args.device)
+    defaults = CUDA_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    defaulted = [f"{flag} {defaults[key]}" for flag, key, given in
+                 (("--shapes", "shapes", args.shapes), ("--seq-len", "seq_len", args.seq_len),
+                  ("--batch-size", "batch_size", args.batch_size)) if given is None]
+    note = ""
+    if device.type != "cuda" and defaulted:
+        note = (f"CPU defaults used: {', '.join(defaulted)} (a shared 2-core CPU cannot take BERT-base at 32 x 512 "
+                "in minutes); the GPU shapes are `--shapes bert-base,minilm --seq-len 128,512 --batch-size 32`.")
+    shapes = [s.strip() for s in (args.shapes or defaults["shapes"]).split(",") if s.strip()]
+    for s in shapes:
+        if s not in SHAPES:
+            raise BadInput(f"--shapes: unknown shape {s!r}. Valid shapes: {', '.join(SHAPES)}")
+    seq_lens = _ints(args.seq_len or defaults["seq_len"], "seq-len")
+    args.batch_size = args.batch_size or defaults["batch_size"]
+    args.reps = args.reps or defaults["reps"]
+    if args.batch_size < 1 or args.reps < 1 or args.warmup < 0:
+        raise BadInput("--batch-size and --reps must be >= 1, --warmup >= 0")
+    if not 0 <= args.padding < 1:
+        raise BadInput(f"--padding={args.padding} must lie in [0, 1)")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise BadInput("--threads must be >= 1")
+        torch.set_num_threads(args.threads)
+    amp_dtype = autocast_dtype(args.precision, device)
+    methods = _methods(args)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    sections = ["## Attention methods: training-step time and memory", "",
+                f"Command (effective settings): `{command_line(args, shapes, seq_lens)}`"]
+    configs = {shape: shape_config(shape) for shape in shapes}
+    measured: list[dict] = []
+    for shape, cfg in configs.items():
+        if max(seq_lens) > cfg.max_position_embeddings:
+            raise BadInput(f"--seq-len {max(seq_lens)} exceeds {shape}'s {cfg.max_position_embeddings} positions")
+    for shape, cfg in configs.items():
+        torch.manual_seed(args.seed)
+        log(f"{shape}: building {len(methods) + 2} candidates on {device}")
+        # fresh method objects per shape: prepare() and any training state belong to one model
+        fresh = [(n, type(m)(copy.deepcopy(m.cfg))) for n, m in methods]
+        cands = build_candidates(cfg, fresh, device, amp_dtype)
+        for seq in seq_lens:
+            log(f"{shape} batch {args.batch_size} x {seq}")
+            b1, b2 = make_batches(cfg, args.batch_size, seq, args.padding, device, args.seed)
+            run_shape(cands, b1, b2, device, args.warmup, args.reps, not args.no_memory, log)
+            sections += ["", header(device, amp_dtype, shape, cfg, args.batch_size, seq, args, note), "",
+                         table(cands)]
+            measured += [{"shape": shape, "seq_len": seq, "batch_size": args.batch_size, "method": c.name,
+                          "step_ms": 1000 * _median(c) if _median(c) is not None else None,
+                          "peak_mb": c.peak_mb, "error": c.error} for c in cands]
+            if args.profile:
+                chosen = (missed_targets(cands) if args.profile == "missed" else
+                          [c for c in cands if c.name in set(args.profile.split(",")) and c.error is None])
+                for c in chosen:
+                    log(f"  profiling {c.name}")
+                    sections += ["", f"Where the time of one `{c.name}` step goes ({shape}, batch {args.batch_size} "
+                                     f"x {seq}; profiled step, so absolute times are inflated):", "",
+                                 profile_step(c, b1, b2, device)]
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        del cands
+    text = "\n".join(sections) + "\n"
+    print(text)
+    if args.json:
+        write_json(args.json, measured, device, amp_dtype, command_line(args, shapes, seq_lens))
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        log(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,100 @@
+"""The local executor: in this process, one job after another (CPU, or the one GPU asked for); with several visible
+GPUs (or `workers=N`), a pool of spawned worker processes (see `pool`), one per GPU, each with its own
+`CUDA_VISIBLE_DEVICES`."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from suite.run.settings import RunConfig
+from suite.api.errors import ExecutorError
+from suite.grid.executors.pool import WorkerPool
+from suite.grid.executors.status import GridStatus
+from suite.run.record import RunRecord
+from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info
+
+
+@dataclass
+class LocalPlan:
+    """How the local executor runs: `workers` processes (0: in this process), each with its environment overrides,
+    the device string given to run_one inside a worker, and torch threads per worker (None: torch's default)."""
+
+    workers: int
+    envs: list[dict[str, str]]
+    device: str
+    threads: int | None
+
+
+def visible_gpus(count: int, env: dict[str, str] | None = None) -> list[str]:
+    """Identifiers of the GPUs this process may use, as CUDA_VISIBLE_DEVICES entries (indices, UUIDs or MIG ids)."""
+    env = os.environ if env is None else env
+    listed = env.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None and listed.strip():
+        return [d.strip() for d in listed.split(",") if d.strip()][:count]
+    return [str(i) for i in range(count)]
+
+
+def local_plan(device: str = "auto", workers: int | None = None, gpu_count: int | None = None,
+               cpu_count: int | None = None, env: dict[str, str] | None = None) -> LocalPlan:
+    """Decide the local executor's layout. `gpu_count`/`cpu_count`/`env` default to this machine's (tests pass
+    stand-ins). Several GPUs (device auto or cuda): one worker per GPU (or `workers`, assigned round-robin, which
+    packs several runs onto a GPU). Otherwise `workers` CPU processes (default 1: in this process), sharing the
+    cores."""
+    if workers is not None and workers < 1:
+        raise ExecutorError(f"--workers {workers}: give at least 1")
+    if gpu_count is None:
+        gpu_count = _cuda_device_count() if device in ("auto", "cuda") else 0
+    cpu_count = cpu_count or _cpu_count()
+    if device in ("auto", "cuda") and gpu_count > 0:
+        gpus = visible_gpus(gpu_count, env)
+        n = workers or len(gpus)
+        if n == 1:
+            return LocalPlan(0, [], device, None)
+        # One GPU per worker, set before the worker starts, so torch in the worker only ever sees that GPU.
+        envs = [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(n)]
+        return LocalPlan(n, envs, "cuda", max(1, cpu_count // n))
+    if device == "cuda":
+        raise ExecutorError("--device cuda was asked for but no CUDA device is visible")
+    n = workers or 1
+    if n == 1:
+        return LocalPlan(0, [], device, None)
+    worker_device = "cpu" if device == "auto" else device
+    return LocalPlan(n, [{} for _ in range(n)], worker_device, max(1, cpu_count // n))
+
+
+def _cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
+              quiet: bool, status: GridStatus | None = None, workers: int | None = None,
+              max_retries: int = DEFAULT_MAX_RETRIES, plan: LocalPlan | None = None) -> None:
+    """Sequential in this process, or a spawned worker pool when the plan says so (several GPUs, or workers > 1)."""
+    status = status or GridStatus(len(jobs), quiet=True)
+    plan = plan or local_plan(device, workers)
+    if plan.workers == 0:
+        _run_in_process(jobs, record, data_dir, device, quiet, status)
+    else:
+        WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries).run()
+
+
+def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
+                    quiet: bool, status: GridStatus) -> None:
+    from suite.run.runner import run_one
+
+    info = executor_info("local", worker=None)
+    for job in jobs:
+        status.started(job)
+        rec = run_one(job, data_dir, device=device, quiet=quiet)
+        rec.executor = info
+        record(job, rec)

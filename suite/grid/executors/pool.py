@@ -1,0 +1,172 @@
+"""A pool of spawned worker processes on this machine (one per GPU, or several sharing the CPU cores): workers pull
+jobs from the driver and send records back; a job whose worker dies is run again on a fresh worker."""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import threading
+from collections import deque
+from typing import Any, Callable
+
+from suite.run.settings import RunConfig
+from suite.run.record import RunRecord
+from suite.grid.executors.status import GridStatus
+from suite.grid.executors.workers import executor_info, import_method_modules, method_modules
+
+POLL_S = 1.0  # how often the driver looks for dead workers while no record arrives
+
+
+@contextlib.contextmanager
+def _environ(overrides: dict[str, str]):
+    """Set environment variables for a child about to be spawned (it copies the environment at start)."""
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _exit_with_driver() -> None:
+    """End this worker as soon as the driver process is gone, however it went (SIGKILL, a crash): a worker left
+    behind would hold a GPU and its cores with nobody to hand its record to."""
+    from multiprocessing.connection import wait
+
+    driver = mp.parent_process()
+    if driver is None:
+        return
+
+    def watch() -> None:
+        wait([driver.sentinel])  # ready once the driver has exited
+        os._exit(1)
+
+    threading.Thread(target=watch, name="suite-driver-watch", daemon=True).start()
+
+
+def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: int | None,
+                 modules: list[str]) -> None:
+    """A spawned local worker: run the jobs the driver sends until it sends None; send each record back."""
+    _exit_with_driver()
+    try:
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        import_method_modules(modules)
+        from suite.run.runner import run_one
+
+        info = executor_info("local", worker=worker_id)
+        while True:
+            item = inbox.get()
+            if item is None:
+                return
+            index, job = item
+            rec = run_one(job, data_dir, device=device, quiet=True)
+            rec.executor = info
+            outbox.put((worker_id, index, rec))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the driver reports it
+        return
+
+
+class WorkerPool:
+    """One worker process per entry of `worker_envs` (the environment overrides it starts with), fed one job at a
+    time by the driver, which writes every record itself."""
+
+    def __init__(self, jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir,
+                 worker_envs: list[dict[str, str]], device: str, threads: int | None, status: GridStatus,
+                 max_retries: int):
+        # spawn: fresh interpreters, so no CUDA state is inherited and CUDA_VISIBLE_DEVICES is honoured
+        self.mp_context = mp.get_context("spawn")
+        self.outbox = self.mp_context.Queue()
+        self.modules = method_modules(jobs)
+        self.jobs, self.record, self.data_dir = jobs, record, data_dir
+        self.worker_envs, self.device, self.threads = worker_envs, device, threads
+        self.status, self.max_retries = status, max_retries
+        self.todo = deque(enumerate(jobs))
+        self.attempts = [0] * len(jobs)
+        self.procs: dict[int, Any] = {}
+        self.inboxes: dict[int, Any] = {}
+        self.running: dict[int, int] = {}  # worker -> index of the job it runs
+
+    def run(self) -> None:
+        try:
+            for worker_id in range(min(len(self.worker_envs), len(self.jobs))):
+                self._spawn(worker_id)
+                self._assign(worker_id)
+            while self.running:
+                try:
+                    self._handle(self.outbox.get(timeout=POLL_S))
+                    continue
+                except queue.Empty:
+                    pass
+                for worker_id in [w for w in self.running if not self.procs[w].is_alive()]:
+                    self._worker_died(worker_id)
+        finally:
+            self._stop_workers()
+
+    def _spawn(self, worker_id: int) -> None:
+        self.inboxes[worker_id] = self.mp_context.Queue()
+        with _environ(self.worker_envs[worker_id]):
+            proc = self.mp_context.Process(
+                target=_pool_worker, name=f"suite-worker-{worker_id}", daemon=True,
+                args=(worker_id, self.inboxes[worker_id], self.outbox, self.data_dir, self.device, self.threads,
+                      self.modules))
+            proc.start()
+        self.procs[worker_id] = proc
+
+    def _assign(self, worker_id: int) -> None:
+        """Send the worker its next job, or None (stop) when there is none left."""
+        if not self.todo:
+            self.inboxes[worker_id].put(None)
+            return
+        index, job = self.todo.popleft()
+        self.attempts[index] += 1
+        self.running[worker_id] = index
+        self.inboxes[worker_id].put((index, job))
+        self.status.started(job)
+
+    def _handle(self, message) -> None:
+        worker_id, index, rec = message
+        if self.running.get(worker_id) != index:
+            return  # a record that arrived after its job was given up on
+        del self.running[worker_id]
+        self._assign(worker_id)  # the worker starts its next job while the driver writes this record
+        self.record(self.jobs[index], rec)
+
+    def _worker_died(self, worker_id: int) -> None:
+        """Run the dead worker's job again on a fresh worker, or record it as failed once its retries are spent."""
+        while True:  # a record it sent just before exiting still counts
+            try:
+                self._handle(self.outbox.get_nowait())
+            except queue.Empty:
+                break
+        if worker_id not in self.running:
+            return
+        index = self.running.pop(worker_id)
+        job, code = self.jobs[index], self.procs[worker_id].exitcode
+        if self.attempts[index] <= self.max_retries:
+            self.todo.appendleft((index, job))
+            self.status.retried(job, f"worker {worker_id} died (exit code {code}); running the job again")
+        else:
+            self.record(job, RunRecord.failed(job, f"WorkerDied: the worker process exited with code {code} "
+                                                   f"on each of {self.attempts[index]} attempts"))
+        if self.todo:
+            self._spawn(worker_id)
+            self._assign(worker_id)
+
+    def _stop_workers(self) -> None:
+        for worker_id, proc in self.procs.items():
+            if proc.is_alive():
+                with contextlib.suppress(Exception):
+                    self.inboxes[worker_id].put(None)
+        for proc in self.procs.values():
+            proc.join(timeout=10 if not self.running else 0.5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)

@@ -1,0 +1,182 @@
+"""The Ray executor: one Ray task per job, on a private local cluster or an existing one.
+
+`num_gpus` per run (fractional to pack small runs onto one GPU), `num_cpus` on CPU-only clusters. A task whose worker
+process dies is retried (`max_retries`); a run that fails on its own (NaN loss, an exception) comes back as a `failed`
+record and is not retried. Results come back to the driver as they finish; the driver writes them.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from suite.run.settings import RunConfig
+from suite.api.errors import ExecutorError
+from suite.run.record import RunRecord
+from suite.grid.executors.status import GridStatus
+from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, import_method_modules, method_modules
+
+RAY_INSTALL_HINT = "pip install '.[ray]' (or: pip install 'ray[default]')"
+RECHECK_CAPACITY_S = 30  # clusters grow and shrink: how often the running count re-reads the free resources
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError(f"--executor ray needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+    return ray
+
+
+def ship_data(jobs: list[RunConfig], data_dir) -> dict[str, bytes] | None:
+    """The local TSV files the grid reads, {relative path: bytes}, to send to workers that lack the folder."""
+    from suite.api.tasks import get_task
+    from suite.run.data import resolve_data_dir
+
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        return None  # the hub: every worker downloads (or finds in its cache) the dataset itself
+    files: dict[str, bytes] = {}
+    for task in sorted({j.task for j in jobs}):
+        spec = get_task(task)
+        for split in [spec.train_split, *spec.eval_splits.values()]:
+            rel = f"{spec.local_dir}/{spec.local[split].file}"
+            files[rel] = (root / rel).read_bytes()
+    return files
+
+
+def materialise_data(files: dict[str, bytes]) -> Path:
+    """Write shipped data files once per machine under the temp folder (content-addressed) and return that folder."""
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(files[rel]).digest())
+    target = Path(tempfile.gettempdir()) / "suite-data" / digest.hexdigest()[:16]
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    for rel, blob in files.items():
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        (staging / rel).write_bytes(blob)
+    try:
+        staging.rename(target)  # atomic; another task on this machine may have won the race
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _ray_job(job: RunConfig, data_dir, device: str, threads: int, modules: list[str],
+             files: dict[str, bytes] | None) -> RunRecord:
+    """Body of one Ray task: run the job on this worker and return its record (the driver writes it)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    import_method_modules(modules)
+    from suite.run.runner import run_one
+
+    if files is not None:
+        data_dir = materialise_data(files)
+    rec = run_one(job, data_dir, device=device, quiet=True)
+    rec.executor = executor_info("ray", host=platform.node())
+    return rec
+
+
+@dataclass
+class TaskResources:
+    """What one Ray task asks for: CPUs, GPUs (0: a CPU run; fractional packs runs onto a GPU)."""
+
+    num_cpus: float
+    num_gpus: float
+
+    @classmethod
+    def choose(cls, cluster_gpus: float, device: str, gpus_per_run: float | None,
+               cpus_per_run: float | None) -> TaskResources:
+        if device.startswith("cuda") and not cluster_gpus:
+            raise ExecutorError("--device cuda was asked for but the Ray cluster has no GPU")
+        use_gpu = cluster_gpus > 0 and device != "cpu"
+        num_gpus = (gpus_per_run if gpus_per_run is not None else 1) if use_gpu else 0
+        if use_gpu and num_gpus <= 0:
+            raise ExecutorError(f"--gpus-per-run {gpus_per_run}: give a value > 0 (e.g. 0.5 packs two runs per GPU)")
+        return cls(cpus_per_run if cpus_per_run is not None else 1, num_gpus)
+
+    @property
+    def threads(self) -> int:
+        return max(1, int(self.num_cpus))
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.num_gpus else "cpu"  # Ray sets CUDA_VISIBLE_DEVICES to the task's GPU(s)
+
+    def slots(self, cluster: dict[str, float], pending: int) -> int:
+        """How many such tasks the cluster's resources hold at once (`pending` when nothing limits them)."""
+        slots = cluster.get("CPU", 0) / self.num_cpus if self.num_cpus else math.inf
+        if self.num_gpus:
+            slots = min(slots, cluster.get("GPU", 0) / self.num_gpus)
+        return int(slots) if math.isfinite(slots) else pending
+
+
+def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str, quiet: bool,
+            status: GridStatus | None = None, address: str | None = None, gpus_per_run: float | None = None,
+            cpus_per_run: float | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
+            ship: bool | None = None) -> None:
+    """Submit every job as a Ray task and write records as they finish.
+
+    Without `address` a private local cluster is started (and shut down at the end); with it (`auto`, `host:port`,
+    `ray://host:10001`) the existing cluster is used. When Ray is already initialised in this process, that
+    connection is used and left open. `ship` (default: when connecting to an existing cluster) sends the grid's data
+    files through the object store, so workers need no shared filesystem; model folders must exist on every worker
+    (or use hub ids / the packaged `minilm`).
+    """
+    ray = import_ray()
+    status = status or GridStatus(len(jobs), quiet=True)
+    modules = method_modules(jobs)
+    started_here = False
+    if not ray.is_initialized():
+        where = {"address": address} if address else {"address": "local", "include_dashboard": False}
+        ray.init(**where, log_to_driver=not quiet, logging_level=logging.WARNING if quiet else logging.INFO)
+        started_here = True
+    refs: dict[Any, RunConfig] = {}
+    try:
+        resources = TaskResources.choose(ray.cluster_resources().get("GPU", 0), device, gpus_per_run, cpus_per_run)
+        if ship is None:
+            ship = address is not None
+        files = ship_data(jobs, data_dir) if ship else None
+        files_ref = ray.put(files) if files is not None else None
+        task = ray.remote(_ray_job).options(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
+                                            max_retries=max_retries, retry_exceptions=False, name="suite-run")
+        for job in jobs:
+            refs[task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref)] = job
+        _collect(ray, refs, record, status, resources)
+    finally:
+        for ref in refs:  # interrupted: stop what still runs
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        if started_here:
+            ray.shutdown()
+
+
+def _collect(ray, refs: dict[Any, RunConfig], record: Callable[[RunConfig, RunRecord], None], status: GridStatus,
+             resources: TaskResources) -> None:
+    """Hand each record to `record` as its task finishes, removing it from `refs`; keep the running count current."""
+    slots, checked = resources.slots(ray.cluster_resources(), len(refs)), time.monotonic()
+    status.set_running(min(len(refs), slots))
+    while refs:
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=2.0)
+        for ref in ready:
+            job = refs.pop(ref)
+            try:
+                rec = ray.get(ref)
+            except ray.exceptions.RayError as exc:  # the worker died max_retries + 1 times, or could not start
+                rec = RunRecord.failed(job, f"{type(exc).__name__}: {str(exc)[:2000]}")
+            record(job, rec)
+        if time.monotonic() - checked > RECHECK_CAPACITY_S:
+            slots, checked = resources.slots(ray.cluster_resources(), len(refs)), time.monotonic()
+        status.set_running(min(len(refs), slots))

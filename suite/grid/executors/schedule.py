@@ -1,0 +1,120 @@
+"""Running a grid: which jobs are pending, which executor runs them, and the status table at the end.
+
+Executors only decide *where* a job runs; the driver (this process) always writes the records, so resuming works the
+same whichever executor ran (or will run) the rest of the grid.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from tabulate import tabulate
+
+from suite.run.settings import RunConfig
+from suite.api.errors import ExecutorError
+from suite.run.record import RunRecord
+from suite.grid.store import Store
+from suite.grid.executors.local import run_local
+from suite.grid.executors.ray import import_ray, run_ray
+from suite.grid.executors.status import GridStatus
+
+EXECUTORS = MappingProxyType({"local": run_local, "ray": run_ray})
+OPTIONS = MappingProxyType({"local": frozenset({"workers", "max_retries", "plan"}),
+                            "ray": frozenset({"address", "gpus_per_run", "cpus_per_run", "max_retries", "ship"})})
+
+
+@dataclass
+class GridResult:
+    done: list[tuple[RunConfig, RunRecord]] = field(default_factory=list)
+    skipped: list[RunConfig] = field(default_factory=list)
+    failed: list[tuple[RunConfig, RunRecord]] = field(default_factory=list)
+    not_run: list[RunConfig] = field(default_factory=list)
+    elsewhere: list[RunConfig] = field(default_factory=list)  # claimed by another live grid into the same folder
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.not_run
+
+
+def pending_jobs(jobs: list[RunConfig], store: Store, force: bool) -> tuple[list[RunConfig], list[RunConfig]]:
+    """(to run, skipped). A job is skipped when an `ok` record of it exists; failed ones are run again."""
+    todo, skipped = [], []
+    for job in jobs:
+        (skipped if not force and store.status(job.filename) == "ok" else todo).append(job)
+    return todo, skipped
+
+
+def check_executor(executor: str, options: dict[str, Any]) -> None:
+    """Fail before anything runs: unknown executor, options that belong to another one, Ray missing."""
+    if executor not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {executor!r}. Valid executors: {', '.join(EXECUTORS)}")
+    wrong = sorted(k for k, v in options.items() if v is not None and k not in OPTIONS[executor])
+    if wrong:
+        flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
+        owners = {k: [e for e, opts in OPTIONS.items() if k in opts] for k in wrong}
+        hint = "; ".join(f"--{k.replace('_', '-')} is for --executor {'/'.join(v)}" for k, v in owners.items() if v)
+        raise ExecutorError(f"{flags} does not apply to --executor {executor}" + (f" ({hint})" if hint else ""))
+    for key in ("gpus_per_run", "cpus_per_run"):
+        v = options.get(key)
+        if v is not None and not v > 0:
+            raise ExecutorError(f"--{key.replace('_', '-')} {v}: give a value > 0")
+    if executor == "ray":
+        import_ray()
+
+
+def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str = "local", force: bool = False,
+             quiet: bool = False, device: str = "auto", **executor_options) -> GridResult:
+    """Run the jobs that have no `ok` record yet (all of them with `force`) and write each record as it arrives."""
+    options = {k: v for k, v in executor_options.items() if v is not None}
+    check_executor(executor, options)
+    todo, skipped = pending_jobs(jobs, store, force)
+    claims = store.claims()  # one lock per job: another grid into this folder skips what this one runs
+    todo, elsewhere = claims.claim(todo)
+    if not force:  # a job may have been finished by another grid between the look above and the claim
+        todo, finished_meanwhile = pending_jobs(todo, store, force)
+        skipped += finished_meanwhile
+    result = GridResult(skipped=skipped, elsewhere=elsewhere)
+    finished: set[str] = set()
+    status = GridStatus(len(todo), quiet=quiet)
+
+    def record(job: RunConfig, rec: RunRecord) -> None:
+        store.write(job.filename, rec)
+        finished.add(job.hash)
+        (result.done if rec.ok else result.failed).append((job, rec))
+        status.finished_run(job, rec)
+
+    if not quiet and skipped:
+        print(f"{len(skipped)} of {len(jobs)} runs already have records in {store.runs}: skipped "
+              "(--force reruns them)", file=sys.stderr)
+    if elsewhere:
+        print(f"{len(elsewhere)} run(s) are being run by another grid writing into {store.runs}: skipped here "
+              "(give the same command again after that grid ends to pick up what it leaves)", file=sys.stderr)
+    try:
+        if todo:
+            EXECUTORS[executor](todo, record, data_dir, device, quiet, status=status, **options)
+    finally:
+        claims.close()
+        status.close()
+        result.not_run = [j for j in todo if j.hash not in finished]
+    return result
+
+
+def status_table(result: GridResult) -> str:
+    """The end-of-grid table: one row per run (done, skipped, failed, not run) and the counts."""
+    rows = []
+    for job, rec in result.done:
+        rows.append([job.label, "done", f"{rec.final['score']:.4f}", f"{rec.wall_s:.0f}s", ""])
+    for job in result.skipped:
+        rows.append([job.label, "skipped", "", "", "record exists"])
+    for job, rec in result.failed:
+        rows.append([job.label, "failed", "", f"{rec.wall_s or 0:.0f}s", (rec.error or "")[-160:]])
+    for job in result.not_run:
+        rows.append([job.label, "not run", "", "", "interrupted"])
+    for job in result.elsewhere:
+        rows.append([job.label, "elsewhere", "", "", "being run by another grid"])
+    counts = (f"{len(result.done)} done, {len(result.skipped)} skipped, {len(result.failed)} failed"
+              + (f", {len(result.not_run)} not run" if result.not_run else "")
+              + (f", {len(result.elsewhere)} run by another grid" if result.elsewhere else ""))
+    return tabulate(rows, headers=["run", "status", "dev score", "time", "note"], tablefmt="github") + "\n" + counts

@@ -1,0 +1,207 @@
+"""Checks made once, after the grid is built and before anything trains, so that impossible input exits 2 with a
+message instead of giving one failed record per job (or, worse, an `ok` record of garbage).
+
+- every distinct model loads: its config, a tokenizer with a real vocabulary (a local folder must hold the tokenizer
+  files), weights that are complete and match the architecture, and attention modules that go through transformers'
+  attention interface (the only way a method can be attached);
+- `--max-length` fits the model's position embeddings;
+- the device exists;
+- the output folder is writable;
+- `--set` / `--sweep` of a method that is not in the grid is pointed out (a warning: it changes nothing).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
+from suite.grid.plan import parse_assignment, target_method
+from suite.run.device import pick_device
+from suite.api.errors import BadInput
+
+# Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
+VERIFIED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text",
+                        "roberta-prelayernorm")
+
+# A local model folder needs one of these sets of files for its tokenizer.
+TOKENIZER_FILE_SETS = (("tokenizer.json",), ("vocab.txt",), ("vocab.json", "merges.txt"), ("spiece.model",),
+                       ("sentencepiece.bpe.model",), ("tokenizer.model",))
+
+# Weights that may be absent from a checkpoint: the new classification head and the pooler (sentence-embedding
+# checkpoints such as MiniLM ship without it); both are initialised fresh, as for any fine-tuning.
+FRESH_WEIGHT_PARTS = ("pooler.",)
+
+
+def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = (),
+               executor: str = "local") -> None:
+    """Everything that can be checked once for the whole grid: device, models, unused hyper-parameter settings."""
+    check_device(device, executor)
+    for model in dict.fromkeys(job.model for job in jobs):
+        check_model(model, max(job.train.max_length for job in jobs if job.model == model))
+    warn_unused_settings(sets, sweeps, {job.method for job in jobs})
+    warn_emulated_bf16(jobs, device)
+
+
+def warn_emulated_bf16(jobs: Sequence[RunConfig], device: str) -> None:
+    """bf16 autocast on a CPU without bf16 instructions is emulated: correct, but slower than fp32."""
+    if any(job.train.precision == "bf16" for job in jobs) and not device.startswith("cuda") \
+            and pick_device(device).type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        print("warning: train.precision=bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX) is emulated "
+              "and slower than fp32: add --precision fp32", file=sys.stderr)
+
+
+def check_device(device: str, executor: str = "local") -> None:
+    """The device must exist here; under Ray, CUDA is the cluster's business (the driver may have no GPU)."""
+    if executor == "ray" and device.split(":")[0] == "cuda":
+        return
+    pick_device(device)
+
+
+def check_model(model: str, max_length: int) -> None:
+    """Load `model` once as the runner will and refuse it (BadInput) when a run could not use it."""
+    path = resolve_model(model)
+    config = _load_config(model, path)
+    skeleton = _skeleton(model, config)
+    _check_attention_interface(model, config, skeleton)
+    _check_positions(model, skeleton, max_length)
+    _check_tokenizer(model, path)
+    _check_weights(model, path, config)
+
+
+def _load_config(model: str, path: str):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001  any failure here means the model cannot be used
+        raise BadInput(f"cannot load model {model!r}: {type(exc).__name__}: {str(exc)[:300]}\n"
+                       f"Give a local folder with config.json, weights and tokenizer files, a hub id (needs "
+                       f"internet or the hub cache), or '{DEFAULT_MODEL}' for the offline default.") from None
+
+
+def _classifier(path_or_config, **kwargs):
+    from transformers import AutoModelForSequenceClassification
+
+    from suite.run.models import quiet_transformers
+
+    with quiet_transformers():
+        if isinstance(path_or_config, str):
+            return AutoModelForSequenceClassification.from_pretrained(path_or_config, **kwargs)
+        return AutoModelForSequenceClassification.from_config(path_or_config)
+
+
+def _skeleton(model: str, config):
+    """The classifier built from the config on the meta device: its structure without memory or weights."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return _classifier(config)
+    except Exception as exc:  # noqa: BLE001
+        raise BadInput(f"model {model!r} (type {config.model_type!r}) has no sequence-classification class in "
+                       f"transformers: {type(exc).__name__}: {str(exc)[:200]}. {_supported()}") from None
+
+
+def _check_attention_interface(model: str, config, skeleton) -> None:
+    """Look for attention modules a method can take over, as `AttentionMethod.attach` does."""
+    from suite.api.attention import attention_modules
+
+    if not attention_modules(skeleton):
+        raise BadInput(f"model {model!r} is of type {config.model_type!r}, whose attention does not go through "
+                       f"transformers' attention interface, so no attention method can be attached to it. "
+                       f"{_supported()}")
+
+
+def _supported() -> str:
+    return f"Model types that work: {', '.join(VERIFIED_MODEL_TYPES)} (MiniLM is a BERT)."
+
+
+def position_limit(skeleton) -> int | None:
+    """The longest input the model's position embeddings hold (None: no absolute positions). RoBERTa-style models
+    number positions from pad_token_id + 1 (their embeddings have a `padding_idx`), which takes that many entries
+    off the table."""
+    positions = getattr(skeleton.config, "max_position_embeddings", None)
+    if not positions:
+        return None
+    padding_idx = getattr(getattr(skeleton.base_model, "embeddings", None), "padding_idx", None)
+    return positions - (padding_idx + 1 if padding_idx is not None else 0)
+
+
+def _check_positions(model: str, skeleton, max_length: int) -> None:
+    limit = position_limit(skeleton)
+    if limit is not None and max_length > limit:
+        raise BadInput(f"--max-length {max_length} (train.max_length) is longer than model {model!r} can take: its "
+                       f"position embeddings hold {limit} tokens. Give --max-length {limit} or less.")
+
+
+def _check_tokenizer(model: str, path: str) -> None:
+    """A local folder must hold tokenizer files: without them transformers builds a vocabulary of special tokens
+    only and every word becomes [UNK], which trains without error on garbage."""
+    folder = Path(path).expanduser()
+    if folder.is_dir() and not any(all((folder / f).is_file() for f in files) for files in TOKENIZER_FILE_SETS):
+        wanted = " or ".join("+".join(files) for files in TOKENIZER_FILE_SETS)
+        raise BadInput(f"model folder {folder} has no tokenizer files (looked for {wanted}). Save the tokenizer "
+                       f"of the model it came from into it: AutoTokenizer.from_pretrained(ORIGINAL)"
+                       f".save_pretrained('{folder}').")
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001
+        raise BadInput(f"cannot load the tokenizer of model {model!r}: {type(exc).__name__}: {str(exc)[:300]}. "
+                       "Repair or replace its tokenizer files.") from None
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise BadInput(f"the tokenizer of model {model!r} has only its special tokens "
+                       f"({', '.join(tokenizer.all_special_tokens)}): every word would be unknown. Repair or "
+                       "replace its tokenizer files.")
+
+
+def _check_weights(model: str, path: str, config) -> None:
+    """Load the weights as the runner does: missing or truncated files fail here, and weights that leave the model
+    body partly uninitialised (another architecture's checkpoint) are refused."""
+    try:
+        loaded, info = _classifier(path, output_loading_info=True, ignore_mismatched_sizes=True)
+    except Exception as exc:  # noqa: BLE001
+        raise BadInput(f"cannot load the weights of model {model!r}: {type(exc).__name__}: {str(exc)[:300]}. "
+                       "A folder needs config.json with complete weights (model.safetensors or "
+                       "pytorch_model.bin); re-download or re-save the model.") from None
+    prefix = loaded.base_model_prefix + "."
+    mismatched = [k[0] if isinstance(k, tuple) else k for k in info.get("mismatched_keys", ())]
+    body = sorted(k for k in [*info.get("missing_keys", ()), *mismatched]
+                  if k.startswith(prefix) and not any(part in k for part in FRESH_WEIGHT_PARTS))
+    if body:
+        raise BadInput(f"the weights of model {model!r} do not fit its config ({config.model_type}): {len(body)} "
+                       f"weights of the model body are missing or of another shape, e.g. {', '.join(body[:3])}. "
+                       "Are config.json and the weights from the same model?")
+
+
+def check_out(store) -> None:
+    """Create the output folder and write (and remove) a file in it and in its runs folder, so that an unwritable
+    or full disk is found before training rather than when the first record is written."""
+    for folder in (store.root, store.runs):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".tmp-probe-", suffix=".json") as fh:
+                fh.write(b"{}")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise BadInput(f"--out {store.root}: cannot write to {folder} ({type(exc).__name__}: "
+                           f"{exc.strerror or exc}). Choose another --out, or free space / fix the permissions "
+                           "there.") from None
+
+
+def warn_unused_settings(sets: Iterable[str], sweeps: Iterable[str], methods: set[str]) -> None:
+    """`--set`/`--sweep` of `M.KEY` or `M:train.KEY` for a method that is not run changes nothing: say so (a typo
+    is likely)."""
+    for flag, texts in (("--set", sets), ("--sweep", sweeps)):
+        for text in texts:
+            method = target_method(parse_assignment(text, sweep=flag == "--sweep")[0])
+            if method is not None and method not in methods:
+                print(f"warning: {flag} {text} has no effect: method {method!r} is not in --methods "
+                      f"({', '.join(sorted(methods))})", file=sys.stderr)

@@ -1,0 +1,200 @@
+"""The results store: one JSON record per run under `<out>/runs/`, written atomically, found by config hash.
+
+Beside a record, a `.predictions.npz` sidecar holds the run's per-example dev predictions. Reading validates every
+record through `RunRecord.from_dict`: a file that is not a valid record counts as "not done" and is named in a
+warning, so a grid reruns that job and a report leaves it out, instead of crashing or trusting it.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+from suite.api.errors import SuiteError
+from suite.run.record import InvalidRecord, RunRecord, predictions_filename, save_predictions
+
+try:
+    import fcntl
+except ImportError:  # Windows: no record locks (see JobClaims)
+    fcntl = None
+
+TMP_PREFIX = ".tmp-"
+
+
+class RecordNotSaved(SuiteError, OSError):
+    """A finished record could not be written where it belongs; the message says where it was kept instead."""
+
+
+def _clean(obj):
+    """JSON has no NaN/inf: write them as null so every reader can parse the records."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _file_mode() -> int:
+    """The mode an ordinary new file gets (0666 minus the umask): records are readable like any other file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def atomic_write(target: Path, write) -> None:
+    """Write through a temporary file in the same folder and rename: a reader never sees half a file, and a kill
+    mid-write leaves the previous state intact."""
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=target.suffix, dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Store:
+    def __init__(self, out: str | os.PathLike):
+        self.root = Path(out)
+        self.runs = self.root / "runs"
+
+    def path(self, filename: str) -> Path:
+        return self.runs / filename
+
+    def write(self, filename: str, record: RunRecord | dict[str, Any]) -> Path:
+        """Write a record (and its predictions sidecar). On failure (unwritable folder, full disk) the record is
+        kept in a fallback file and RecordNotSaved says where; earlier records are never touched."""
+        data = record.to_dict() if isinstance(record, RunRecord) else dict(record)
+        arrays = record.prediction_arrays if isinstance(record, RunRecord) else None
+        try:
+            self.runs.mkdir(parents=True, exist_ok=True)
+            if arrays:
+                sidecar = predictions_filename(filename)
+                atomic_write(self.path(sidecar), lambda fh: save_predictions(fh, arrays))
+                data["predictions"] = sidecar
+            blob = json.dumps(_clean(data), indent=1).encode()
+            atomic_write(self.path(filename), lambda fh: fh.write(blob))
+        except OSError as exc:
+            raise RecordNotSaved(self._fallback(filename, data, exc)) from exc
+        return self.path(filename)
+
+    def _fallback(self, filename: str, data: dict[str, Any], exc: OSError) -> str:
+        folder = Path(tempfile.gettempdir()) / "suite-unsaved-records"
+        why = f"could not write {self.path(filename)}: {exc.strerror or exc}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / filename).write_text(json.dumps(_clean(data), indent=1))
+            return f"{why}. The record was kept in {folder / filename}: copy it into {self.runs}/ once it is writable"
+        except OSError:
+            return f"{why}, nor in {folder}. The record follows:\n{json.dumps(_clean(data))}"
+
+    def read(self, filename: str) -> dict[str, Any] | None:
+        """The record as a dict, or None when absent or not a valid record (warned, by file name)."""
+        path = self.path(filename)
+        try:
+            data = json.loads(path.read_text())
+            RunRecord.from_dict(data, str(path))
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord) as exc:
+            warnings.warn(f"{path} is not a readable run record ({exc}); its job counts as not done", stacklevel=2)
+            return None
+        return data
+
+    def status(self, filename: str) -> str | None:
+        rec = self.read(filename)
+        return None if rec is None else rec.get("status")
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter_records(self.runs)
+
+    def claims(self) -> "JobClaims":
+        """Locks that keep another grid writing into this folder from running the same jobs at the same time."""
+        return JobClaims(self.runs)
+
+
+def record_files(folder: str | os.PathLike) -> list[Path]:
+    """The record files of a runs folder: `*.json` without leftover temporary files of interrupted writes."""
+    return sorted(p for p in Path(folder).glob("*.json") if not p.name.startswith(TMP_PREFIX))
+
+
+def iter_records(*folders: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """Valid records as dicts with `_path` added; invalid files are skipped with a warning naming them."""
+    for folder in folders:
+        for path in record_files(folder):
+            try:
+                rec = json.loads(path.read_text())
+                RunRecord.from_dict(rec, str(path))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord) as exc:
+                warnings.warn(f"skipping {path}: {exc}", stacklevel=2)
+                continue
+            rec["_path"] = str(path)
+            yield rec
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Claims: a job is never trained by two grids at the same time
+# ---------------------------------------------------------------------------------------------------------
+
+CLAIMS_FILE = ".claims"
+
+
+class JobClaims:
+    """The jobs this grid runs, each claimed by a POSIX record lock on one byte of `OUT/runs/.claims` (the byte at
+    the job's hash). A second grid writing into the same folder finds those bytes locked and skips the jobs.
+
+    The kernel drops the locks when the process ends, however it ends (SIGKILL, a crash), so a claim is never stale.
+    The locks belong to the process: two grids in one process do not see each other's claims. On a system without
+    `fcntl` (Windows) nothing is locked.
+    """
+
+    def __init__(self, runs: Path):
+        self.path = Path(runs) / CLAIMS_FILE
+        self._fd: int | None = None
+
+    def claim(self, jobs: list) -> tuple[list, list]:
+        """(claimed by this grid, claimed by another live grid); claimed jobs stay claimed until `close`."""
+        if fcntl is None:
+            return list(jobs), []
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, _file_mode())
+        mine, elsewhere = [], []
+        for job in jobs:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _claim_offset(job.hash))
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EAGAIN):
+                    raise
+                elsewhere.append(job)
+            else:
+                mine.append(job)
+        return mine, elsewhere
+
+    def close(self) -> None:
+        """Give every claim up (closing the file releases all of this process's locks on it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "JobClaims":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _claim_offset(job_hash: str) -> int:
+    """The byte that stands for a job: its 12-hex-digit hash read as a number (well inside a 64-bit file offset)."""
+    return int(job_hash, 16)

@@ -1,0 +1,192 @@
+"""Study files: a whole study (models, tasks, methods, seeds, training settings, sets and sweeps, data, output folder,
+executor, outputs, report options) in one YAML file, run with `python -m suite run --study FILE` and reported with
+`python -m suite report --study FILE`. Command-line flags override the file.
+
+OmegaConf reads the YAML (so `${oc.env:SUITE_DATA_DIR}` interpolations work) and pydantic checks it: an unknown key
+or a value of the wrong type is an error that names the file and the key. Paths are relative to the folder the
+command runs in, as flags are.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import pydantic
+
+from suite.run.settings import TrainSettings
+from suite.grid.plan import parse_assignment
+from suite.api.errors import BadInput
+
+Scalar = Union[bool, int, float, str, None]
+Names = Union[list[str], str]  # a YAML list or a comma list
+
+
+class _Section(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=False)
+
+
+def _train_section() -> type[pydantic.BaseModel]:
+    """Every TrainSettings field, optional (absent: the preset's value); null is kept where the field allows it."""
+    hints = typing.get_type_hints(TrainSettings)
+    fields = {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(TrainSettings)}
+    return pydantic.create_model("TrainSection", __base__=_Section, **fields)
+
+
+TrainSection = _train_section()
+
+
+class ExecutorSection(_Section):
+    name: Optional[str] = None            # local or ray
+    workers: Optional[int] = None
+    address: Optional[str] = None
+    gpus_per_run: Optional[float] = None
+    cpus_per_run: Optional[float] = None
+
+
+class OutputsSection(_Section):
+    save_model: Optional[bool] = None
+    predict_test: Optional[bool] = None
+    report_to: Optional[Names] = None
+
+
+class ReportSection(_Section):
+    baseline: Optional[str] = None
+    alpha: Optional[float] = None
+    out: Optional[str] = None
+    reference_tasks: Optional[Names] = None  # own table against the majority class, out of every comparison
+
+
+class _Grid(_Section):
+    """What one grid of a study varies: models x tasks x methods x seeds, its training settings, sets and sweeps."""
+
+    models: Optional[Names] = None
+    tasks: Optional[Names] = None
+    methods: Optional[Names] = None
+    seeds: Optional[list[int]] = None
+    train: TrainSection = pydantic.Field(default_factory=TrainSection)
+    set: dict[str, Scalar] = pydantic.Field(default_factory=dict)
+    sweep: dict[str, list[Scalar]] = pydantic.Field(default_factory=dict)
+
+    def train_values(self) -> dict[str, Any]:
+        """The training settings the file gives (null included: `max_train_samples: null` means all)."""
+        return self.train.model_dump(exclude_unset=True)
+
+    def assignments(self) -> tuple[list[str], list[str]]:
+        """`set` and `sweep` as the command line writes them (METHOD.KEY=V, METHOD.KEY=V1,V2)."""
+        sets = [f"{k}={_text(v)}" for k, v in self.set.items()]
+        sweeps = [f"{k}={','.join(_text(v) for v in values)}" for k, values in self.sweep.items()]
+        return sets, sweeps
+
+
+class AlsoGrid(_Grid):
+    """A further grid of the study (`also:`): it inherits every key it does not give from the study's top level;
+    its train:, set: and sweep: entries add to the top level's."""
+
+    description: Optional[str] = None
+
+
+class Study(_Grid):
+    description: Optional[str] = None
+    preset: Optional[str] = None
+    data_dir: Optional[str] = None
+    out: Optional[str] = None
+    device: Optional[str] = None
+    executor: ExecutorSection = pydantic.Field(default_factory=ExecutorSection)
+    outputs: OutputsSection = pydantic.Field(default_factory=OutputsSection)
+    report: ReportSection = pydantic.Field(default_factory=ReportSection)
+    also: list[AlsoGrid] = pydantic.Field(default_factory=list)  # further grids, written to the same folder
+
+
+def _text(value: Scalar) -> str:
+    return str(value).lower() if isinstance(value, bool) or value is None else str(value)
+
+
+def names(value: Names | None) -> str | None:
+    """A YAML list or comma string as the comma list the command line takes."""
+    if value is None:
+        return None
+    return ",".join(value) if isinstance(value, list) else value
+
+
+def _section_keys(model: type[pydantic.BaseModel], loc: tuple) -> list[str]:
+    for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list such as also:
+            continue
+        field = model.model_fields.get(str(part))
+        annotation = field and (typing.get_args(field.annotation) or [field.annotation])[0]
+        if not (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def _explain(path: Path, error: pydantic.ValidationError) -> str:
+    lines = []
+    for e in error.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            valid = _section_keys(Study, e["loc"])
+            close = difflib.get_close_matches(str(e["loc"][-1]), valid, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lines.append(f"{path}: unknown key {key!r}{hint}. Valid keys here: {', '.join(valid)}")
+        else:
+            lines.append(f"{path}: {key}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and check a study file; BadInput names the file and every bad key."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"study file {path} does not exist (studies live in studies/*.yaml)")
+    try:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError, OSError) as exc:  # yaml's errors carry the line
+        raise BadInput(f"{path}: not a readable study file: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: a study file is a YAML mapping (keys such as methods:, tasks:, train:)")
+    try:
+        study = Study.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise BadInput(_explain(path, exc)) from None
+    for where, grid in [("", study), *((f"also[{i}].", g) for i, g in enumerate(study.also))]:
+        sets, sweeps = grid.assignments()
+        for section, texts, sweep in (("set", sets, False), ("sweep", sweeps, True)):
+            for text in texts:
+                try:
+                    parse_assignment(text, sweep=sweep)
+                except BadInput as exc:
+                    raise BadInput(f"{path}: {where}{section}.{text.split('=', 1)[0]}: {exc}") from None
+    return study
+
+
+def report_arguments(args):
+    """`report --study FILE`: the study's output folder and report: section fill what the command line left unset."""
+    study = load_study(args.study)
+    args.dir = args.dir or study.out
+    if not args.dir:
+        raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
+    for key in ("baseline", "alpha", "out"):
+        if getattr(args, key, None) is None:
+            setattr(args, key, getattr(study.report, key))
+    if getattr(args, "reference_tasks", None) is None and study.report.reference_tasks is not None:
+        args.reference_tasks = names(study.report.reference_tasks).split(",")
+    return args
+
+
+def resolve_report_defaults(args, baseline: str, alpha: float):
+    """Defaults of `report` once the study file had its say; an unknown --baseline is an error (with a suggestion)."""
+    from suite.api.attention import METHODS
+
+    if not args.dir:
+        raise BadInput("report: give the output folder DIR of `python -m suite run`, or --study FILE")
+    args.baseline = METHODS.canonical(args.baseline or baseline)
+    args.alpha = alpha if args.alpha is None else args.alpha
+    return args

@@ -1,0 +1,163 @@
+"""The compact leaderboard `run` prints at the end of a grid: method x task, mean ± sample std over seeds (x100),
+the majority-class baseline, and each method's difference to the reference method.
+
+Rows are methods; when the grid varies a setting (a swept hyper-parameter, learning rate, model ...) within a task,
+the varying values join the row name, so runs with different settings are never averaged together. The full
+report (every metric, significance tests, figures) is `python -m suite report OUT`.
+"""
+from __future__ import annotations
+
+import math
+import shlex
+import statistics
+from collections import defaultdict
+from typing import Any, Iterable
+
+from tabulate import tabulate
+
+SCALE = 100.0
+DASH = "–"
+MAJORITY_ROW = "majority class"
+# Baselines the runner computes from the dev labels: the most frequent class, or for regression the dev mean
+# (whose correlations are undefined and count as 0).
+CONSTANT_BASELINES = ("majority", "constant_mean")
+
+
+def _setting(rec: dict) -> dict[str, Any]:
+    """Everything of a record's config that may differ between runs of a task, except the seed."""
+    cfg = rec.get("config", {})
+    flat = {"model": cfg.get("model"), "data_source": cfg.get("data_source")}
+    flat.update({f"train.{k}": v for k, v in (cfg.get("train") or {}).items()})
+    return flat
+
+
+def _varying(dicts: Iterable[dict[str, Any]]) -> list[str]:
+    dicts = list(dicts)
+    keys = sorted({k for d in dicts for k in d})
+    return [k for k in keys if len({repr(d.get(k)) for d in dicts}) > 1]
+
+
+def _short(key: str, value: Any) -> str:
+    name = key.removeprefix("train.")
+    if key == "model" and isinstance(value, str):
+        value = value.rstrip("/").split("/")[-1]
+    return f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+
+
+def _row_keys(records: list[dict]) -> list[tuple[str, str, str]]:
+    """Per record: (task, method with its varying hyper-parameters, the varying training settings)."""
+    by_task: dict[str, list[dict]] = defaultdict(list)
+    for rec in records:
+        by_task[rec["config"]["task"]].append(rec)
+    varying_settings = {t: _varying(_setting(r) for r in recs) for t, recs in by_task.items()}
+    varying_hparams: dict[tuple[str, str], list[str]] = {}
+    for t, recs in by_task.items():
+        for method in {r["config"]["method"] for r in recs}:
+            varying_hparams[t, method] = _varying(r["config"].get("hparams") or {} for r in recs
+                                                  if r["config"]["method"] == method)
+    keys = []
+    for rec in records:
+        cfg = rec["config"]
+        hp = [_short(k, cfg["hparams"][k]) for k in varying_hparams[cfg["task"], cfg["method"]]]
+        settings = _setting(rec)
+        tr = [_short(k, settings.get(k)) for k in varying_settings[cfg["task"]]]
+        keys.append((cfg["task"], cfg["method"] + (f"[{','.join(hp)}]" if hp else ""), ",".join(tr)))
+    return keys
+
+
+def _task_display(task: str) -> str:
+    try:
+        from suite.api.tasks import get_task
+
+        return get_task(task).display
+    except Exception:  # noqa: BLE001  an unregistered task keeps its name
+        return task
+
+
+def _constant_score(rec: dict) -> float | None:
+    """The record's majority-class dev score (regression: the constant dev-mean predictor's), or None."""
+    baselines = rec.get("baselines") or {}
+    for name in CONSTANT_BASELINES:
+        score = (baselines.get(name) or {}).get("score")
+        if score is not None and math.isfinite(score):
+            return score
+    return None
+
+
+def _majority(records: list[dict]) -> float | None:
+    """The constant baseline's dev score (x100) the runner stored with the records of one task; None if none did."""
+    values = sorted({round(s * SCALE, 6) for s in map(_constant_score, records) if s is not None})
+    if not values:
+        return None
+    return statistics.fmean(values)  # one value unless the grid varies the dev subset
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else math.nan)
+
+
+def _num(x: float) -> str:
+    return DASH if x is None or not math.isfinite(x) else f"{round(x, 1) + 0.0:.1f}"
+
+
+def _diff(x: float, ref: float | None) -> str:
+    if ref is None or x is None or not (math.isfinite(x) and math.isfinite(ref)):
+        return ""
+    return f" ({round(x - ref, 1) + 0.0:+.1f})"
+
+
+def compact_leaderboard(records: list[Any], baseline: str = "vanilla", out: str | None = None) -> str:
+    """A plain-text table: one row per method (and varying setting), one column per task (in the grid's order);
+    a cell is `mean ± std` of the final dev headline score x100 over the `ok` seeds, then in brackets its
+    difference to `baseline` with the same training settings; `n/m ok` marks cells with failed seeds. The last
+    row is the majority-class baseline of each task's dev set. `out`: the run folder named in the closing hint."""
+    records = [r.to_dict() if hasattr(r, "to_dict") else r for r in records]  # RunRecord objects or their dicts
+    records = [r for r in records if r and isinstance(r.get("config"), dict)]
+    if not records:
+        return "no run records to summarise"
+    keys = _row_keys(records)
+    tasks = list(dict.fromkeys(k[0] for k in keys))
+    cells: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    for rec, key in zip(records, keys):
+        counts[key] += 1
+        score = (rec.get("final") or {}).get("score")
+        if rec.get("status") == "ok" and score is not None and math.isfinite(score):
+            cells[key].append(score * SCALE)
+    rows_named = list(dict.fromkeys((k[1], k[2]) for k in keys))
+    rows_named.sort(key=lambda r: (r[1], r[0].split("[")[0] != baseline, r[0]))
+    table = []
+    for method, settings in rows_named:
+        line = [method + (f" {{{settings}}}" if settings else "")]
+        for task in tasks:
+            key = (task, method, settings)
+            if not counts.get(key):
+                line.append(DASH)
+                continue
+            values = cells.get(key, [])
+            ref = cells.get((task, baseline, settings))
+            ref_mean = _mean_std(ref)[0] if ref and method != baseline else None
+            mean, std = _mean_std(values) if values else (math.nan, math.nan)
+            text = _num(mean) + ("" if len(values) < 2 else f" ± {_num(std)}") + _diff(mean, ref_mean)
+            if len(values) < counts[key]:
+                text += f" {len(values)}/{counts[key]} ok"
+            line.append(text)
+        table.append(line)
+    majority_line = [MAJORITY_ROW]
+    for task in tasks:
+        maj = _majority([r for r, k in zip(records, keys) if k[0] == task])
+        ref = [v for k, v in cells.items() if k[0] == task and k[1] == baseline]
+        ref_mean = _mean_std(ref[0])[0] if len(ref) == 1 else None
+        majority_line.append(DASH if maj is None else _num(maj) + _diff(maj, ref_mean))
+    table.append(majority_line)
+    headers = ["method"] + [_task_display(t) for t in tasks]
+    where = shlex.quote(str(out)) if out is not None else "OUT"
+    return ("Dev score x100, mean ± std over seeds (difference to " + baseline + "):\n"
+            + tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
+            + f"\n{MAJORITY_ROW}: always the dev set's most frequent class (regression: its mean label)"
+            + f"\nFull report with every metric, significance tests and figures: python -m suite report {where}")
+
+
+def grid_records(jobs: Iterable[Any], store: Any) -> list[dict]:
+    """The stored records of a grid's jobs (run now or found from an earlier run), in the grid's order."""
+    return [rec for rec in (store.read(job.filename) for job in jobs) if rec is not None]

@@ -1,0 +1,55 @@
+"""Loading a pre-trained encoder for a task, with a fresh task head and the run's attention method attached."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from suite.api.attention import METHODS, AttentionMethod
+from suite.run.settings import RunConfig, resolve_model
+from suite.api.tasks import TaskSpec
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' load report (the new classifier head is listed as missing: expected when
+    fine-tuning, noise in a grid) for the duration only; the caller's log level is restored."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def build_method(job: RunConfig) -> AttentionMethod:
+    cls = METHODS.get(job.method)
+    return cls(cls.Config(**job.hparams))
+
+
+def load_model(job: RunConfig, spec: TaskSpec) -> tuple[torch.nn.Module, AttentionMethod, int]:
+    """(model with a fresh task head and the method attached, the method, parameters the method added)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, set_seed
+
+    path = resolve_model(job.model)
+    with quiet_transformers():
+        model_config = AutoConfig.from_pretrained(
+            path, num_labels=spec.num_labels,
+            problem_type="regression" if spec.is_regression else "single_label_classification")
+        if spec.label_names:
+            model_config.id2label = dict(enumerate(spec.label_names))
+            model_config.label2id = {n: i for i, n in enumerate(spec.label_names)}
+        set_seed(job.seed)  # the classifier head's initialisation depends on the seed
+        # a checkpoint that already has a head of another size (e.g. fine-tuned on another task) gets a fresh one
+        model = AutoModelForSequenceClassification.from_pretrained(path, config=model_config,
+                                                                   ignore_mismatched_sizes=True)
+    method = build_method(job)
+    before = sum(p.numel() for p in model.parameters())
+    method.attach(model)
+    return model, method, sum(p.numel() for p in model.parameters()) - before  # saved with the model

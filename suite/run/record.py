@@ -1,0 +1,144 @@
+"""The run record: what one finished (or failed) run leaves behind, as a typed object with a version.
+
+Every writer (the runner, the failed-record path of the executors) builds a `RunRecord`; every reader (the grid's
+resume check, the status display, the report) parses JSON through `RunRecord.from_dict`, which validates it and
+names the file when it is not a record. Version 1 records (written before the version field existed) load as they
+are: every field added since has a default.
+
+Per-example dev predictions live in a sidecar `.npz` next to the record (`predictions` names it), so that the
+record stays small and readable while statistics can still work at the example level.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from suite.run.settings import RunConfig
+
+RECORD_VERSION = 2
+STATUSES = ("ok", "failed")
+
+
+class InvalidRecord(ValueError):
+    """A file in a runs folder that is not a valid run record; the message names the file and the problem."""
+
+
+@dataclasses.dataclass
+class RunRecord:
+    config: dict[str, Any]
+    hash: str
+    label: str
+    status: str                                        # "ok" or "failed"
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    started: str | None = None
+    finished: str | None = None
+    wall_s: float | None = None
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)   # one entry per epoch
+    final: dict[str, Any] = dataclasses.field(default_factory=dict)           # dev metrics at the last epoch
+    best: dict[str, Any] = dataclasses.field(default_factory=dict)            # best epoch by dev score (reference)
+    generalisation_gap: float | None = None
+    timing: dict[str, Any] = dataclasses.field(default_factory=dict)
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)            # split sizes actually used
+    parameters: dict[str, Any] = dataclasses.field(default_factory=dict)      # total, extra, training_only
+    attention: dict[str, Any] | None = None                                   # attention statistics
+    method_record: dict[str, Any] = dataclasses.field(default_factory=dict)
+    baselines: dict[str, Any] = dataclasses.field(default_factory=dict)       # majority / constant / chance scores
+    provenance: dict[str, Any] = dataclasses.field(default_factory=dict)      # distributions behind method and task
+    predictions: str | None = None                                            # sidecar file name
+    analyses: dict[str, Any] | None = None
+    artifacts: dict[str, Any] | None = None   # files the run left beside its record (saved model, test predictions)
+    executor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+    traceback: str | None = None
+    version: int = 1
+    # per-example dev predictions {suffix: {"index", "label", "logits"}}, kept in memory until the store writes
+    # them to the sidecar file named by `predictions`; never part of the JSON
+    prediction_arrays: dict[str, dict[str, np.ndarray]] | None = dataclasses.field(default=None, repr=False,
+                                                                                     compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form; optional fields that are None are left out."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) is not None and f.name != "prediction_arrays"}
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "") -> "RunRecord":
+        where = f"{source}: " if source else ""
+        if not isinstance(d, dict):
+            raise InvalidRecord(f"{where}not a run record (a JSON {type(d).__name__}, expected an object)")
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [k for k in ("config", "hash", "label", "status") if k not in d]
+        if missing:
+            raise InvalidRecord(f"{where}not a run record: missing {', '.join(missing)}")
+        if d["status"] not in STATUSES:
+            raise InvalidRecord(f"{where}status {d['status']!r} is not one of {', '.join(STATUSES)}")
+        if not isinstance(d["config"], dict) or not {"task", "method", "seed"} <= set(d["config"]):
+            raise InvalidRecord(f"{where}config lacks task, method or seed")
+        if d["status"] == "ok":
+            if not isinstance(d.get("final"), dict) or "score" not in d["final"] or not d.get("history"):
+                raise InvalidRecord(f"{where}an ok record without final metrics or history")
+            if not _finite(d["final"].get("score")):
+                raise InvalidRecord(f"{where}an ok record whose final score is {d['final'].get('score')!r}")
+        rec = cls(**{k: v for k, v in d.items() if k in names - {"prediction_arrays"}})
+        if rec.version > RECORD_VERSION:
+            raise InvalidRecord(f"{where}record version {rec.version} is newer than this suite reads "
+                                f"({RECORD_VERSION}): upgrade the suite")
+        return rec
+
+    @classmethod
+    def started_now(cls, job: "RunConfig", environment: dict[str, Any] | None = None) -> "RunRecord":
+        return cls(config=job.to_dict(), hash=job.hash, label=job.label, status="failed",
+                   environment=environment or {}, started=_now(), version=RECORD_VERSION)
+
+    @classmethod
+    def failed(cls, job: "RunConfig", error: str, wall_s: float = 0.0, traceback: str | None = None,
+               environment: dict[str, Any] | None = None) -> "RunRecord":
+        rec = cls.started_now(job, environment)
+        rec.error, rec.traceback, rec.wall_s, rec.finished = error, traceback, wall_s, _now()
+        return rec
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-example predictions (sidecar)
+# ---------------------------------------------------------------------------------------------------------
+
+def predictions_filename(record_filename: str) -> str:
+    """'rte__vanilla__seed1__minilm__abc.json' -> 'rte__vanilla__seed1__minilm__abc.predictions.npz'."""
+    return record_filename[:-len(".json")] + ".predictions.npz" if record_filename.endswith(".json") \
+        else record_filename + ".predictions.npz"
+
+
+def save_predictions(file, predictions: dict[str, dict[str, np.ndarray]]) -> None:
+    """Arrays per eval split suffix ('' for the single dev set): index (row in the dev file), label, logits.
+    `file` is a path or a binary file object."""
+    flat = {f"{suffix or 'dev'}/{name}": np.asarray(a) for suffix, arrays in predictions.items()
+            for name, a in arrays.items()}
+    np.savez_compressed(file, **flat)
+
+
+def load_predictions(path: str | Path) -> dict[str, dict[str, np.ndarray]]:
+    """The inverse of `save_predictions`: {suffix: {"index", "label", "logits"}} ('' is the single dev set)."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(path) as data:
+        for key in data.files:
+            split, name = key.split("/", 1)
+            out.setdefault("" if split == "dev" else split, {})[name] = data[key]
+    return out

@@ -1,0 +1,170 @@
+"""One fine-tuning run: load the model, attach the method, fit, and return its `RunRecord`.
+
+`run_one(RunConfig)` is the unit every executor runs. It never writes files: the store does (atomically).
+"""
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from suite.run.analyses import run_analyses, selected
+from suite.api.attention import METHODS, AttentionMethod
+from suite.run.baselines import baseline_scores
+from suite.run.settings import RunConfig, resolve_model
+from suite.api.tasks import TASKS, TaskSpec, get_task
+from suite.run.data import Encoded, encode, load_splits, seeded_subset, task_data_dir
+from suite.run.device import autocast_dtype, environment, peak_memory_mb, pick_device, precision_label
+from suite.api.errors import NonFiniteLoss
+from suite.run.models import load_model
+from suite.run.outputs import RunHooks
+from suite.run.cache import cached, tokenized_key
+from suite.run.record import RECORD_VERSION, RunRecord
+from suite.run.training import Fitted, fit
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------------
+
+class TokenizedCache:
+    """The last task's tokenised splits, reused by the next runs of a grid in the same worker process."""
+
+    def __init__(self):
+        self._key: tuple | None = None
+        self._value: tuple[Encoded, dict[str, Encoded], Encoded] | None = None
+
+    def clear(self) -> None:
+        self._key = self._value = None
+
+    def get(self, job: RunConfig, spec: TaskSpec, tokenizer, data_dir) -> tuple[Encoded, dict[str, Encoded], Encoded]:
+        """(train, {eval suffix: dev}, fixed train subset for the overfitting gap)."""
+        t = job.train
+        key = (job.model, spec.name, job.data_source, str(data_dir), t.max_length, t.max_train_samples,
+               t.max_eval_samples, t.train_eval_samples, t.data_seed)
+        if key != self._key:  # other processes' work is reused through the disk cache (suite.run.cache)
+            self._key, self._value = key, cached(tokenized_key(spec, tokenizer, data_dir, t),
+                                                 lambda: _tokenize(spec, tokenizer, data_dir, t))
+        return self._value
+
+
+def _tokenize(spec: TaskSpec, tokenizer, data_dir, t) -> tuple[Encoded, dict[str, Encoded], Encoded]:
+    splits = load_splits(spec, data_dir)
+    # Subsets are drawn before tokenising (same rows): a 2000-example run need not tokenise all of MNLI.
+    train = encode(spec, _rows(splits[spec.train_split], t.max_train_samples, t.data_seed), tokenizer, t.max_length)
+    devs = {suffix: encode(spec, _rows(splits[split], t.max_eval_samples, t.data_seed), tokenizer, t.max_length)
+            for suffix, split in spec.eval_splits.items()}
+    train_subset = train.subset(seeded_subset(len(train), t.train_eval_samples, t.data_seed + 1))
+    return train, devs, train_subset
+
+
+def _rows(columns: dict[str, list], limit: int | None, seed: int) -> dict[str, list]:
+    keep = seeded_subset(len(columns["label"]), limit, seed)
+    return {k: [v[i] for i in keep] for k, v in columns.items()}
+
+
+WORKER_CACHE = TokenizedCache()  # owned by this process (each pool or Ray worker has its own)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The record
+# ---------------------------------------------------------------------------------------------------------
+
+def _rank(score: float, spec: TaskSpec) -> float:
+    if math.isnan(score):
+        return -math.inf
+    return score if spec.higher_is_better else -score
+
+
+def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, devs: dict[str, Encoded], train_subset: Encoded,
+             train: Encoded, model, method: AttentionMethod, extra: int, device, amp_dtype) -> None:
+    history = fitted.history
+    chosen = history[(fitted.selected_epoch or len(history)) - 1]  # train.select_epoch: the last or the best epoch
+    rec.history, rec.final = history, chosen["dev"]
+    if not math.isfinite(rec.final["score"]):
+        raise NonFiniteLoss(f"the final dev score is {rec.final['score']}: the model's predictions are constant "
+                            "(collapsed), so the task's correlation metrics are undefined")
+    best = max(history, key=lambda e: _rank(e["dev"]["score"], spec))
+    rec.best = best["dev"] | {"epoch": best["epoch"]}
+    rec.generalisation_gap = chosen["train_subset"]["score"] - chosen["dev"]["score"]
+    rec.timing = {"train_s": fitted.train_s, "eval_s": fitted.eval_s, "steps": fitted.steps,
+                  "step_s": fitted.train_s / max(fitted.steps, 1), "train_samples_per_s": fitted.seen / fitted.train_s,
+                  "peak_memory_mb": peak_memory_mb(device),
+                  "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss",
+                  "precision": precision_label(amp_dtype, loss_scaling=fitted.ctx.scaler.is_enabled())}
+    rec.data = {"train": len(train), "dev": {spec.eval_splits[k]: len(v) for k, v in devs.items()},
+                "train_subset": len(train_subset)}
+    rec.parameters = {"total": sum(p.numel() for p in model.parameters()), "extra": extra,
+                      "training_only": method.training_only_parameters()}
+    rec.method_record = method.record()
+    rec.baselines = baseline_scores(spec, {k: np.asarray(v.labels) for k, v in devs.items()})
+    rec.prediction_arrays = {
+        suffix: {"index": np.asarray(devs[suffix].index if devs[suffix].index is not None else range(e.n)),
+                 "label": np.asarray(devs[suffix].labels, dtype=np.float32 if spec.is_regression else np.int64),
+                 "logits": e.logits.astype(np.float32)}
+        for suffix, e in fitted.final_evals.items()}
+
+
+def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.device, quiet: bool,
+                     on_epoch: Callable[[dict], None] | None, cache: TokenizedCache, hooks=None) -> None:
+    from transformers import AutoTokenizer
+
+    spec = get_task(job.task)
+    t = job.train
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(job.model))
+    train, devs, train_subset = cache.get(job, spec, tokenizer, data_dir)
+    model, method, extra = load_model(job, spec)
+    model.to(device)
+    if t.compile:
+        model.compile()  # in place: parameter names, hooks and the method's modules stay as they are
+    amp_dtype = autocast_dtype(t.precision, device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    fitted = fit(model, method, train, devs, train_subset, spec, t, job.seed, pad_id, device, amp_dtype, job.label,
+                 quiet, on_epoch)
+    _results(rec, fitted, spec, devs, train_subset, train, model, method, extra, device, amp_dtype)
+    if t.stats_batches > 0:
+        from suite.run.attention_stats import attention_statistics
+
+        first = next(iter(devs.values()))
+        rec.attention = attention_statistics(model, tokenizer, first, spec, t, pad_id, device, amp_dtype)
+    if selected(t.analyses):
+        rec.analyses = run_analyses(model, tokenizer, next(iter(devs.values())), spec, t, pad_id, device, amp_dtype)
+    if hooks is not None:  # saved model, test-set predictions (suite.run.outputs)
+        hooks.finished(model, tokenizer, spec, task_data_dir(spec, data_dir), device, amp_dtype)
+
+
+def provenance(job: RunConfig) -> dict[str, Any]:
+    """Which installed distribution registered the run's method and task (name and version)."""
+    return {"method": METHODS.origin(job.method), "task": TASKS.origin(job.task)}
+
+
+def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = False,
+            on_epoch: Callable[[dict], None] | None = None, cache: TokenizedCache | None = None) -> RunRecord:
+    """Run one job and return its record: `status` is `ok`, or `failed` with the error.
+
+    Ctrl-C and SIGTERM (`suite.api.errors.Terminated`) are BaseExceptions: they propagate and nothing is recorded.
+    """
+    dev = pick_device(device)
+    rec = RunRecord.started_now(job, environment(dev))
+    rec.provenance = provenance(job)
+    start = time.perf_counter()
+    hooks = RunHooks(job)  # tracking, saved model, test predictions: only when the job's outputs ask for them
+    try:
+        train_and_record(rec, job, data_dir, dev, quiet, hooks.chain(on_epoch), cache or WORKER_CACHE, hooks)
+        rec.status = "ok"
+    except NonFiniteLoss as exc:
+        rec.status, rec.error = "failed", f"NonFiniteLoss: {exc}"
+    except Exception as exc:  # noqa: BLE001  a failing run is recorded; the grid goes on
+        rec.status, rec.error = "failed", f"{type(exc).__name__}: {exc}"
+        rec.traceback = traceback.format_exc()[-4000:]
+    rec.wall_s = time.perf_counter() - start
+    rec.finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    rec.version = RECORD_VERSION
+    hooks.close(rec)
+    return rec

@@ -1,0 +1,201 @@
+"""Test-set predictions in the format the GLUE server takes, and fine-tuned checkpoints that can be loaded again.
+
+A submission is one TSV per test set, `index<TAB>prediction`, named as the server expects (`CoLA.tsv`, `MNLI-m.tsv`,
+`MNLI-mm.tsv`, `AX.tsv`, ...): label ids for CoLA, SST-2, MRPC, QQP and WNLI, label names for the NLI tasks (MNLI,
+AX, QNLI, RTE), a score in [0, 5] for STS-B. The diagnostic set AX is predicted by the MNLI model. Test sets whose
+file is not in the data folder are skipped (and named). Plugin tasks declare theirs with `register_test_set`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.api.tasks import TaskSpec
+from suite.run.batching import collate, sorted_batches, to_device
+from suite.api.errors import DataError
+
+CHECKPOINT_INFO = "suite_run.json"  # the job a checkpoint folder was trained by (config of its record)
+
+
+@dataclasses.dataclass(frozen=True)
+class TestSet:
+    """One unlabeled test file and how to write its predictions.
+
+    `columns` maps the task's text fields to the file's header names; `output` is `ids` (label ids), `names`
+    (label names) or `score` (regression, clipped to the task's score range)."""
+
+    name: str                      # submission file stem, e.g. "MNLI-m"
+    file: str                      # path inside the data folder
+    columns: dict[str, str]
+    output: str = "ids"
+    index: str = "index"
+    hub: tuple[str, str, str] | None = None   # (dataset, config, split) when read from the hub
+
+
+TEST_SETS: dict[str, list[TestSet]] = {}
+
+
+def register_test_set(task: str, test_set: TestSet) -> TestSet:
+    """Declare a test set of `task` (its canonical name); several per task are allowed (MNLI m/mm, AX)."""
+    if test_set.output not in ("ids", "names", "score"):
+        raise ValueError(f"TestSet.output {test_set.output!r}: choose ids, names or score")
+    TEST_SETS.setdefault(task, []).append(test_set)
+    return test_set
+
+
+def _glue_sets() -> None:
+    hub = "nyu-mll/glue"
+    pair, nli = {"sentence1": "sentence1", "sentence2": "sentence2"}, {"premise": "sentence1", "hypothesis": "sentence2"}
+    for task, name, folder, columns, output in [
+            ("cola", "CoLA", "CoLA", {"sentence": "sentence"}, "ids"),
+            ("sst2", "SST-2", "SST-2", {"sentence": "sentence"}, "ids"),
+            ("mrpc", "MRPC", "MRPC", {"sentence1": "#1 String", "sentence2": "#2 String"}, "ids"),
+            ("stsb", "STS-B", "STS-B", pair, "score"),
+            ("qnli", "QNLI", "QNLI", {"question": "question", "sentence": "sentence"}, "names"),
+            ("rte", "RTE", "RTE", pair, "names"),
+            ("wnli", "WNLI", "WNLI", pair, "ids")]:
+        register_test_set(task, TestSet(name, f"{folder}/test.tsv", columns, output, hub=(hub, task, "test")))
+    register_test_set("qqp", TestSet("QQP", "QQP/test.tsv", {"question1": "question1", "question2": "question2"},
+                                     "ids", index="id", hub=(hub, "qqp", "test")))
+    for suffix, kind in (("m", "matched"), ("mm", "mismatched")):
+        register_test_set("mnli", TestSet(f"MNLI-{suffix}", f"MNLI/test_{kind}.tsv", nli, "names",
+                                          hub=(hub, "mnli", f"test_{kind}")))
+    register_test_set("mnli", TestSet("AX", "diagnostic/diagnostic.tsv", nli, "names", hub=(hub, "ax", "test")))
+
+
+_glue_sets()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading test sets
+# ---------------------------------------------------------------------------------------------------------
+
+def available_test_sets(spec: TaskSpec, data_dir: Path | None) -> tuple[list[TestSet], list[str]]:
+    """(test sets that can be read, names of the ones whose file is absent). From the hub, all are available."""
+    sets = TEST_SETS.get(spec.name, [])
+    if data_dir is None:
+        return [s for s in sets if s.hub], [s.name for s in sets if not s.hub]
+    found = [s for s in sets if (Path(data_dir) / s.file).is_file()]
+    return found, [f"{s.name} ({Path(data_dir) / s.file})" for s in sets if s not in found]
+
+
+def read_test_set(spec: TaskSpec, test_set: TestSet, data_dir: Path | None) -> dict[str, list]:
+    """{text field: [...], "index": [...]} from a local TSV (no quoting, no NA coercion) or the hub."""
+    if data_dir is None:
+        import datasets
+
+        ds = datasets.load_dataset(*test_set.hub[:2], split=test_set.hub[2])
+        return {**{f: list(ds[f]) for f in spec.text_fields}, "index": list(ds["idx"])}
+    import pandas as pd
+
+    path = Path(data_dir) / test_set.file
+    try:
+        frame = pd.read_csv(path, sep="\t", quoting=3, keep_default_na=False, dtype=str, encoding="utf-8-sig")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read the test set ({exc}). Re-download the task's data.") from None
+    wanted = [test_set.index, *test_set.columns.values()]
+    missing = [c for c in wanted if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path}:1: header has no column {', '.join(map(repr, missing))} (found {list(frame.columns)})")
+    columns = {f: [t.replace("\ufeff", "").strip() for t in frame[c]] for f, c in test_set.columns.items()}
+    return {**columns, "index": [int(i) for i in frame[test_set.index]]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Predicting and writing
+# ---------------------------------------------------------------------------------------------------------
+
+def predict_logits(model, tokenizer, spec: TaskSpec, columns: dict[str, list], max_length: int, batch_size: int,
+                   device, amp_dtype=None) -> np.ndarray:
+    """Logits of every row, in the rows' order, with the model in eval mode."""
+    import torch
+
+    encoded = tokenizer(*[columns[f] for f in spec.text_fields], truncation=True, max_length=max_length)
+    keys = [k for k in ("input_ids", "token_type_ids") if k in encoded]
+    features = [{k: encoded[k][i] for k in keys} for i in range(len(columns["index"]))]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    logits = np.zeros((len(features), spec.num_labels), dtype=np.float32)
+    was_training = model.training
+    model.eval()
+    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+    with torch.no_grad(), autocast:
+        for rows in sorted_batches([len(f["input_ids"]) for f in features], batch_size):
+            batch = collate([features[i] for i in rows], [0] * len(rows), pad_id, spec.is_regression)
+            batch.pop("labels")
+            logits[rows] = model(**to_device(batch, device)).logits.float().cpu().numpy()
+    model.train(was_training)
+    return logits
+
+
+def format_predictions(spec: TaskSpec, test_set: TestSet, logits: np.ndarray) -> list[str]:
+    """The prediction column as the GLUE server reads it."""
+    if test_set.output == "score":
+        low, high = spec.score_range or (-np.inf, np.inf)
+        return [f"{v:.3f}" for v in np.clip(logits[:, 0], low, high)]
+    ids = logits.argmax(-1)
+    return [spec.label_names[i] for i in ids] if test_set.output == "names" else [str(int(i)) for i in ids]
+
+
+def write_submission(path: Path, index: list[int], predictions: list[str]) -> None:
+    order = np.argsort(index, kind="stable")
+    lines = ["index\tprediction"] + [f"{index[i]}\t{predictions[i]}" for i in order]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def predict_test(model, tokenizer, spec: TaskSpec, data_dir: Path | None, out: Path, max_length: int,
+                 batch_size: int, device, amp_dtype=None) -> dict[str, Any]:
+    """Write `out/NAME.tsv` for each test set of the task; {"files": {name: file}, "absent": [...]}."""
+    found, absent = available_test_sets(spec, data_dir)
+    if not found:
+        raise DataError(f"{spec.display} has no test set to predict" + (f": not found {', '.join(absent)}"
+                                                                          if absent else " declared"))
+    out.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for test_set in found:
+        columns = read_test_set(spec, test_set, data_dir)
+        logits = predict_logits(model, tokenizer, spec, columns, max_length, batch_size, device, amp_dtype)
+        write_submission(out / f"{test_set.name}.tsv", columns["index"], format_predictions(spec, test_set, logits))
+        files[test_set.name] = f"{test_set.name}.tsv"
+    return {"files": files, "absent": absent}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------------------
+
+def save_checkpoint(folder: Path, model, tokenizer, job) -> None:
+    """Weights (the method's own parameters included), tokenizer and the job that trained them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / CHECKPOINT_INFO).write_text(json.dumps({"config": job.to_dict()}, indent=1, default=str))
+
+
+def load_checkpoint(folder: str | Path, device):
+    """(model with its method attached and the trained weights, tokenizer, RunConfig, TaskSpec)."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from suite.run.settings import RunConfig
+    from suite.api.tasks import get_task
+    from suite.run.models import build_method, quiet_transformers
+
+    folder = Path(folder)
+    info = folder / CHECKPOINT_INFO
+    if not info.is_file():
+        raise DataError(f"{folder} is not a checkpoint of the suite (no {CHECKPOINT_INFO}): give a folder written "
+                        "by `python -m suite run --save-model`, or the record of such a run")
+    job = RunConfig.from_dict(json.loads(info.read_text())["config"])
+    with quiet_transformers():
+        model = AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="sdpa")
+    build_method(job).attach(model)  # the method may add parameters: load every saved tensor once it has
+    missing, unexpected = model.load_state_dict(load_file(folder / "model.safetensors"), strict=False)
+    if missing or unexpected:
+        raise DataError(f"{folder}: the saved weights do not fit {job.method} on this model "
+                        f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.to(device).eval(), AutoTokenizer.from_pretrained(folder), job, get_task(job.task)

@@ -1,0 +1,223 @@
+"""The train/eval loop of one run: optimizer, steps through the method's hooks, evaluation every epoch.
+
+`fit` takes a loaded model and method and tokenised data and returns what the record needs; it knows nothing about
+files, grids or records (the runner does).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from suite.api import metrics
+from suite.api.attention import AttentionMethod, StepContext
+from suite.run.settings import TrainSettings
+from suite.run.data import Encoded
+from suite.api.tasks import TaskSpec
+from suite.run.batching import BATCHINGS, sorted_batches, to_device
+from suite.api.errors import NonFiniteLoss
+
+
+def _no_decay(name: str) -> bool:
+    return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+
+
+def build_context(model, method: AttentionMethod, t: TrainSettings, steps: int, device: torch.device,
+                  amp_dtype: torch.dtype | None) -> StepContext:
+    """AdamW (no decay on biases and norms), linear warm-up and decay, loss scaling under fp16."""
+    from transformers import get_linear_schedule_with_warmup
+
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW([{"params": [p for n, p in named if not _no_decay(n)],
+                                    "weight_decay": t.weight_decay},
+                                   {"params": [p for n, p in named if _no_decay(n)], "weight_decay": 0.0}],
+                                  lr=t.lr, fused=device.type in ("cuda", "cpu"))
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * steps), steps)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
+    ctx = StepContext(model, method, optimizer, scheduler, device, amp_dtype, t.grad_clip, total_steps=steps,
+                      scaler=scaler)
+    method.setup_training(ctx)
+    return ctx
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Evaluation:
+    loss: float
+    metrics: dict[str, float]
+    logits: np.ndarray      # in the order of the encoded split
+    n: int
+
+
+@torch.no_grad()
+def evaluate(model, enc: Encoded, spec: TaskSpec, batch_size: int, pad_id: int, device, amp_dtype,
+             suffix: str = "") -> Evaluation:
+    """Loss, official metrics and logits with the model in eval mode (no dropout of any kind)."""
+    was_training = model.training
+    model.eval()
+    batches = sorted_batches(enc.lengths(), batch_size)
+    logits = torch.empty((len(enc), spec.num_labels), dtype=torch.float32)
+    total = torch.zeros((), device=device)
+    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
+    for b in batches:
+        batch = to_device(enc.batch(b, pad_id, spec.is_regression), device)
+        with autocast:
+            out = model(**batch)
+        total += out.loss.float() * len(b)
+        logits[b] = out.logits.float().cpu()
+    model.train(was_training)
+    arr = logits.numpy()
+    found = metrics.compute(spec.metrics, arr, np.asarray(enc.labels), spec.is_regression, suffix)
+    return Evaluation(total.item() / len(enc), found, arr, len(enc))
+
+
+def evaluate_all(model, devs: dict[str, Encoded], spec, batch_size, pad_id, device, amp_dtype
+                 ) -> tuple[float, dict[str, float], dict[str, Evaluation]]:
+    """(mean dev loss, metrics of every eval split with the headline `score`, each split's evaluation)."""
+    evals = {suffix: evaluate(model, enc, spec, batch_size, pad_id, device, amp_dtype, suffix)
+             for suffix, enc in devs.items()}
+    found: dict[str, float] = {}
+    for e in evals.values():
+        found.update(e.metrics)
+    found["score"] = metrics.headline(found, spec.metric_keys())
+    loss = sum(e.loss * e.n for e in evals.values()) / sum(e.n for e in evals.values())
+    return loss, found, evals
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The loop
+# ---------------------------------------------------------------------------------------------------------
+
+def _progress(total: int, desc: str, quiet: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, disable=quiet, leave=False, dynamic_ncols=True, file=sys.stderr)
+
+
+@dataclasses.dataclass
+class Fitted:
+    history: list[dict[str, Any]]
+    final_evals: dict[str, Evaluation]   # the last epoch's dev evaluations (predictions)
+    train_s: float
+    eval_s: float
+    steps: int
+    seen: int
+    ctx: StepContext
+    selected_epoch: int = 0      # the epoch whose model the run ends with (train.select_epoch); 0: the last
+    stopped_early: bool = False  # early stopping ended the run before train.epochs
+
+
+class EpochSelection:
+    """Early stopping on the dev score and the choice of the epoch the run ends with (`train.select_epoch`): with
+    `best`, the weights and evaluations of the best epoch are kept in memory and put back at the end."""
+
+    def __init__(self, t: TrainSettings, spec: TaskSpec):
+        self.t, self.sign = t, 1.0 if spec.higher_is_better else -1.0
+        self.best_rank, self.best_epoch, self.best_state, self.best_evals = -math.inf, 0, None, {}
+
+    def update(self, epoch: int, score: float, model, evals) -> bool:
+        """Note an epoch's dev score; True when training should stop here (patience spent)."""
+        rank = self.sign * score if math.isfinite(score) else -math.inf
+        if rank > self.best_rank:
+            self.best_rank, self.best_epoch, self.best_evals = rank, epoch, evals
+            if self.t.select_epoch == "best" and epoch < self.t.epochs:
+                self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        patience = self.t.early_stopping_patience
+        return bool(patience) and epoch < self.t.epochs and epoch - self.best_epoch >= patience
+
+    def finish(self, model, last_epoch: int, last_evals) -> tuple[int, dict]:
+        """(selected epoch, its evaluations); with `best`, the model gets the best epoch's weights back."""
+        if self.t.select_epoch != "best" or self.best_epoch in (0, last_epoch):
+            return last_epoch, last_evals
+        model.load_state_dict(self.best_state)
+        return self.best_epoch, self.best_evals
+
+
+def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettings, pad_id: int, generator,
+                epoch: int, label: str, quiet: bool) -> tuple[float, int]:
+    """One pass over shuffled batches, drawn as train.batching says; (mean training loss, examples seen)."""
+    lengths = train.lengths()
+    batches = BATCHINGS[t.batching].order(lengths, t.batch_size, generator)
+    bar = _progress(len(batches), f"{label} ep{epoch}/{t.epochs}", quiet)
+    loss_sum = torch.zeros((), device=ctx.device)
+
+    def make(idx):
+        return to_device(train.batch(idx, pad_id, spec.is_regression), ctx.device)
+
+    nxt, seen, accumulate = make(batches[0]), 0, t.grad_accumulation
+    for i in range(len(batches)):
+        batch = nxt
+        nxt = make(batches[i + 1]) if i + 1 < len(batches) else None
+        if i % accumulate == 0:  # the first batch of an optimizer step
+            ctx.step += 1
+            ctx.group_size = min(accumulate, len(batches) - i)
+        ctx.group_end = (i + 1) % accumulate == 0 or i + 1 == len(batches)
+        loss_sum += ctx.method.training_step(ctx, batch, nxt).float()
+        seen += len(batches[i])
+        bar.update(1)
+        if (i + 1) % 10 == 0 or i + 1 == len(batches):  # one host sync every 10 steps, not every step
+            running = loss_sum.item() / (i + 1)
+            if not math.isfinite(running):
+                raise NonFiniteLoss(f"training loss became {running} in epoch {epoch} near step {i + 1}")
+            bar.set_postfix(loss=f"{running:.4f}")
+    bar.close()
+    return loss_sum.item() / len(batches), seen
+
+
+def check_finite_model(model: torch.nn.Module, dev_loss: float, epoch: int) -> None:
+    """A diverged model can still produce a finite running loss on its last steps: check weights and dev loss."""
+    bad = next((n for n, p in model.named_parameters() if not torch.isfinite(p).all()), None)
+    if bad is not None:
+        raise NonFiniteLoss(f"weights became NaN/inf after epoch {epoch} (first: {bad}); lower the learning rate")
+    if not math.isfinite(dev_loss):
+        raise NonFiniteLoss(f"dev loss became {dev_loss} after epoch {epoch}; lower the learning rate")
+
+
+def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded], train_subset: Encoded, spec: TaskSpec,
+        t: TrainSettings, seed: int, pad_id: int, device: torch.device, amp_dtype, label: str, quiet: bool,
+        on_epoch: Callable[[dict], None] | None = None) -> Fitted:
+    steps_per_epoch = math.ceil(math.ceil(len(train) / t.batch_size) / t.grad_accumulation)
+    ctx = build_context(model, method, t, steps_per_epoch * t.epochs, device, amp_dtype)
+    generator = torch.Generator().manual_seed(seed)
+    history, train_s, eval_s, seen, evals = [], 0.0, 0.0, 0, {}
+    selection, stop = EpochSelection(t, spec), False
+    model.train()
+    for epoch in range(1, t.epochs + 1):
+        start = time.perf_counter()
+        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_time = time.perf_counter() - start
+        train_s, seen = train_s + epoch_time, seen + n
+
+        start = time.perf_counter()
+        dev_loss, dev, evals = evaluate_all(model, devs, spec, t.eval_batch_size, pad_id, device, amp_dtype)
+        check_finite_model(model, dev_loss, epoch)
+        if len(train_subset):
+            e = evaluate(model, train_subset, spec, t.eval_batch_size, pad_id, device, amp_dtype)
+            subset_loss, subset_m = e.loss, e.metrics | {"score": metrics.headline(e.metrics, list(spec.metrics))}
+        else:  # train_eval_samples=0: no train-subset scores (and no generalisation gap)
+            subset_loss, subset_m = math.nan, {"score": math.nan}
+        eval_s += time.perf_counter() - start
+        entry = {"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss, "dev": dev,
+                 "train_subset_loss": subset_loss, "train_subset": subset_m, "epoch_time_s": epoch_time,
+                 "train_samples_per_s": n / epoch_time}
+        facts = method.epoch_record()
+        if facts:
+            entry["method"] = facts
+        history.append(entry)
+        if on_epoch:
+            on_epoch(entry)
+        if stop := selection.update(epoch, dev["score"], model, evals):
+            break
+    selected, evals = selection.finish(model, len(history), evals)
+    return Fitted(history, evals, train_s, eval_s, ctx.step, seen, ctx, selected, stop)
