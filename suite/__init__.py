@@ -16,7 +16,7 @@ _API = {
                             "mask_fill_value", "probes", "probs_dropout", "register_method", "scores", "softmax",
                             "valid_keys"],
     "suite.api.registry": ["UnknownNameError"],
-    "suite.api.tasks": ["LocalSplit", "TaskSpec", "register_task"],
+    "suite.api.tasks": ["LocalSplit", "TaskSpec", "TestSet", "register_task", "register_test_set"],
     "suite.api.metrics": ["register_metric"],
 }
 _WHERE = {name: module for module, names in _API.items() for name in names}

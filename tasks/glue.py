@@ -1,11 +1,12 @@
-"""The nine GLUE tasks as data: text fields, hub label order, official metrics and the classic TSV layout.
+"""The nine GLUE tasks as data: text fields, hub label order, official metrics, the classic TSV layout, the test sets
+a GLUE server submission needs, and the `quick` preset's training budget per task.
 
 Local TSVs are normalised to the hub (`nyu-mll/glue`) label ids; note the orders differ per task
 (RTE/QNLI: entailment=0; WNLI: not_entailment=0, entailment=1; MNLI: entailment, neutral, contradiction).
 """
 import dataclasses
 
-from suite.api.tasks import LocalSplit, TaskSpec, register_task
+from suite.api.tasks import LocalSplit, TaskSpec, TestSet, register_task
 
 HUB = "nyu-mll/glue"
 PAIR = ("sentence1", "sentence2")
@@ -61,9 +62,42 @@ GLUE = [
 # adversarial to train-set memorisation: fine-tuned models score below the majority class, as BERT's paper notes).
 WNLI_NOTE = "left out of the GLUE average by convention (adversarial dev set; BERT and later papers omit it)"
 
+# Test sets, in the GLUE server's submission format (file stem, columns, what is written).
+_PAIR_COLUMNS = {"sentence1": "sentence1", "sentence2": "sentence2"}
+_NLI_COLUMNS = {"premise": "sentence1", "hypothesis": "sentence2"}
+TEST_SETS = {
+    "cola": [TestSet("CoLA", "CoLA/test.tsv", {"sentence": "sentence"}, "ids", hub=(HUB, "cola", "test"))],
+    "sst2": [TestSet("SST-2", "SST-2/test.tsv", {"sentence": "sentence"}, "ids", hub=(HUB, "sst2", "test"))],
+    "mrpc": [TestSet("MRPC", "MRPC/test.tsv", {"sentence1": "#1 String", "sentence2": "#2 String"}, "ids",
+                     hub=(HUB, "mrpc", "test"))],
+    "stsb": [TestSet("STS-B", "STS-B/test.tsv", _PAIR_COLUMNS, "score", hub=(HUB, "stsb", "test"))],
+    "qnli": [TestSet("QNLI", "QNLI/test.tsv", {"question": "question", "sentence": "sentence"}, "names",
+                     hub=(HUB, "qnli", "test"))],
+    "rte": [TestSet("RTE", "RTE/test.tsv", _PAIR_COLUMNS, "names", hub=(HUB, "rte", "test"))],
+    "wnli": [TestSet("WNLI", "WNLI/test.tsv", _PAIR_COLUMNS, "ids", hub=(HUB, "wnli", "test"))],
+    "qqp": [TestSet("QQP", "QQP/test.tsv", {"question1": "question1", "question2": "question2"}, "ids", index="id",
+                    hub=(HUB, "qqp", "test"))],
+    # the diagnostic set AX is predicted by the MNLI model
+    "mnli": [TestSet("MNLI-m", "MNLI/test_matched.tsv", _NLI_COLUMNS, "names", hub=(HUB, "mnli", "test_matched")),
+             TestSet("MNLI-mm", "MNLI/test_mismatched.tsv", _NLI_COLUMNS, "names",
+                     hub=(HUB, "mnli", "test_mismatched")),
+             TestSet("AX", "diagnostic/diagnostic.tsv", _NLI_COLUMNS, "names", hub=(HUB, "ax", "test"))],
+}
+
+# The `quick` preset's per-task budgets (over the preset's own settings): a measured vanilla MiniLM sweep on a 2-core
+# CPU (README, "Calibrating the quick preset"). Batch 16 doubles the optimizer steps where 32 learned too slowly
+# (STS-B, CoLA, MRPC); STS-B at lr 2e-4 swung between seeds (29-64 correlation), at 1e-4 it does not (71-76).
+QUICK = {
+    "sst2": {"max_train_samples": 1000, "epochs": 2, "lr": 1e-4, "train_eval_samples": 128},
+    "stsb": {"max_train_samples": 1000, "epochs": 2, "lr": 1e-4, "batch_size": 16, "train_eval_samples": 128},
+    "cola": {"max_train_samples": 2000, "epochs": 3, "lr": 1e-4, "batch_size": 16, "train_eval_samples": 128},
+    "mrpc": {"max_train_samples": 1000, "epochs": 3, "lr": 1e-4, "batch_size": 16},
+}
+
 for _spec in GLUE:
-    _spec = dataclasses.replace(
+    register_task(dataclasses.replace(
         _spec, benchmark="GLUE", in_average=_spec.name != "wnli",
         average_note=WNLI_NOTE if _spec.name == "wnli" else "",
-        score_range=(0.0, 5.0) if _spec.name == "stsb" else None)
-    register_task(_spec, groups=["glue"])
+        score_range=(0.0, 5.0) if _spec.name == "stsb" else None,
+        groups=("glue",), test_sets=tuple(TEST_SETS[_spec.name]),
+        budgets={"quick": QUICK[_spec.name]} if _spec.name in QUICK else {}))

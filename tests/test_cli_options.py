@@ -32,9 +32,26 @@ def test_every_option_has_help(command):
 
 
 def test_every_training_setting_has_a_description():
-    from suite.commands.run_options import TRAIN_HELP
+    for f in dataclasses.fields(TrainSettings):
+        assert f.metadata.get("help", "").strip(), f"train.{f.name} has no help text"
 
-    assert sorted(f.name for f in dataclasses.fields(TrainSettings)) == sorted(TRAIN_HELP)
+
+def test_a_setting_declared_once_drives_help_validation_and_hash():
+    """One declaration per setting: the choices given with the field are what validation accepts and what the help
+    names, and `added` fields are exactly the ones left out of the hash at their default."""
+    from suite.api.errors import HyperParameterError
+    from suite.run.batching import BATCHINGS
+    from suite.run.settings import HASHED_WHEN_CHANGED, TRAIN_FIELDS, RunConfig
+
+    assert TRAIN_FIELDS["batching"].metadata["choices"] == tuple(BATCHINGS)
+    for name in BATCHINGS:
+        assert name in TRAIN_FIELDS["batching"].metadata["help"]
+        TrainSettings(batching=name).validate()
+    with pytest.raises(HyperParameterError, match="choose length, trainer_length, random"):
+        TrainSettings(batching="sorted").validate()
+    assert set(HASHED_WHEN_CHANGED) == {n for n, f in TRAIN_FIELDS.items() if f.metadata["added"]}
+    base = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
+    assert base.hash != RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings(batching="random")).hash
 
 
 def test_run_help_lists_every_training_setting_and_preset(capsys, monkeypatch):

@@ -110,14 +110,14 @@ def test_predict_test_without_test_files_is_refused_before_training(tiny_bert_di
 
 def test_submission_format_per_task():
     from suite.api.tasks import get_task
-    from suite.run.test_predictions import TEST_SETS, format_predictions
+    from suite.run.test_predictions import format_predictions
 
     logits = np.array([[0.1, 0.9], [2.0, -1.0]], dtype=np.float32)
-    assert format_predictions(get_task("cola"), TEST_SETS["cola"][0], logits) == ["1", "0"]
-    assert format_predictions(get_task("rte"), TEST_SETS["rte"][0], logits) == ["not_entailment", "entailment"]
-    assert format_predictions(get_task("wnli"), TEST_SETS["wnli"][0], logits) == ["1", "0"]
+    assert format_predictions(get_task("cola"), get_task("cola").test_sets[0], logits) == ["1", "0"]
+    assert format_predictions(get_task("rte"), get_task("rte").test_sets[0], logits) == ["not_entailment", "entailment"]
+    assert format_predictions(get_task("wnli"), get_task("wnli").test_sets[0], logits) == ["1", "0"]
     stsb = np.array([[-0.4], [2.5], [7.0]], dtype=np.float32)
-    assert format_predictions(get_task("stsb"), TEST_SETS["stsb"][0], stsb) == ["0.000", "2.500", "5.000"]
+    assert format_predictions(get_task("stsb"), get_task("stsb").test_sets[0], stsb) == ["0.000", "2.500", "5.000"]
 
 
 def test_tracking_tensorboard_mlflow_wandb_offline(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):

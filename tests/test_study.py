@@ -21,7 +21,7 @@ def test_committed_studies_load_and_plan_their_records():
     """Each studies/*.yaml is valid, and every committed record in results/ is a job the results study plans (found
     by hash, so the study resumes instead of running it again)."""
     from suite.commands import build_parser
-    from suite.commands.run import merge_study, plan_grid
+    from suite.grid.resolve import merge_study, plan_grid
 
     studies = sorted((ROOT / "studies").glob("*.yaml"))
     assert studies
@@ -59,7 +59,7 @@ def test_bad_study_exits_2_before_training(tmp_path, capsys):
 
 def test_flags_override_the_study(tmp_path, monkeypatch):
     from suite.commands import build_parser
-    from suite.commands.run import merge_study, plan_grid
+    from suite.grid.resolve import merge_study, plan_grid
 
     monkeypatch.setenv("STUDY_OUT", str(tmp_path / "from-env"))
     path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
@@ -84,7 +84,7 @@ def test_study_without_methods_says_how(tmp_path, capsys):
 def test_report_study_uses_its_out_and_report_section(tmp_path):
     import argparse
 
-    from suite.grid.study import report_arguments
+    from suite.grid.resolve import report_arguments
 
     path = _write(tmp_path, "methods: [vanilla]\nout: results\nreport: {baseline: scores_dropout, alpha: 0.1}\n")
     args = report_arguments(argparse.Namespace(study=str(path), dir=None, more=[], baseline=None, alpha=None,
@@ -102,7 +102,7 @@ def test_the_readme_study_example_is_valid(tmp_path):
     study = load_study(path)
     assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
     from suite.commands import build_parser
-    from suite.commands.run import merge_study, plan_grid
+    from suite.grid.resolve import merge_study, plan_grid
 
     jobs = plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path)]))).jobs  # it plans, too
     assert jobs and {j.method for j in jobs} == set(study.methods)
@@ -110,7 +110,7 @@ def test_the_readme_study_example_is_valid(tmp_path):
 
 def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
     from suite.commands import build_parser
-    from suite.commands.run import merge_study, plan_grid
+    from suite.grid.resolve import merge_study, plan_grid
 
     path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
                             "train: {epochs: 2}\nset: {scores_dropout.p: 0.2}\n"

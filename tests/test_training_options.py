@@ -105,8 +105,8 @@ def test_per_method_learning_rate_sweep():
 
 @pytest.mark.parametrize("sweeps, sets, message", [
     ([], ["vanilla:scores_dropout.p=0.2"], "only training settings take a method scope"),
-    ([], ["train.grad_accumulation=0"], "grad_accumulation=0 must be >= 1"),
-    ([], ["train.select_epoch=first"], "choose last or best"),
+    ([], ["train.grad_accumulation=0"], "grad_accumulation=0 is impossible: it must be >= 1"),
+    ([], ["train.select_epoch=first"], "choose last, best"),
 ])
 def test_bad_training_options(sweeps, sets, message):
     with pytest.raises(HyperParameterError, match=None) as info:

@@ -92,9 +92,10 @@ class Registry(Generic[T]):
         return origin
 
     # -- lookup --------------------------------------------------------------------------------------
-    def names(self) -> list[str]:
+    def names(self, registration_order: bool = False) -> list[str]:
         self.load()
-        return sorted(self._names.values())
+        names = list(self._names.values())
+        return names if registration_order else sorted(names)
 
     def get(self, name: str) -> T:
         self.load()

@@ -12,7 +12,6 @@ from typing import Sequence
 from suite.api.registry import Registry, normalise
 
 TASKS: Registry["TaskSpec"] = Registry("task", "suite.tasks", "suite.tasks", key=normalise)
-TASK_GROUPS: dict[str, list[str]] = {}  # e.g. "glue" -> its nine tasks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +30,32 @@ class LocalSplit:
 
 
 @dataclasses.dataclass(frozen=True)
+class TestSet:
+    """One unlabeled test file and how to write its predictions (`run --predict-test`, `suite predict`).
+
+    `columns` maps the task's text fields to the file's header names; `output` is `ids` (label ids), `names`
+    (label names) or `score` (regression, clipped to the task's score range)."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str                      # submission file stem, e.g. "MNLI-m"
+    file: str                      # path inside the data folder
+    columns: dict[str, str]
+    output: str = "ids"
+    index: str = "index"
+    hub: tuple[str, str, str] | None = None   # (dataset, config, split) when read from the hub
+
+    def __post_init__(self):
+        if self.output not in ("ids", "names", "score"):
+            raise ValueError(f"TestSet.output {self.output!r}: choose ids, names or score")
+
+
+@dataclasses.dataclass(frozen=True)
 class TaskSpec:
+    """Everything the suite knows about a task, as data: its columns and labels, its official metrics, where its
+    splits live (hub and local TSV layout), how reports average it, its test sets, and the training budget each
+    preset gives it. A task module builds one and calls `register_task`."""
+
     name: str                                  # canonical name, e.g. "sst2"
     display: str                               # e.g. "SST-2"
     text_fields: tuple[str, ...]
@@ -49,6 +73,10 @@ class TaskSpec:
     average_note: str = ""                     # ... and, when it does not, why (reports print it)
     score_range: tuple[float, float] | None = None  # valid regression labels (STS-B: 0 to 5); checked on reading
     data_dir: str = ""                         # the task's own data folder (a plugin's), used instead of --data-dir
+    groups: tuple[str, ...] = ()               # names that select it with others (--tasks glue)
+    test_sets: tuple[TestSet, ...] = ()        # unlabeled test files for submissions
+    # per preset, the training settings this task gets over the preset's own (e.g. {"quick": {"epochs": 2}})
+    budgets: dict[str, dict] = dataclasses.field(default_factory=dict)
 
     @property
     def is_regression(self) -> bool:
@@ -64,10 +92,27 @@ class TaskSpec:
 
 
 def register_task(spec: TaskSpec, groups: Sequence[str] = ()) -> TaskSpec:
-    TASKS.add(spec.name, spec)
-    for g in groups:
-        TASK_GROUPS.setdefault(g, []).append(spec.name)
-    return spec
+    """Add a task (and, optionally, more groups it belongs to) to the registry."""
+    if groups:
+        spec = dataclasses.replace(spec, groups=tuple(dict.fromkeys((*spec.groups, *groups))))
+    return TASKS.add(spec.name, spec)
+
+
+def register_test_set(task: str, test_set: TestSet) -> TestSet:
+    """Add a test set to a registered task (several per task are allowed: MNLI m/mm, AX)."""
+    spec = get_task(task)
+    TASKS.add(spec.name, dataclasses.replace(spec, test_sets=(*spec.test_sets, test_set)))
+    return test_set
+
+
+def task_groups() -> dict[str, list[str]]:
+    """Group name -> its registered tasks in registration order (GLUE's usual column order), from the tasks themselves:
+    a removed task leaves no trace in a group."""
+    groups: dict[str, list[str]] = {}
+    for name in TASKS.names(registration_order=True):
+        for g in get_task(name).groups:
+            groups.setdefault(g, []).append(name)
+    return groups
 
 
 def get_task(name: str) -> TaskSpec:
@@ -75,5 +120,4 @@ def get_task(name: str) -> TaskSpec:
 
 
 def select_tasks(patterns: str | Sequence[str]) -> list[str]:
-    TASKS.load()
-    return TASKS.select(patterns, groups=TASK_GROUPS)
+    return TASKS.select(patterns, groups=task_groups())

@@ -10,9 +10,8 @@ import os
 import sys
 from typing import Callable
 
-from suite import report
 from suite.api.errors import EXIT_BAD_INPUT, BadInput
-from suite.commands import bench, check, listing, predict, run
+from suite.commands import bench, check, listing, predict, report, run
 
 COMMAND_MODULES = (run, listing, bench, report, check, predict)
 

@@ -9,7 +9,7 @@ import typing
 from tabulate import tabulate
 
 from suite.api.attention import METHODS
-from suite.api.tasks import TASK_GROUPS, TASKS, get_task
+from suite.api.tasks import TASKS, get_task, task_groups
 
 COMMAND = "list"
 MAX_WIDTH = 100
@@ -46,7 +46,7 @@ def task_table() -> str:
     rows = []
     for name in TASKS.names():
         spec = get_task(name)
-        groups = ",".join(g for g, members in TASK_GROUPS.items() if name in members)
+        groups = ",".join(spec.groups)
         rows.append([spec.name, " + ".join(spec.text_fields),
                      "regression" if spec.is_regression else ", ".join(spec.label_names),
                      ", ".join(spec.metric_keys()), groups])
@@ -64,8 +64,7 @@ def plugin_error_lines() -> list[str]:
 
 def main(args) -> int:
     print("\n".join(method_lines()))
-    TASKS.load()
-    print("Tasks (select with --tasks; groups: " + ", ".join(TASK_GROUPS) + "):\n")
+    print("Tasks (select with --tasks; groups: " + ", ".join(task_groups()) + "):\n")
     print(task_table())
     print("\n".join(plugin_error_lines()))
     return 0

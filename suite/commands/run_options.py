@@ -1,55 +1,25 @@
-"""The options of `python -m suite run`, each with its help text, and the help for every `train.KEY` setting.
+"""The options of `python -m suite run`, each with its help text; a training flag's help is its setting's own
+(`suite.run.settings.TrainSettings`), and so is the `train.KEY` listing of `run --help`.
 
-Options default to None so that a study file (`--study`) can fill what the command line leaves out; `RUN_DEFAULTS`
+Options default to None so that a study file (`--study`) can fill what the command line leaves out; `suite.grid.resolve.RUN_DEFAULTS`
 applies after that.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from suite.run.settings import DEFAULT_MODEL, PRESETS, TrainSettings
+from suite.run.settings import DEFAULT_MODEL, PRECISIONS, PRESETS, TRAIN_FIELDS, setting_help
 from suite.run.data import DATA_DIR_ENV
-
-RUN_DEFAULTS = {"seeds": [1, 2, 3], "preset": "quick", "out": "runs", "device": "auto", "executor": "local"}
-
-TRAIN_HELP = {
-    "epochs": "passes over the training set",
-    "lr": "peak learning rate of AdamW (linear warm-up, then linear decay to 0)",
-    "batch_size": "training examples per batch",
-    "eval_batch_size": "examples per batch when evaluating",
-    "max_length": "tokens per example; longer inputs are truncated",
-    "warmup_ratio": "share of the optimizer steps spent warming the learning rate up, in [0, 1)",
-    "weight_decay": "AdamW weight decay (not on biases and norms)",
-    "grad_clip": "clip the gradient norm to this value (0: no clipping)",
-    "max_train_samples": "seeded train subset, the same for every method and seed (none: the whole train set)",
-    "max_eval_samples": "seeded dev subset (none: the whole dev set)",
-    "train_eval_samples": "fixed train subset scored each epoch for the overfitting gap (0: none)",
-    "data_seed": "seed that draws the train/dev subsets",
-    "precision": "auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16 or fp16 (with loss scaling)",
-    "stats_batches": "dev batches used for attention statistics (0: none)",
-    "compile": "torch.compile the model (faster on GPUs; numbers may differ in the last digits)",
-    "grad_accumulation": "batches per optimizer step: effective batch = batch_size x grad_accumulation",
-    "early_stopping_patience": "stop after this many epochs without a better dev score (0: off)",
-    "select_epoch": "last (default: the leaderboard uses the last epoch) or best (the best dev epoch's model "
-                    "gives the final metrics, predictions and saved model)",
-    "analyses": "end-of-run analyses on fixed dev examples: a comma list of importance, seeds, heads; or none",
-    "analysis_examples": "fixed dev examples the analyses read",
-    "batching": "length (shuffled batches of similar lengths: less padding, faster), trainer_length (HF "
-                "Trainer's group_by_length order: each mega-batch's batches longest first) or random (plain "
-                "shuffle, HF Trainer's default)",
-}
 
 
 def train_keys_help() -> str:
     """One line per training setting: `train.KEY (default): what it does`."""
     import textwrap
 
-    defaults, lines = TrainSettings(), []
-    for f in dataclasses.fields(TrainSettings):
-        head = f"  train.{f.name:<24} {getattr(defaults, f.name)!r:<8} "
-        lines.append(textwrap.fill(TRAIN_HELP.get(f.name, ""), 100, initial_indent=head,
-                                   subsequent_indent=" " * len(head)))
+    lines = []
+    for f in TRAIN_FIELDS.values():
+        head = f"  train.{f.name:<24} {f.default!r:<8} "
+        lines.append(textwrap.fill(f.metadata["help"], 100, initial_indent=head, subsequent_indent=" " * len(head)))
     return "\n".join(lines)
 
 
@@ -83,21 +53,21 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     what.add_argument("--out", help="output folder; records go to OUT/runs/ (default ./runs)")
 
     train = p.add_argument_group("training (shortcuts for --set train.KEY=VALUE; every key is listed below)")
-    train.add_argument("--epochs", type=int, help="train.epochs: " + TRAIN_HELP["epochs"])
-    train.add_argument("--lr", type=float, help="train.lr: " + TRAIN_HELP["lr"])
-    train.add_argument("--batch-size", type=int, help="train.batch_size: " + TRAIN_HELP["batch_size"])
-    train.add_argument("--max-length", type=int, help="train.max_length: " + TRAIN_HELP["max_length"])
+    train.add_argument("--epochs", type=int, help="train.epochs: " + setting_help("epochs"))
+    train.add_argument("--lr", type=float, help="train.lr: " + setting_help("lr"))
+    train.add_argument("--batch-size", type=int, help="train.batch_size: " + setting_help("batch_size"))
+    train.add_argument("--max-length", type=int, help="train.max_length: " + setting_help("max_length"))
     train.add_argument("--max-train-samples", type=int, help="train.max_train_samples: seeded train subset "
                                                              "(the same for every method and seed)")
     train.add_argument("--max-eval-samples", type=int, help="train.max_eval_samples: seeded dev subset")
-    train.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"],
-                       help="train.precision: " + TRAIN_HELP["precision"])
+    train.add_argument("--precision", choices=PRECISIONS,
+                       help="train.precision: " + setting_help("precision"))
     train.add_argument("--grad-accumulation", type=int, metavar="N",
-                       help="train.grad_accumulation: " + TRAIN_HELP["grad_accumulation"])
+                       help="train.grad_accumulation: " + setting_help("grad_accumulation"))
     train.add_argument("--early-stopping", type=int, metavar="PATIENCE",
-                       help="train.early_stopping_patience: " + TRAIN_HELP["early_stopping_patience"])
+                       help="train.early_stopping_patience: " + setting_help("early_stopping_patience"))
     train.add_argument("--compile", action="store_true", default=None, help="train.compile=true: "
-                                                                            + TRAIN_HELP["compile"])
+                                                                            + setting_help("compile"))
     train.add_argument("--set", dest="sets", action="append", default=[], metavar="M.KEY=V",
                        help="fix a hyper-parameter of method M (or train.KEY=V; METHOD:train.KEY=V for one "
                             "method only); repeatable")

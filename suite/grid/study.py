@@ -165,28 +165,3 @@ def load_study(path: str | Path) -> Study:
                 except BadInput as exc:
                     raise BadInput(f"{path}: {where}{section}.{text.split('=', 1)[0]}: {exc}") from None
     return study
-
-
-def report_arguments(args):
-    """`report --study FILE`: the study's output folder and report: section fill what the command line left unset."""
-    study = load_study(args.study)
-    args.dir = args.dir or study.out
-    if not args.dir:
-        raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
-    for key in ("baseline", "alpha", "out"):
-        if getattr(args, key, None) is None:
-            setattr(args, key, getattr(study.report, key))
-    if getattr(args, "reference_tasks", None) is None and study.report.reference_tasks is not None:
-        args.reference_tasks = names(study.report.reference_tasks).split(",")
-    return args
-
-
-def resolve_report_defaults(args, baseline: str, alpha: float):
-    """Defaults of `report` once the study file had its say; an unknown --baseline is an error (with a suggestion)."""
-    from suite.api.attention import METHODS
-
-    if not args.dir:
-        raise BadInput("report: give the output folder DIR of `python -m suite run`, or --study FILE")
-    args.baseline = METHODS.canonical(args.baseline or baseline)
-    args.alpha = alpha if args.alpha is None else args.alpha
-    return args

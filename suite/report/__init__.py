@@ -30,14 +30,13 @@ Where things are
                      the markdown sections
   exports.py         the tables as CSV and LaTeX, comparisons.csv
   document.py        the `Report` object the sections write into, and their order
-  command.py         `build_report` and the command line
+  command.py         `build_report` (the command line is `suite.commands.report`)
 """
 from __future__ import annotations
 
 from suite.api.errors import ReportError
-from suite.report.command import COMMAND, DEFAULT_ALPHA, DEFAULT_BASELINE, add_parser, build_report, main
+from suite.report.command import DEFAULT_ALPHA, DEFAULT_BASELINE, build_report
 from suite.report.formatting import slug
 from suite.report.load import Loaded, load
 
-__all__ = ["COMMAND", "DEFAULT_ALPHA", "DEFAULT_BASELINE", "Loaded", "ReportError", "add_parser", "build_report",
-           "load", "main", "slug"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "Loaded", "ReportError", "build_report", "load", "slug"]

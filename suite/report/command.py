@@ -1,15 +1,12 @@
-"""`python -m suite report DIR [MORE_RUN_DIRS...]`: the command line and `build_report`, its Python API."""
+"""`build_report`: the report's Python API (its command line is `suite.commands.report`)."""
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
-import sys
 from pathlib import Path
 from typing import Sequence
 
-from suite.api.errors import EXIT_BAD_INPUT, ReportError
-from suite.run.data import DATA_DIR_ENV
+from suite.api.errors import ReportError
 from suite.report.document import Options, Report
 from suite.report.exports import write_exports
 from suite.report.load import load
@@ -84,57 +81,3 @@ def _task_names(names: Sequence[str]) -> list[str]:
         return [get_task(n).name for n in names]
     except UnknownNameError as exc:
         raise ReportError(f"--reference-tasks: {exc}") from None
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser(COMMAND, help="leaderboard markdown, tables and figures from run records",
-                       description="Reads DIR/runs/*.json (and the run folders after it) and writes "
-                                   "DIR/leaderboard.md, its tables as CSV and LaTeX, and DIR/figures/.")
-    p.add_argument("dir", nargs="?", help="output folder of `python -m suite run` (holds runs/)")
-    p.add_argument("more", nargs="*", help="more run folders whose records join the report")
-    p.add_argument("--study", help="a study file: its out: folder and report: options fill what is not given here")
-    p.add_argument("--baseline", help=f"reference method (default {DEFAULT_BASELINE})")
-    p.add_argument("--alpha", type=float, help=f"significance level after the correction (default {DEFAULT_ALPHA})")
-    p.add_argument("--correction", choices=sorted(CORRECTIONS), default="holm",
-                   help="multiple-comparison correction across each model's table: holm (Holm-Bonferroni, "
-                        "family-wise error; default) or bh (Benjamini-Hochberg, false discovery rate)")
-    p.add_argument("--no-aso", dest="aso", action="store_false",
-                   help="skip almost stochastic order (its bootstrap is the slowest statistic)")
-    p.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV),
-                   help=f"GLUE-format data folder (default ${DATA_DIR_ENV}): dev labels for the baseline rows of "
-                        "records that do not carry them")
-    p.add_argument("--costs", help=f"`python -m suite bench --json` file for the cost columns "
-                                   f"(default: OUT/{DEFAULT_COSTS}, else DIR/{DEFAULT_COSTS}, when it exists)")
-    p.add_argument("--reference-tasks", type=lambda v: [t for t in v.split(",") if t],
-                   help="comma list of tasks shown in their own table against their majority class and left out "
-                        "of the comparisons and averages (e.g. tasks the model does not learn)")
-    p.add_argument("--no-figures", dest="figures", action="store_false",
-                   help="tables only: much faster; existing figures are left as they are")
-    p.add_argument("--out", help="write the report here instead of DIR")
-
-
-def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
-    """A study file's options where the command line left them unset, then the defaults."""
-    from suite.api.attention import METHODS
-
-    if getattr(args, "study", None):
-        from suite.grid.study import report_arguments
-
-        report_arguments(args)
-    if not args.dir:
-        raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
-    args.baseline = METHODS.canonical(args.baseline or DEFAULT_BASELINE)   # unknown: an error with a suggestion
-    args.alpha = DEFAULT_ALPHA if args.alpha is None else args.alpha
-    return args
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        args = resolve_arguments(args)
-        path = build_report([args.dir, *args.more], args.out, args.baseline, args.alpha, args.correction,
-                            args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or ())
-    except ReportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(path)
-    return 0

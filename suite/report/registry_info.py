@@ -58,9 +58,9 @@ def task_display(name: str) -> str:
 
 def _group_of(name: str) -> str:
     """The registration group of a task (the benchmark name when the spec does not state one)."""
-    from suite.api.tasks import TASK_GROUPS
+    from suite.api.tasks import task_groups
 
-    groups = [g for g, members in sorted(TASK_GROUPS.items()) if normalise(name) in map(normalise, members)]
+    groups = [g for g, members in sorted(task_groups().items()) if normalise(name) in map(normalise, members)]
     return groups[0].upper() if groups else ""
 
 
@@ -100,11 +100,10 @@ def is_regression(task: str) -> bool:
 
 def task_order(names: Iterable[str]) -> list[str]:
     """Registered groups' order first (e.g. GLUE's usual column order), then other registered tasks, then others."""
-    from suite.api.tasks import TASK_GROUPS, TASKS
+    from suite.api.tasks import task_groups
 
-    TASKS.load()
     rank: dict[str, int] = {}
-    for members in TASK_GROUPS.values():
+    for members in task_groups().values():
         for m in members:
             rank.setdefault(normalise(m), len(rank))
     return sorted(set(names), key=lambda n: (rank.get(normalise(n), len(rank)), n))

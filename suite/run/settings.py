@@ -1,4 +1,5 @@
-"""Run configuration: training settings, presets, `--set`/`--sweep` parsing and the grid of jobs.
+"""One job's configuration: its training settings (each declared once, with its help, allowed values and hash rule),
+the presets, the model aliases, and the job's identity (`RunConfig.hash`).
 
 One job = model x task x method (+ its hyper-parameters) x seed x training settings. A job's identity is the hash of
 everything that can change its numbers; the record of a finished job is found by that hash, so it is never redone.
@@ -11,9 +12,9 @@ import json
 import math
 from typing import Any
 
-from suite.run import analyses
 from suite.api.attention import METHODS
 from suite.api.errors import HyperParameterError
+from suite.run.batching import BATCHINGS
 
 SEED_RANGE = (0, 2**32)  # numpy's and torch's seedable range
 
@@ -48,92 +49,102 @@ def canonical_model(model: str) -> str:
     return model.rstrip("/")
 
 
+ANALYSES = ("importance", "seeds", "heads")  # end-of-run analyses (suite.run.analyses, docs/analyses.md)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
+            added: bool = False) -> Any:
+    """A training setting, declared once: its default, its help text (the CLI's and `run --help`'s), the values it
+    may take (`choices`, `minimum`; checked by `TrainSettings.validate`), and `added`: a setting added after records
+    existed, which enters a run's hash only when it differs from its default, so that older records keep theirs."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum,
+                                                        "added": added})
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
-    epochs: int = 3
-    lr: float = 5e-5
-    batch_size: int = 32
-    eval_batch_size: int = 128
-    max_length: int = 128
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    max_train_samples: int | None = 2000
-    max_eval_samples: int | None = None
-    train_eval_samples: int = 512   # fixed train subset scored each epoch: the overfitting gap (0: none)
-    data_seed: int = 0              # draws the train/eval subsets: the same for every method and seed
-    precision: str = "auto"         # auto: bf16 autocast on CUDA, fp32 on CPU; or fp32 / bf16 / fp16
-    stats_batches: int = 4          # dev batches used for attention statistics (0: none)
-    compile: bool = False           # torch.compile the model (speed; numbers may differ in the last digits)
-    grad_accumulation: int = 1      # batches per optimizer step: effective batch = batch_size x grad_accumulation
-    early_stopping_patience: int = 0  # stop after this many epochs without a better dev score (0: off)
-    select_epoch: str = "last"      # the epoch whose model the record's final metrics come from: last or best
-    analyses: str = "seeds,heads"   # end-of-run analyses (docs/analyses.md): importance, seeds, heads; or none
-    analysis_examples: int = 64     # fixed dev examples the analyses read
-    batching: str = "length"        # one of BATCHINGS
+    epochs: int = setting(3, "passes over the training set", minimum=1)
+    lr: float = setting(5e-5, "peak learning rate of AdamW (linear warm-up, then linear decay to 0)")
+    batch_size: int = setting(32, "training examples per batch", minimum=1)
+    eval_batch_size: int = setting(128, "examples per batch when evaluating", minimum=1)
+    max_length: int = setting(128, "tokens per example; longer inputs are truncated", minimum=1)
+    warmup_ratio: float = setting(0.1, "share of the optimizer steps spent warming the learning rate up, in [0, 1)")
+    weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and norms)", minimum=0)
+    grad_clip: float = setting(1.0, "clip the gradient norm to this value (0: no clipping)", minimum=0)
+    max_train_samples: int | None = setting(2000, "seeded train subset, the same for every method and seed (none: "
+                                                  "the whole train set)", minimum=1)
+    max_eval_samples: int | None = setting(None, "seeded dev subset (none: the whole dev set)", minimum=1)
+    train_eval_samples: int = setting(512, "fixed train subset scored each epoch for the overfitting gap (0: none)",
+                                      minimum=0)
+    data_seed: int = setting(0, "seed that draws the train/dev subsets: the same for every method and seed",
+                             minimum=0)
+    precision: str = setting("auto", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16 or fp16 (with loss "
+                                     "scaling)", choices=PRECISIONS)
+    stats_batches: int = setting(4, "dev batches used for attention statistics (0: none)", minimum=0)
+    compile: bool = setting(False, "torch.compile the model (faster on GPUs; numbers may differ in the last digits)",
+                            added=True)
+    grad_accumulation: int = setting(1, "batches per optimizer step: effective batch = batch_size x "
+                                        "grad_accumulation", minimum=1, added=True)
+    early_stopping_patience: int = setting(0, "stop after this many epochs without a better dev score (0: off)",
+                                           minimum=0, added=True)
+    select_epoch: str = setting("last", "last (the leaderboard uses the last epoch) or best (the best dev epoch's "
+                                        "model gives the final metrics, predictions and saved model)",
+                                choices=("last", "best"), added=True)
+    analyses: str = setting("seeds,heads", "end-of-run analyses on fixed dev examples: a comma list of "
+                                           + ", ".join(ANALYSES) + "; or none", added=True)
+    analysis_examples: int = setting(64, "fixed dev examples the analyses read", minimum=1, added=True)
+    batching: str = setting("length", "; ".join(f"{name}: {b.help}" for name, b in BATCHINGS.items()),
+                            choices=tuple(BATCHINGS), added=True)
 
     def validate(self) -> None:
         """Raise HyperParameterError for any impossible setting (NaN and inf included), before anything trains."""
-        for name in ["epochs", "batch_size", "eval_batch_size", "max_length"]:
-            if getattr(self, name) < 1:
-                raise HyperParameterError(f"train.{name}={getattr(self, name)} is impossible: it must be >= 1")
-        for name in ["max_train_samples", "max_eval_samples"]:
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise HyperParameterError(f"train.{name}={v} is impossible: it must be >= 1 (or omitted for all)")
-        for name in ["train_eval_samples", "data_seed", "stats_batches"]:
-            if getattr(self, name) < 0:
-                raise HyperParameterError(f"train.{name}={getattr(self, name)} is impossible: it must be >= 0")
-        if not 0 <= self.data_seed < 2**32:
+        for f in dataclasses.fields(self):
+            value, rule = getattr(self, f.name), f.metadata
+            if isinstance(value, float) and not math.isfinite(value):
+                raise HyperParameterError(f"train.{f.name}={value} is impossible: it must be a finite number")
+            if rule["choices"] and value not in rule["choices"]:
+                raise HyperParameterError(f"train.{f.name}={value!r}: choose {', '.join(rule['choices'])}")
+            if rule["minimum"] is not None and value is not None and value < rule["minimum"]:
+                raise HyperParameterError(f"train.{f.name}={value} is impossible: it must be >= {rule['minimum']}"
+                                          + (" (or none for all)" if f.default is None or f.name ==
+                                             "max_train_samples" else "")
+                                          + (" (0 turns clipping off)" if f.name == "grad_clip" else ""))
+        if not self.data_seed < SEED_RANGE[1]:
             raise HyperParameterError(f"train.data_seed={self.data_seed} must lie in [0, 2**32)")
-        if not (math.isfinite(self.lr) and self.lr > 0):
+        if not self.lr > 0:
             raise HyperParameterError(f"train.lr={self.lr} is impossible: it must be a finite number > 0")
-        for name in ["weight_decay", "grad_clip"]:
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise HyperParameterError(f"train.{name}={v} is impossible: it must be a finite number >= 0"
-                                          + (" (0 turns clipping off)" if name == "grad_clip" else ""))
         if not 0 <= self.warmup_ratio < 1:
             raise HyperParameterError(f"train.warmup_ratio={self.warmup_ratio} must lie in [0, 1)")
-        if self.grad_accumulation < 1 or self.early_stopping_patience < 0:
-            raise HyperParameterError(f"train.grad_accumulation={self.grad_accumulation} must be >= 1 and "
-                                      f"train.early_stopping_patience={self.early_stopping_patience} >= 0")
-        analyses.selected(self.analyses)
-        if self.analysis_examples < 1:
-            raise HyperParameterError(f"train.analysis_examples={self.analysis_examples} must be >= 1")
-        if self.batching not in BATCHINGS:
-            raise HyperParameterError(f"train.batching={self.batching!r}: choose {', '.join(BATCHINGS)}")
-        if self.select_epoch not in ("last", "best"):
-            raise HyperParameterError(f"train.select_epoch={self.select_epoch!r}: choose last or best")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise HyperParameterError(f"train.precision={self.precision!r}: choose auto, fp32, bf16 or fp16")
+        selected_analyses(self.analyses)
 
 
-# length: shuffled length-grouped batches (less padding); trainer_length: HF Trainer's group_by_length order (each
-# mega-batch's batches longest first); random: plain shuffle
-BATCHINGS = ("length", "trainer_length", "random")
+def selected_analyses(names: str) -> list[str]:
+    """'heads,seeds' -> ['heads', 'seeds']; '' or 'none' -> []; unknown names raise HyperParameterError."""
+    chosen = [n.strip() for n in names.split(",") if n.strip() and n.strip() != "none"]
+    unknown = [n for n in chosen if n not in ANALYSES]
+    if unknown:
+        raise HyperParameterError(f"train.analyses: unknown {', '.join(map(repr, unknown))}. Valid: "
+                                  f"{', '.join(ANALYSES)} (comma list), or none")
+    return [n for n in ANALYSES if n in chosen]
 
-# TrainSettings fields (with their defaults) that are left out of a job's hash while at that default.
-HASHED_WHEN_CHANGED: dict[str, Any] = {"compile": False, "grad_accumulation": 1, "early_stopping_patience": 0,
-                                       "select_epoch": "last", "analyses": "seeds,heads", "analysis_examples": 64,
-                                       "batching": "length"}
+
+def setting_help(name: str) -> str:
+    return TRAIN_FIELDS[name].metadata["help"]
+
+
+TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainSettings)}
+# Settings added after records existed (with their defaults): left out of a job's hash while at that default.
+HASHED_WHEN_CHANGED: dict[str, Any] = {f.name: f.default for f in TRAIN_FIELDS.values() if f.metadata["added"]}
 
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set.
-    # "tasks" holds per-task training settings (train-set size, epochs, learning rate) applied over "train";
-    # command-line flags and --set train.KEY=V override both.
-    # Per-task values: measured vanilla MiniLM sweep on a 2-core CPU (README, "Calibrating the quick preset").
-    # Batch 16 doubles the optimizer steps where 32 learned too slowly (STS-B, CoLA, MRPC); STS-B at lr 2e-4 swung
-    # between seeds (29-64 correlation), at 1e-4 it does not (71-76).
+    # One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set. Each task's
+    # own budget under this preset (train-set size, epochs, learning rate, batch) is declared with the task
+    # (`TaskSpec.budgets["quick"]`, e.g. tasks/glue.py); command-line flags and --set train.KEY=V override both.
     # bf16 autocast: 1.6-1.8x faster than fp32 on CPUs with native bf16 (AVX512-BF16, AMX) at dev scores within seed
     # noise (README); preflight warns where the CPU would emulate it.
-    "quick": {"models": [DEFAULT_MODEL], "train": {"precision": "bf16"}, "tasks": {
-        "sst2": {"max_train_samples": 1000, "epochs": 2, "lr": 1e-4, "train_eval_samples": 128},
-        "stsb": {"max_train_samples": 1000, "epochs": 2, "lr": 1e-4, "batch_size": 16, "train_eval_samples": 128},
-        "cola": {"max_train_samples": 2000, "epochs": 3, "lr": 1e-4, "batch_size": 16, "train_eval_samples": 128},
-        "mrpc": {"max_train_samples": 1000, "epochs": 3, "lr": 1e-4, "batch_size": 16},
-    }},
+    "quick": {"models": [DEFAULT_MODEL], "train": {"precision": "bf16"}},
     # The usual GLUE fine-tuning recipe for base models (needs the hub for the weights).
     "paper": {"models": ["bert-base-uncased", "roberta-base"],
               "train": {"lr": 2e-5, "batch_size": 32, "epochs": 3, "max_length": 128, "warmup_ratio": 0.1,
@@ -205,12 +216,12 @@ def _method_defaults(method: str) -> dict[str, Any]:
     return dataclasses.asdict(cls.Config())
 
 
-def preset_train(preset: str, task: str, overrides: dict[str, Any] | None = None) -> TrainSettings:
-    """A task's training settings: the preset's, then its per-task values, then `overrides` (command-line flags)."""
-    p = PRESETS[preset]
-    values = {**p["train"], **p.get("tasks", {}).get(task, {}),
-              **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    return TrainSettings(**values)
+def preset_train(preset: str, task: str) -> TrainSettings:
+    """A task's training settings under a preset: the preset's, then the task's own budget for it."""
+    from suite.api.tasks import get_task
+
+    budget = get_task(task).budgets.get(preset, {}) if task else {}
+    return TrainSettings(**{**PRESETS[preset]["train"], **budget})
 
 
 def check_seeds(seeds: list[int]) -> list[int]:

@@ -3,72 +3,22 @@
 A submission is one TSV per test set, `index<TAB>prediction`, named as the server expects (`CoLA.tsv`, `MNLI-m.tsv`,
 `MNLI-mm.tsv`, `AX.tsv`, ...): label ids for CoLA, SST-2, MRPC, QQP and WNLI, label names for the NLI tasks (MNLI,
 AX, QNLI, RTE), a score in [0, 5] for STS-B. The diagnostic set AX is predicted by the MNLI model. Test sets whose
-file is not in the data folder are skipped (and named). Plugin tasks declare theirs with `register_test_set`.
+file is not in the data folder are skipped (and named). Tasks declare theirs in `TaskSpec.test_sets` (or with `suite.register_test_set`).
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from suite.api.tasks import TaskSpec
+from suite.api.tasks import TaskSpec, TestSet
 from suite.run.batching import collate, sorted_batches, to_device
 from suite.api.errors import DataError
 
 CHECKPOINT_INFO = "suite_run.json"  # the job a checkpoint folder was trained by (config of its record)
-
-
-@dataclasses.dataclass(frozen=True)
-class TestSet:
-    """One unlabeled test file and how to write its predictions.
-
-    `columns` maps the task's text fields to the file's header names; `output` is `ids` (label ids), `names`
-    (label names) or `score` (regression, clipped to the task's score range)."""
-
-    name: str                      # submission file stem, e.g. "MNLI-m"
-    file: str                      # path inside the data folder
-    columns: dict[str, str]
-    output: str = "ids"
-    index: str = "index"
-    hub: tuple[str, str, str] | None = None   # (dataset, config, split) when read from the hub
-
-
-TEST_SETS: dict[str, list[TestSet]] = {}
-
-
-def register_test_set(task: str, test_set: TestSet) -> TestSet:
-    """Declare a test set of `task` (its canonical name); several per task are allowed (MNLI m/mm, AX)."""
-    if test_set.output not in ("ids", "names", "score"):
-        raise ValueError(f"TestSet.output {test_set.output!r}: choose ids, names or score")
-    TEST_SETS.setdefault(task, []).append(test_set)
-    return test_set
-
-
-def _glue_sets() -> None:
-    hub = "nyu-mll/glue"
-    pair, nli = {"sentence1": "sentence1", "sentence2": "sentence2"}, {"premise": "sentence1", "hypothesis": "sentence2"}
-    for task, name, folder, columns, output in [
-            ("cola", "CoLA", "CoLA", {"sentence": "sentence"}, "ids"),
-            ("sst2", "SST-2", "SST-2", {"sentence": "sentence"}, "ids"),
-            ("mrpc", "MRPC", "MRPC", {"sentence1": "#1 String", "sentence2": "#2 String"}, "ids"),
-            ("stsb", "STS-B", "STS-B", pair, "score"),
-            ("qnli", "QNLI", "QNLI", {"question": "question", "sentence": "sentence"}, "names"),
-            ("rte", "RTE", "RTE", pair, "names"),
-            ("wnli", "WNLI", "WNLI", pair, "ids")]:
-        register_test_set(task, TestSet(name, f"{folder}/test.tsv", columns, output, hub=(hub, task, "test")))
-    register_test_set("qqp", TestSet("QQP", "QQP/test.tsv", {"question1": "question1", "question2": "question2"},
-                                     "ids", index="id", hub=(hub, "qqp", "test")))
-    for suffix, kind in (("m", "matched"), ("mm", "mismatched")):
-        register_test_set("mnli", TestSet(f"MNLI-{suffix}", f"MNLI/test_{kind}.tsv", nli, "names",
-                                          hub=(hub, "mnli", f"test_{kind}")))
-    register_test_set("mnli", TestSet("AX", "diagnostic/diagnostic.tsv", nli, "names", hub=(hub, "ax", "test")))
-
-
-_glue_sets()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -77,7 +27,7 @@ _glue_sets()
 
 def available_test_sets(spec: TaskSpec, data_dir: Path | None) -> tuple[list[TestSet], list[str]]:
     """(test sets that can be read, names of the ones whose file is absent). From the hub, all are available."""
-    sets = TEST_SETS.get(spec.name, [])
+    sets = list(spec.test_sets)
     if data_dir is None:
         return [s for s in sets if s.hub], [s.name for s in sets if not s.hub]
     found = [s for s in sets if (Path(data_dir) / s.file).is_file()]

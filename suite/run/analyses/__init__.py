@@ -19,22 +19,11 @@ from typing import Any
 import torch
 
 from suite.run.data import seeded_subset
-from suite.api.errors import HyperParameterError
+from suite.run.settings import selected_analyses as selected
 from suite.run.analyses import heads, importance, seeds
 from suite.run.analyses.capture import capture_example, leave_one_out
 
-ANALYSES = ("importance", "seeds", "heads")
 SUBSET_SEED = 12345  # the analysed dev examples are the same for every run of a task (and every method and seed)
-
-
-def selected(names: str) -> list[str]:
-    """'heads,seeds' -> ['heads', 'seeds']; '' or 'none' -> []; unknown names raise HyperParameterError."""
-    chosen = [n.strip() for n in names.split(",") if n.strip() and n.strip() != "none"]
-    unknown = [n for n in chosen if n not in ANALYSES]
-    if unknown:
-        raise HyperParameterError(f"train.analyses: unknown {', '.join(map(repr, unknown))}. Valid: "
-                                  f"{', '.join(ANALYSES)} (comma list), or none")
-    return [n for n in ANALYSES if n in chosen]
 
 
 def _content_positions(input_ids: list[int], special: set[int]) -> list[int]:
