@@ -272,13 +272,8 @@ def test_impossible_hyper_parameters_are_rejected(hp):
         AttendOut(AttendOut.Config(**hp))
 
 
-def test_possible_settings_are_accepted():
-    AttendOut(AttendOut.Config(p_max=0.0))  # the identity setting
-    AttendOut(AttendOut.Config(baseline="defender", mask_samples=1))
-    AttendOut(AttendOut.Config(baseline="ema", mask_samples=1, credit="batch"))
-
-
-@pytest.mark.parametrize("hp", [{"baseline": "defender", "mask_samples": 1}, {"credit": "batch", "g_accumulate": 2}])
+@pytest.mark.parametrize("hp", [{"baseline": "defender", "mask_samples": 1}, {"credit": "batch", "g_accumulate": 2},
+                                {"baseline": "ema", "mask_samples": 1, "credit": "batch"}])
 def test_other_baselines_and_credit_train(hp):
     model, method = _attach(cost_every=0, **hp)
     ctx = _ctx(model, method)
@@ -287,7 +282,9 @@ def test_other_baselines_and_credit_train(hp):
     r = method.last_reward
     assert r["rewards"].shape == (hp.get("mask_samples", 2), 4)
     assert (r["defender"] is not None) == (hp.get("baseline") == "defender")
-    assert method.policy.updates == (1 if hp.get("g_accumulate") == 2 else 2)
+    # g_accumulate=2 steps G once per two rewards; the ema baseline has no history at the first reward, so G first
+    # steps at the second
+    assert method.policy.updates == (1 if hp.get("g_accumulate") == 2 or hp.get("baseline") == "ema" else 2)
 
 
 def test_g_update_every_skips_rewards_but_applies_masks():

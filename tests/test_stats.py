@@ -15,6 +15,11 @@ from suite.api.tasks import get_task
 LN2 = math.log(2)
 
 
+def map_statistics(probs, valid, input_ids=None, classes=None) -> dict[str, float]:
+    """The statistics of one map (one layer, one batch), as the runner's accumulator turns its sums into means."""
+    return {k: stats._ratio(*v) for k, v in stats.map_sums(probs, valid, input_ids, classes).items()}
+
+
 def smoothed_one_hot_entropy(t: int) -> float:
     hi = (1 - stats.SMOOTHING) + stats.SMOOTHING / t
     lo = stats.SMOOTHING / t
@@ -27,7 +32,7 @@ def all_valid(b, l):
 
 def test_uniform_map():
     probs = torch.full((2, 3, 5, 5), 1 / 5)
-    s = stats.map_statistics(probs, all_valid(2, 5))
+    s = map_statistics(probs, all_valid(2, 5))
     assert s["sparsity"] == 0
     assert s["null_rows"] == 0
     assert s["attended_keys"] == 5
@@ -37,7 +42,7 @@ def test_uniform_map():
 
 def test_one_hot_map():
     probs = torch.eye(4, dtype=torch.float64).expand(1, 2, 4, 4)  # float64 maps are reduced in float64
-    s = stats.map_statistics(probs, all_valid(1, 4))
+    s = map_statistics(probs, all_valid(1, 4))
     assert s["sparsity"] == pytest.approx(3 / 4)
     assert s["attended_keys"] == 1
     assert s["null_rows"] == 0
@@ -51,7 +56,7 @@ def test_null_rows_and_unnormalised_rows():
     probs[0, 0, 0] = torch.tensor([2.0, 2.0, 2.0, 2.0])  # uniform after L1 normalisation
     probs[0, 0, 1] = torch.tensor([0.0, 3.0, 0.0, 0.0])  # one-hot after normalisation
     # rows 2 and 3 are null
-    s = stats.map_statistics(probs, all_valid(1, 4))
+    s = map_statistics(probs, all_valid(1, 4))
     assert s["null_rows"] == pytest.approx(0.5)
     assert s["sparsity"] == pytest.approx(11 / 16)
     assert s["attended_keys"] == pytest.approx((4 + 1 + 0 + 0) / 4)
@@ -59,7 +64,7 @@ def test_null_rows_and_unnormalised_rows():
 
 
 def test_every_row_null_gives_nan_not_an_error():
-    s = stats.map_statistics(torch.zeros(1, 2, 3, 3), all_valid(1, 3))
+    s = map_statistics(torch.zeros(1, 2, 3, 3), all_valid(1, 3))
     assert s["null_rows"] == 1 and s["sparsity"] == 1 and s["attended_keys"] == 0
     assert math.isnan(s["entropy"]) and math.isnan(s["head_diversity"])
 
@@ -71,7 +76,7 @@ def test_padding_is_ignored():
     probs[1] = 1 / 3
     probs[1, :, :, 3:] = 0.77   # weight on padded keys
     probs[1, :, 3:, :] = float("nan")  # padded queries
-    s = stats.map_statistics(probs, valid)
+    s = map_statistics(probs, valid)
     rows = 2 * 5 + 2 * 3
     assert s["sparsity"] == 0
     assert s["attended_keys"] == pytest.approx((2 * 5 * 5 + 2 * 3 * 3) / rows)
@@ -86,7 +91,7 @@ def test_token_class_masses():
     row = torch.tensor([0.5, 0.1, 0.1, 0.05, 0.25, 0.0])
     probs = row.expand(1, 1, 6, 6).clone()
     classes = {"cls": [cls_id], "sep": [sep_id], "punct": [dot, comma]}
-    s = stats.map_statistics(probs, valid, ids, classes)
+    s = map_statistics(probs, valid, ids, classes)
     assert s["mass_cls"] == pytest.approx(0.5)
     assert s["mass_sep"] == pytest.approx(0.25)
     assert s["mass_punct"] == pytest.approx(0.15)
@@ -96,23 +101,23 @@ def test_masses_of_unnormalised_rows_are_shares():
     ids = torch.tensor([[101, 5, 102]])
     probs = torch.tensor([4.0, 2.0, 2.0]).expand(1, 1, 3, 3).clone()
     probs[0, 0, 2] = 0  # a null row does not count
-    s = stats.map_statistics(probs, all_valid(1, 3), ids, {"cls": [101], "sep": [102], "punct": []})
+    s = map_statistics(probs, all_valid(1, 3), ids, {"cls": [101], "sep": [102], "punct": []})
     assert s["mass_cls"] == pytest.approx(0.5) and s["mass_sep"] == pytest.approx(0.25)
     assert s["mass_punct"] == 0
 
 
 def test_head_diversity_identical_and_disjoint_heads():
     same = torch.tensor([0.1, 0.2, 0.3, 0.4]).expand(1, 2, 4, 4)
-    assert stats.map_statistics(same, all_valid(1, 4))["head_diversity"] == pytest.approx(0, abs=1e-6)
+    assert map_statistics(same, all_valid(1, 4))["head_diversity"] == pytest.approx(0, abs=1e-6)
 
     disjoint = torch.zeros(1, 2, 4, 4)
     disjoint[0, 0, :, :2] = 0.5
     disjoint[0, 1, :, 2:] = 0.5
-    assert stats.map_statistics(disjoint, all_valid(1, 4))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
+    assert map_statistics(disjoint, all_valid(1, 4))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
 
     # three heads A, A, B with B disjoint from A: pairs 0, ln2, ln2
     three = torch.cat([disjoint[:, :1], disjoint[:, :1], disjoint[:, 1:]], dim=1)
-    assert stats.map_statistics(three, all_valid(1, 4))["head_diversity"] == pytest.approx(2 * LN2 / 3, rel=1e-6)
+    assert map_statistics(three, all_valid(1, 4))["head_diversity"] == pytest.approx(2 * LN2 / 3, rel=1e-6)
 
 
 def test_head_diversity_known_partial_overlap():
@@ -121,7 +126,7 @@ def test_head_diversity_known_partial_overlap():
     kl = lambda a, b: float((torch.special.xlogy(a, a) - torch.special.xlogy(a, b)).sum())  # noqa: E731
     expected = 0.5 * kl(p, m) + 0.5 * kl(r, m)
     probs = torch.stack([p.expand(3, 3), r.expand(3, 3)])[None]
-    assert stats.map_statistics(probs, all_valid(1, 3))["head_diversity"] == pytest.approx(expected, rel=1e-6)
+    assert map_statistics(probs, all_valid(1, 3))["head_diversity"] == pytest.approx(expected, rel=1e-6)
 
 
 def test_head_diversity_skips_pairs_with_a_null_row():
@@ -129,7 +134,7 @@ def test_head_diversity_skips_pairs_with_a_null_row():
     disjoint[0, 0, :, 0] = 1
     disjoint[0, 1, :, 1] = 1
     # head 2 is null everywhere: only the pair (0, 1) counts
-    assert stats.map_statistics(disjoint, all_valid(1, 2))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
+    assert map_statistics(disjoint, all_valid(1, 2))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
 
 
 def test_head_disagreement_by_hand():
@@ -137,13 +142,13 @@ def test_head_disagreement_by_hand():
     a, b = torch.tensor([0.5, 0.5, 0.0, 0.0]), torch.tensor([0.0, 0.0, 0.5, 0.5])
     # heads A, A, B: mixture (1/3, 1/3, 1/6, 1/6), each head's entropy ln 2 -> ln 3 - (2/3) ln 2
     three = torch.stack([a, a, b]).unsqueeze(1).expand(3, 4, 4)[None]
-    got = stats.map_statistics(three, all_valid(1, 4))["head_disagreement"]
+    got = map_statistics(three, all_valid(1, 4))["head_disagreement"]
     assert got == pytest.approx(math.log(3) - 2 / 3 * LN2, rel=1e-6)
-    assert stats.map_statistics(three, all_valid(1, 4))["head_diversity"] == pytest.approx(2 * LN2 / 3, rel=1e-6)
+    assert map_statistics(three, all_valid(1, 4))["head_diversity"] == pytest.approx(2 * LN2 / 3, rel=1e-6)
     one_hot = torch.eye(4).unsqueeze(1).expand(4, 4, 4)[None]  # four heads, each on its own key: the maximum ln 4
-    assert stats.map_statistics(one_hot, all_valid(1, 4))["head_disagreement"] == pytest.approx(math.log(4), rel=1e-6)
+    assert map_statistics(one_hot, all_valid(1, 4))["head_disagreement"] == pytest.approx(math.log(4), rel=1e-6)
     same = torch.tensor([0.1, 0.2, 0.3, 0.4]).expand(1, 3, 4, 4)
-    assert stats.map_statistics(same, all_valid(1, 4))["head_disagreement"] == pytest.approx(0, abs=1e-6)
+    assert map_statistics(same, all_valid(1, 4))["head_disagreement"] == pytest.approx(0, abs=1e-6)
 
 
 def test_head_disagreement_matches_scipy_and_skips_null_rows():
@@ -156,13 +161,13 @@ def test_head_disagreement_matches_scipy_and_skips_null_rows():
     for i in range(5):
         rows = [probs[0, h, i].numpy() for h in range(4) if probs[0, h, i].sum() > 0]
         expected.append(entropy(sum(rows) / len(rows)) - sum(entropy(r) for r in rows) / len(rows))
-    got = stats.map_statistics(probs, all_valid(1, 5))["head_disagreement"]
+    got = map_statistics(probs, all_valid(1, 5))["head_disagreement"]
     assert got == pytest.approx(sum(expected) / 5, rel=1e-9)
 
 
 def test_bf16_maps_are_read_in_fp32():
     probs = torch.full((1, 2, 8, 8), 1 / 8, dtype=torch.bfloat16)
-    s = stats.map_statistics(probs, all_valid(1, 8))
+    s = map_statistics(probs, all_valid(1, 8))
     assert s["entropy"] == pytest.approx(math.log(8), rel=1e-3)
 
 
@@ -264,4 +269,4 @@ def test_head_diversity_is_sampled_on_long_rows():
     probs[0, :, :, 0] = 1          # odd queries: both heads on key 0 (JSD 0)
     probs[0, 1, ::2, 0] = 0
     probs[0, 1, ::2, 1] = 1        # even queries: disjoint heads (JSD ln 2)
-    assert stats.map_statistics(probs, all_valid(1, length))["head_diversity"] == pytest.approx(LN2, rel=1e-6)
+    assert map_statistics(probs, all_valid(1, length))["head_diversity"] == pytest.approx(LN2, rel=1e-6)

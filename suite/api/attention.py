@@ -135,9 +135,6 @@ class AttentionMethod:
             if (f.name == "p" or f.name.startswith("p_")) and isinstance(v, float):
                 check_probability(f"{self.name}.{f.name}", v)
 
-    def hparams(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.cfg)
-
     # -- hooks ---------------------------------------------------------------------------------------
     def prepare(self, model: torch.nn.Module) -> None:
         """Add per-layer parameters or modules before the optimizer is built (they are saved with the model and

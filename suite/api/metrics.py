@@ -8,6 +8,8 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+from suite.api.registry import Registry
+
 
 def _nan_if_constant(fn):
     def wrapped(pred, gold):
@@ -17,23 +19,26 @@ def _nan_if_constant(fn):
     return wrapped
 
 
-METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
-    "accuracy": lambda pred, gold: float(accuracy_score(gold, pred)),
-    "f1": lambda pred, gold: float(f1_score(gold, pred, pos_label=1, average="binary", zero_division=0.0)),
-    "mcc": lambda pred, gold: float(matthews_corrcoef(gold, pred)),
-    "pearson": _nan_if_constant(pearsonr),
-    "spearman": _nan_if_constant(spearmanr),
-}
+# Built-in metrics are registered below; a plugin adds its own with `register_metric` (or an entry point in the
+# `suite.metrics` group whose module calls it).
+METRICS: Registry[Callable[[np.ndarray, np.ndarray], float]] = Registry("metric", "suite.api.metrics", "suite.metrics")
 
 
 def register_metric(name: str, fn: Callable[[np.ndarray, np.ndarray], float]) -> Callable:
     """Make `fn(predictions, gold) -> float` usable by name in a TaskSpec's `metrics` (plugin tasks)."""
     if not callable(fn):
         raise TypeError(f"register_metric({name!r}, ...): the metric must be a function (predictions, gold) -> float")
-    if name in METRICS and METRICS[name] is not fn:
+    if name in METRICS and METRICS.get(name) is not fn:
         raise ValueError(f"metric {name!r} is already registered")
-    METRICS[name] = fn
-    return fn
+    return METRICS.add(name, fn)
+
+
+register_metric("accuracy", lambda pred, gold: float(accuracy_score(gold, pred)))
+register_metric("f1", lambda pred, gold: float(f1_score(gold, pred, pos_label=1, average="binary",
+                                                        zero_division=0.0)))
+register_metric("mcc", lambda pred, gold: float(matthews_corrcoef(gold, pred)))
+register_metric("pearson", _nan_if_constant(pearsonr))
+register_metric("spearman", _nan_if_constant(spearmanr))
 
 
 def check_task_metrics(spec) -> None:
@@ -44,11 +49,11 @@ def check_task_metrics(spec) -> None:
     if unknown:
         import difflib
 
-        close = {m: difflib.get_close_matches(m, list(METRICS), n=1) for m in unknown}
+        close = {m: difflib.get_close_matches(m, METRICS.names(), n=1) for m in unknown}
         hints = "".join(f" ({m!r}: did you mean {c[0]!r}?)" for m, c in close.items() if c)
         raise BadInput(f"task {spec.display} names unknown metric(s) {', '.join(map(repr, unknown))}{hints}. "
-                       f"Registered metrics: {', '.join(sorted(METRICS))}; a plugin adds one with "
-                       "suite.api.metrics.register_metric(name, fn)")
+                       f"Registered metrics: {', '.join(METRICS.names())}; a plugin adds one with "
+                       "suite.register_metric(name, fn)")
 
 
 def predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
@@ -57,7 +62,7 @@ def predictions(logits: np.ndarray, regression: bool) -> np.ndarray:
 
 def compute(names, logits: np.ndarray, labels: np.ndarray, regression: bool, suffix: str = "") -> dict[str, float]:
     pred = predictions(logits, regression)
-    return {(f"{n}_{suffix}" if suffix else n): METRICS[n](pred, labels) for n in names}
+    return {(f"{n}_{suffix}" if suffix else n): METRICS.get(n)(pred, labels) for n in names}
 
 
 def headline(metrics: dict[str, float], keys) -> float:

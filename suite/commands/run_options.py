@@ -25,9 +25,10 @@ def train_keys_help() -> str:
 
 def presets_help() -> str:
     parts = []
-    for name, preset in PRESETS.items():
-        train = ", ".join(f"{k}={v}" for k, v in preset["train"].items()) or "the train.* defaults below"
-        parts.append(f"{name}: models {','.join(preset['models'])}; {train}")
+    for name in PRESETS.names():
+        preset = PRESETS.get(name)
+        train = ", ".join(f"{k}={v}" for k, v in preset.train.items()) or "the train.* defaults below"
+        parts.append(f"{name}: models {','.join(preset.models)}; {train}")
     return "; ".join(parts)
 
 
@@ -47,7 +48,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     what.add_argument("--seeds", type=_ints, help="comma list (default 1,2,3)")
     what.add_argument("--model", help=f"comma list of local folders or hub ids (default: the preset's; "
                                       f"'{DEFAULT_MODEL}' is the offline MiniLM)")
-    what.add_argument("--preset", choices=sorted(PRESETS), help=f"training recipe (default quick). {presets_help()}")
+    what.add_argument("--preset", choices=PRESETS.names(), help=f"training recipe (default quick). {presets_help()}")
     what.add_argument("--data-dir", help=f"folder of task data (GLUE TSVs in the classic layout); else "
                                          f"${DATA_DIR_ENV}, else the hub")
     what.add_argument("--out", help="output folder; records go to OUT/runs/ (default ./runs)")
@@ -77,7 +78,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
     where = p.add_argument_group("where it runs")
     where.add_argument("--device", help="auto (CUDA when present; default), cpu, cuda, cuda:1 ...")
-    where.add_argument("--executor", choices=["local", "ray"],
+    where.add_argument("--executor",
                        help="local (default: sequential; one worker process per GPU when several are visible) or ray")
     where.add_argument("--workers", type=int, help="local executor: worker processes (default: 1 on CPU, one per GPU)")
     where.add_argument("--address", help="ray executor: cluster to join (auto, HOST:PORT, ray://HOST:10001); "

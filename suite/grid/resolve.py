@@ -88,14 +88,13 @@ def plan_grid(args) -> GridPlan:
     from suite.run.outputs import RunOutputs
     from suite.run.tracking import check_trackers
 
-    if args.preset not in PRESETS:
-        raise BadInput(f"preset {args.preset!r} does not exist. Valid presets: {', '.join(sorted(PRESETS))}")
+    args.preset = PRESETS.canonical(args.preset)  # unknown: an error naming the valid ones
     executor_options = {k: getattr(args, k) for k in EXECUTOR_OPTIONS}
     check_executor(args.executor, executor_options)
     methods, tasks = METHODS.select(args.methods), select_tasks(args.tasks)
     for task in tasks:
         check_task_metrics(get_task(task))
-    models = select_models(args.model or ",".join(PRESETS[args.preset]["models"]))
+    models = select_models(args.model or ",".join(PRESETS.get(args.preset).models))
     data_dir = resolve_data_dir(args.data_dir)
     outputs = RunOutputs(args.out, bool(args.save_model), bool(args.predict_test),
                          check_trackers((args.report_to or "").split(",")))

@@ -169,12 +169,6 @@ def _head_diversity(q: torch.Tensor, live: torch.Tensor) -> tuple[float, float]:
     return float(per_query.sum()), float(has.sum())
 
 
-def map_statistics(probs: torch.Tensor, valid: torch.Tensor, input_ids: torch.Tensor | None = None,
-                   classes: dict[str, list[int]] | None = None) -> dict[str, float]:
-    """The statistics of one map (one layer, one batch): sum / count per statistic, NaN where undefined."""
-    return {k: _ratio(*v) for k, v in map_sums(probs, valid, input_ids, classes).items()}
-
-
 def _ratio(total: float, count: float) -> float:
     return total / count if count > 0 else math.nan
 

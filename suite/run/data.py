@@ -198,9 +198,6 @@ def task_data_dir(spec: TaskSpec, data_dir: str | os.PathLike | None) -> Path | 
     return Path(spec.data_dir).expanduser() if spec.data_dir else resolve_data_dir(data_dir)
 
 
-def data_source(data_dir: str | os.PathLike | None) -> str:
-    return "local" if resolve_data_dir(data_dir) is not None else "hub"
-
 
 
 # ---------------------------------------------------------------------------------------------------------

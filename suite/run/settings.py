@@ -14,6 +14,7 @@ from typing import Any
 
 from suite.api.attention import METHODS
 from suite.api.errors import HyperParameterError
+from suite.api.registry import Registry
 from suite.run.batching import BATCHINGS
 
 SEED_RANGE = (0, 2**32)  # numpy's and torch's seedable range
@@ -138,18 +139,26 @@ TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainSettings)}
 HASHED_WHEN_CHANGED: dict[str, Any] = {f.name: f.default for f in TRAIN_FIELDS.values() if f.metadata["added"]}
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set. Each task's
-    # own budget under this preset (train-set size, epochs, learning rate, batch) is declared with the task
-    # (`TaskSpec.budgets["quick"]`, e.g. tasks/glue.py); command-line flags and --set train.KEY=V override both.
-    # bf16 autocast: 1.6-1.8x faster than fp32 on CPUs with native bf16 (AVX512-BF16, AMX) at dev scores within seed
-    # noise (README); preflight warns where the CPU would emulate it.
-    "quick": {"models": [DEFAULT_MODEL], "train": {"precision": "bf16"}},
-    # The usual GLUE fine-tuning recipe for base models (needs the hub for the weights).
-    "paper": {"models": ["bert-base-uncased", "roberta-base"],
-              "train": {"lr": 2e-5, "batch_size": 32, "epochs": 3, "max_length": 128, "warmup_ratio": 0.1,
-                        "max_train_samples": None}},
-}
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A training recipe: the models it fine-tunes and the training settings it gives every task; each task may add
+    its own budget for it (`TaskSpec.budgets[name]`). Flags and `--set train.KEY=V` override both."""
+
+    models: tuple[str, ...]
+    train: dict[str, Any]
+
+
+PRESETS: Registry[Preset] = Registry("preset", "suite.run.settings", "suite.presets")
+
+# One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set; each task's
+# budget (train-set size, epochs, learning rate, batch) comes with the task (tasks/glue.py). bf16 autocast: 1.6-1.8x
+# faster than fp32 on CPUs with native bf16 (AVX512-BF16, AMX) at dev scores within seed noise (README); preflight
+# warns where the CPU would emulate it.
+PRESETS.add("quick", Preset((DEFAULT_MODEL,), {"precision": "bf16"}))
+# The usual GLUE fine-tuning recipe for base models (needs the hub for the weights).
+PRESETS.add("paper", Preset(("bert-base-uncased", "roberta-base"),
+                            {"lr": 2e-5, "batch_size": 32, "epochs": 3, "max_length": 128, "warmup_ratio": 0.1,
+                             "max_train_samples": None}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +230,7 @@ def preset_train(preset: str, task: str) -> TrainSettings:
     from suite.api.tasks import get_task
 
     budget = get_task(task).budgets.get(preset, {}) if task else {}
-    return TrainSettings(**{**PRESETS[preset]["train"], **budget})
+    return TrainSettings(**{**PRESETS.get(preset).train, **budget})
 
 
 def check_seeds(seeds: list[int]) -> list[int]:

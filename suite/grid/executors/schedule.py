@@ -7,22 +7,30 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from tabulate import tabulate
 
 from suite.run.settings import RunConfig
 from suite.api.errors import ExecutorError
+from suite.api.registry import Registry
 from suite.run.record import RunRecord
 from suite.grid.store import Store
 from suite.grid.executors.local import run_local
 from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus
 
-EXECUTORS = MappingProxyType({"local": run_local, "ray": run_ray})
-OPTIONS = MappingProxyType({"local": frozenset({"workers", "max_retries", "plan"}),
-                            "ray": frozenset({"address", "gpus_per_run", "cpus_per_run", "max_retries", "ship"})})
+
+
+@dataclass(frozen=True)
+class Executor:
+    run: Any                   # run(jobs, record, data_dir, device, quiet, status=..., **options)
+    options: frozenset[str]    # the options it takes (others are refused before anything runs)
+
+
+EXECUTORS: Registry[Executor] = Registry("executor", "suite.grid.executors.schedule", "suite.executors")
+EXECUTORS.add("local", Executor(run_local, frozenset({"workers", "max_retries", "plan"})))
+EXECUTORS.add("ray", Executor(run_ray, frozenset({"address", "gpus_per_run", "cpus_per_run", "max_retries", "ship"})))
 
 
 @dataclass
@@ -49,11 +57,11 @@ def pending_jobs(jobs: list[RunConfig], store: Store, force: bool) -> tuple[list
 def check_executor(executor: str, options: dict[str, Any]) -> None:
     """Fail before anything runs: unknown executor, options that belong to another one, Ray missing."""
     if executor not in EXECUTORS:
-        raise ExecutorError(f"unknown executor {executor!r}. Valid executors: {', '.join(EXECUTORS)}")
-    wrong = sorted(k for k, v in options.items() if v is not None and k not in OPTIONS[executor])
+        raise ExecutorError(f"unknown executor {executor!r}. Valid executors: {', '.join(EXECUTORS.names())}")
+    wrong = sorted(k for k, v in options.items() if v is not None and k not in EXECUTORS.get(executor).options)
     if wrong:
         flags = ", ".join("--" + k.replace("_", "-") for k in wrong)
-        owners = {k: [e for e, opts in OPTIONS.items() if k in opts] for k in wrong}
+        owners = {k: [e for e in EXECUTORS.names() if k in EXECUTORS.get(e).options] for k in wrong}
         hint = "; ".join(f"--{k.replace('_', '-')} is for --executor {'/'.join(v)}" for k, v in owners.items() if v)
         raise ExecutorError(f"{flags} does not apply to --executor {executor}" + (f" ({hint})" if hint else ""))
     for key in ("gpus_per_run", "cpus_per_run"):
@@ -93,7 +101,7 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
               "(give the same command again after that grid ends to pick up what it leaves)", file=sys.stderr)
     try:
         if todo:
-            EXECUTORS[executor](todo, record, data_dir, device, quiet, status=status, **options)
+            EXECUTORS.get(executor).run(todo, record, data_dir, device, quiet, status=status, **options)
     finally:
         claims.close()
         status.close()
