@@ -1,4 +1,5 @@
-"""A table cell: the per-seed values of one (method, task) and how they are shown."""
+"""A table cell: the per-seed values of one (method, task) and how they are shown; and the benchmark averages
+of the leaderboard's cells."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from suite.report.formatting import DASH, SCALE, fmt
+from suite.report.registry_info import task_benchmark, task_in_average
 
 
 @dataclasses.dataclass
@@ -64,3 +66,33 @@ class Cell:
 def geometric_mean(xs: list[float]) -> float:
     xs = [x for x in xs if x > 0 and math.isfinite(x)]
     return float(np.exp(np.mean(np.log(xs)))) if xs else math.nan
+
+
+@dataclasses.dataclass
+class Average:
+    """One benchmark's average column: the tasks it averages and each method's (mean, number of tasks)."""
+    benchmark: str
+    tasks: list[str]
+    left_out: list[str]
+    values: dict[str, tuple[float, int]]
+
+    @property
+    def header(self) -> str:
+        return f"{self.benchmark} avg"
+
+    def full(self, methods) -> list[str]:
+        """Methods with results on every averaged task (only their averages are comparable)."""
+        return [m for m in methods if self.values[m][1] == len(self.tasks) and self.tasks]
+
+
+def averages(sel, cells: dict) -> list[Average]:
+    out = []
+    for bench in dict.fromkeys(task_benchmark(t) for t in sel.tasks if task_benchmark(t)):
+        members = [t for t in sel.tasks if task_benchmark(t) == bench]
+        tasks = [t for t in members if task_in_average(t)]
+        values = {}
+        for m in sel.methods:
+            means = [cells[m, t].mean for t in tasks if cells[m, t].n]
+            values[m] = (float(np.mean(means)) if means else math.nan, len(means))
+        out.append(Average(bench, tasks, [t for t in members if t not in tasks], values))
+    return out

@@ -67,7 +67,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     report = Report(loaded, out_dir, options, date_line())
     path = out_dir / "leaderboard.md"
     path.write_text(report.build())
-    write_exports(out_dir, report.tables, report.comparisons)
+    write_exports(out_dir, report.tables, {model: dict(f.comparisons) for model, f in report.facts.items()
+                                           if baseline in f.sel.methods})
     if figures:
         remove_stale_figures(report)
     return path

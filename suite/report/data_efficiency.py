@@ -18,7 +18,8 @@ import pandas as pd
 from suite.report import significance as sig
 from suite.report.cells import Cell
 from suite.report.figures import band, grid, method_colors, method_styles, save
-from suite.report.formatting import fmt, slug, table
+from suite.report.facts import ModelFacts
+from suite.report.formatting import fmt, table
 from suite.report.registry_info import task_display
 from suite.report.selection import Selection
 
@@ -85,8 +86,9 @@ def compare(rep, sel: Selection, curves: dict[str, pd.DataFrame]) -> dict[tuple[
     return {k: (d, float(p)) for k, d, p in zip(keys, diffs, adjusted)}
 
 
-def section(rep, sel: Selection, df: pd.DataFrame, mslug: str) -> None:
-    curves = size_curves(sel, df)
+def section(rep, facts: ModelFacts, mslug: str) -> None:
+    sel = facts.sel
+    curves = size_curves(sel, facts.records)
     if not curves:
         return
     tests = compare(rep, sel, curves)
@@ -110,13 +112,13 @@ def section(rep, sel: Selection, df: pd.DataFrame, mslug: str) -> None:
                     text += f" [**{diff}**]" if p < rep.alpha else f" [{diff}]"
                 row.append(text)
             rows.append(row)
-        base = rep.baselines.get(sel.model, {}).get(task)
+        base = facts.baselines.get(task)
         rep.add(f"#### {task_display(task)}", "", table(rows, ["method", *size_headers(sub, sizes)]), "")
         if base is not None and base.available:
             rep.add(f"{base.constant_kind.replace('_', ' ')} baseline: {fmt(base.constant)}", "")
     path = rep.figure(f"data_efficiency_{mslug}.png")
     if rep.draw:  # --no-figures: tables only
-        plot(rep, sel, curves, path)
+        plot(rep, facts, curves, path)
         rep.link(path, "dev score against training-set size")
 
 
@@ -128,7 +130,8 @@ def size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:
     return [f"{s} examples × {epochs[s]} epochs" for s in sizes]
 
 
-def plot(rep, sel: Selection, curves: dict[str, pd.DataFrame], path) -> None:
+def plot(rep, facts: ModelFacts, curves: dict[str, pd.DataFrame], path) -> None:
+    sel = facts.sel
     methods = list(dict.fromkeys(m for sub in curves.values() for m in _methods(sel, sub)))
     colors, styles = method_colors(methods), method_styles(methods)
     fig, axes = grid(len(curves), width=3.6, height=2.8)
@@ -138,7 +141,7 @@ def plot(rep, sel: Selection, curves: dict[str, pd.DataFrame], path) -> None:
             x = np.asarray([s for s, _ in cells], dtype=float)
             band(ax, x, np.asarray([c.mean for _, c in cells]), np.asarray([c.std for _, c in cells]), colors[m],
                  styles[m], label=m)
-        base = rep.baselines.get(sel.model, {}).get(task)
+        base = facts.baselines.get(task)
         if base is not None and base.available and math.isfinite(base.constant):
             ax.axhline(base.constant, color="grey", linestyle=":", linewidth=1, label="majority / constant")
         ax.set_xscale("log", base=2)

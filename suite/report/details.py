@@ -8,6 +8,7 @@ import pandas as pd
 
 from suite.report import significance as sig
 from suite.report.cells import Cell
+from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, key_of, num, sort_key, table, value_text
 from suite.report.leaderboard import difference_text
 from suite.report.registry_info import metric_order, task_display
@@ -34,17 +35,17 @@ def setup(rep, sel: Selection, board: pd.DataFrame) -> None:
             table(rows, ["task", "train examples", "dev examples", "train subset (gap)", *varying]), "")
 
 
-def per_task_row(rep, sel: Selection, sub: pd.DataFrame, keys: list[str], method: str) -> list[str]:
+def per_task_row(rep, facts: ModelFacts, sub: pd.DataFrame, keys: list[str], method: str) -> list[str]:
     headline = Cell.of(sub)
     metric_cells = [Cell.of(sub.assign(_m=[num(f.get(k)) for f in sub["final"]]), "_m").text(with_n=False)
                     for k in keys]
     best = Cell.of(sub.assign(_b=[num(b.get("score")) for b in sub["best"]]), "_b")
-    c = rep.comparisons.get(sel.model, {}).get((method, sub["task"].iloc[0]))
+    c = facts.comparisons.get((method, sub["task"].iloc[0]))
     examples = (f"[{fmt(c.example_low, sign=True)}, {fmt(c.example_high, sign=True)}]"
                 if c is not None and math.isfinite(c.example_low) else DASH)
     stats = [DASH] * 6 if c is None else [difference_text(c), examples, fmt(c.p, 4), fmt(c.p_adj, 4), fmt(c.aso, 2),
                                           seeds_text(c.seeds_for_diff)]
-    return [rep.method_label(method, sel), *metric_cells, headline.text(with_n=False), str(headline.n),
+    return [rep.method_label(method, facts.sel), *metric_cells, headline.text(with_n=False), str(headline.n),
             str(headline.failed), best.text(with_n=False), *stats]
 
 
@@ -54,7 +55,8 @@ def seeds_text(n: float) -> str:
     return "> 10,000" if math.isinf(n) else f"{int(n):,}"
 
 
-def per_task(rep, sel: Selection, board: pd.DataFrame) -> None:
+def per_task(rep, facts: ModelFacts) -> None:
+    sel, board = facts.sel, facts.board
     correction = "Holm" if rep.correction == "holm" else "BH"
     rep.add("### Per-task results", "",
             "Every official metric x100 (mean ± std over seeds) for the leaderboard runs; best epoch: the "
@@ -73,7 +75,7 @@ def per_task(rep, sel: Selection, board: pd.DataFrame) -> None:
     for t in sel.tasks:
         bt = board[board["task"] == t]
         keys = metric_order(t, {k for f in bt["final"] for k in f})
-        rows = [per_task_row(rep, sel, bt[bt["method"] == m], keys, m)
+        rows = [per_task_row(rep, facts, bt[bt["method"] == m], keys, m)
                 for m in sel.methods if (bt["method"] == m).any()]
         if rows:
             rep.add(f"#### {task_display(t)}", "",
@@ -104,7 +106,6 @@ def ablations(rep, sel: Selection, df: pd.DataFrame) -> None:
         sub = df[df["method"] == m]
         keys = varying_keys(sub)
         if keys:
-            rep.used_hashes.update(sub["hash"])
             blocks += ablation_block(rep, sel, m, sub, keys)
     if blocks:
         rep.add("### Ablations", "",
@@ -126,11 +127,12 @@ def failures(rep) -> None:
         rows = [[r["label"], r["model"], r["status"], (r["error"].splitlines() or [""])[0][:200], r["file"]]
                 for _, r in failed.iterrows()]
         rep.add("## Failed runs", "", table(rows, ["run", "model", "status", "error", "record"]), "")
-    rest = rep.df[~rep.df["hash"].isin(rep.used_hashes)]
+    shown = frozenset().union(*(f.shown for f in rep.facts.values()))
+    rest = rep.df[~rep.df["hash"].isin(shown)]
     if len(rest):
         rows = []
         for (model, task, method, hp, train), sub in rest.groupby(["model", "task", "method", "hp", "train"]):
-            sel_train = rep.selections[model].train_by_task.get(task)
+            sel_train = rep.facts[model].sel.train_by_task.get(task)
             diff = train_diff(json.loads(train), json.loads(sel_train) if sel_train else {})
             setting = ", ".join(filter(None, [setting_text(json.loads(hp), method), diff]))
             rows.append([model, task_display(task), method, setting or DASH, Cell.of(sub).text()])

@@ -1,4 +1,5 @@
-"""The report as a document: state shared by the sections, and the order in which they are written."""
+"""The report as a document: its options, where its output goes (lines, figures, tables for export), the facts of
+each model (computed once, before any section: `suite.report.facts`), and the order of the sections."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,16 +7,15 @@ import json
 import re
 from pathlib import Path
 
-import pandas as pd
 
 from suite.report import analyses, data_efficiency, details, figure_sections, header, leaderboard, reference, stability
-from suite.report.cells import Cell
 from suite.report import costs
 from suite.report.costs import read_bench
 from suite.report.figure_sections import FIGURES
-from suite.report.formatting import SCALE, slug, unique
+from suite.report.formatting import slug, unique
 from suite.report.load import Loaded
 from suite.report.registry_info import reconstruction_note
+from suite.report.facts import ModelFacts, model_facts
 from suite.report.selection import Selection, select, setting_text
 
 
@@ -46,11 +46,8 @@ class Report:
         self.date_line = date_line
         self.lines: list[str] = []
         self.figures: list[Path] = []
-        self.used_hashes: set[str] = set()      # records shown in the leaderboard or an ablation table
-        self.selections: dict[str, Selection] = {}
-        self.baseline_cache: dict = {}
-        self.baselines: dict[str, dict] = {}    # model -> task -> Baseline
-        self.comparisons: dict[str, dict] = {}  # model -> (method, column) -> Comparison
+        self.options = options
+        self.facts: dict[str, ModelFacts] = {}  # model -> its facts (filled by `build` before any section)
         self.tables: dict[tuple[str, str], tuple[list[str], list[list[str]]]] = {}   # (model, kind) -> table
 
     def add(self, *lines: str) -> None:
@@ -72,45 +69,41 @@ class Report:
             label += f" [{text}]" if text else ""
         return label
 
-    def cells(self, sel: Selection, board: pd.DataFrame, column: str = "score", scale: float = SCALE):
-        return {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)], column, scale)
-                for m in sel.methods for t in sel.tasks}
-
     def seeds_per_cell(self) -> str:
         counts = []
-        for model, sel in self.selections.items():
-            board = sel.board(self.df[self.df["model"] == model])
+        for facts in self.facts.values():
+            board = facts.board
             ok = board[(board["status"] == "ok") & board["score"].notna()]
             counts += ok.groupby(["method", "task"]).size().tolist()
         if not counts:
             return "none"
         return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
 
-    def model_section(self, model: str) -> None:
-        df = self.df[self.df["model"] == model]
-        sel = self.selections[model]
-        board = sel.board(df)
-        self.used_hashes.update(board["hash"])
-        mslug = slug(model)
-        self.add(f"## Model `{model}`", "")
-        leaderboard.leaderboard(self, sel, board)
-        reference.section(self, sel, df)
+    def model_section(self, facts: ModelFacts) -> None:
+        sel, board, mslug = facts.sel, facts.board, slug(facts.model)
+        self.add(f"## Model `{facts.model}`", "")
+        leaderboard.leaderboard(self, facts)
+        reference.section(self, facts)
         if self.baseline in sel.methods:
             self.add(*costs.in_run_context(self, sel, board))
         details.setup(self, sel, board)
-        details.per_task(self, sel, board)
-        details.ablations(self, sel, df)
-        data_efficiency.section(self, sel, df, mslug)
-        stability.stability(self, sel, board, mslug)
+        details.per_task(self, facts)
+        details.ablations(self, sel, facts.records)
+        data_efficiency.section(self, facts, mslug)
+        stability.stability(self, facts, mslug)
         figure_sections.overfitting(self, sel, board, mslug)
-        figure_sections.attention(self, sel, board, mslug, model)
-        analyses.section(self, sel, board, mslug, model)
+        figure_sections.attention(self, sel, board, mslug, facts.model)
+        analyses.section(self, sel, board, mslug, facts.model)
 
     def build(self) -> str:
-        self.selections = {m: select(self.df, m, self.baseline, self.reference_tasks) for m in unique(self.df["model"])}
-        header.header(self)
+        cache: dict = {}  # dev sets read for baselines, shared by the models
         for model in unique(self.df["model"]):
-            self.model_section(model)
+            records = self.df[self.df["model"] == model]
+            sel = select(self.df, model, self.baseline, self.reference_tasks)
+            self.facts[model] = model_facts(records, sel, self.options, cache)
+        header.header(self)
+        for facts in self.facts.values():
+            self.model_section(facts)
         details.failures(self)
         details.skipped_records(self)
         text = "\n".join(self.lines).rstrip("\n") + "\n"

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from suite.report.cells import Cell
 from suite.report.figures import method_colors, plot_curves, plot_drop_rates, plot_layers
 from suite.report.formatting import DASH, fmt, num, slug, table
 from suite.report.registry_info import task_display
@@ -27,7 +28,8 @@ MASS_AXIS = ("share of attention", (0.0, 1.0))
 
 
 def overfitting(rep, sel: Selection, board: pd.DataFrame, mslug: str) -> None:
-    cells = rep.cells(sel, board, "gap")
+    cells = {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)], "gap")
+             for m in sel.methods for t in sel.tasks}
     colors = method_colors(sel.methods)
     rep.add("### Overfitting", "",
             "Generalisation gap at the last epoch: headline metric on a fixed train subset minus on dev, x100 "

@@ -1,54 +1,22 @@
 """The leaderboard table with its baseline rows and notes, and the table of differences to the reference method."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
-import numpy as np
 import pandas as pd
 
 from suite.report import significance as sig
-from suite.report.baselines import Baseline, task_baselines
-from suite.report.cells import Cell
-from suite.report.comparisons import Comparison, compare_model, family_size, power_lines, within_reach
+from suite.report.baselines import Baseline
+from suite.report.cells import Average, Cell
+from suite.report.comparisons import Comparison, family_size, power_lines, within_reach
 from suite.report.costs import cost_columns
+from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, table, unique
-from suite.report.registry_info import (average_note, higher_is_better, metric_order, reconstruction_note, task_benchmark,
-                            task_display, task_in_average)
+from suite.report.registry_info import (average_note, higher_is_better, metric_order, reconstruction_note, task_display)
 from suite.report.selection import Selection, has_variation, setting_text
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
-
-
-@dataclasses.dataclass
-class Average:
-    """One benchmark's average column: the tasks it averages and each method's (mean, number of tasks)."""
-    benchmark: str
-    tasks: list[str]
-    left_out: list[str]
-    values: dict[str, tuple[float, int]]
-
-    @property
-    def header(self) -> str:
-        return f"{self.benchmark} avg"
-
-    def full(self, methods) -> list[str]:
-        """Methods with results on every averaged task (only their averages are comparable)."""
-        return [m for m in methods if self.values[m][1] == len(self.tasks) and self.tasks]
-
-
-def averages(sel: Selection, cells: dict) -> list[Average]:
-    out = []
-    for bench in dict.fromkeys(task_benchmark(t) for t in sel.tasks if task_benchmark(t)):
-        members = [t for t in sel.tasks if task_benchmark(t) == bench]
-        tasks = [t for t in members if task_in_average(t)]
-        values = {}
-        for m in sel.methods:
-            means = [cells[m, t].mean for t in tasks if cells[m, t].n]
-            values[m] = (float(np.mean(means)) if means else math.nan, len(means))
-        out.append(Average(bench, tasks, [t for t in members if t not in tasks], values))
-    return out
 
 
 def near_majority(cell: Cell, base: Baseline, higher: bool, alpha: float) -> bool:
@@ -92,11 +60,8 @@ def baseline_rows(sel: Selection, bases: dict[str, Baseline], n_avgs: int, n_res
             ["*chance (baseline)*", *chance, *[DASH] * (n_avgs + n_rest)]]
 
 
-def leaderboard(rep, sel: Selection, board: pd.DataFrame) -> None:
-    cells = rep.cells(sel, board)
-    avgs = averages(sel, cells)
-    bases = task_baselines(board, sel.tasks, sel.train_by_task, rep.data_dir, rep.baseline_cache)
-    rep.baselines[sel.model] = bases
+def leaderboard(rep, facts: ModelFacts) -> None:
+    sel, board, cells, avgs, bases = facts.sel, facts.board, facts.cells, list(facts.averages), facts.baselines
     marked = {(m, t) for m in sel.methods for t in sel.tasks
               if near_majority(cells[m, t], bases[t], higher_is_better(t), rep.alpha)}
     best = {t: best_key({m: cells[m, t].mean for m in sel.methods}, higher_is_better(t),
@@ -121,8 +86,7 @@ def leaderboard(rep, sel: Selection, board: pd.DataFrame) -> None:
         rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
                 f"(choose another reference with --baseline).", "")
         return
-    rep.comparisons[sel.model] = compare_model(rep, sel, board, cells, avgs)
-    differences(rep, sel, cells, avgs)
+    differences(rep, facts)
 
 
 def cells_note(sel: Selection, board: pd.DataFrame) -> str:
@@ -193,8 +157,8 @@ def difference_text(c: Comparison | None) -> str:
     return text + ("*" if c.significant else "")
 
 
-def differences(rep, sel: Selection, cells: dict, avgs: list[Average]) -> None:
-    comps = rep.comparisons[sel.model]
+def differences(rep, facts: ModelFacts) -> None:
+    sel, cells, avgs, comps = facts.sel, facts.cells, list(facts.averages), facts.comparisons
     columns = [*sel.tasks, *[a.header for a in avgs]]
     rows = [[rep.method_label(m, sel), *[difference_text(comps.get((m, c))) for c in columns]]
             for m in sel.methods if m != rep.baseline]

@@ -2,23 +2,19 @@
 their majority-class level in their own table and left out of the leaderboard's comparisons and averages."""
 from __future__ import annotations
 
-import pandas as pd
 
-from suite.report.baselines import task_baselines
+from suite.report.facts import ModelFacts
 from suite.report.cells import Cell
 from suite.report.formatting import DASH, fmt, table
 from suite.report.leaderboard import NEAR_MAJORITY, near_majority
 from suite.report.registry_info import higher_is_better, task_display
-from suite.report.selection import Selection
 
 
-def section(rep, sel: Selection, df: pd.DataFrame) -> None:
+def section(rep, facts: ModelFacts) -> None:
+    sel = facts.sel
     if not sel.reference_tasks:
         return
-    board = sel.board(df, sel.reference_tasks)
-    rep.used_hashes.update(board["hash"])
-    tasks = sel.reference_tasks
-    bases = task_baselines(board, tasks, sel.train_by_task, rep.data_dir, rep.baseline_cache)
+    board, tasks, bases = facts.reference_board, sel.reference_tasks, facts.reference_baselines
     methods = [m for m in sel.methods if (board["method"] == m).any()]
     rows = []
     for m in methods:

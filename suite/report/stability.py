@@ -8,10 +8,10 @@ when it does not beat the majority classifier; the margin adds what a few dev ex
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from suite.report.baselines import Baseline
 from suite.report.cells import Cell
+from suite.report.facts import ModelFacts
 from suite.report.figures import plot_seed_strips
 from suite.report.formatting import DASH, fmt, table
 from suite.report.registry_info import higher_is_better, task_display
@@ -38,9 +38,8 @@ def stability_text(cell: Cell, base: Baseline, higher: bool) -> str:
     return f"{share} · {fmt(cell.std)} · {fmt(worst)}"
 
 
-def stability(rep, sel, board: pd.DataFrame, mslug: str) -> None:
-    bases = rep.baselines.get(sel.model, {})
-    cells = rep.cells(sel, board)
+def stability(rep, facts: ModelFacts, mslug: str) -> None:
+    sel, bases, cells = facts.sel, facts.baselines, facts.cells
     rows = [[rep.method_label(m, sel), *[stability_text(cells[m, t], bases[t], higher_is_better(t))
                                          for t in sel.tasks]] for m in sel.methods]
     headers = ["method", *[task_display(t) for t in sel.tasks]]
