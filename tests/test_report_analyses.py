@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from suite.report import analyses as section
+from suite.report import analysis_sections as section
 from suite.report.selection import Selection
 
 

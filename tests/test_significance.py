@@ -30,8 +30,8 @@ def test_holm_matches_hand_computed_values_and_skips_untested_cells():
     assert np.allclose(sig.holm(p)[:4], [0.03, 0.06, 0.06, 0.02]) and math.isnan(sig.holm(p)[4])
     assert np.allclose(sig.holm(np.array([0.5, 0.9])), [1.0, 1.0])
     rng = np.random.default_rng(0)
-    many = rng.random((50, 7))
-    assert np.allclose(sig.holm_vectorised(many), sig.holm(many))
+    many = rng.random((50, 7))  # row by row: the same as each row alone
+    assert np.allclose(sig.holm(many)[3], sig.holm(many[3]))
 
 
 def test_benjamini_hochberg_matches_hand_computed_values():
@@ -89,7 +89,7 @@ def test_calibration_of_the_corrected_procedure_on_synthetic_tables():
     seed_effect = rng.normal(0, 3.0, size=(tables, 1, seeds))          # shared by all methods of a seed
     reference = 70 + seed_effect + rng.normal(0, sd / math.sqrt(2), size=(tables, 1, seeds))
     scores = 70 + effect[None, :, None] + seed_effect + rng.normal(0, sd / math.sqrt(2), (tables, methods, seeds))
-    flagged = sig.holm_vectorised(sig.paired_t_p(scores - reference)) < alpha
+    flagged = sig.holm(sig.paired_t_p(scores - reference)) < alpha
     fwer = float(np.mean(flagged[:, 1:].any(axis=1)))
     planted = float(np.mean(flagged[:, 0]))
     predicted = sig.power_paired(2.0, sd, seeds, alpha / methods)   # Holm's first step, as the report states it

@@ -7,7 +7,7 @@ import sys
 
 from suite.api.errors import EXIT_BAD_INPUT, ReportError
 from suite.grid.resolve import report_arguments
-from suite.report.command import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_COSTS, build_report
+from suite.report.build import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_COSTS, build_report
 from suite.report.significance import CORRECTIONS
 from suite.run.data import DATA_DIR_ENV
 

@@ -22,20 +22,22 @@ Where things are
   cells.py           a table cell (per-seed values) and its text
   significance.py    paired tests, bootstrap intervals, corrections, almost stochastic order, power
   comparisons.py     every comparison with the reference in one table, corrected as one family
-  baselines.py       majority / constant-mean / chance scores (from the records, or from the dev labels)
+  baseline_scores.py majority / constant-mean / chance scores (from the records, or from the dev labels)
   examples.py        example-level intervals from the per-example prediction sidecars
   costs.py           cost columns from `python -m suite bench --json`; in-run times as context
   figures.py         matplotlib figures (PNG and PDF)
-  header.py, leaderboard.py, reference.py, details.py, data_efficiency.py, stability.py, figure_sections.py
+  header.py, leaderboard.py, reference.py, details.py, data_efficiency.py, stability.py, figure_sections.py,
+  analysis_sections.py
                      the markdown sections
   exports.py         the tables as CSV and LaTeX, comparisons.csv
-  document.py        the `Report` object the sections write into, and their order
-  command.py         `build_report` (the command line is `suite.commands.report`)
+  document.py        the `Report`: options, output (lines, figures, tables), each model's facts, section order
+  facts.py           what the report knows about one model, computed once before any section (ModelFacts)
+  build.py           `build_report` (the command line is `suite.commands.report`)
 """
 from __future__ import annotations
 
 from suite.api.errors import ReportError
-from suite.report.command import DEFAULT_ALPHA, DEFAULT_BASELINE, build_report
+from suite.report.build import DEFAULT_ALPHA, DEFAULT_BASELINE, build_report
 from suite.report.formatting import slug
 from suite.report.load import Loaded, load
 

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 
-from suite.report import analyses, data_efficiency, details, figure_sections, header, leaderboard, reference, stability
+from suite.report import (analysis_sections, data_efficiency, details, figure_sections, header, leaderboard, reference,
+                          stability)
 from suite.report import costs
 from suite.report.costs import read_bench
 from suite.report.figure_sections import FIGURES
@@ -93,7 +94,7 @@ class Report:
         stability.stability(self, facts, mslug)
         figure_sections.overfitting(self, sel, board, mslug)
         figure_sections.attention(self, sel, board, mslug, facts.model)
-        analyses.section(self, sel, board, mslug, facts.model)
+        analysis_sections.section(self, sel, board, mslug, facts.model)
 
     def build(self) -> str:
         cache: dict = {}  # dev sets read for baselines, shared by the models

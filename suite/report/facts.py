@@ -13,7 +13,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from suite.report.baselines import Baseline, task_baselines
+from suite.report.baseline_scores import Baseline, task_baselines
 from suite.report.cells import Average, Cell, averages
 from suite.report.comparisons import Comparison, compare_model
 from suite.report.selection import Selection, varying_keys

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from suite.report import significance as sig
-from suite.report.baselines import Baseline
+from suite.report.baseline_scores import Baseline
 from suite.report.cells import Average, Cell
 from suite.report.comparisons import Comparison, family_size, power_lines, within_reach
 from suite.report.costs import cost_columns

@@ -64,32 +64,20 @@ def bootstrap_ci(diffs: np.ndarray, seed: int = 0, level: float = CONFIDENCE,
 
 
 def holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values along the last axis; NaNs (no test) stay NaN and are not counted."""
+    """Holm's step-down adjusted p-values along the last axis (statsmodels' `multipletests`); NaNs (no test) stay NaN
+    and are not counted in the family."""
+    from statsmodels.stats.multitest import multipletests
+
     p = np.asarray(p, dtype=float)
     if not p.size:
         return p.copy()
     flat = p.reshape(-1, p.shape[-1]) if p.ndim else p.reshape(1, 1)
     out = np.full(flat.shape, np.nan)
-    for row, (values, target) in enumerate(zip(flat, out)):
-        tested = np.flatnonzero(np.isfinite(values))
-        m = len(tested)
-        if not m:
-            continue
-        order = tested[np.argsort(values[tested], kind="mergesort")]
-        steps = np.maximum.accumulate((m - np.arange(m)) * values[order])
-        target[order] = np.minimum(steps, 1.0)
+    for values, target in zip(flat, out):
+        tested = np.isfinite(values)
+        if tested.any():
+            target[tested] = multipletests(values[tested], method="holm")[1]
     return out.reshape(p.shape)
-
-
-def holm_vectorised(p: np.ndarray) -> np.ndarray:
-    """`holm` for complete (NaN-free) arrays, without a Python loop: for calibrating over many tables."""
-    m = p.shape[-1]
-    order = np.argsort(p, axis=-1, kind="mergesort")
-    ranked = np.take_along_axis(p, order, axis=-1)
-    steps = np.minimum(np.maximum.accumulate((m - np.arange(m)) * ranked, axis=-1), 1.0)
-    out = np.empty_like(steps)
-    np.put_along_axis(out, order, steps, axis=-1)
-    return out
 
 
 def benjamini_hochberg(p: np.ndarray) -> np.ndarray:

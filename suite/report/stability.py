@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from suite.report.baselines import Baseline
+from suite.report.baseline_scores import Baseline
 from suite.report.cells import Cell
 from suite.report.facts import ModelFacts
 from suite.report.figures import plot_seed_strips
