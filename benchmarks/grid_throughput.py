@@ -4,7 +4,8 @@ one after another, in one invocation; prints a markdown table with wall-clock, C
     nice -n 10 python benchmarks/grid_throughput.py --task sst2 --data-dir ../shared/data/glue \
         --methods vanilla,scores_dropout,sparsemax --seeds 1,2,3 --max-train-samples 200 --epochs 1
 
-The suite side is `suite.grid.executors.run_grid` in this process (the local executor's sequential path): the task is read
+The suite side is `suite.grid.executors.run_grid` in this process (the local executor's sequential path): the task is
+read
 and tokenised once for the grid (the in-process cache, with the cross-process disk cache pointed at an empty temporary
 folder so nothing is carried over from earlier invocations), and records are written as a grid writes them. The
 Trainer side runs `benchmarks/trainer_vs_suite.py`'s Trainer recipe once per run, each reading and tokenising its
@@ -38,9 +39,9 @@ from tabulate import tabulate
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainer_vs_suite import machine, run_trainer, welch  # noqa: E402
 
-from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings  # noqa: E402
-from suite.grid.plan import build_grid
 from suite.api.tasks import get_task  # noqa: E402
+from suite.grid.plan import build_grid
+from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -83,8 +84,8 @@ def trainer_side(jobs, data_dir: str, device: str) -> tuple[float, float, list[d
 def suite_side(jobs, data_dir: str, device: str) -> tuple[float, float, list[dict]]:
     """(wall s, CPU s, per-run results) of the same runs as one suite grid."""
     from suite.grid.executors import run_grid
-    from suite.run.runner import WORKER_CACHE
     from suite.grid.store import Store
+    from suite.run.runner import WORKER_CACHE
 
     WORKER_CACHE.clear()
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as cache:

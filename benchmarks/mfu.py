@@ -41,8 +41,7 @@ def main(argv=None) -> int:
     from transformers import BertConfig, BertForSequenceClassification, get_linear_schedule_with_warmup
 
     import suite  # noqa: F401  registers the methods
-    from suite.api.attention import METHODS
-    from suite.api.attention import StepContext
+    from suite.api.attention import METHODS, StepContext
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=int, default=32)

@@ -1,4 +1,5 @@
-"""Vanilla fine-tuning of one model on one GLUE task by this suite (`suite.run.runner.run_one`) and by HF `Trainer`, with the
+"""Vanilla fine-tuning of one model on one GLUE task by this suite (`suite.run.runner.run_one`) and by HF `Trainer`,
+with the
 same data subset, hyper-parameters and seed; prints wall-clock and dev metric for both as a markdown table.
 
     python benchmarks/trainer_vs_suite.py --task sst2 --data-dir ../shared/data/glue --max-train-samples 1000 \
@@ -19,7 +20,8 @@ With several `--precisions`, every runner runs at each (Trainer's `bf16=True` is
 `train.precision=bf16`), and a last speed-up column compares each row with Trainer at the first precision listed.
 
 Trainer gets what our runner does: linear schedule with 10% warmup, AdamW (weight decay 0.01, none on biases and
-LayerNorm), gradient clipping 1.0, the same batching (above) with dynamic padding (`DataCollatorWithPadding`), evaluation each epoch, bf16 autocast on CUDA, no checkpoints, no reporting.
+LayerNorm), gradient clipping 1.0, the same batching (above) with dynamic padding (`DataCollatorWithPadding`),
+evaluation each epoch, bf16 autocast on CUDA, no checkpoints, no reporting.
 """
 from __future__ import annotations
 
@@ -38,9 +40,9 @@ import torch
 from tabulate import tabulate
 
 from suite.api import metrics
-from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
 from suite.api.tasks import get_task
 from suite.run.data import load_splits, seeded_subset
+from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
 
 
 class TokenCounter:
@@ -96,8 +98,16 @@ def run_suite(cfg: RunConfig, data_dir: str, device: str) -> dict:
 
 def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
     import datasets
-    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
-                              PrinterCallback, Trainer, TrainerCallback, TrainingArguments, set_seed)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        PrinterCallback,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+        set_seed,
+    )
 
     spec = get_task(cfg.task)
     t = cfg.train
@@ -141,7 +151,8 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
             output_dir=out, learning_rate=t.lr, per_device_train_batch_size=t.batch_size,
             per_device_eval_batch_size=t.eval_batch_size, num_train_epochs=t.epochs, warmup_steps=t.warmup_ratio,
             weight_decay=t.weight_decay, max_grad_norm=t.grad_clip, lr_scheduler_type="linear",
-            train_sampling_strategy="group_by_length" if t.batching in ("length", "trainer_length") else "random", eval_strategy="epoch", save_strategy="no",
+            train_sampling_strategy="group_by_length" if t.batching in ("length", "trainer_length") else "random",
+            eval_strategy="epoch", save_strategy="no",
             logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
             bf16=t.precision == "bf16" or (t.precision == "auto" and cuda), disable_tqdm=True,
             dataloader_num_workers=0)

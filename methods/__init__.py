@@ -1,5 +1,13 @@
 """Built-in attention methods. Each module registers its methods on import; a new module is added to this list."""
-from . import dropout, uniform  # noqa: F401
-from . import entmax_attention, rela, structured_dropout, topk  # noqa: F401
-from . import attendout, regularizers  # noqa: F401
-from . import convolution, less_attention  # noqa: F401
+from . import (  # noqa: F401  # noqa: F401  # noqa: F401  # noqa: F401
+    attendout,
+    convolution,
+    dropout,
+    entmax_attention,
+    less_attention,
+    regularizers,
+    rela,
+    structured_dropout,
+    topk,
+    uniform,
+)

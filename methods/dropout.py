@@ -1,4 +1,5 @@
-"""Dropout on attention: on the probabilities (vanilla BERT) or on the scores before the softmax (docs/methods.md#vanilla, #scores_dropout, #scores_dropout_naive)."""
+"""Dropout on attention: on the probabilities (vanilla BERT) or on the scores before the softmax
+(docs/methods.md#vanilla, #scores_dropout, #scores_dropout_naive)."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,8 +7,17 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from suite.api.attention import (has_probe, AttentionMethod, NoConfig, attend, drop_scores, probs_dropout, register_method,
-                             scores, softmax)
+from suite.api.attention import (
+    AttentionMethod,
+    NoConfig,
+    attend,
+    drop_scores,
+    has_probe,
+    probs_dropout,
+    register_method,
+    scores,
+    softmax,
+)
 
 
 @dataclasses.dataclass

@@ -1,4 +1,5 @@
-"""sparsemax, 1.5-entmax and alpha-entmax with a learned alpha per head (docs/methods.md#sparsemax, #entmax15, #entmax_alpha), through the `entmax` package.
+"""sparsemax, 1.5-entmax and alpha-entmax with a learned alpha per head (docs/methods.md#sparsemax, #entmax15,
+#entmax_alpha), through the `entmax` package.
 
 The mapping replaces the softmax over the keys. It always runs in at least fp32 (autocast off, scores upcast, the
 result cast back): the entmax threshold squares the scores and loses the row sum in half precision. Padded keys get
@@ -21,8 +22,15 @@ import math
 import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 
-from suite.api.attention import (AttentionMethod, HyperParameterError, NoConfig, attend, attention_modules,
-                             register_method, valid_keys)
+from suite.api.attention import (
+    AttentionMethod,
+    HyperParameterError,
+    NoConfig,
+    attend,
+    attention_modules,
+    register_method,
+    valid_keys,
+)
 
 ALPHA_MIN = 1.01
 

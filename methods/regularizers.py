@@ -1,6 +1,8 @@
-"""Two zero-cost attention regularizers that follow AttendOut's stated findings (docs/methods.md#scores_dropout_layerwise, #scores_dropout_dynamic).
+"""Two zero-cost attention regularizers that follow AttendOut's stated findings
+(docs/methods.md#scores_dropout_layerwise, #scores_dropout_dynamic).
 
-They are reconstructions, not the paper's formulas (which are not public): both are scores dropout (docs/methods.md#scores_dropout) whose rate
+They are reconstructions, not the paper's formulas (which are not public): both are scores dropout
+(docs/methods.md#scores_dropout) whose rate
 is set by a rule instead of a generator network, so they cost nothing beyond scores dropout.
 
 - `scores_dropout_layerwise`: lower layers need more dropout. p_l = p_top + (p_bottom - p_top) * (1 - l / (L - 1)).

@@ -20,8 +20,15 @@ import math
 
 import torch
 
-from suite.api.attention import (AttentionMethod, HyperParameterError, attend, attention_modules, probs_dropout,
-                             register_method, valid_keys)
+from suite.api.attention import (
+    AttentionMethod,
+    HyperParameterError,
+    attend,
+    attention_modules,
+    probs_dropout,
+    register_method,
+    valid_keys,
+)
 
 
 @dataclasses.dataclass

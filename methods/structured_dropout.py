@@ -6,7 +6,8 @@ exactly (at least one head is always kept: a sample that would lose all of them 
 schedule of the rate over training: `constant`, `linear` (p -> 0) or `v` (p -> 0 at mid-training -> p), the last
 being our reading of the paper's V-shaped schedule. Applied in place of attention-probability dropout.
 
-dropattention_col (Lin et al. 2019, DropAttention(c); docs/methods.md#dropattention_col): in training, each key column of each sample
+dropattention_col (Lin et al. 2019, DropAttention(c); docs/methods.md#dropattention_col): in training, each key column
+of each sample
 and head is dropped with probability p after the softmax and every row is renormalised over its kept columns.
 Renormalising softmax weights over a subset equals the softmax over that subset, so the drop is applied as a mask
 before the softmax (no 0/0 when kept weights underflow). A row whose valid keys were all dropped keeps all of them.
@@ -20,8 +21,17 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from suite.api.attention import (has_probe, AttentionMethod, HyperParameterError, attend, mask_fill_value, register_method,
-                             scores, softmax, valid_keys)
+from suite.api.attention import (
+    AttentionMethod,
+    HyperParameterError,
+    attend,
+    has_probe,
+    mask_fill_value,
+    register_method,
+    scores,
+    softmax,
+    valid_keys,
+)
 
 SCHEDULES = ("constant", "linear", "v")
 

@@ -19,8 +19,17 @@ import math
 
 import torch
 
-from suite.api.attention import (AttentionMethod, HyperParameterError, attend, mask_fill_value, probs_dropout,
-                             register_method, scores, softmax, valid_keys)
+from suite.api.attention import (
+    AttentionMethod,
+    HyperParameterError,
+    attend,
+    mask_fill_value,
+    probs_dropout,
+    register_method,
+    scores,
+    softmax,
+    valid_keys,
+)
 
 
 @dataclasses.dataclass

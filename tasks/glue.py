@@ -33,7 +33,8 @@ GLUE = [
                     for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
     TaskSpec("stsb", "STS-B", PAIR, None, ("pearson", "spearman"), (HUB, "stsb"),
              local_dir="STS-B",
-             local={s: _pair_split(f, label="score") for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
+             local={s: _pair_split(f, label="score")
+                    for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
     TaskSpec("qqp", "QQP", ("question1", "question2"), ("not_duplicate", "duplicate"), ("f1", "accuracy"),
              (HUB, "qqp"), local_dir="QQP",
              local={s: _pair_split(f, ("question1", "question2"), "is_duplicate")
@@ -51,7 +52,8 @@ GLUE = [
                     for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
     TaskSpec("rte", "RTE", PAIR, ("entailment", "not_entailment"), ("accuracy",), (HUB, "rte"),
              local_dir="RTE",
-             local={s: _pair_split(f, labels=ENTAIL) for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
+             local={s: _pair_split(f, labels=ENTAIL)
+                    for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
     TaskSpec("wnli", "WNLI", PAIR, ("not_entailment", "entailment"), ("accuracy",), (HUB, "wnli"),
              local_dir="WNLI",
              # the TSV's 0/1 already follow the hub order (1 = entailment)

@@ -1,12 +1,14 @@
 """AttendOut (reconstruction): the generator's gradients, masks and log-probabilities, the first-order reward against
 autograd's per-sample gradients, leave-one-out advantages, the placebo, the masked update, no reward at lr 0, the
 interleaved cost (never below 1), and an end-to-end run."""
+import dataclasses
+
 import pytest
 import torch
+from conftest import padded_batch, tiny_model
 from transformers import get_linear_schedule_with_warmup
 
 import suite
-from conftest import padded_batch, tiny_model
 from suite.api.attention import HyperParameterError
 from suite.methods.attendout import AttendOut, valid_pairs
 from suite.methods.attendout import reward as rw
@@ -301,8 +303,8 @@ def test_g_update_every_skips_rewards_but_applies_masks():
 
 
 def test_runner_end_to_end_records_traces_and_cost(tiny_bert_dir, glue_dir):
-    from suite.run.settings import RunConfig, TrainSettings
     from suite.run.runner import run_one
+    from suite.run.settings import RunConfig, TrainSettings
 
     train = TrainSettings(epochs=2, batch_size=8, eval_batch_size=16, max_length=64, max_train_samples=24,
                           train_eval_samples=8, stats_batches=1, lr=1e-3, warmup_ratio=0.0)
@@ -324,3 +326,22 @@ def test_runner_end_to_end_records_traces_and_cost(tiny_bert_dir, glue_dir):
     assert cost["steps"] == 6 and cost["paired_steps"] == 3
     assert cost["step_ratio"] >= 1 and cost["measured_step_ratio"] > 0 and cost["vanilla_step_s"] > 0
     assert cost["peak_memory_mb"] is None  # CPU: no per-allocator peak to compare
+
+
+@pytest.mark.parametrize("name", ["cpu:0", "cpu"])
+def test_the_generator_keeps_its_policy_on_the_same_device_under_another_name(name):
+    """`cpu:0` (like `cuda` against `cuda:0` on a GPU) names the device G already sits on: G's optimizer, baseline
+    and advantage scale must survive every step, so G keeps updating."""
+    model, method = _attach(cost_every=0)
+    policy = method.policy
+    ctx = dataclasses.replace(_ctx(model, method), device=torch.device(name))
+    for i in range(3):
+        method.training_step(ctx, _batch(seed=i), _batch(seed=i + 1))
+    assert method.policy is policy and policy.updates == 3
+
+
+def test_same_device_treats_an_index_and_its_absence_alike():
+    from suite.api.attention import same_device
+
+    assert same_device("cpu", "cpu:0") and same_device(torch.device("cpu:0"), "cpu")
+    assert not same_device("cpu", "meta")

@@ -169,8 +169,8 @@ def bad_models(tiny_bert_dir, tmp_path_factory) -> dict[str, tuple[Path, str]]:
     return cases
 
 
-BAD_MODELS = ["missing folder", "tokenizer of special tokens only", "no weights", "truncated weights", "weights of another model", "no tokenizer files",
-              *SMALL]
+BAD_MODELS = ["missing folder", "tokenizer of special tokens only", "no weights", "truncated weights",
+              "weights of another model", "no tokenizer files", *SMALL]
 
 
 @pytest.mark.parametrize("case", BAD_MODELS)

@@ -7,8 +7,8 @@ import torch
 import suite
 from suite import commands
 from suite import profiling as bench
-from suite.commands import bench as bench_command
 from suite.api.attention import AttentionMethod, register_method
+from suite.commands import bench as bench_command
 
 TINY = ["bench", "--shapes", "tiny", "--seq-len", "16", "--batch-size", "2", "--reps", "2", "--warmup", "2",
         "--device", "cpu", "--threads", "1"]
@@ -124,7 +124,8 @@ def test_padding_leaves_the_first_row_full():
 
 
 def test_profile_section_for_named_methods(capsys):
-    assert commands.main(TINY + ["--methods", "no_dropout", "--no-memory", "--reps", "1", "--profile", "no_dropout"]) == 0
+    assert commands.main(TINY + ["--methods", "no_dropout", "--no-memory", "--reps", "1",
+                                 "--profile", "no_dropout"]) == 0
     out = capsys.readouterr().out
     assert "Where the time of one `no_dropout` step goes" in out
     assert "| operator" in out and "--profile no_dropout" in out

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import suite
-from suite.commands import check
 from suite.api import testing
+from suite.commands import check
 from suite.methods.dropout import ScoresDropout
 
 PLUGINS = Path(__file__).parent / "plugins"

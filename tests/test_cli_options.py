@@ -8,9 +8,9 @@ import pytest
 
 import suite
 from suite.commands import build_parser, main
-from suite.run.settings import RunConfig, TrainSettings
-from suite.run.record import RunRecord
 from suite.grid.store import Store
+from suite.run.record import RunRecord
+from suite.run.settings import RunConfig, TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,8 +125,8 @@ def test_run_shows_plugin_load_errors_for_methods_and_tasks(monkeypatch, tmp_pat
 def test_unknown_task_metric_is_refused_before_training_and_registered_ones_work(tmp_path, capsys):
     import numpy as np
 
-    from suite.api.tasks import TASKS, get_task, register_task
     from suite.api.metrics import METRICS, compute, register_metric
+    from suite.api.tasks import TASKS, get_task, register_task
 
     spec = dataclasses.replace(get_task("rte"), name="rte_balanced", display="RTE-balanced", benchmark="",
                                metrics=("balanced_acuracy",))

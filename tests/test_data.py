@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from suite.api.errors import DataError
-from suite.run.batching import collate, length_grouped_batches, random_batches, trainer_length_batches
-from suite.api.tasks import get_task, select_tasks
-from suite.run.data import load_splits, seeded_subset
 from suite.api.registry import UnknownNameError
+from suite.api.tasks import get_task, select_tasks
+from suite.run.batching import collate, length_grouped_batches, random_batches, trainer_length_batches
+from suite.run.data import load_splits, seeded_subset
 
 
 def test_task_names_are_case_and_dash_insensitive():
@@ -109,8 +109,8 @@ def test_length_grouped_batches_cover_every_index_once_and_group_lengths():
 def test_random_batches_ignore_lengths_and_the_setting_is_checked():
     import dataclasses
 
-    from suite.run.settings import HASHED_WHEN_CHANGED, RunConfig, TrainSettings
     from suite.api.errors import HyperParameterError
+    from suite.run.settings import HASHED_WHEN_CHANGED, RunConfig, TrainSettings
 
     lengths = [(i * 37) % 101 for i in range(300)]
     batches = random_batches(lengths, 8, torch.Generator().manual_seed(0))

@@ -19,14 +19,23 @@ import pytest
 
 from suite import commands
 from suite.api.attention import METHODS
-from suite.run.settings import RunConfig, TrainSettings
-from suite.grid.plan import build_grid
 from suite.api.errors import EXIT_BAD_INPUT, EXIT_TERMINATED
-from suite.grid.executors import (ExecutorError, GridResult, GridStatus, LocalPlan, check_executor, local_plan, run_grid,
-                             status_table, visible_gpus)
+from suite.grid.executors import (
+    ExecutorError,
+    GridResult,
+    GridStatus,
+    LocalPlan,
+    check_executor,
+    local_plan,
+    run_grid,
+    status_table,
+    visible_gpus,
+)
 from suite.grid.executors.ray import TaskResources
-from suite.run.record import RunRecord
+from suite.grid.plan import build_grid
 from suite.grid.store import Store
+from suite.run.record import RunRecord
+from suite.run.settings import RunConfig, TrainSettings
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 SETTINGS = TrainSettings(epochs=1, batch_size=8)  # what the command line below produces (quick preset + flags)

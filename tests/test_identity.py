@@ -2,9 +2,9 @@
 for BERT and RoBERTa. This is also the check that the mask function is registered: without it transformers passes
 no mask and padded keys get weight (a 1e-2 difference instead of 1e-7)."""
 import pytest
+from conftest import padded_batch, tiny_model
 
 import suite
-from conftest import padded_batch, tiny_model
 from suite.testing import check_identity
 
 IDENTITY = [n for n in suite.METHODS.names() if suite.METHODS.get(n).identity is not None]

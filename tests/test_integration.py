@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from suite.commands import main
 from suite.api.tasks import get_task
+from suite.commands import main
 from suite.run.data import load_splits
 
 pytestmark = pytest.mark.integration

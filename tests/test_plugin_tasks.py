@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from suite.commands import main
-from suite.api.tasks import TASKS, LocalSplit, TaskSpec, register_task
 from suite.api.metrics import METRICS, register_metric
+from suite.api.tasks import TASKS, LocalSplit, TaskSpec, register_task
+from suite.commands import main
 from suite.testing import WORDS
 
 

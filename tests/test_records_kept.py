@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import fake_ok_record, run_cli
-from suite.run.settings import RunConfig, TrainSettings, canonical_model, default_model
-from suite.grid.plan import build_grid
+
 from suite.api.errors import EXIT_FAILED_RUNS, EXIT_TERMINATED
 from suite.grid.executors import pending_jobs
-from suite.report.load import load
+from suite.grid.plan import build_grid
 from suite.grid.store import Store
+from suite.report.load import load
+from suite.run.settings import RunConfig, TrainSettings, canonical_model, default_model
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 

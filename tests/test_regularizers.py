@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import suite
-from suite.methods.regularizers import layerwise_rate
 from suite.api.attention import HyperParameterError
+from suite.methods.regularizers import layerwise_rate
 
 NEG = torch.finfo(torch.float32).min
 

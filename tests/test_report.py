@@ -11,10 +11,10 @@ import pytest
 from scipy import stats
 
 from suite.api.attention import METHODS, AttentionMethod, register_method
-from suite.run.settings import TrainSettings
 from suite.api.tasks import get_task
-from suite.report import ReportError, build_report
 from suite.grid.store import Store
+from suite.report import ReportError, build_report
+from suite.run.settings import TrainSettings
 
 MODEL = "tiny-bert"
 TRAIN = {**dataclasses.asdict(TrainSettings()), "max_train_samples": 64, "max_eval_samples": 100}

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from suite.api.tasks import TASKS, TaskSpec, register_task
-from suite.api.errors import ReportError
-from suite.report import build_report
-from suite.grid.store import Store
 from test_report import make_record, parse_table
+
+from suite.api.errors import ReportError
+from suite.api.tasks import TASKS, TaskSpec, register_task
+from suite.grid.store import Store
+from suite.report import build_report
 
 RTE_BASE = {"majority": {"accuracy": 0.505, "score": 0.505}, "chance": {"accuracy": 0.5, "score": 0.5}}
 STSB_BASE = {"constant_mean": {"pearson": 0.0, "spearman": 0.0, "score": 0.0},

@@ -3,11 +3,10 @@ import shutil
 
 import pytest
 
+from suite.api.tasks import get_task
 from suite.run import cache as reuse
-
 from suite.run import runner
 from suite.run.settings import RunConfig, TrainSettings
-from suite.api.tasks import get_task
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@ run records."""
 import torch
 
 from suite.commands import main
-from suite.run.training import StepContext
 from suite.grid.store import Store
+from suite.run.training import StepContext
 
 
 class _NoMethod:
@@ -59,7 +59,8 @@ def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
     git("init", "-q")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
-    sha = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
     (tmp_path / "README.md").write_text("edited\n")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "run.json").write_text("{}")

@@ -6,12 +6,11 @@ import math
 
 import pytest
 import torch
+from attention_inputs import LENGTHS, SPARSE, D, H, L, attached_method, padded_qkv, padding_weight, run_attention
+from conftest import padded_batch, tiny_model
 from entmax import entmax15, entmax_bisect, sparsemax
 
 import suite
-from attention_inputs import (D, H, L, LENGTHS, SPARSE, attached_method, padded_qkv, padding_weight,
-                              run_attention)
-from conftest import padded_batch, tiny_model
 from suite.api.attention import HyperParameterError, attention_modules
 
 # ------------------------------------------------------------------------------------------------------------

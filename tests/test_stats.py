@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import suite
-from suite.run import attention_stats as stats
 from suite.api.attention import attention_modules
-from suite.run.settings import TrainSettings
-from suite.run.data import Encoded
 from suite.api.tasks import get_task
+from suite.run import attention_stats as stats
+from suite.run.data import Encoded
+from suite.run.settings import TrainSettings
 
 LN2 = math.log(2)
 
@@ -26,8 +26,8 @@ def smoothed_one_hot_entropy(t: int) -> float:
     return -(hi * math.log(hi) + (t - 1) * lo * math.log(lo))
 
 
-def all_valid(b, l):
-    return torch.ones(b, l, dtype=torch.bool)
+def all_valid(b, length):
+    return torch.ones(b, length, dtype=torch.bool)
 
 
 def test_uniform_map():

@@ -3,10 +3,11 @@ rescaled or renormalised, schedules, the all-dropped guard, and the probe path e
 import pytest
 import torch
 import torch.nn.functional as F
+from attention_inputs import H, attached_method, padded_qkv, padding_weight, run_attention
 
 import suite
-from attention_inputs import H, attached_method, padded_qkv, padding_weight, run_attention
 from suite.api.attention import HyperParameterError
+
 
 def _many(b=2000, length=5):
     return padded_qkv(dtype=torch.float32, lengths=[length - (i % 3) for i in range(b)], length=length)

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.commands import main
 from suite.api.errors import BadInput
+from suite.commands import main
 from suite.grid.study import load_study
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,7 +45,8 @@ def grid() -> list[dict]:
 def test_cells_are_mean_std_and_difference_to_the_baseline():
     text = compact_leaderboard(grid(), out="runs")
     table = rows(text)
-    assert [c.strip() for c in text.splitlines()[1].split("|")[2:4]] == ["SST-2", "CoLA"]  # the grid's task order, display names
+    # the grid's task order, display names
+    assert [c.strip() for c in text.splitlines()[1].split("|")[2:4]] == ["SST-2", "CoLA"]
     assert table["vanilla"] == ["82.0 ± 2.0", "25.0 ± 7.1"]
     assert table["uniform"] == ["72.0 ± 2.6 (-10.0)", "10.0 (-15.0) 1/2 ok"]
     assert table["majority class"] == ["50.9 (-31.1)", "0.0 (-25.0)"]

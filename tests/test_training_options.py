@@ -4,14 +4,14 @@ import dataclasses
 import pytest
 import torch
 
-from suite.run.settings import RunConfig, TrainSettings
-from suite.grid.plan import build_grid
-from suite.api.tasks import get_task
 from suite.api.errors import HyperParameterError
+from suite.api.tasks import get_task
+from suite.grid.plan import build_grid
 from suite.run.models import build_method
 from suite.run.runner import run_one
-from suite.testing import tiny_model
+from suite.run.settings import RunConfig, TrainSettings
 from suite.run.training import EpochSelection, build_context
+from suite.testing import tiny_model
 
 
 def _batch(ids: torch.Tensor, labels: torch.Tensor) -> dict:

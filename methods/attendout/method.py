@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from suite.api.attention import (AttentionMethod, HyperParameterError, attend, attention_modules, check_probability,
+from suite.api.attention import (same_device, AttentionMethod, HyperParameterError, attend, attention_modules, check_probability,
                              drop_scores, register_method, scores, softmax)
 
 from ..dropout import NoDropout
@@ -165,7 +165,9 @@ class AttendOut(AttentionMethod):
         """Move G to the model's device, build its optimizer and mask generator (lazily: bench needs no setup)."""
         if self.generator is None:
             raise RuntimeError("attendout: attach the method to a model first")
-        if self.policy is None or next(self.generator.parameters()).device != device:
+        # compared as devices, not names: `cuda` and `cuda:0` are one device, and rebuilding the policy would
+        # reset G's optimizer, baseline and advantage scale at every step
+        if self.policy is None or not same_device(next(self.generator.parameters()).device, device):
             self.generator.to(device)
             self._pi_sum, self._drop_sum, self._pair_count = (t.to(device) for t in
                                                               (self._pi_sum, self._drop_sum, self._pair_count))

@@ -264,6 +264,21 @@ def drop_scores(s: torch.Tensor, drop: torch.Tensor, attention_mask=None) -> tor
     return s.masked_fill(drop & ~diag, mask_fill_value(s))
 
 
+def same_device(a: torch.device | str, b: torch.device | str) -> bool:
+    """Whether two device names are one device: `cuda` is the current CUDA device (`cuda:0` by default) and `cpu` is
+    `cpu:0`, so a method that compares devices does not mistake the same device for a move."""
+    a, b = torch.device(a), torch.device(b)
+    if a.type != b.type:
+        return False
+
+    def index(d: torch.device) -> int:
+        if d.index is not None:
+            return d.index
+        return torch.cuda.current_device() if d.type == "cuda" else 0
+
+    return index(a) == index(b)
+
+
 def probs_dropout(p: torch.Tensor, rate: float, module) -> torch.Tensor:
     return F.dropout(p, p=rate, training=module.training) if rate > 0 else p
 

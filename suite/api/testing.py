@@ -24,8 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from suite.api.attention import METHODS, AttentionMethod, HyperParameterError
-from suite.api.attention import probes
+from suite.api.attention import METHODS, AttentionMethod, HyperParameterError, probes
 
 WORDS = ("the a cat dog sat on mat man woman ran fast slow big small red blue null NA yes no house tree "
          "car bird sees likes \" 'll n't . , ! ?").split()

@@ -9,12 +9,12 @@ import signal
 import sys
 
 from suite.api.attention import METHODS
-from suite.api.tasks import TASKS, get_task
-from suite.run.data import load_splits, task_data_dir
 from suite.api.errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, BadInput, Terminated
-from suite.grid.summary import compact_leaderboard, grid_records
+from suite.api.tasks import TASKS, get_task
 from suite.commands.run_options import add_run_options, train_keys_help
 from suite.grid.resolve import GridPlan, merge_study, plan_grid
+from suite.grid.summary import compact_leaderboard, grid_records
+from suite.run.data import load_splits, task_data_dir
 
 COMMAND = "run"
 

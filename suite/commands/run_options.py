@@ -1,15 +1,16 @@
 """The options of `python -m suite run`, each with its help text; a training flag's help is its setting's own
 (`suite.run.settings.TrainSettings`), and so is the `train.KEY` listing of `run --help`.
 
-Options default to None so that a study file (`--study`) can fill what the command line leaves out; `suite.grid.resolve.RUN_DEFAULTS`
+Options default to None so that a study file (`--study`) can fill what the command line leaves out;
+`suite.grid.resolve.RUN_DEFAULTS`
 applies after that.
 """
 from __future__ import annotations
 
 import argparse
 
-from suite.run.settings import DEFAULT_MODEL, PRECISIONS, PRESETS, TRAIN_FIELDS, setting_help
 from suite.run.data import DATA_DIR_ENV
+from suite.run.settings import DEFAULT_MODEL, PRECISIONS, PRESETS, TRAIN_FIELDS, setting_help
 
 
 def train_keys_help() -> str:

@@ -14,6 +14,7 @@ from suite.api.attention import METHODS, AttentionMethod, check_precision
 from suite.api.errors import HyperParameterError
 from suite.run.settings import RunConfig, TrainSettings, check_seeds
 
+
 def _convert(value: str, typ, where: str):
     origin = typing.get_origin(typ)
     args = [a for a in typing.get_args(typ) if a is not type(None)]

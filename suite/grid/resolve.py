@@ -83,8 +83,8 @@ def train_settings(args, tasks: list[str]) -> dict:
 
 def plan_grid(args) -> GridPlan:
     """Resolve and check names, settings, executor and outputs (no data is read, no model is loaded)."""
-    from suite.grid.executors import check_executor
     from suite.api.metrics import check_task_metrics
+    from suite.grid.executors import check_executor
     from suite.run.outputs import RunOutputs
     from suite.run.tracking import check_trackers
 

@@ -16,9 +16,9 @@ from typing import Any, Optional, Union
 
 import pydantic
 
-from suite.run.settings import TrainSettings
-from suite.grid.plan import parse_assignment
 from suite.api.errors import BadInput
+from suite.grid.plan import parse_assignment
+from suite.run.settings import TrainSettings
 
 Scalar = Union[bool, int, float, str, None]
 Names = Union[list[str], str]  # a YAML list or a comma list

@@ -1,4 +1,5 @@
-"""What `python -m suite bench` measures: training-step time and peak memory of every attention method against vanilla attention.
+"""What `python -m suite bench` measures: training-step time and peak memory of every attention method against vanilla
+attention.
 
 What one measurement is: a training step as the runner takes it (`AttentionMethod.training_step`, or the method's own
 `training_step`, e.g. AttendOut's), on a random-init model of the chosen shape, in train mode (dropout on), with the
@@ -33,8 +34,19 @@ On a busy shared CPU `--threads 1` gives steadier numbers: oversubscribed OpenMP
 Layout: `measure` (candidates, batches, timed and profiled steps), `output` (table, header, JSON); the command line is
 `suite.commands.bench`.
 """
-from suite.profiling.measure import (EAGER, SDPA, SHAPES, Candidate, build_candidates, cpu_step_peak_bytes, make_batches,
-                      measure_memory, profile_step, run_shape, shape_config)
+from suite.profiling.measure import (
+                      EAGER,
+                      SDPA,
+                      SHAPES,
+                      Candidate,
+                      build_candidates,
+                      cpu_step_peak_bytes,
+                      make_batches,
+                      measure_memory,
+                      profile_step,
+                      run_shape,
+                      shape_config,
+)
 from suite.profiling.output import command_line, header, missed_targets, table, write_json
 
 __all__ = ["EAGER", "SDPA", "SHAPES", "Candidate",

@@ -6,8 +6,8 @@ import statistics
 
 import torch
 
-from suite.run.device import machine
 from suite.profiling.measure import EAGER, SDPA, Candidate
+from suite.run.device import machine
 
 
 def _median(c: Candidate) -> float | None:

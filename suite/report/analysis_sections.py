@@ -18,11 +18,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from suite.run.analyses import heads as head_stats
-from suite.run.analyses.seeds import compare_runs
 from suite.report.figures import pyplot, save
 from suite.report.formatting import DASH, fmt, table
 from suite.report.selection import Selection
+from suite.run.analyses import heads as head_stats
+from suite.run.analyses.seeds import compare_runs
 
 TAUS = ("tau_cls_gxi", "tau_cls_loo", "tau_rollout_gxi", "tau_rollout_loo")
 ENTROPIES = ("entropy_gxi", "entropy_loo", "entropy_cls", "entropy_rollout")

@@ -75,8 +75,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
 
 
 def _task_names(names: Sequence[str]) -> list[str]:
-    from suite.api.tasks import get_task
     from suite.api.registry import UnknownNameError
+    from suite.api.tasks import get_task
 
     try:
         return [get_task(n).name for n in names]

@@ -17,8 +17,8 @@ import pandas as pd
 
 from suite.report import significance as sig
 from suite.report.cells import Cell
-from suite.report.figures import band, grid, method_colors, method_styles, save
 from suite.report.facts import ModelFacts
+from suite.report.figures import band, grid, method_colors, method_styles, save
 from suite.report.formatting import fmt, table
 from suite.report.registry_info import task_display
 from suite.report.selection import Selection

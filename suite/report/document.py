@@ -7,16 +7,23 @@ import json
 import re
 from pathlib import Path
 
-
-from suite.report import (analysis_sections, data_efficiency, details, figure_sections, header, leaderboard, reference,
-                          stability)
-from suite.report import costs
+from suite.report import (
+    analysis_sections,
+    costs,
+    data_efficiency,
+    details,
+    figure_sections,
+    header,
+    leaderboard,
+    reference,
+    stability,
+)
 from suite.report.costs import read_bench
+from suite.report.facts import ModelFacts, model_facts
 from suite.report.figure_sections import FIGURES
 from suite.report.formatting import slug, unique
 from suite.report.load import Loaded
 from suite.report.registry_info import reconstruction_note
-from suite.report.facts import ModelFacts, model_facts
 from suite.report.selection import Selection, select, setting_text
 
 

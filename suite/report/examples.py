@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from suite.api import metrics
-from suite.run.record import load_predictions
 from suite.report.formatting import SCALE
 from suite.report.registry_info import task_spec
+from suite.run.record import load_predictions
 
 EXAMPLE_RESAMPLES = 200      # each re-scores every seed of both methods: ~1 s per comparison on a busy CPU
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections import Counter
 
 from suite.report.formatting import plural, unique
-from suite.report.significance import CORRECTIONS
 from suite.report.registry_info import task_display, task_order, task_source
+from suite.report.significance import CORRECTIONS
 
 
 def model_line(df) -> str:

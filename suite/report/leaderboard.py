@@ -13,7 +13,7 @@ from suite.report.comparisons import Comparison, family_size, power_lines, withi
 from suite.report.costs import cost_columns
 from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, table, unique
-from suite.report.registry_info import (average_note, higher_is_better, metric_order, reconstruction_note, task_display)
+from suite.report.registry_info import average_note, higher_is_better, metric_order, reconstruction_note, task_display
 from suite.report.selection import Selection, has_variation, setting_text
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor

@@ -14,10 +14,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from suite.run.settings import with_added_defaults
 from suite.api.errors import ReportError
-from suite.run.record import InvalidRecord, RunRecord
 from suite.report.formatting import key_of, num
+from suite.run.record import InvalidRecord, RunRecord
+from suite.run.settings import with_added_defaults
 
 TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
 

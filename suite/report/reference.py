@@ -2,9 +2,8 @@
 their majority-class level in their own table and left out of the leaderboard's comparisons and averages."""
 from __future__ import annotations
 
-
-from suite.report.facts import ModelFacts
 from suite.report.cells import Cell
+from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, table
 from suite.report.leaderboard import NEAR_MAJORITY, near_majority
 from suite.report.registry_info import higher_is_better, task_display

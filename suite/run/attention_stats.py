@@ -1,4 +1,5 @@
-"""Attention statistics of a fine-tuned model: one implementation for every method (docs/methods.md, docs/analyses.md#heads).
+"""Attention statistics of a fine-tuned model: one implementation for every method (docs/methods.md,
+docs/analyses.md#heads).
 
 The runner calls `attention_statistics` at the end of each run. It puts the model in eval mode, sets a probe on every
 attention module (`suite.api.attention.probes`, which `attend` calls with the layer's probabilities) and

@@ -6,8 +6,8 @@ import contextlib
 import torch
 
 from suite.api.attention import METHODS, AttentionMethod
-from suite.run.settings import RunConfig, resolve_model
 from suite.api.tasks import TaskSpec
+from suite.run.settings import RunConfig, resolve_model
 
 
 @contextlib.contextmanager

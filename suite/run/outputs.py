@@ -74,7 +74,8 @@ class RunHooks:
             t = self.job.train
             found = predict_test(model, tokenizer, spec, data_dir, folder, t.max_length, t.eval_batch_size, device,
                                  amp_dtype)
-            self.artifacts["test_predictions"] = {name: f"{folder.name}/{file}" for name, file in found["files"].items()}
+            self.artifacts["test_predictions"] = {name: f"{folder.name}/{file}"
+                                                  for name, file in found["files"].items()}
             if found["absent"]:
                 self.artifacts["test_sets_absent"] = found["absent"]
 

@@ -12,20 +12,19 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from suite.run.analyses import run_analyses, selected
 from suite.api.attention import METHODS, AttentionMethod
-from suite.run.baselines import baseline_scores
-from suite.run.settings import RunConfig, resolve_model
+from suite.api.errors import NonFiniteLoss
 from suite.api.tasks import TASKS, TaskSpec, get_task
+from suite.run.analyses import run_analyses, selected
+from suite.run.baselines import baseline_scores
+from suite.run.cache import cached, tokenized_key
 from suite.run.data import Encoded, encode, load_splits, seeded_subset, task_data_dir
 from suite.run.device import autocast_dtype, environment, peak_memory_mb, pick_device, precision_label
-from suite.api.errors import NonFiniteLoss
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
-from suite.run.cache import cached, tokenized_key
 from suite.run.record import RECORD_VERSION, RunRecord
+from suite.run.settings import RunConfig, resolve_model
 from suite.run.training import Fitted, fit
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Data

@@ -3,7 +3,8 @@
 A submission is one TSV per test set, `index<TAB>prediction`, named as the server expects (`CoLA.tsv`, `MNLI-m.tsv`,
 `MNLI-mm.tsv`, `AX.tsv`, ...): label ids for CoLA, SST-2, MRPC, QQP and WNLI, label names for the NLI tasks (MNLI,
 AX, QNLI, RTE), a score in [0, 5] for STS-B. The diagnostic set AX is predicted by the MNLI model. Test sets whose
-file is not in the data folder are skipped (and named). Tasks declare theirs in `TaskSpec.test_sets` (or with `suite.register_test_set`).
+file is not in the data folder are skipped (and named). Tasks declare theirs in `TaskSpec.test_sets` (or with
+`suite.register_test_set`).
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from suite.api.errors import DataError
 from suite.api.tasks import TaskSpec, TestSet
 from suite.run.batching import collate, sorted_batches, to_device
-from suite.api.errors import DataError
 
 CHECKPOINT_INFO = "suite_run.json"  # the job a checkpoint folder was trained by (config of its record)
 
@@ -131,9 +132,9 @@ def load_checkpoint(folder: str | Path, device):
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from suite.run.settings import RunConfig
     from suite.api.tasks import get_task
     from suite.run.models import build_method, quiet_transformers
+    from suite.run.settings import RunConfig
 
     folder = Path(folder)
     info = folder / CHECKPOINT_INFO

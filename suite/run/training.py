@@ -17,11 +17,11 @@ import torch
 
 from suite.api import metrics
 from suite.api.attention import AttentionMethod, StepContext
-from suite.run.settings import TrainSettings
-from suite.run.data import Encoded
+from suite.api.errors import NonFiniteLoss
 from suite.api.tasks import TaskSpec
 from suite.run.batching import BATCHINGS, sorted_batches, to_device
-from suite.api.errors import NonFiniteLoss
+from suite.run.data import Encoded
+from suite.run.settings import TrainSettings
 
 
 def _no_decay(name: str) -> bool:

@@ -7,12 +7,12 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from suite.run.settings import RunConfig
 from suite.api.errors import ExecutorError
 from suite.grid.executors.pool import WorkerPool
 from suite.grid.executors.status import GridStatus
-from suite.run.record import RunRecord
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info
+from suite.run.record import RunRecord
+from suite.run.settings import RunConfig
 
 
 @dataclass

@@ -10,10 +10,10 @@ import threading
 from collections import deque
 from typing import Any, Callable
 
-from suite.run.settings import RunConfig
-from suite.run.record import RunRecord
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import executor_info, import_method_modules, method_modules
+from suite.run.record import RunRecord
+from suite.run.settings import RunConfig
 
 POLL_S = 1.0  # how often the driver looks for dead workers while no record arrives
 

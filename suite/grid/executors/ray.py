@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from suite.run.settings import RunConfig
 from suite.api.errors import ExecutorError
-from suite.run.record import RunRecord
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, import_method_modules, method_modules
+from suite.run.record import RunRecord
+from suite.run.settings import RunConfig
 
 RAY_INSTALL_HINT = "pip install '.[ray]' (or: pip install 'ray[default]')"
 RECHECK_CAPACITY_S = 30  # clusters grow and shrink: how often the running count re-reads the free resources

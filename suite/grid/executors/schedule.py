@@ -11,15 +11,14 @@ from typing import Any
 
 from tabulate import tabulate
 
-from suite.run.settings import RunConfig
 from suite.api.errors import ExecutorError
 from suite.api.registry import Registry
-from suite.run.record import RunRecord
-from suite.grid.store import Store
 from suite.grid.executors.local import run_local
 from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus
-
+from suite.grid.store import Store
+from suite.run.record import RunRecord
+from suite.run.settings import RunConfig
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ import math
 import sys
 import time
 
-from suite.run.settings import RunConfig
 from suite.run.record import RunRecord
+from suite.run.settings import RunConfig
 
 
 def format_duration(seconds: float) -> str:

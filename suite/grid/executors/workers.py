@@ -10,8 +10,8 @@ import importlib
 import os
 from typing import Any
 
-from suite.run.settings import RunConfig
 from suite.api.errors import ExecutorError
+from suite.run.settings import RunConfig
 
 DEFAULT_MAX_RETRIES = 2  # re-runs of a job whose worker process died (not of runs that fail on their own)
 
