@@ -91,6 +91,38 @@ def test_invalid_record_counts_as_not_done_and_is_named(content, tmp_path):
     assert todo == [job] and skipped == []
 
 
+def test_a_record_from_a_newer_suite_is_kept_and_its_job_skipped(tmp_path):
+    """A newer suite's record is a finished run this suite cannot read: never retrained over, even with --force."""
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
+    store = Store(tmp_path)
+    newer = {**fake_ok_record(job).to_dict(), "version": 99}
+    store.runs.mkdir(parents=True)
+    store.path(job.filename).write_text(json.dumps(newer))
+    for force in (False, True):
+        with pytest.warns(UserWarning, match="newer than this suite reads.*move the file away"):
+            todo, skipped = pending_jobs([job], store, force=force)
+        assert todo == [] and skipped == [job]
+    assert json.loads(store.path(job.filename).read_text())["version"] == 99
+
+
+def test_a_record_this_process_cannot_open_is_kept_and_its_job_skipped(tmp_path, monkeypatch):
+    """Another user's record (mode 0600 in a shared folder): skipped with the reason, not replaced."""
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
+    store = Store(tmp_path)
+    store.write(job.filename, fake_ok_record(job))
+    real_read = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self.name == job.filename:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with pytest.warns(UserWarning, match="cannot be read .*Permission denied.*fix its permissions"):
+        todo, skipped = pending_jobs([job], store, force=False)
+    assert todo == [] and skipped == [job]
+
+
 def test_report_skips_invalid_records_and_temporary_files(tmp_path):
     jobs = [RunConfig("m", "rte", "vanilla", {}, seed, TrainSettings()) for seed in (1, 2)]
     store = Store(tmp_path)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from suite.api.errors import SuiteError
-from suite.run.record import InvalidRecord, RunRecord, predictions_filename, save_predictions
+from suite.run.record import InvalidRecord, NewerRecord, RunRecord, predictions_filename, save_predictions
 
 try:
     import fcntl
@@ -115,6 +115,27 @@ class Store:
     def status(self, filename: str) -> str | None:
         rec = self.read(filename)
         return None if rec is None else rec.get("status")
+
+    def kept_reason(self, filename: str) -> str | None:
+        """Why an existing record file must be kept although this process cannot use it (None: nothing to keep).
+
+        A record this process cannot open (another user's, permissions) or that a newer suite wrote is a finished
+        run all the same: its job is skipped and the file never replaced. A file that is not a record at all
+        (truncated, not JSON, missing fields) is not a finished run and counts as not done."""
+        path = self.path(filename)
+        try:
+            data = json.loads(path.read_text())
+            RunRecord.from_dict(data, str(path))
+        except FileNotFoundError:
+            return None
+        except NewerRecord as exc:
+            return f"{exc}; or move the file away to run the job again"
+        except PermissionError as exc:
+            return (f"{path} exists but cannot be read ({exc.strerror}): fix its permissions, or move it away to run "
+                    "the job again")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord):
+            return None
+        return None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter_records(self.runs)

@@ -29,6 +29,10 @@ class InvalidRecord(ValueError):
     """A file in a runs folder that is not a valid run record; the message names the file and the problem."""
 
 
+class NewerRecord(InvalidRecord):
+    """A record written by a newer suite: valid there, unreadable here. It must be kept, never replaced."""
+
+
 @dataclasses.dataclass
 class RunRecord:
     config: dict[str, Any]
@@ -91,7 +95,7 @@ class RunRecord:
                 raise InvalidRecord(f"{where}an ok record whose final score is {d['final'].get('score')!r}")
         rec = cls(**{k: v for k, v in d.items() if k in names - {"prediction_arrays"}})
         if rec.version > RECORD_VERSION:
-            raise InvalidRecord(f"{where}record version {rec.version} is newer than this suite reads "
+            raise NewerRecord(f"{where}record version {rec.version} is newer than this suite reads "
                                 f"({RECORD_VERSION}): upgrade the suite")
         return rec
 

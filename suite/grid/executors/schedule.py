@@ -6,6 +6,7 @@ same whichever executor ran (or will run) the rest of the grid.
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,9 +47,16 @@ class GridResult:
 
 
 def pending_jobs(jobs: list[RunConfig], store: Store, force: bool) -> tuple[list[RunConfig], list[RunConfig]]:
-    """(to run, skipped). A job is skipped when an `ok` record of it exists; failed ones are run again."""
+    """(to run, skipped). A job is skipped when an `ok` record of it exists; failed ones are run again. A record file
+    that this process cannot read but must not replace (another user's, a newer suite's) skips its job even with
+    `force`, with a warning that says why."""
     todo, skipped = [], []
     for job in jobs:
+        kept = store.kept_reason(job.filename)
+        if kept:
+            warnings.warn(f"{job.label}: kept and skipped: {kept}", stacklevel=2)
+            skipped.append(job)
+            continue
         (skipped if not force and store.status(job.filename) == "ok" else todo).append(job)
     return todo, skipped
 
