@@ -235,3 +235,23 @@ def test_claims_are_exclusive_between_processes_and_die_with_their_holder(tmp_pa
         holder.wait()
     with Store(tmp_path).claims() as claims:  # the holder is gone (killed, not closed): its claims went with it
         assert claims.claim(jobs) == (jobs, [])
+
+
+class _ReaderGone:
+    """stdout of `... | head` once head has exited: every write fails with a broken pipe."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def isatty(self):
+        return False
+
+
+def test_a_closed_stdout_pipe_never_fails_a_run(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.stdout", _ReaderGone())
+    assert run_cli(tiny_bert_dir, glue_dir, tmp_path, "--sweep", "train.lr=1e-4,2e-4") == 0
+    records = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
+    assert len(records) == 2 and all(r["status"] == "ok" for r in records)
