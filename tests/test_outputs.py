@@ -120,6 +120,16 @@ def test_submission_format_per_task():
     assert format_predictions(get_task("stsb"), get_task("stsb").test_sets[0], stsb) == ["0.000", "2.500", "5.000"]
 
 
+def test_a_tracker_that_cannot_open_its_store_is_a_warning_not_a_failed_run(tiny_bert_dir, glue_dir, tmp_path):
+    """OUT/tracking is a file: TensorBoard cannot create its folder at the first epoch. The run is recorded ok, with
+    the tracker's error among its artifacts."""
+    (tmp_path / "tracking").write_text("not a folder")
+    with pytest.warns(UserWarning, match="tracking failed and is off for this run"):
+        assert _run(tiny_bert_dir, glue_dir, tmp_path, "--report-to", "tensorboard") == 0
+    rec = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())
+    assert rec["status"] == "ok" and "tracking_error" in rec["artifacts"]
+
+
 def test_tracking_tensorboard_mlflow_wandb_offline(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

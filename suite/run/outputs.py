@@ -39,6 +39,18 @@ class RunHooks:
         self.outputs: RunOutputs | None = getattr(job, "outputs", None)
         self.artifacts: dict[str, Any] = {}
         self.tracking = None
+        self.tracking_error: str | None = None  # the first tracker failure: tracking stops, the run goes on
+
+    def _track(self, call: Callable[[Any], None], label: str) -> None:
+        """Call `call(tracking)` unless tracking failed before; a tracker's failure (opening its store, logging) is a
+        warning and a note in the record's artifacts, never a failed run."""
+        if self.tracking_error is not None:
+            return
+        try:
+            call(self._tracking())
+        except Exception as exc:  # noqa: BLE001  a tracker's trouble must not cost the run
+            self.tracking_error = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"{label}: tracking failed and is off for this run ({self.tracking_error})", stacklevel=3)
 
     def _tracking(self):
         if self.tracking is None:
@@ -53,7 +65,7 @@ class RunHooks:
             return on_epoch
 
         def both(entry: dict) -> None:
-            self._tracking().epoch(entry)
+            self._track(lambda tracking: tracking.epoch(entry), self.job.label)
             if on_epoch:
                 on_epoch(entry)
 
@@ -82,10 +94,8 @@ class RunHooks:
     def close(self, record) -> None:
         """Final metrics to the trackers (a failed run is logged as failed) and the artifacts into the record."""
         if self.outputs and self.outputs.report_to:
-            try:
-                self._tracking().finish(record)
-            except Exception as exc:  # noqa: BLE001  a tracker's trouble must not lose the record
-                warnings.warn(f"{record.label}: tracking failed ({type(exc).__name__}: {exc})", stacklevel=2)
-                self.artifacts["tracking_error"] = f"{type(exc).__name__}: {exc}"
+            self._track(lambda tracking: tracking.finish(record), record.label)
+            if self.tracking_error is not None:
+                self.artifacts["tracking_error"] = self.tracking_error
         if self.artifacts:
             record.artifacts = dict(self.artifacts)
