@@ -60,6 +60,9 @@ SETTINGS = {
     "device tpu": (["--device", "tpu"], "--device 'tpu'"),
     "max_length > positions": (["--max-length", "129"], "position embeddings hold 128 tokens"),
     "max_length > positions (swept)": (["--sweep", "train.max_length=64,200"], "--max-length 200"),
+    # RTE is a sentence pair: [CLS] a [SEP] b [SEP] needs 3 special tokens and one token of each sentence
+    "max_length 1 (no truncation possible)": (["--max-length", "1"], "least useful length is 5"),
+    "max_length 4 (special tokens only)": (["--max-length", "4"], "leaves no room for text on RTE"),
 }
 
 

@@ -42,7 +42,9 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
     """Everything that can be checked once for the whole grid: device, models, unused hyper-parameter settings."""
     check_device(device, executor)
     for model in dict.fromkeys(job.model for job in jobs):
-        check_model(model, max(job.train.max_length for job in jobs if job.model == model))
+        mine = [job for job in jobs if job.model == model]
+        check_model(model, max(job.train.max_length for job in mine))
+        check_lengths(model, mine)
     warn_unused_settings(sets, sweeps, {job.method for job in jobs})
     warn_emulated_bf16(jobs, device)
 
@@ -137,6 +139,25 @@ def _check_positions(model: str, skeleton, max_length: int) -> None:
     if limit is not None and max_length > limit:
         raise BadInput(f"--max-length {max_length} (train.max_length) is longer than model {model!r} can take: its "
                        f"position embeddings hold {limit} tokens. Give --max-length {limit} or less.")
+
+
+def check_lengths(model: str, jobs: Sequence[RunConfig]) -> None:
+    """train.max_length must leave room for text: the tokenizer's special tokens ([CLS] a [SEP] b [SEP]) plus at
+    least one token of each text field. Below that a tokenizer either cannot truncate (it then silently keeps the
+    whole input) or the model sees only special tokens: a run that records `ok` and means nothing."""
+    from transformers import AutoTokenizer
+
+    from suite.api.tasks import get_task
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    for job in jobs:
+        fields = len(get_task(job.task).text_fields)
+        least = tokenizer.num_special_tokens_to_add(pair=fields == 2) + fields
+        if job.train.max_length < least:
+            raise BadInput(f"--max-length {job.train.max_length} (train.max_length) leaves no room for text on "
+                           f"{get_task(job.task).display} with model {model!r}: its tokenizer adds "
+                           f"{least - fields} special tokens, so the least useful length is {least}; use a larger "
+                           "value (128 is usual for GLUE)")
 
 
 def _check_tokenizer(model: str, path: str) -> None:
