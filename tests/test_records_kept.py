@@ -255,3 +255,24 @@ def test_a_closed_stdout_pipe_never_fails_a_run(tiny_bert_dir, glue_dir, tmp_pat
     assert run_cli(tiny_bert_dir, glue_dir, tmp_path, "--sweep", "train.lr=1e-4,2e-4") == 0
     records = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")]
     assert len(records) == 2 and all(r["status"] == "ok" for r in records)
+
+
+def test_a_sigterm_swallowed_inside_a_destructor_still_stops_the_run():
+    """Python discards an exception raised inside `__del__` (a tokenizer's regex objects, at tokenisation): the stop
+    request is kept and raised again at the next check, between batches."""
+    import gc
+
+    from suite.api.errors import Terminated
+    from suite.run import stopping
+
+    class Collected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, and its exception is discarded
+
+    with stopping.stop_signals():
+        item = Collected()
+        del item
+        gc.collect()
+        with pytest.raises(Terminated):
+            stopping.check()
+    stopping.check()  # outside the context nothing is pending any more

@@ -3,9 +3,7 @@ print the table."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
-import signal
 import sys
 
 from suite.api.attention import METHODS
@@ -15,6 +13,7 @@ from suite.commands.run_options import add_run_options, train_keys_help
 from suite.grid.resolve import GridPlan, merge_study, plan_grid
 from suite.grid.summary import compact_leaderboard, grid_records
 from suite.run.data import load_splits, task_data_dir
+from suite.run.stopping import stop_signals
 
 COMMAND = "run"
 
@@ -85,7 +84,7 @@ def main(args) -> int:
     _warn_missing_outputs(plan, store, args.force)
     _write_command(store)
     try:
-        with _sigterm_as_interrupt():
+        with stop_signals():
             result = run_grid(plan.jobs, store, plan.data_dir, executor=args.executor, force=args.force,
                               quiet=args.quiet, device=args.device, **plan.executor_options)
     except (KeyboardInterrupt, Terminated) as exc:
@@ -113,22 +112,6 @@ def _warn_missing_outputs(plan: GridPlan, store, force: bool) -> None:
     if lacking:
         print(f"note: {len(lacking)} run(s) already have records without {' or '.join(wanted)}; they are skipped. "
               "--force reruns them", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    def stop(signum, frame):
-        raise Terminated
-
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _write_command(store) -> None:

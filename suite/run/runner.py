@@ -15,6 +15,7 @@ import torch
 from suite.api.attention import METHODS, AttentionMethod
 from suite.api.errors import NonFiniteLoss
 from suite.api.tasks import TASKS, TaskSpec, get_task
+from suite.run import stopping
 from suite.run.analyses import run_analyses, selected
 from suite.run.baselines import baseline_scores
 from suite.run.cache import cached, tokenized_key
@@ -58,6 +59,7 @@ def _tokenize(spec: TaskSpec, tokenizer, data_dir, t) -> tuple[Encoded, dict[str
     devs = {suffix: encode(spec, _rows(splits[split], t.max_eval_samples, t.data_seed), tokenizer, t.max_length)
             for suffix, split in spec.eval_splits.items()}
     train_subset = train.subset(seeded_subset(len(train), t.train_eval_samples, t.data_seed + 1))
+    stopping.check()  # a stop swallowed while the tokenizer ran (signals land in its destructors too)
     return train, devs, train_subset
 
 

@@ -19,6 +19,7 @@ from suite.api import metrics
 from suite.api.attention import AttentionMethod, StepContext
 from suite.api.errors import NonFiniteLoss
 from suite.api.tasks import TaskSpec
+from suite.run import stopping
 from suite.run.batching import BATCHINGS, sorted_batches, to_device
 from suite.run.data import Encoded
 from suite.run.settings import TrainSettings
@@ -155,6 +156,7 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
 
     nxt, seen, accumulate = make(batches[0]), 0, t.grad_accumulation
     for i in range(len(batches)):
+        stopping.check()  # a SIGTERM / Ctrl-C its handler could not raise (swallowed in a destructor) stops here
         batch = nxt
         nxt = make(batches[i + 1]) if i + 1 < len(batches) else None
         if i % accumulate == 0:  # the first batch of an optimizer step
