@@ -1,6 +1,6 @@
 """Verdict, markdown and figure of the AttendOut placebo experiment, from its `results.json`.
 
-    python benchmarks/attendout_placebo_report.py results/attendout_placebo   # re-render report.md and policy.png
+    python -m experiments.attendout_placebo report results/attendout_placebo   # re-render report.md and policy.png
 
 The acceptance bar is judged by strict separation: G has learned only if every real-vs-placebo distance (same seed)
 exceeds every seed-to-seed distance (real-real and placebo-placebo pairs). Under exchangeable distances (no signal),
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +175,8 @@ def write(out: Path, results: dict) -> None:
     figure(out / "policy.png", results["runs"], results["policy"], results["reward_snr"], accumulated)
 
 
-if __name__ == "__main__":
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results/attendout_placebo")
+def main(argv: list[str]) -> int:
+    folder = Path(argv[0] if argv else "results/attendout_placebo")
     write(folder, json.loads((folder / "results.json").read_text()))
     print(folder / "report.md")
+    return 0
