@@ -47,7 +47,7 @@ class AttendOutConfig:
     credit: str = "sample"           # sample: each sample's own reward; batch: the mask's batch mean for all
     p_defender: float = 0.1          # the Defender's (and the cost probe's) attention-probability dropout
     lookahead_lr: float | None = None  # eta of the virtual step; None: the optimizer's current learning rate
-    fd_decrease: float = 1e-2        # the finite-difference step lowers the next-batch loss by about this much
+    fd_decrease: float = 1e-2        # the finite-difference probe raises the next-batch loss by about this
     g_update_every: int = 1          # reward every k-th step; the other steps only apply G's masks
     g_accumulate: int = 1            # policy gradients of this many reward steps are summed per Adam step of G
     g_lr: float = 1e-3               # Adam learning rate of G
