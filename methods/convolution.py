@@ -3,7 +3,8 @@ and Dynamic Convolutions"); docs/methods.md#lightconv and #dynamicconv.
 
 Per layer, the probabilities-times-values product becomes a depthwise convolution of width k over the value vectors:
     O[i, h] = sum_t w[t] * V[i + t - k // 2, h]       t = 0 .. k-1, zero outside the sequence and at padding
-with the kernel softmax-normalised over its taps and DropConnect on it in training. `lightconv` has one kernel per head
+with the kernel softmax-normalised over its taps and DropConnect on it in training, drawn per batch element,
+position and head as in fairseq (not once per head and tap for the whole batch). `lightconv` has one kernel per head
 (shared by the head's channels); `dynamicconv` predicts a kernel per position and head from the layer's query vectors
 (a linear map of the layer input). Kernel logits (and the dynamic map) start at zero: a uniform window average.
 
@@ -102,7 +103,10 @@ class _Convolution(AttentionMethod):
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         weights = torch.softmax(self.kernel_logits(module, query).float(), dim=-1)
         if module.training and self.cfg.p_weight > 0:
-            weights = F.dropout(weights, p=self.cfg.p_weight)
+            # fairseq drops kernel weights per batch element, position and head (it expands the kernel to T x B x H
+            # first): a shared (1, H, 1, k) kernel is expanded so that no two positions share a mask
+            b, h, length, _ = value.shape
+            weights = F.dropout(weights.expand(b, h, length, weights.shape[-1]), p=self.cfg.p_weight)
         real = key_padding(attention_mask, value)                   # (B, 1, L, 1)
         value = value * real                                        # padded positions contribute nothing
         if getattr(module, "suite_probe", None) is not None:

@@ -121,3 +121,86 @@ def test_shared_kernel_conv1d_path_equals_the_tap_loop():
     for k in (3, 4):  # odd and even widths
         kernel = torch.softmax(torch.randn(1, 3, 1, k, generator=g), -1)
         torch.testing.assert_close(convolve(value, kernel), convolve(value, kernel.expand(1, 3, 9, k)))
+
+
+# --- DropConnect drawn per (batch element, position, head), as fairseq's LightweightConv1dTBC -----------------------
+
+def _conv_inputs(length: int = 9, heads: int = 4, d: int = 8, seed: int = 0):
+    """(value (B, H, L, d) with row 1 padded after 6 tokens, its additive mask (B, 1, L, L), the real positions)."""
+    g = torch.Generator().manual_seed(seed)
+    value = torch.randn(2, heads, length, d, generator=g)
+    real = torch.ones(2, length, dtype=torch.bool)
+    real[1, 6:] = False
+    mask = torch.zeros(2, 1, length, length)
+    mask.masked_fill_(~real[:, None, None, :], torch.finfo(torch.float32).min)
+    return value, mask, real
+
+
+def _lightconv_module(p_weight: float, kernel_size: int = 5, seed: int = 0):
+    model = tiny_model("bert")
+    method = suite.METHODS.get("lightconv")
+    method = method(method.Config(kernel_size=kernel_size, p_weight=p_weight))
+    method.attach(model)
+    module = next(m for m in model.modules() if hasattr(m, "lightconv_kernel"))
+    with torch.no_grad():  # kernels that differ per head and tap
+        module.lightconv_kernel.copy_(torch.randn(module.lightconv_kernel.shape,
+                                                  generator=torch.Generator().manual_seed(seed)))
+    return method, module
+
+
+def _fairseq_reference(kernel: torch.Tensor, value: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """fairseq's LightConvEncoderLayer + LightweightConv1dTBC (odd K, padding_l = K // 2, weight_softmax, no
+    dropout), written out in float64: x zeroed at padding, then out[b, i, h] = sum_t softmax(w_h)[t] x[b, i + t - P, h]."""
+    heads, k = kernel.shape
+    x = value.double() * real[:, None, :, None]
+    w = torch.softmax(kernel.double(), -1)
+    b, _, length, d = x.shape
+    out = torch.zeros(b, length, heads, d, dtype=torch.float64)
+    for i in range(length):
+        for t in range(k):
+            j = i + t - k // 2
+            if 0 <= j < length:
+                out[:, i] += w[None, :, t, None] * x[:, :, j]
+    return out
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_lightconv_matches_fairseq_formula_at_p0_on_padded_batches(training):
+    method, module = _lightconv_module(p_weight=0.0)
+    module.train(training)
+    value, mask, real = _conv_inputs(heads=module.num_attention_heads, d=module.attention_head_size)
+    out, _ = method.attention(module, value, value, value, mask, 1.0)
+    torch.testing.assert_close(out.double(), _fairseq_reference(module.lightconv_kernel.detach(), value, real),
+                               atol=1e-6, rtol=1e-6)
+
+
+def test_lightconv_dropconnect_differs_between_identical_sequences_and_positions():
+    method, module = _lightconv_module(p_weight=0.5)
+    module.train()
+    value, mask, _ = _conv_inputs(heads=module.num_attention_heads, d=module.attention_head_size)
+    value[1] = value[0]                 # two identical sequences in the batch, both unpadded
+    value[:, :, :, :] = value[:, :, :1, :]  # every position of a sequence the same vector
+    mask.zero_()
+    torch.manual_seed(0)
+    out, _ = method.attention(module, value, value, value, mask, 1.0)   # (B, L, H, d)
+    assert not torch.allclose(out[0], out[1])               # a mask per batch element
+    interior = out[0, 2:-2]                                 # positions whose window lies inside the sequence
+    assert not torch.allclose(interior[0], interior[1])     # a mask per position
+    module.eval()
+    ref, _ = method.attention(module, value, value, value, mask, 1.0)
+    torch.testing.assert_close(ref[0], ref[1])               # without dropout identical inputs agree
+
+
+def test_lightconv_dropconnect_keeps_the_expectation():
+    method, module = _lightconv_module(p_weight=0.3)
+    value, mask, real = _conv_inputs(heads=module.num_attention_heads, d=module.attention_head_size)
+    module.eval()
+    expected, _ = method.attention(module, value, value, value, mask, 1.0)
+    module.train()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        draws = torch.stack([method.attention(module, value, value, value, mask, 1.0)[0] for _ in range(3000)])
+    se = draws.std(0) / 3000 ** 0.5
+    z = ((draws.mean(0) - expected).abs() / se.clamp_min(1e-12))[se > 0]
+    assert float(z.max()) < 5.5, float(z.max())   # inverted dropout: E[out] equals the eval output
+    assert float(z.mean()) < 1.2                   # and no systematic offset (|N(0,1)| has mean 0.8)
