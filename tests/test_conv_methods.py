@@ -204,3 +204,68 @@ def test_lightconv_dropconnect_keeps_the_expectation():
     z = ((draws.mean(0) - expected).abs() / se.clamp_min(1e-12))[se > 0]
     assert float(z.max()) < 5.5, float(z.max())   # inverted dropout: E[out] equals the eval output
     assert float(z.mean()) < 1.2                   # and no systematic offset (|N(0,1)| has mean 0.8)
+
+
+# --- dynamicconv: the kernel predicted from the convolution's own input (fairseq) or from the query --------------
+
+def _fairseq_dynamic_reference(predictor, source, value, real, k):
+    """fairseq's DynamicConv1dTBC (weight_softmax, no dropout, padding_l = K // 2) in float64 at the real positions:
+    w[b, i, h] = softmax_t((W q[b, i])[h, :]) with q the kernel's input, out[b, i, h] = sum_t w[b, i, h, t] x[b, i+t-P, h]."""
+    b, heads, length, d = value.shape
+    x = value.double() * real[:, None, :, None]
+    q = source.double().transpose(1, 2).reshape(b, length, heads * d)
+    w = torch.softmax((q @ predictor.double().T).view(b, length, heads, k), -1)
+    out = torch.zeros(b, length, heads, d, dtype=torch.float64)
+    for i in range(length):
+        for t in range(k):
+            j = i + t - k // 2
+            if 0 <= j < length:
+                out[:, i] += w[:, i, :, t, None] * x[:, :, j]
+    return out
+
+
+@pytest.mark.parametrize("kernel_input", ["input", "query"])
+def test_dynamicconv_matches_fairseq_formula_on_its_kernel_input(kernel_input):
+    model = tiny_model("bert").eval()
+    cls = suite.METHODS.get("dynamicconv")
+    method = cls(cls.Config(kernel_size=5, p_weight=0.0, kernel_input=kernel_input))
+    method.attach(model)
+    module = next(m for m in model.modules() if hasattr(m, "dynamicconv_predictor"))
+    with torch.no_grad():
+        module.dynamicconv_predictor.normal_(generator=torch.Generator().manual_seed(0))
+    value, mask, real = _conv_inputs(heads=module.num_attention_heads, d=module.attention_head_size)
+    query = torch.randn(value.shape, generator=torch.Generator().manual_seed(1))
+    out, _ = method.attention(module, query, query, value, mask, 1.0)
+    source = value if kernel_input == "input" else query
+    ref = _fairseq_dynamic_reference(module.dynamicconv_predictor.detach(), source, value, real, 5)
+    torch.testing.assert_close(out.double()[real], ref[real], atol=1e-6, rtol=1e-6)
+    other = _fairseq_dynamic_reference(module.dynamicconv_predictor.detach(), query if kernel_input == "input"
+                                       else value, value, real, 5)
+    assert not torch.allclose(out.double()[real], other[real], atol=1e-3)  # the other input gives other kernels
+
+
+def test_dynamicconv_kernel_input_is_validated():
+    cls = suite.METHODS.get("dynamicconv")
+    assert cls.Config().kernel_input == "input"   # the paper's and fairseq's choice
+    with pytest.raises(suite.HyperParameterError, match="kernel_input"):
+        cls(cls.Config(kernel_input="key"))
+
+
+def test_dynamicconv_records_of_the_query_version_keep_their_hash():
+    """Records made before kernel_input existed ran the query version: they are found again under
+    kernel_input="query", while the new default is a new configuration with a hash of its own."""
+    import hashlib
+    import json
+
+    from suite.config import HASHED_WHEN_CHANGED, RunConfig, TrainSettings
+
+    hparams = {"kernel_size": 0, "p_weight": 0.1}
+    old = RunConfig("minilm", "cola", "dynamicconv", hparams, 1, TrainSettings())
+    old_dict = old.to_dict()   # as an old record holds it: no kernel_input, no later training settings
+    for name in HASHED_WHEN_CHANGED:
+        old_dict["train"].pop(name, None)
+    old_hash = hashlib.sha256(json.dumps(old_dict, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    query = RunConfig("minilm", "cola", "dynamicconv", hparams | {"kernel_input": "query"}, 1, TrainSettings())
+    new = RunConfig("minilm", "cola", "dynamicconv", hparams | {"kernel_input": "input"}, 1, TrainSettings())
+    assert old.hash == old_hash and query.hash == old_hash
+    assert new.hash != old_hash
