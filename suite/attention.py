@@ -144,6 +144,10 @@ class AttentionMethod:
         """Add per-layer parameters or modules before the optimizer is built (they are saved with the model and
         counted as extra parameters). Create them on the model's device and dtype."""
 
+    def check_model_config(self, config) -> None:
+        """Raise HyperParameterError when the hyper-parameters are impossible for a model of this (transformers)
+        config, e.g. more layers than it has. The grid's preflight calls it before anything trains."""
+
     def setup_training(self, ctx: "StepContext") -> None:
         """Called once after the optimizer and scheduler exist (e.g. to build a second optimizer)."""
 

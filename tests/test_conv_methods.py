@@ -96,7 +96,7 @@ def test_less_attention_frees_the_lower_half():
     model = tiny_model("bert", num_hidden_layers=4).eval()
     method = LessAttention()
     method.attach(model)
-    assert method.record() == {"attention_free_layers": 2}
+    assert method.record() == {"attention_free_layers": 2, "form": "linear"}
     ids, mask = padded_batch(vocab=model.config.vocab_size)
     probs = _layer_probs(model, ids, mask)
     eye = torch.eye(ids.shape[1])
@@ -195,7 +195,8 @@ def test_lightconv_dropconnect_keeps_the_expectation():
     method, module = _lightconv_module(p_weight=0.3)
     value, mask, real = _conv_inputs(heads=module.num_attention_heads, d=module.attention_head_size)
     module.eval()
-    expected, _ = method.attention(module, value, value, value, mask, 1.0)
+    with torch.no_grad():
+        expected, _ = method.attention(module, value, value, value, mask, 1.0)
     module.train()
     torch.manual_seed(0)
     with torch.no_grad():
@@ -269,3 +270,69 @@ def test_dynamicconv_records_of_the_query_version_keep_their_hash():
     new = RunConfig("minilm", "cola", "dynamicconv", hparams | {"kernel_input": "input"}, 1, TrainSettings())
     assert old.hash == old_hash and query.hash == old_hash
     assert new.hash != old_hash
+
+
+# --- less_attention's LIT form: no attention sublayer at all in the freed layers --------------------------------
+
+def test_less_attention_lit_layer_is_the_feed_forward_block_alone():
+    model = tiny_model("bert", num_hidden_layers=3).eval()
+    method = LessAttention(LessAttention.Config(form="lit", layers=2))
+    method.attach(model)
+    ids, mask = padded_batch(vocab=model.config.vocab_size)
+    with torch.no_grad():
+        hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        for i in range(3):
+            layer = model.bert.encoder.layer[i]
+            h = hidden[i].double()
+            # written out by hand: LayerNorm(W2 gelu(W1 h + b1) + b2 + h), the FFN with its residual, in float64
+            inner = torch.nn.functional.gelu(h @ layer.intermediate.dense.weight.double().T
+                                             + layer.intermediate.dense.bias.double())
+            ffn = inner @ layer.output.dense.weight.double().T + layer.output.dense.bias.double() + h
+            ln = layer.output.LayerNorm
+            expected = torch.nn.functional.layer_norm(ffn, ffn.shape[-1:], ln.weight.double(), ln.bias.double(),
+                                                      ln.eps)
+            close = torch.allclose(hidden[i + 1].double(), expected, atol=1e-5)
+            assert close == (i < 2), i   # the third layer keeps its attention sublayer
+
+
+def test_less_attention_lit_frees_a_third_by_default_as_lit():
+    from suite.methods.less_attention import mixing_free_layers
+
+    cfg = LessAttention.Config(form="lit")
+    assert [mixing_free_layers(cfg, n) for n in (12, 6, 2)] == [4, 2, 0]   # LIT: 4 of 12
+    assert mixing_free_layers(LessAttention.Config(), 6) == 3              # linear keeps half
+    assert mixing_free_layers(LessAttention.Config(fraction=0.5, form="lit"), 12) == 6
+    model = tiny_model("bert", num_hidden_layers=6)
+    method = LessAttention(cfg)
+    method.attach(model)
+    assert method.record() == {"attention_free_layers": 2, "form": "lit"}
+
+
+@pytest.mark.parametrize("hp", [{"form": "mlp"}, {"fraction": 1.5}, {"fraction": 0.3, "layers": 2},
+                                {"fraction": True}])
+def test_less_attention_impossible_forms_are_refused(hp):
+    with pytest.raises(suite.HyperParameterError):
+        LessAttention(LessAttention.Config(**hp))
+
+
+def test_less_attention_depth_is_checked_before_training(tiny_bert_dir):
+    """The grid's preflight refuses more freed layers than the model has, before any model is built."""
+    from suite.config import RunConfig, TrainSettings
+    from suite.preflight import check_methods_fit_models
+
+    ok = RunConfig(tiny_bert_dir, "rte", "less_attention", {"layers": 2, "form": "lit"}, 1, TrainSettings())
+    check_methods_fit_models([ok])
+    bad = RunConfig(tiny_bert_dir, "rte", "less_attention", {"layers": 9, "form": "lit"}, 1, TrainSettings())
+    with pytest.raises(suite.HyperParameterError, match="exceeds the model's 2 layers"):
+        check_methods_fit_models([ok, bad])
+
+
+def test_less_attention_records_keep_their_hash():
+    from suite.config import RunConfig, TrainSettings
+
+    old = RunConfig("minilm", "rte", "less_attention", {"layers": -1, "p": 0.1}, 1, TrainSettings())
+    same = RunConfig("minilm", "rte", "less_attention", {"layers": -1, "p": 0.1, "form": "linear",
+                                                          "fraction": None}, 1, TrainSettings())
+    lit = RunConfig("minilm", "rte", "less_attention", {"layers": -1, "p": 0.1, "form": "lit",
+                                                         "fraction": None}, 1, TrainSettings())
+    assert same.hash == old.hash and lit.hash != old.hash
