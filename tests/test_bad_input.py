@@ -70,6 +70,13 @@ def test_impossible_settings_exit_2_before_training(extra, message, no_training,
     assert_refused(capsys, run_cli(tiny_bert_dir, glue_dir, out, *extra), out, message)
 
 
+def test_more_freed_layers_than_the_model_has_exits_2_before_training(no_training, tiny_bert_dir, glue_dir, tmp_path,
+                                                                       capsys):
+    out = tmp_path / "out"
+    rc = run_cli(tiny_bert_dir, glue_dir, out, "--methods", "less_attention", "--set", "less_attention.layers=9")
+    assert_refused(capsys, rc, out, "less_attention.layers=9 exceeds the model's 2 layers")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_without_gpu_exits_2(no_training, tiny_bert_dir, glue_dir, tmp_path, capsys):
     out = tmp_path / "out"
