@@ -55,8 +55,11 @@ def separation(runs: list[dict], arm: str) -> dict:
 
 
 def band(runs: list[dict]) -> np.ndarray:
-    """(probes,) the placebo band: the largest |change since step 0| of any placebo run in any layer."""
+    """(probes,) the placebo band: the largest |change since step 0| of any placebo run in any layer (NaN without
+    a placebo run: then nothing counts as moved)."""
     placebo = [rates(r) for r in runs if r["arm"] == "placebo"]
+    if not placebo:
+        return np.full(len(runs[0]["probes"]), np.nan)
     return np.max([np.abs(x - x[0]).max(1) for x in placebo], axis=0)
 
 
@@ -156,28 +159,29 @@ def markdown(meta: dict, analysis: dict, runs: list[dict], wall_s: float | None)
              *[f"    {c}" for c in meta["commands"]], "",
              f"Machine: {meta['machine']}; load average at the start of each process "
              f"{'; '.join(meta['loads_at_start'])} (shared machine, other jobs running)  ",
-             f"Date: {meta['date']}" + (f"; wall time {wall_s / 60:.0f} min" if wall_s else ""), "",
+             f"Date: {meta['date']} (first process started)" + (f"; wall time {wall_s / 60:.0f} min" if wall_s else ""), "",
              f"Model: {'a random-init BERT, hidden ' + str(a['hidden']) if a['hidden'] else a['model']} with "
              f"{a['layers']} layers (MiniLM's vocabulary and tokenizer"
              f"{', word embeddings frozen' if a['freeze_embeddings'] else ''}), {a['task']}, batch {a['batch_size']}, "
              f"max length {a['max_length']}, lr {a['lr']}; {a['updates']} G updates per run; seeds {a['seeds']}; "
              f"planted: strength {a['strength']} on layer {a['planted_layer']}.", ""]
-    lines += ["| g_lr | arm | drop rate per layer, start -> end (mean over seeds) | moved beyond the placebo band "
+    lines += ["| g_lr | arm | drop rate per layer, start -> end (mean ± sd over seeds) | moved beyond the placebo band "
               "(first step per layer) | separated from placebo | matched / seed-to-seed distance | "
               "corr(reward diff, drop-share diff) per layer |", "|---|---|---|---|---|---|---|"]
     for g, e in analysis.items():
         for arm in ("real", "placebo", "planted"):
             if arm not in e:
                 continue
-            r = np.array(e[arm]["rates_mean"])
-            rate = ", ".join(f"{r[0, l]:.3f} -> {r[-1, l]:.3f}" for l in range(r.shape[1]))
+            r, sd = np.array(e[arm]["rates_mean"]), np.array(e[arm]["rates_std"])
+            rate = ", ".join(f"{r[0, l]:.3f} -> {r[-1, l]:.3f} ± {sd[-1, l]:.3f}" for l in range(r.shape[1]))
             first = ", ".join(f"L{l}: {m['first_step'] if m['first_step'] is not None else 'no'}"
                               for l, m in e[arm]["moved"].items()) if arm != "placebo" else "(defines the band)"
             sep = e[arm].get("separation")
             sep_s = ("yes" if sep["separated"] else "no") if sep else ""
             dist = f"{sep['matched_mean']:.4f} / {sep['seed_to_seed_mean']:.4f}" if sep else ""
             corr = ", ".join(f"{c:+.4f}" for c in e[arm]["corr_mean"])
-            lines.append(f"| {g} | {arm} | {rate} | {first} | {sep_s} | {dist} | {corr} |")
+            lines.append(f"| {g} | {arm} ({len(e[arm]['g_updates'])} seeds) | {rate} | {first} | {sep_s} | {dist} "
+                         f"| {corr} |")
     lines += ["", "Placebo band at the end (largest |drop-rate change| of any placebo run in any layer): " +
               ", ".join(f"g_lr {g}: {e['placebo_band_end']:.4f}" for g, e in analysis.items()) + ".", "",
               "## Steps the real signal would need (positive control's scaling)", ""]
@@ -198,7 +202,8 @@ def markdown(meta: dict, analysis: dict, runs: list[dict], wall_s: float | None)
 
 def write(out: Path, wall_s: float | None = None) -> Path:
     metas = [json.loads(p.read_text()) for p in sorted(out.glob("meta*.json"))]
-    meta = metas[0] | {"commands": [m["command"] for m in metas], "loads_at_start": [m["load_at_start"] for m in metas]}
+    meta = metas[0] | {"commands": [m["command"] for m in metas], "loads_at_start": [m["load_at_start"] for m in metas],
+                       "date": min(m["date"] for m in metas)}
     meta["args"] = metas[0]["args"] | {key: sorted({v for m in metas for v in m["args"][key]})
                                        for key in ("g_lrs", "seeds", "arms")}
     runs = {}
@@ -211,7 +216,9 @@ def write(out: Path, wall_s: float | None = None) -> Path:
     (out / "results.json").write_text(json.dumps({"meta": meta | {"wall_s": wall_s}, "analysis": analysis,
                                                   "runs": summaries}, indent=1) + "\n")
     figure(out / "drop_rates.png", runs, analysis)
-    (out / "report.md").write_text(markdown(meta, analysis, runs, wall_s))
+    notes = out / "notes.md"  # what the commands do not say (written by hand), appended to the report
+    (out / "report.md").write_text(markdown(meta, analysis, runs, wall_s)
+                                   + ("\n" + notes.read_text() if notes.is_file() else ""))
     return out / "report.md"
 
 
