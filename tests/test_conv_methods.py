@@ -336,3 +336,23 @@ def test_less_attention_records_keep_their_hash():
     lit = RunConfig("minilm", "rte", "less_attention", {"layers": -1, "p": 0.1, "form": "lit",
                                                          "fraction": None}, 1, TrainSettings())
     assert same.hash == old.hash and lit.hash != old.hash
+
+
+def test_committed_dynamicconv_records_are_found_under_the_query_version():
+    """The published records (made before kernel_input existed) recompute to their own hash, and to the same hash
+    with kernel_input="query" filled in as `with_added_defaults` does for older records."""
+    import json
+    from pathlib import Path
+
+    from suite.config import RunConfig, with_added_defaults
+
+    records = sorted(Path(__file__).resolve().parents[1].glob("results/runs/*__dynamicconv__*.json"))
+    if not records:
+        pytest.skip("no committed dynamicconv records")
+    for path in records[:3]:
+        rec = json.loads(path.read_text())
+        assert "kernel_input" not in rec["config"]["hparams"]
+        assert RunConfig.from_dict(rec["config"]).hash == rec["hash"]
+        hparams, train = with_added_defaults("dynamicconv", rec["config"]["hparams"], rec["config"]["train"])
+        assert hparams["kernel_input"] == "query"
+        assert RunConfig.from_dict(rec["config"] | {"hparams": hparams, "train": train}).hash == rec["hash"]
