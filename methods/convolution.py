@@ -6,7 +6,8 @@ Per layer, the probabilities-times-values product becomes a depthwise convolutio
 with the kernel softmax-normalised over its taps and DropConnect on it in training, drawn per batch element,
 position and head as in fairseq (not once per head and tap for the whole batch). `lightconv` has one kernel per head
 (shared by the head's channels); `dynamicconv` predicts a kernel per position and head by a linear map of the
-convolution's own input, the value vectors (as fairseq; `kernel_input="query"`: of the query vectors instead). Kernel logits (and the dynamic map) start at zero: a uniform window average.
+convolution's own input, the value vectors (as fairseq; `kernel_input="query"`: of the query vectors instead).
+Kernel logits (and the dynamic map) start at zero: a uniform window average.
 
 The fast path loops over the k taps (cost linear in the length); under a statistics probe the same weights are laid
 out as the banded (L x L) mixing matrix and passed to `suite.attend`, so statistics and analyses see the convolution.

@@ -105,7 +105,7 @@ CLS, SEP, PAD = 101, 102, 0
 
 def _reference_content_distribution(maps: torch.Tensor, ids: list[int]) -> list[float]:
     """By hand in plain Python: content rows of the head-averaged map over content keys, renormalised, averaged."""
-    heads_, length = maps.shape[0], maps.shape[1]
+    heads_ = maps.shape[0]
     content = [i for i, t in enumerate(ids) if t not in (CLS, SEP, PAD)]
     total = [0.0] * len(content)
     for i in content:

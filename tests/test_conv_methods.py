@@ -150,7 +150,8 @@ def _lightconv_module(p_weight: float, kernel_size: int = 5, seed: int = 0):
 
 def _fairseq_reference(kernel: torch.Tensor, value: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """fairseq's LightConvEncoderLayer + LightweightConv1dTBC (odd K, padding_l = K // 2, weight_softmax, no
-    dropout), written out in float64: x zeroed at padding, then out[b, i, h] = sum_t softmax(w_h)[t] x[b, i + t - P, h]."""
+    dropout), written out in float64: x zeroed at padding, then
+    out[b, i, h] = sum_t softmax(w_h)[t] x[b, i + t - P, h]."""
     heads, k = kernel.shape
     x = value.double() * real[:, None, :, None]
     w = torch.softmax(kernel.double(), -1)

@@ -1,4 +1,5 @@
-"""`python -m experiments.attendout_placebo [report|longhorizon|longhorizon-report] ...`: the first word picks the part (default: run)."""
+"""`python -m experiments.attendout_placebo [report|longhorizon|longhorizon-report] ...`: the first word picks the
+part (default: run, the placebo experiment)."""
 import sys
 
 from . import longhorizon, longhorizon_report, report, run

@@ -21,7 +21,8 @@ seed, same data order, same G initialisation. Then:
 4. The reward accumulated over k consecutive steps (`--accumulate`, see `accumulated.py`), on the
    same model as 1. `--only-snr` runs this part alone and adds it to an existing `<out>/results.json`.
 
-Outputs: `<out>/report.md`, `<out>/results.json`, `<out>/policy.png` (written by `report.py`, which also re-renders them from results.json and states the acceptance rule). Runs single-threaded (`--threads`).
+Outputs: `<out>/report.md`, `<out>/results.json`, `<out>/policy.png` (written by `report.py`, which also re-renders
+them from results.json and states the acceptance rule). Runs single-threaded (`--threads`).
 """
 from __future__ import annotations
 
