@@ -12,8 +12,8 @@ Per g_lr:
 - the steps the real signal would need, by the positive control's scaling: the drift of a REINFORCE policy grows with
   the correlation c between what G is told (the two masks' reward difference) and the masks' difference in a layer's
   drop share, while the noise-driven spread does not depend on c, so detection needs about N_planted * (c_planted /
-  c_real)^2 steps. c_real is the real runs' largest mean |correlation| over layers; when it is within two standard
-  errors of 0 the bound uses two standard errors instead (the most signal the data allow).
+  c_real)^2 steps. c_real is the real runs' largest |mean correlation over seeds| over layers; when it is within two
+  standard errors of 0 the bound uses two standard errors instead (the most signal the data allow).
 """
 from __future__ import annotations
 
@@ -109,9 +109,9 @@ def steps_needed(entry: dict, layer: int, batch: int) -> dict:
     planted, real = entry["planted"], entry["real"]
     n_planted = planted["moved"][str(layer)]["first_step"]
     c_planted = abs(planted["corr_mean"][layer])
-    per_seed = np.abs(np.array(real["corr_per_seed"]))
-    best = int(np.argmax(per_seed.mean(0)))
-    c_real = float(per_seed.mean(0)[best])
+    mean = np.abs(np.array(real["corr_per_seed"]).mean(0))  # |mean over seeds| per layer: noise averages out
+    best = int(np.argmax(mean))
+    c_real = float(mean[best])
     # a correlation over n independent pairs has standard error ~ 1/sqrt(n); n = reward steps x samples x seeds
     se = 1 / math.sqrt(sum(real["g_updates"]) * batch)
     bounded = c_real < 2 * se
@@ -166,7 +166,7 @@ def markdown(meta: dict, analysis: dict, runs: list[dict], wall_s: float | None)
              f"max length {a['max_length']}, lr {a['lr']}; {a['updates']} G updates per run; seeds {a['seeds']}; "
              f"planted: strength {a['strength']} on layer {a['planted_layer']}.", ""]
     lines += ["| g_lr | arm | drop rate per layer, start -> end (mean ± sd over seeds) | moved beyond the placebo band "
-              "(first step per layer) | separated from placebo | matched / seed-to-seed distance | "
+              "(first probe, every seed beyond it in one direction) | separated from placebo | matched / seed-to-seed distance | "
               "corr(reward diff, drop-share diff) per layer |", "|---|---|---|---|---|---|---|"]
     for g, e in analysis.items():
         for arm in ("real", "placebo", "planted"):
@@ -175,6 +175,7 @@ def markdown(meta: dict, analysis: dict, runs: list[dict], wall_s: float | None)
             r, sd = np.array(e[arm]["rates_mean"]), np.array(e[arm]["rates_std"])
             rate = ", ".join(f"{r[0, l]:.3f} -> {r[-1, l]:.3f} ± {sd[-1, l]:.3f}" for l in range(r.shape[1]))
             first = ", ".join(f"L{l}: {m['first_step'] if m['first_step'] is not None else 'no'}"
+                              f"{' (still at the end)' if m['moved_at_end'] else ''}"
                               for l, m in e[arm]["moved"].items()) if arm != "placebo" else "(defines the band)"
             sep = e[arm].get("separation")
             sep_s = ("yes" if sep["separated"] else "no") if sep else ""
