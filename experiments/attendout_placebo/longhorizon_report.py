@@ -142,9 +142,11 @@ def figure(path: Path, runs: list[dict], analysis: dict) -> None:
                         label=r["arm"] if r["seed"] == min(x["seed"] for x in group) else None)
             start = rates(group[0])[0, layer]
             limit = np.array(analysis[g]["band"])
-            ax.fill_between(steps, start - limit, start + limit, color="grey", alpha=0.15, label="placebo band")
+            ax.fill_between(steps, start - limit, start + limit, color="grey", alpha=0.15,
+                            label="placebo band (around seed 0's start)")
             ax.set(title=f"g_lr={g}, layer {layer}", xlabel="step (one G update each)",
-                   ylabel="G's mean drop probability")
+                   ylabel="G's mean drop probability (reference input)")
+            ax.set_ylim(bottom=0)  # a drop probability; the band's lower edge may reach below
             if row == 0 and layer == 0:
                 ax.legend(fontsize=8)
     fig.tight_layout()
