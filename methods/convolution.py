@@ -3,9 +3,11 @@ and Dynamic Convolutions"); docs/methods.md#lightconv and #dynamicconv.
 
 Per layer, the probabilities-times-values product becomes a depthwise convolution of width k over the value vectors:
     O[i, h] = sum_t w[t] * V[i + t - k // 2, h]       t = 0 .. k-1, zero outside the sequence and at padding
-with the kernel softmax-normalised over its taps and DropConnect on it in training. `lightconv` has one kernel per head
-(shared by the head's channels); `dynamicconv` predicts a kernel per position and head from the layer's query vectors
-(a linear map of the layer input). Kernel logits (and the dynamic map) start at zero: a uniform window average.
+with the kernel softmax-normalised over its taps and DropConnect on it in training, drawn per batch element,
+position and head as in fairseq (not once per head and tap for the whole batch). `lightconv` has one kernel per head
+(shared by the head's channels); `dynamicconv` predicts a kernel per position and head by a linear map of the
+convolution's own input, the value vectors (as fairseq; `kernel_input="query"`: of the query vectors instead).
+Kernel logits (and the dynamic map) start at zero: a uniform window average.
 
 The fast path loops over the k taps (cost linear in the length); under a statistics probe the same weights are laid
 out as the banded (L x L) mixing matrix and passed to `suite.attend`, so statistics and analyses see the convolution.
@@ -17,8 +19,15 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from suite.api.attention import (has_probe, AttentionMethod, HyperParameterError, attend, attention_modules, register_method,
-                             valid_keys)
+from suite.api.attention import (
+    AttentionMethod,
+    HyperParameterError,
+    attend,
+    attention_modules,
+    has_probe,
+    register_method,
+    valid_keys,
+)
 
 FAIRSEQ_ENCODER_KERNELS = (3, 7, 15, 31)  # then 31 for every further layer
 
@@ -102,7 +111,10 @@ class _Convolution(AttentionMethod):
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         weights = torch.softmax(self.kernel_logits(module, query).float(), dim=-1)
         if module.training and self.cfg.p_weight > 0:
-            weights = F.dropout(weights, p=self.cfg.p_weight)
+            # fairseq drops kernel weights per batch element, position and head (it expands the kernel to T x B x H
+            # first): a shared (1, H, 1, k) kernel is expanded so that no two positions share a mask
+            b, h, length, _ = value.shape
+            weights = F.dropout(weights.expand(b, h, length, weights.shape[-1]), p=self.cfg.p_weight)
         real = key_padding(attention_mask, value)                   # (B, 1, L, 1)
         value = value * real                                        # padded positions contribute nothing
         if has_probe(module):
@@ -130,9 +142,36 @@ class LightConv(_Convolution):
         return module.lightconv_kernel[None, :, None, :]
 
 
+KERNEL_INPUTS = ("input", "query")
+
+
+@dataclasses.dataclass
+class DynamicConvConfig(ConvConfig):
+    # what the kernel is predicted from: "input", the convolution's own input (the value vectors it convolves), as
+    # in the paper and fairseq's DynamicConv1dTBC (its `query` defaults to its input x); "query": the layer's query
+    # vectors, what this suite did first
+    kernel_input: str = "input"
+
+
 @register_method("dynamicconv")
 class DynamicConv(_Convolution):
-    """Dynamic convolution in place of attention: a kernel per position and head predicted from the layer input."""
+    """Dynamic convolution in place of attention: a kernel per position and head predicted by a linear map from the
+    convolution's own input, the value vectors (`kernel_input="input"`, the paper's and fairseq's choice), or from
+    the layer's query vectors (`kernel_input="query"`, the suite's first version)."""
+
+    Config = DynamicConvConfig
+    # records made before kernel_input existed predicted the kernel from the query: they keep their hash only there
+    hashed_when_changed = {"kernel_input": "query"}
+
+    def validate(self) -> None:
+        super().validate()
+        if self.cfg.kernel_input not in KERNEL_INPUTS:
+            raise HyperParameterError(f"dynamicconv.kernel_input={self.cfg.kernel_input!r}: choose one of "
+                                      f"{', '.join(KERNEL_INPUTS)}")
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        source = value if self.cfg.kernel_input == "input" else query
+        return super().attention(module, source, key, value, attention_mask, scaling, **kwargs)
 
     def prepare(self, model: torch.nn.Module) -> None:
         modules = attention_modules(model)
@@ -144,8 +183,9 @@ class DynamicConv(_Convolution):
             module.register_parameter("dynamicconv_predictor", torch.nn.Parameter(
                 torch.zeros(heads * k, heads * module.attention_head_size, dtype=like.dtype, device=like.device)))
 
-    def kernel_logits(self, module, query):
-        b, h, length, d = query.shape
-        flat = query.transpose(1, 2).reshape(b, length, h * d)                       # the query of every head
+    def kernel_logits(self, module, source):
+        """`source`: the value (kernel_input="input") or query vectors, (B, H, L, d)."""
+        b, h, length, d = source.shape
+        flat = source.transpose(1, 2).reshape(b, length, h * d)                      # every head's vector
         logits = F.linear(flat, module.dynamicconv_predictor.to(flat.dtype))         # (B, L, H * k)
         return logits.view(b, length, h, module.dynamicconv_width).transpose(1, 2)   # (B, H, L, k)

@@ -1,8 +1,13 @@
 """Less attention (after LIT, Pan et al. 2022, "Less is More: Pay Less Attention in Vision Transformers");
 docs/methods.md#less_attention.
 
-The first `layers` encoder layers do no token mixing: every position attends only to itself, so the attention
-sublayer is a position-wise map through the pre-trained value and output projections. The other layers keep softmax
+The first encoder layers do no token mixing. Two forms:
+- "linear" (default, the suite's first version): every position attends only to itself, so the attention sublayer
+  is a position-wise map through the pre-trained value and output projections, with its residual and LayerNorm;
+- "lit": LIT's MLP blocks: the attention sublayer is removed entirely (its output is its input), so the layer is the
+  feed-forward block with its residual and LayerNorm alone.
+How many layers: `layers` (a number), or with layers=-1 a share of the depth, `fraction` (default: the form's own,
+half for "linear", a third for "lit": LIT frees the first 4 of 12 layers), rounded down. The other layers keep softmax
 attention with attention-probability dropout, as `vanilla` (the fused SDPA kernel unless a statistics probe needs
 the probabilities). At layers=0 and p=0 the method is softmax attention.
 """
@@ -12,28 +17,40 @@ import dataclasses
 
 import torch
 
-from suite.api.attention import has_probe, HyperParameterError, attend, register_method
+from suite.api.attention import HyperParameterError, attend, attention_modules, has_probe, register_method
 
 from .dropout import Vanilla
+
+FORMS = ("linear", "lit")
+DEFAULT_FRACTION = {"linear": 0.5, "lit": 1 / 3}  # lit: LIT's 4 of 12 layers
 
 
 @dataclasses.dataclass
 class LessAttentionConfig:
-    layers: int = -1   # attention-free layers counted from the bottom; -1: half the model's layers, rounded down
+    layers: int = -1   # attention-free layers counted from the bottom; -1: `fraction` of the model's layers
     p: float = 0.1     # attention-probability dropout in the layers that keep attention
+    form: str = "linear"  # linear: a position-wise sublayer through V and O; lit: no attention sublayer at all
+    fraction: float | None = None  # with layers=-1, the share of layers freed (rounded down); None: the form's
 
 
-def mixing_free_layers(setting: int, num_layers: int) -> int:
-    return num_layers // 2 if setting == -1 else setting
+def mixing_free_layers(cfg: LessAttentionConfig, num_layers: int) -> int:
+    """How many of `num_layers` layers, counted from the bottom, do no token mixing."""
+    if cfg.layers != -1:
+        return cfg.layers
+    fraction = DEFAULT_FRACTION[cfg.form] if cfg.fraction is None else cfg.fraction
+    return int(fraction * num_layers + 1e-9)  # rounded down; the epsilon keeps 1/3 * 12 at 4
 
 
 @register_method("less_attention")
 class LessAttention(Vanilla):
-    """The first N layers (default half) do no token mixing; the others keep softmax attention."""
+    """The first layers do no token mixing: a position-wise sublayer (form "linear", default) or no attention
+    sublayer at all (form "lit", as LIT's MLP blocks); the others keep softmax attention."""
 
     Config = LessAttentionConfig
     identity = {"layers": 0, "p": 0.0}
     cost_target = 1.0  # it does less than softmax attention in every layer
+    # records made before the forms existed ran "linear" with half the layers (fraction None is the form's own)
+    hashed_when_changed = {"form": "linear", "fraction": None}
     reconstruction = ("the lower layers' attention removed from an encoder pre-trained with attention in every "
                       "layer: it measures how much fine-tuning depends on it, not LIT's model trained that way")
 
@@ -43,26 +60,59 @@ class LessAttention(Vanilla):
 
     def validate(self) -> None:
         super().validate()
-        n = self.cfg.layers
+        c = self.cfg
+        n = c.layers
         if isinstance(n, bool) or not isinstance(n, int) or n < -1:
             raise HyperParameterError(f"less_attention.layers={n!r} is impossible: it must be an integer >= 0 "
-                                      "(or -1 for half the layers)")
+                                      "(or -1 for a fraction of the layers)")
+        if c.form not in FORMS:
+            raise HyperParameterError(f"less_attention.form={c.form!r}: choose one of {', '.join(FORMS)}")
+        if c.fraction is not None:
+            if isinstance(c.fraction, bool) or not isinstance(c.fraction, (int, float)) or not 0 <= c.fraction <= 1:
+                raise HyperParameterError(f"less_attention.fraction={c.fraction!r} is impossible: it must lie in "
+                                          "[0, 1] (or be None for the form's own)")
+            if n != -1:
+                raise HyperParameterError(f"less_attention.fraction={c.fraction} and layers={n} both say how many "
+                                          "layers: give one (fraction applies with layers=-1)")
 
-    def prepare(self, model: torch.nn.Module) -> None:
-        total = model.config.num_hidden_layers
+    def check_model_config(self, config) -> None:
+        """Refuse a model with fewer layers than asked for (also run by the grid's preflight, before training)."""
+        total = config.num_hidden_layers
         if self.cfg.layers > total:
             raise HyperParameterError(f"less_attention.layers={self.cfg.layers} exceeds the model's {total} layers")
-        self.free_layers = mixing_free_layers(self.cfg.layers, total)
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        self.check_model_config(model.config)
+        self.free_layers = mixing_free_layers(self.cfg, model.config.num_hidden_layers)
+        if self.cfg.form == "lit":
+            for module in attention_modules(model):
+                if module.layer_idx < self.free_layers:
+                    _sublayer_output(model, module).register_forward_hook(_skip_sublayer, with_kwargs=True)
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
-        free = mixing_free_layers(self.cfg.layers, module.config.num_hidden_layers)
-        if module.layer_idx >= free:
+        if module.layer_idx >= mixing_free_layers(self.cfg, module.config.num_hidden_layers):
             return super().attention(module, query, key, value, attention_mask, scaling, **kwargs)
-        if not has_probe(module):
+        if not has_probe(module):  # lit: discarded by the sublayer's hook anyway
             return value.transpose(1, 2).contiguous(), None
-        b, h, length, _ = value.shape
+        b, h, length, _ = value.shape  # analyses see what the layer mixes: nothing
         eye = torch.eye(length, dtype=value.dtype, device=value.device).expand(b, h, length, length)
         return attend(module, eye, value)
 
     def record(self) -> dict:
-        return {"attention_free_layers": self.free_layers} if self.free_layers is not None else {}
+        if self.free_layers is None:
+            return {}
+        return {"attention_free_layers": self.free_layers, "form": self.cfg.form}
+
+
+def _sublayer_output(model: torch.nn.Module, attention: torch.nn.Module) -> torch.nn.Module:
+    """The module that closes the attention sublayer (BERT's SelfOutput: dense, dropout, residual, LayerNorm)."""
+    for parent in model.modules():
+        if getattr(parent, "self", None) is attention and hasattr(parent, "output"):
+            return parent.output
+    raise HyperParameterError(f"less_attention.form='lit' needs the attention sublayer's output module (BERT-style "
+                              f"`attention.self` / `attention.output`); {type(model).__name__} has none")
+
+
+def _skip_sublayer(module, args, kwargs, output):
+    """The sublayer's output becomes its residual input: the attention sublayer is an identity (LIT's MLP block)."""
+    return args[1] if len(args) > 1 else kwargs["input_tensor"]

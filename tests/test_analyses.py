@@ -91,9 +91,72 @@ def test_js_divergence_and_total_variation_by_hand():
     assert seeds.total_variation([0.9, 0.1], [0.6, 0.4]) == pytest.approx(0.3)
     assert seeds.total_variation([2.5], [3.0]) == pytest.approx(0.5)
     pair = seeds.compare_runs({"attention": [[1, 0], None], "prediction": [[1, 0], [0.5, 0.5]]},
-                              {"attention": [[0, 1], [1]], "prediction": [[0, 1], [0.5, 0.5]]})
+                              {"attention": [[0, 1], [1]], "prediction": [[0, 1], [0.5, 0.5]]}, tokens="boundary")
     assert pair["jsd"][0] == pytest.approx(math.log(2)) and math.isnan(pair["jsd"][1])
     assert pair["tvd"] == [1.0, 0.0]
+    # a record from before the content measure: no content JSD, the predictions still compare
+    old = seeds.compare_runs({"attention": [[1, 0]], "prediction": [[1, 0]]},
+                             {"attention": [[0, 1]], "prediction": [[0, 1]]})
+    assert math.isnan(old["jsd"][0]) and old["tvd"] == [1.0]
+
+
+CLS, SEP, PAD = 101, 102, 0
+
+
+def _reference_content_distribution(maps: torch.Tensor, ids: list[int]) -> list[float]:
+    """By hand in plain Python: content rows of the head-averaged map over content keys, renormalised, averaged."""
+    heads_ = maps.shape[0]
+    content = [i for i, t in enumerate(ids) if t not in (CLS, SEP, PAD)]
+    total = [0.0] * len(content)
+    for i in content:
+        row = [sum(float(maps[h, i, j]) for h in range(heads_)) / heads_ for j in content]
+        for n, v in enumerate(row):
+            total[n] += v / sum(row)
+    return [v / len(content) for v in total]
+
+
+def _jsd_by_hand(p, q) -> float:
+    m = [(a + b) / 2 for a, b in zip(p, q)]
+    kl = lambda x: sum(a * math.log(a / c) for a, c in zip(x, m) if a > 0)  # noqa: E731
+    return 0.5 * kl(p) + 0.5 * kl(q)
+
+
+def _view(maps: torch.Tensor, ids: list[int]):
+    from suite.run.analyses.capture import ExampleView
+
+    return ExampleView(ids, [maps], [0.5, 0.5], 0.0, None)
+
+
+def test_seed_divergence_over_content_tokens_matches_a_reference():
+    g = torch.Generator().manual_seed(0)
+    ids = [CLS, 7, 8, 9, SEP, PAD]
+    maps = [torch.softmax(torch.randn(3, 6, 6, generator=g) * 2, -1) for _ in range(2)]
+    for m in maps:
+        m[:, :, 5] = 0.0   # padding gets no attention
+    a, b = (seeds.run_arrays([_view(m, ids)], special={CLS, SEP, PAD}) for m in maps)
+    p, q = (_reference_content_distribution(m, ids) for m in maps)
+    assert a["content_attention"][0] == pytest.approx(p, abs=1e-6) and len(p) == 3
+    pair = seeds.compare_runs(a, b)
+    assert pair["jsd"][0] == pytest.approx(_jsd_by_hand(p, q), abs=1e-5)
+    cls_rows = [(m.mean(0)[0] / m.mean(0)[0].sum()).tolist() for m in maps]  # the [CLS] row, renormalised
+    boundary = seeds.compare_runs(a, b, tokens="boundary")
+    assert boundary["jsd"][0] == pytest.approx(_jsd_by_hand(*cls_rows), abs=1e-5)
+
+
+def test_mass_moved_between_boundary_tokens_does_not_count_as_divergence():
+    """Two seeds whose attention differs only in how much goes to [CLS]/[SEP] (the content tokens' relative weights
+    the same): no divergence over content tokens, a large one with the boundary tokens kept."""
+    ids = [CLS, 7, 8, SEP]
+    content = torch.tensor([0.6, 0.4])
+    maps = []
+    for sink in (0.2, 0.9):          # the share parked on the boundary tokens
+        row = torch.cat([torch.tensor([sink / 2]), (1 - sink) * content, torch.tensor([sink / 2])])
+        maps.append(row.expand(2, 4, 4).clone())
+    a, b = (seeds.run_arrays([_view(m, ids)], special={CLS, SEP}) for m in maps)
+    assert seeds.compare_runs(a, b)["jsd"][0] == pytest.approx(0.0, abs=1e-9)
+    assert seeds.compare_runs(a, b, tokens="boundary")["jsd"][0] > 0.1
+    with pytest.raises(ValueError, match="tokens"):
+        seeds.compare_runs(a, b, tokens="all")
 
 
 def test_head_statistics_by_hand():

@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import attendout_placebo_accumulated as acc  # noqa: E402
-import attendout_placebo_report as report  # noqa: E402
+from experiments.attendout_placebo import accumulated as acc
+from experiments.attendout_placebo import report
 
 
 def test_block_sums_drop_the_partial_block():

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import fake_ok_record, run_cli
+
 from suite import commands
 from suite.api.attention import METHODS, attention_modules
-from suite.run.settings import RunConfig, TrainSettings
 from suite.api.errors import EXIT_BAD_INPUT
 from suite.grid.preflight import VERIFIED_MODEL_TYPES, check_model, warn_unused_settings
+from suite.run.settings import RunConfig, TrainSettings
 
 
 @pytest.fixture
@@ -71,6 +71,13 @@ def test_impossible_settings_exit_2_before_training(extra, message, no_training,
                                                     capsys):
     out = tmp_path / "out"
     assert_refused(capsys, run_cli(tiny_bert_dir, glue_dir, out, *extra), out, message)
+
+
+def test_more_freed_layers_than_the_model_has_exits_2_before_training(no_training, tiny_bert_dir, glue_dir, tmp_path,
+                                                                       capsys):
+    out = tmp_path / "out"
+    rc = run_cli(tiny_bert_dir, glue_dir, out, "--methods", "less_attention", "--set", "less_attention.layers=9")
+    assert_refused(capsys, rc, out, "less_attention.layers=9 exceeds the model's 2 layers")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

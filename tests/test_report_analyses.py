@@ -11,7 +11,7 @@ from suite.report.selection import Selection
 
 def _run(method, seed, attention, prediction, task="sst2", tau=0.5):
     return {"method": method, "task": task, "hp": "{}", "train": "{}", "seed": seed, "status": "ok",
-            "analyses": {"seeds": {"attention": attention, "prediction": prediction},
+            "analyses": {"seeds": {"content_attention": attention, "attention": attention, "prediction": prediction},
                          "importance": {"mean": {"tau_cls_gxi": tau, "entropy_gxi": 1.0}},
                          "heads": {"mass_cls": [[0.5, 0.1]], "mass_sep": [[0.2, 0.3]], "mass_punct": [[0.0, 0.1]],
                                    "entropy": [[1.0, 2.0]], "uniform_entropy": 2.0}}}

@@ -24,8 +24,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from suite.api.attention import (same_device, AttentionMethod, HyperParameterError, attend, attention_modules, check_probability,
-                             drop_scores, register_method, scores, softmax)
+from suite.api.attention import (
+    AttentionMethod,
+    HyperParameterError,
+    attend,
+    attention_modules,
+    check_probability,
+    drop_scores,
+    register_method,
+    same_device,
+    scores,
+    softmax,
+)
 
 from ..dropout import NoDropout
 from . import reward as rw
@@ -47,7 +57,7 @@ class AttendOutConfig:
     credit: str = "sample"           # sample: each sample's own reward; batch: the mask's batch mean for all
     p_defender: float = 0.1          # the Defender's (and the cost probe's) attention-probability dropout
     lookahead_lr: float | None = None  # eta of the virtual step; None: the optimizer's current learning rate
-    fd_decrease: float = 1e-2        # the finite-difference step lowers the next-batch loss by about this much
+    fd_decrease: float = 1e-2        # the finite-difference probe raises the next-batch loss by about this
     g_update_every: int = 1          # reward every k-th step; the other steps only apply G's masks
     g_accumulate: int = 1            # policy gradients of this many reward steps are summed per Adam step of G
     g_lr: float = 1e-3               # Adam learning rate of G
@@ -72,12 +82,14 @@ class AttendOut(AttentionMethod):
 
     description = ("AttendOut (reconstruction): a G-Net samples per-sample, per-layer scores-dropout masks, trained "
                    "by REINFORCE on a first-order look-ahead reward (2 masks per batch, leave-one-out baseline). "
-                   "Measured (SST-2, MiniLM, 60 steps x 3 seeds, placebo control): G's policy ended no further from a "
-                   "placebo's than seeds are from each other, so in effect this is scores dropout at about p_init = 0.1 with masks drawn per "
-                   "sample and layer, at 2-3x a vanilla step.")
+                   "Measured (SST-2, placebo control; MiniLM over 60 steps, and a reduced model over 2,000 G updates "
+                   "at g_lr 1e-3 to 1e-1, where a planted reward is learned): G's policy ended no further from a "
+                   "placebo's than seeds are from each other, so in effect this is scores dropout at about "
+                   "p_init = 0.1 with masks drawn per sample and layer, at 2-3x a vanilla step.")
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
-                      "paper's numbers; in a placebo-controlled test its generator learned nothing measurable, so it "
-                      "acts as scores dropout at about 0.1 (results/attendout_placebo)")
+                      "paper's numbers; in placebo-controlled tests its generator learned nothing measurable, over 60 "
+                      "steps or 2,000 G updates (where a planted reward is learned), so it acts as scores dropout at "
+                      "about 0.1 (results/attendout_placebo, results/attendout_longhorizon)")
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
     cost_target = 3.0
 

@@ -9,9 +9,11 @@ level at fine-tuning learning rates).
 
 Per-sample credit: g_m is the mean of per-sample gradients, so sample i's share is eta * v . grad l_i(theta; m_i),
 and only sample i's own mask affects it. It is read off as a directional derivative of l_i along v by a forward
-difference, eta * (l_i(theta + eps v; m) - l_i(theta; m)) / eps, with eps = fd_decrease / |v|^2 (the step along v that
-lowers the next-batch loss by about fd_decrease): forward passes only, in fp32, with the same masks and the same
-hidden-dropout draws at both points (`RandomState`), so the difference is the derivative and not dropout noise.
+difference, eta * (l_i(theta + eps v; m) - l_i(theta; m)) / eps, with eps = fd_decrease / |v|^2: theta + eps v moves
+up the next batch's gradient, so the probe point raises the next-batch loss by about fd_decrease (eps |v|^2 to first
+order); only the size of the step is chosen, the reward's sign comes from the formula. Forward passes only, in fp32,
+with the same masks and the same hidden-dropout draws at both points (`RandomState`), so the difference is the
+derivative and not dropout noise.
 """
 from __future__ import annotations
 

@@ -119,8 +119,9 @@ class AttentionMethod:
     # The step time this method should stay within, as a multiple of transformers' eager attention step on CUDA
     # (None: no target). `python -m suite bench` reports each method against its own target.
     cost_target: ClassVar[float | None] = None
-    # Config fields added after records existed, with the default that reproduces the older behaviour: at that
-    # value they stay out of a run's hash, so older records keep their hash and are still found on resume.
+    # Config fields added after records existed, with the value that reproduces the older behaviour (the new
+    # default or not): at that value they stay out of a run's hash, so older records keep their hash and are still
+    # found on resume, and a changed default gets a hash of its own.
     hashed_when_changed: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cfg: Any = None):
@@ -139,6 +140,10 @@ class AttentionMethod:
     def prepare(self, model: torch.nn.Module) -> None:
         """Add per-layer parameters or modules before the optimizer is built (they are saved with the model and
         counted as extra parameters). Create them on the model's device and dtype."""
+
+    def check_model_config(self, config) -> None:
+        """Raise HyperParameterError when the hyper-parameters are impossible for a model of this (transformers)
+        config, e.g. more layers than it has. The grid's preflight calls it before anything trains."""
 
     def setup_training(self, ctx: "StepContext") -> None:
         """Called once after the optimizer and scheduler exist (e.g. to build a second optimizer)."""

@@ -5,6 +5,7 @@ message instead of giving one failed record per job (or, worse, an `ok` record o
   files), weights that are complete and match the architecture, and attention modules that go through transformers'
   attention interface (the only way a method can be attached);
 - `--max-length` fits the model's position embeddings;
+- every method's hyper-parameters fit its model (`AttentionMethod.check_model_config`, e.g. layers beyond the depth);
 - the device exists;
 - the output folder is writable;
 - `--set` / `--sweep` of a method that is not in the grid is pointed out (a warning: it changes nothing).
@@ -19,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
+from suite.api.errors import BadInput
 from suite.grid.plan import parse_assignment, target_method
 from suite.run.device import pick_device
-from suite.api.errors import BadInput
+from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
 VERIFIED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text",
@@ -45,8 +46,20 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
         mine = [job for job in jobs if job.model == model]
         check_model(model, max(job.train.max_length for job in mine))
         check_lengths(model, mine)
+    check_methods_fit_models(jobs)
     warn_unused_settings(sets, sweeps, {job.method for job in jobs})
     warn_emulated_bf16(jobs, device)
+
+
+def check_methods_fit_models(jobs: Sequence[RunConfig]) -> None:
+    """Every method's hyper-parameters against its model's config (e.g. layers to change beyond the depth)."""
+    from suite.run.models import build_method
+
+    configs = {}
+    for job in jobs:
+        if job.model not in configs:
+            configs[job.model] = _load_config(job.model, resolve_model(job.model))
+        build_method(job).check_model_config(configs[job.model])
 
 
 def warn_emulated_bf16(jobs: Sequence[RunConfig], device: str) -> None:

@@ -55,14 +55,15 @@ def importance_table(sel: Selection, runs: pd.DataFrame, label) -> str:
     return table(rows, heads)
 
 
-def seed_pairs(runs: pd.DataFrame) -> dict[str, dict[str, list[float]]]:
-    """method -> {"jsd": [...], "tvd": [...]} over every pair of seeds of every cell and every analysed example."""
+def seed_pairs(runs: pd.DataFrame, tokens: str = "content") -> dict[str, dict[str, list[float]]]:
+    """method -> {"jsd": [...], "tvd": [...]} over every pair of seeds of every cell and every analysed example;
+    the JSD over content tokens (default) or, `tokens="boundary"`, of the [CLS] row with the boundary tokens."""
     out: dict[str, dict[str, list[float]]] = {}
     for (method, _task, _hp, _train), cell in runs.groupby(["method", "task", "hp", "train"], sort=True):
         ordered = cell.sort_values("seed")
         for (_, a), (_, b) in itertools.combinations(ordered.iterrows(), 2):
             if a["part"].get("prediction") and len(a["part"]["prediction"]) == len(b["part"]["prediction"]):
-                pair = compare_runs(a["part"], b["part"])
+                pair = compare_runs(a["part"], b["part"], tokens)
                 got = out.setdefault(method, {"jsd": [], "tvd": []})
                 got["jsd"] += [v for v in pair["jsd"] if math.isfinite(v)]
                 got["tvd"] += [v for v in pair["tvd"] if math.isfinite(v)]
@@ -79,7 +80,8 @@ def _quartiles(values: list[float]) -> str:
 def seeds_table(sel: Selection, pairs: dict, label) -> str:
     rows = [[label(m), _quartiles(pairs[m]["jsd"]), _quartiles(pairs[m]["tvd"]), str(len(pairs[m]["tvd"]))]
             for m in sel.methods if m in pairs]
-    return table(rows, ["method", "JSD of attention, median [IQR]", "TVD of predictions, median [IQR]", "pairs"])
+    return table(rows, ["method", "JSD of attention over content tokens, median [IQR]",
+                        "TVD of predictions, median [IQR]", "pairs"])
 
 
 def plot_seed_violins(pairs: dict, methods: list[str], title: str, path) -> bool:

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from suite.run.data import seeded_subset
-from suite.run.settings import selected_analyses as selected
 from suite.run.analyses import heads, importance, seeds
 from suite.run.analyses.capture import capture_example, leave_one_out
+from suite.run.data import seeded_subset
+from suite.run.settings import selected_analyses as selected
 
 SUBSET_SEED = 12345  # the analysed dev examples are the same for every run of a task (and every method and seed)
 
@@ -64,17 +64,17 @@ def run_analyses(model, tokenizer, dev, spec, train, pad_id: int, device, amp_dt
                                                       content))
     finally:
         model.train(was_training)
-    return _result(names, indices, views, rows, head_rows, cost)
+    return _result(names, indices, views, rows, head_rows, cost, special)
 
 
-def _result(names, indices, views, rows, head_rows, cost) -> dict[str, Any]:
+def _result(names, indices, views, rows, head_rows, cost, special=frozenset()) -> dict[str, Any]:
     out: dict[str, Any] = {"examples": len(indices), "indices": indices,
                            "attention_visible": any(v.attention is not None for v in views),
                            "cost_s": {k: round(v, 3) for k, v in cost.items()}}
     if "importance" in names:
         out["importance"] = importance.summarise(rows)
     if "seeds" in names:
-        out["seeds"] = seeds.run_arrays(views)
+        out["seeds"] = seeds.run_arrays(views, special)
     if "heads" in names:
         out["heads"] = heads.summarise(head_rows, [len(v.input_ids) for v in views if v.attention])
     return out

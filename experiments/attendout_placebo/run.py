@@ -1,6 +1,6 @@
 """Does AttendOut's generator G learn anything? A placebo-controlled experiment on a real GLUE task.
 
-    python benchmarks/attendout_placebo.py --data-dir /work/shared/data/glue --out results/attendout_placebo
+    python -m experiments.attendout_placebo --data-dir /work/shared/data/glue --out results/attendout_placebo
 
 For every seed, two fine-tuning runs of the full MiniLM with AttendOut's defaults: one with the real reward and one
 with the placebo (`placebo=True`: the advantages handed to G replaced by Gaussian noise of the same spread). Same
@@ -18,11 +18,11 @@ seed, same data order, same G initialisation. Then:
    G has learned something only if real-vs-placebo distances exceed the seed-to-seed spread, or real runs agree
    with each other (cosine > 0) where placebo runs do not.
 3. Per-layer drop rates (G's mean pi on the reference input), training reward statistics and dev accuracy.
-4. The reward accumulated over k consecutive steps (`--accumulate`, see `attendout_placebo_accumulated.py`), on the
+4. The reward accumulated over k consecutive steps (`--accumulate`, see `accumulated.py`), on the
    same model as 1. `--only-snr` runs this part alone and adds it to an existing `<out>/results.json`.
 
-Outputs: `<out>/report.md`, `<out>/results.json`, `<out>/policy.png` (written by `attendout_placebo_report.py`,
-which also re-renders them from results.json and states the acceptance rule). Runs single-threaded (`--threads`).
+Outputs: `<out>/report.md`, `<out>/results.json`, `<out>/policy.png` (written by `report.py`, which also re-renders
+them from results.json and states the acceptance rule). Runs single-threaded (`--threads`).
 """
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from . import accumulated, report
+from .common import SOURCES, batches_of, draw_masks, first_order, load_data, measurement_batches, policy_on
 
 
 def parse(argv):
@@ -79,34 +82,11 @@ def parse(argv):
 # Data and models
 # ---------------------------------------------------------------------------------------------------------
 
-def load_data(args):
-    from transformers import AutoTokenizer
-
-    from suite.run.settings import resolve_model
-    from suite.run.data import encode, load_splits
-    from suite.api.tasks import get_task
-
-    spec = get_task(args.task)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
-    splits = load_splits(spec, args.data_dir)
-    train = encode(spec, splits[spec.train_split], tokenizer, args.max_length)
-    dev_split = next(iter(spec.eval_splits.values()))
-    dev = encode(spec, splits[dev_split], tokenizer, args.max_length)
-    return spec, tokenizer, train, dev
-
-
-def batches_of(enc, order: list[list[int]], pad_id: int, spec):
-    from suite.run.batching import collate
-
-    for idx in order:
-        yield collate([enc.features[i] for i in idx], [enc.labels[i] for i in idx], pad_id, spec.is_regression)
-
-
 def build(args, spec, seed: int, placebo: bool):
     from transformers import get_linear_schedule_with_warmup
 
-    from suite.run.settings import RunConfig, TrainSettings
     from suite.run.models import load_model
+    from suite.run.settings import RunConfig, TrainSettings
     from suite.run.training import StepContext
 
     hp = {"placebo": placebo} | ({"g_lr": args.g_lr} if args.g_lr else {})
@@ -141,18 +121,6 @@ def reference_states(args, spec, dev, pad_id):
         valid = real[:, :, None] & real[:, None, :] & ~torch.eye(real.shape[1], dtype=torch.bool)
         out.append((hidden[:-1], valid))
     return out
-
-
-@torch.no_grad()
-def policy_on(generator, p_max: float, states) -> list[np.ndarray]:
-    """Per layer, G's drop probabilities on every valid pair of the reference input."""
-    layers = len(states[0][0])
-    per_layer = [[] for _ in range(layers)]
-    for hidden, valid in states:
-        for layer in range(layers):
-            pi = p_max * torch.sigmoid(generator(hidden[layer].float(), layer))
-            per_layer[layer].append(pi[valid].numpy())
-    return [np.concatenate(v) for v in per_layer]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -211,37 +179,6 @@ def dev_accuracy(args, model, spec, dev, pad_id) -> float:
 # ---------------------------------------------------------------------------------------------------------
 # Reward signal-to-noise
 # ---------------------------------------------------------------------------------------------------------
-
-SOURCES = {"G1": "attacker", "G2": "attacker", "D1": "defender", "D2": "defender"}
-
-
-def draw_masks(method, model, batch, state) -> tuple[dict, dict]:
-    """Per source, the masks one forward draws under the same hidden-dropout state, and its per-sample losses."""
-    from suite.methods.attendout import reward as rw
-
-    masks, losses = {}, {}
-    for stream, (name, mode) in enumerate(SOURCES.items()):  # same dropout draws, a different mask each
-        with torch.no_grad(), method._mode(mode, state, stream=stream):
-            losses[name] = rw.losses_at(model, None, batch)
-        masks[name] = dict(method._masks)
-    return masks, losses
-
-
-def first_order(method, model, batch, nxt, masks, state, eta, fd_decrease) -> dict[str, torch.Tensor]:
-    """Per source, the per-sample first-order rewards eta * v . grad l_i under that source's masks (replayed)."""
-    from suite.methods.attendout import reward as rw
-
-    v = rw.next_batch_gradient(model, nxt)
-    eps = fd_decrease / rw.squared_norm(v)
-    moved = rw.shifted(model, v, eps)
-    out = {}
-    for name, m in masks.items():
-        method._masks = dict(m)
-        with torch.no_grad(), method._mode("replay", state):
-            base = rw.losses_at(model, None, batch)
-        out[name] = rw.alignment_rewards(model, batch, base, moved, eps, eta, method._mode("replay", state))
-    return out
-
 
 def lookahead_loss(method, model, batch, nxt, eta, masks=None, state=None, mode="attacker") -> float:
     """Next-batch loss (eval mode) after one virtual SGD step of size eta under replayed masks or fresh draws."""
@@ -307,18 +244,6 @@ def snr_summary(pairs: list[dict]) -> dict:
     return out
 
 
-def measurement_batches(model, train, batch_size: int, n: int, pad_id, spec, seed: int) -> list[dict]:
-    """`n` consecutive batches of a fresh training order drawn with `seed`; the model in train mode and torch's
-    generator reseeded, so each measurement replays the same draws."""
-    from suite.run.batching import length_grouped_batches
-
-    model.train()
-    order = length_grouped_batches(train.lengths(), batch_size, torch.Generator().manual_seed(seed))
-    batches = list(batches_of(train, order[:n], pad_id, spec))
-    torch.manual_seed(seed)
-    return batches
-
-
 def reward_snr(args, spec, train, pad_id, run) -> dict:
     model, method = run["model"], run["method"]
     batches = measurement_batches(model, train, args.batch_size, args.snr_batches + 1, pad_id, spec, seed=10_000)
@@ -379,16 +304,14 @@ def run_meta(args, argv, began: float) -> dict:
 
     return {"task": args.task, "model": args.model, "machine": f"{machine(torch.device('cpu'))}, {os.cpu_count()} "
             f"cores", "load": " ".join(f"{v:.1f}" for v in os.getloadavg()),
-            "command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
+            "command": "python -m experiments.attendout_placebo "
+                       + " ".join(argv if argv is not None else sys.argv[1:]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall_s": time.perf_counter() - began,
             "python": platform.python_version(), "torch": torch.__version__, "args": vars(args)}
 
 
 def only_accumulated(args, argv, began: float) -> Path:
     """Train the first seed's real-reward run, measure the accumulated reward, add it to the existing results."""
-    import attendout_placebo_accumulated as accumulated
-    import attendout_placebo_report as report
-
     out = Path(args.out)
     results = json.loads((out / "results.json").read_text())
     spec, tokenizer, train, dev = load_data(args)
@@ -408,9 +331,6 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     import suite  # noqa: F401  registers the methods
     from suite.run.models import quiet_transformers
-
-    import attendout_placebo_accumulated as accumulated  # sibling modules (this script's folder is on sys.path)
-    import attendout_placebo_report as report
 
     began = time.perf_counter()
     if args.only_snr:
@@ -447,6 +367,3 @@ def main(argv=None) -> int:
     print(out / "report.md")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

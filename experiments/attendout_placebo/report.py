@@ -1,6 +1,6 @@
 """Verdict, markdown and figure of the AttendOut placebo experiment, from its `results.json`.
 
-    python benchmarks/attendout_placebo_report.py results/attendout_placebo   # re-render report.md and policy.png
+    python -m experiments.attendout_placebo report results/attendout_placebo   # re-render report.md and policy.png
 
 The acceptance bar is judged by strict separation: G has learned only if every real-vs-placebo distance (same seed)
 exceeds every seed-to-seed distance (real-real and placebo-placebo pairs). Under exchangeable distances (no signal),
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +108,8 @@ def markdown(meta: dict, snr: dict, policy: dict, summaries: list[dict], accumul
     corr, corr_se = drop_share_correlation(summaries)
     separate = accumulated is not None and accumulated["meta"]["command"] != meta["command"]
     lines = [f"# AttendOut placebo experiment ({meta['task']}, {meta['model']})", "",
-             f"Command{' (every part but the accumulated reward)' if separate else ''}: `{meta['command']}`  ", f"Machine: {meta['machine']}; load average {meta['load']} "
+             f"Command{' (every part but the accumulated reward)' if separate else ''}: `{meta['command']}`  ",
+             f"Machine: {meta['machine']}; load average {meta['load']} "
              "(shared machine, other jobs running)  ", f"Date: {meta['date']}; {meta['wall_s'] / 60:.1f} min", ""]
     lines += _snr_lines(snr, f) + (_accumulated_lines(accumulated, f) if accumulated else [])
     lines += _policy_lines(policy, v, f)
@@ -162,7 +162,8 @@ def figure(path: Path, summaries: list[dict], policy: dict, snr: dict, accumulat
     axes[2].bar(range(len(names)), values, color=colours)
     axes[2].axhline(1.0, color="k", ls="--")
     axes[2].set_xticks(range(len(names)), [n.replace("_", "\n") for n in names], fontsize=7)
-    axes[2].set(ylabel="std(Attacker-Defender) / std(Defender-Defender)", title="Reward signal / noise (purple: summed over k steps)")
+    axes[2].set(ylabel="std(Attacker-Defender) / std(Defender-Defender)",
+                title="Reward signal / noise (purple: summed over k steps)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -176,7 +177,8 @@ def write(out: Path, results: dict) -> None:
     figure(out / "policy.png", results["runs"], results["policy"], results["reward_snr"], accumulated)
 
 
-if __name__ == "__main__":
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "results/attendout_placebo")
+def main(argv: list[str]) -> int:
+    folder = Path(argv[0] if argv else "results/attendout_placebo")
     write(folder, json.loads((folder / "results.json").read_text()))
     print(folder / "report.md")
+    return 0

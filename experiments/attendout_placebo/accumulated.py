@@ -24,6 +24,8 @@ import time
 import numpy as np
 import torch
 
+from .common import draw_masks, first_order, measurement_batches
+
 COMPARISONS = {"first_order_batch": ("G1", "D1"), "first_order_rloo_batch": ("G1", "G2")}
 NOISE = ("D2", "D1")
 MIN_BLOCKS_FOR_INTERVAL = 6
@@ -31,8 +33,6 @@ MIN_BLOCKS_FOR_INTERVAL = 6
 
 def step_rewards(method, model, batch, nxt, eta: float, fd_decrease: float) -> dict[str, float]:
     """One step's batch-mean first-order reward differences (signal per comparison, and the noise)."""
-    from attendout_placebo import draw_masks, first_order  # the experiment's own reward code
-
     from suite.methods.attendout import reward as rw
 
     state = rw.RandomState(torch.device("cpu"))
@@ -84,8 +84,6 @@ def summarize(steps: list[dict], ks: list[int]) -> dict:
 
 def accumulated_snr(args, spec, train, pad_id, run) -> dict:
     """Per-step rewards on `--accumulate-batches` consecutive batch pairs of a fresh training order, summarised."""
-    from attendout_placebo import measurement_batches
-
     model, method = run["model"], run["method"]
     batches = measurement_batches(model, train, args.batch_size, args.accumulate_batches + 1, pad_id, spec,
                                   seed=20_000)

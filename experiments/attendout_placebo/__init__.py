@@ -1,0 +1,10 @@
+"""The AttendOut placebo experiment: does G learn anything from its reward? Run from the repository root:
+
+    python -m experiments.attendout_placebo --data-dir /work/shared/data/glue     # real reward vs placebo (`run`)
+    python -m experiments.attendout_placebo longhorizon --data-dir ...           # real vs placebo vs planted
+    python -m experiments.attendout_placebo report results/attendout_placebo     # re-render a report
+
+Modules: `common` (data, policy probe, mask draws and rewards), `run` (the placebo experiment), `accumulated` (the
+reward summed over k steps), `report` (verdict, markdown, figure), `planted` (the positive control: a planted
+reward) and `longhorizon` (thousands of G updates, a g_lr sweep).
+"""

@@ -1,0 +1,16 @@
+"""`python -m experiments.attendout_placebo [report|longhorizon|longhorizon-report] ...`: the first word picks the
+part (default: run, the placebo experiment)."""
+import sys
+
+from . import longhorizon, longhorizon_report, report, run
+
+
+def main(argv: list[str]) -> int:
+    parts = {"report": report.main, "longhorizon": longhorizon.main,
+             "longhorizon-report": longhorizon_report.main}
+    if argv and argv[0] in parts:
+        return parts[argv[0]](argv[1:])
+    return run.main(argv)
+
+
+sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""The planted-reward positive control: G learns a planted signal in the rewarded layer only, a placebo moves G no
+further than noise does, and a planted reward of strength 0 is indistinguishable from the placebo."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import get_constant_schedule
+
+from experiments.attendout_placebo.planted import PlantedReward, layer_drop_share, planted_rewards
+from suite.api.attention import StepContext
+from suite.methods.attendout import AttendOut, AttendOutConfig, MaskSample
+from suite.testing import tiny_model
+
+STEPS = 160        # G updates per run (the planted layer rises about 2.4x beyond the band by then)
+G_LR = 3e-3
+P_MAX = 0.9        # room to move: at the default cap 0.3 a drift from 0.1 saturates near the noise's size
+STRENGTH = 3.0     # planted signal / noise per reward
+BAND_FACTOR = 2.0  # a change counts as movement only beyond twice the largest placebo change
+
+
+def batches(n: int, vocab: int, size: int = 16, length: int = 12) -> list[dict]:
+    """Padded batches of random tokens (lengths 6 to `length`) with a learnable label."""
+    g = torch.Generator().manual_seed(100)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(3, vocab, (size, length), generator=g)
+        lengths = torch.randint(6, length + 1, (size,), generator=g)
+        mask = (torch.arange(length)[None] < lengths[:, None]).long()
+        ids[mask == 0] = 0
+        labels = (ids[:, 1] % 2).long()  # a learnable rule, so the model's gradients carry information
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return out
+
+
+@torch.no_grad()
+def mean_policy(method: AttendOut, states) -> np.ndarray:
+    """G's mean drop probability per layer over the valid pairs of a fixed reference input."""
+    out = []
+    for layer, h in enumerate(states["hidden"]):
+        pi = method.cfg.p_max * torch.sigmoid(method.generator(h, layer))
+        out.append(float(pi[states["valid"]].mean()))
+    return np.array(out)
+
+
+def reference(model, batch) -> dict:
+    model.eval()
+    with torch.no_grad():
+        hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       output_hidden_states=True).hidden_states[:-1]
+    model.train()
+    mask = batch["attention_mask"].bool()
+    valid = mask[:, :, None] & mask[:, None, :] & ~torch.eye(mask.shape[1], dtype=torch.bool)
+    return {"hidden": [h.float() for h in hidden], "valid": valid}
+
+
+def drift(arm: str, strength: float = 0.0, seed: int = 0) -> np.ndarray:
+    """Per layer, G's mean drop probability after STEPS updates minus before, on a fixed reference input."""
+    torch.manual_seed(seed)
+    model = tiny_model(seed=0)
+    method = AttendOut(AttendOutConfig(p_max=P_MAX, g_lr=G_LR, placebo=arm == "placebo", cost_every=0))
+    torch.manual_seed(seed)
+    method.attach(model)
+    data = batches(STEPS + 1, model.config.vocab_size)
+    states = reference(model, data[0])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ctx = StepContext(model, method, optimizer, get_constant_schedule(optimizer), torch.device("cpu"), None, 1.0,
+                      total_steps=STEPS)
+    method.setup_training(ctx)
+    if arm == "planted":
+        PlantedReward(method, strength, layer=0, seed=seed + 1)
+    start = mean_policy(method, states)
+    for step in range(STEPS):
+        ctx.step = step + 1
+        method.training_step(ctx, data[step], data[step + 1])
+    assert method.policy.updates == STEPS
+    return mean_policy(method, states) - start
+
+
+@pytest.fixture(scope="module")
+def placebo_band() -> float:
+    """Twice the largest change of a placebo run in any layer (noise of the same spread, no signal)."""
+    return BAND_FACTOR * float(np.abs(drift("placebo", seed=0)).max())
+
+
+@pytest.mark.parametrize("strength, learns", [(STRENGTH, True), (0.0, False)])
+def test_planted_reward_moves_the_rewarded_layer_only(placebo_band, strength, learns):
+    change = drift("planted", strength, seed=0)
+    # layer 0 is rewarded for dropping more: it must rise beyond the placebo band, and only with a planted signal
+    assert (change[0] > placebo_band) == learns, (change, placebo_band)
+    assert abs(change[1]) <= placebo_band, (change, placebo_band)  # the unrewarded layer moves like noise
+
+
+def test_planted_reward_pays_for_the_layer_share():
+    """By hand: two masks on one sample, the first dropping more of layer 0; at a large strength it is paid more."""
+    valid = torch.ones(1, 4, 4, dtype=torch.bool)
+    drops = [torch.zeros(1, 4, 4, dtype=torch.bool), torch.zeros(1, 4, 4, dtype=torch.bool)]
+    drops[0][0, 0, 1:] = True   # 3 of 16 pairs of layer 0
+    drops[1][0, 0, 1] = True    # 1 of 16
+    samples = [[MaskSample(0, torch.zeros(1, 4, 4), d, valid), MaskSample(1, torch.zeros(1, 4, 4), d, valid)]
+               for d in drops]
+    assert layer_drop_share(samples[0], 0).tolist() == [3 / 16]
+    real = torch.tensor([[1.0], [3.0]])  # std sqrt(2): the planted reward's scale
+    g = torch.Generator().manual_seed(0)
+    planted = planted_rewards(real, samples, strength=1e6, layer=0, generator=g)
+    assert planted[0, 0] > planted[1, 0]
+    # standardised shares are +-1/sqrt(2) (unbiased std of two values) and sigma = std(real) = sqrt(2): +-1e6
+    assert float(planted[0, 0]) == pytest.approx(1e6, rel=1e-4)
+    noise_only = planted_rewards(real, samples, strength=0.0, layer=0, generator=torch.Generator().manual_seed(0))
+    expected = 2 ** 0.5 * torch.randn((2, 1), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.allclose(noise_only.double(), expected, atol=1e-6)
