@@ -97,3 +97,37 @@ def test_plugin_package_appears_through_entry_point(tmp_path):
     code = ("import suite; print(suite.METHODS.select('plugin_*'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert "['plugin_softmax']" in out.stdout, out.stderr
+
+
+def test_a_plugin_cannot_silently_replace_a_built_in_method():
+    """Old records would count as done for new code under the same hash, and `vanilla` is the report's reference."""
+    from suite.run.settings import RunConfig, TrainSettings
+
+    original = suite.METHODS.get("vanilla")
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
+    before = job.hash
+
+    class Impostor(suite.AttentionMethod):
+        """Not vanilla at all."""
+
+    with pytest.raises(ValueError, match="already registered .*replace=True"):
+        suite.register_method("vanilla")(Impostor)
+    assert suite.METHODS.get("vanilla") is original and job.hash == before
+    try:
+        suite.register_method("vanilla", replace=True)(Impostor)
+        assert suite.METHODS.get("vanilla") is Impostor
+        assert job.hash != before  # the replacing code enters the hash: old records are not taken for its runs
+    finally:
+        suite.METHODS.add("vanilla", original, replace=True)
+        suite.METHODS.replaced.discard("vanilla")
+    assert job.hash == before
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "with space", ""])
+def test_method_names_that_cannot_name_a_record_file_are_refused(name):
+    class Fine(suite.AttentionMethod):
+        pass
+
+    with pytest.raises(ValueError, match="letters, digits"):
+        suite.register_method(name)(Fine)
+    assert name not in suite.METHODS

@@ -23,7 +23,8 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry
 
-METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods")
+METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods",
+                                                      guard_replacement=True)
 
 
 @dataclasses.dataclass
@@ -209,8 +210,12 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
     return method.attention(module, query, key, value, attention_mask, scaling, **kwargs)
 
 
-def register_method(name: str, description: str | None = None):
-    """Class decorator: `@register_method("my_method")` on an `AttentionMethod` subclass."""
+def register_method(name: str, description: str | None = None, replace: bool = False):
+    """Class decorator: `@register_method("my_method")` on an `AttentionMethod` subclass.
+
+    A name that is already registered by other code (a built-in such as `vanilla`, or another plugin) is refused:
+    a silent replacement would give old records and new runs one hash for different code. `replace=True` replaces it
+    on purpose; the replacing package and its version then enter every run's hash and record."""
 
     def wrap(cls: type[AttentionMethod]) -> type[AttentionMethod]:
         if not (isinstance(cls, type) and issubclass(cls, AttentionMethod)):
@@ -222,7 +227,10 @@ def register_method(name: str, description: str | None = None):
             cls.description = description
         elif "description" not in cls.__dict__:
             cls.description = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        METHODS.add(name, cls)
+        if not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"method name {name!r}: use letters, digits, '_' and '-' only (it names record files)")
+        METHODS.load()  # the built-ins first, so that a plugin imported before them cannot take a built-in's name
+        METHODS.add(name, cls, replace=replace)
         AttentionInterface.register(f"suite_{name}", _dispatch)
         AttentionMaskInterface.register(f"suite_{name}", eager_mask)
         return cls

@@ -29,10 +29,25 @@ def normalise(name: str) -> str:
     return re.sub(r"[-_\s]", "", name.lower())
 
 
+def _same_definition(old: object, new: object) -> bool:
+    """The same code registering again (a re-imported module, a re-run notebook cell): same module and name."""
+    if old is new:
+        return True
+    return (isinstance(old, type) and isinstance(new, type)
+            and (old.__module__, old.__qualname__) == (new.__module__, new.__qualname__))
+
+
+def _where(entry: object) -> str:
+    return f"{entry.__module__}.{entry.__qualname__}" if isinstance(entry, type) else repr(entry)
+
+
 class Registry(Generic[T]):
     def __init__(self, kind: str, builtins: str, entry_point_group: str,
-                 key: Callable[[str], str] = str):
+                 key: Callable[[str], str] = str, guard_replacement: bool = False):
         self.kind = kind
+        # guarded: a name registered by other code is replaced only when the new registration says so (replace=True)
+        self._guard = guard_replacement
+        self.replaced: set[str] = set()  # keys whose entry replaced another's on purpose
         self._builtins = builtins  # module whose import registers the built-in entries
         self._group = entry_point_group
         self._key = key
@@ -44,17 +59,30 @@ class Registry(Generic[T]):
         self.plugin_errors: dict[str, str] = {}
 
     # -- registration -------------------------------------------------------------------------------
-    def add(self, name: str, entry: T) -> T:
+    def add(self, name: str, entry: T, replace: bool = False) -> T:
         k = self._key(name)
         if k in self._entries and self._names[k] != name:
             raise ValueError(f"{self.kind} {name!r} clashes with already registered {self._names[k]!r}")
+        if self._guard and k in self._entries and not _same_definition(self._entries[k], entry):
+            if not replace:
+                old = self._entries[k]
+                raise ValueError(f"{self.kind} {name!r} is already registered (by {_where(old)}); a second "
+                                 f"registration from {_where(entry)} would silently replace it. Choose another "
+                                 "name, or pass replace=True to replace it on purpose (runs then record and hash "
+                                 "the replacing package)")
+            self.replaced.add(k)
         self._entries[k] = entry
         self._names[k] = name
         self._origins[k] = self._loading or {"distribution": None, "version": None}
         return entry
 
+    def is_replacement(self, name: str) -> bool:
+        """Whether `name`'s entry replaced another registration on purpose (replace=True)."""
+        return self._key(name) in self.replaced
+
     def remove(self, name: str) -> None:
         k = self._key(name)
+        self.replaced.discard(k)
         self._entries.pop(k, None)
         self._names.pop(k, None)
 

@@ -194,6 +194,9 @@ class RunConfig:
         for name, default in _added_method_fields(self.method).items():
             if d["hparams"].get(name, default) == default:
                 d["hparams"].pop(name, None)
+        if METHODS.is_replacement(self.method):  # a plugin replaced the method on purpose: its code is not ours
+            origin = METHODS.origin(self.method)
+            d["implementation"] = f"{origin['distribution']}=={origin['version']}"
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
