@@ -268,7 +268,9 @@ def test_identity_and_eval_are_plain_softmax():
 
 @pytest.mark.parametrize("hp", [{"p_init": 0.3}, {"p_max": 1.0}, {"baseline": "mean"}, {"credit": "token"},
                                 {"mask_samples": 1}, {"g_update_every": 0}, {"g_accumulate": 0},
-                                {"rate_target": 1.5}, {"lookahead_lr": 0.0}, {"d_g": 0}, {"fd_decrease": 0.0}])
+                                {"rate_target": 1.5}, {"lookahead_lr": 0.0}, {"d_g": 0}, {"fd_decrease": 0.0},
+                                {"entropy_coef": float("nan")}, {"rate_penalty": float("inf")},
+                                {"reward_scale_floor": float("nan")}])
 def test_impossible_hyper_parameters_are_rejected(hp):
     with pytest.raises(HyperParameterError):
         AttendOut(AttendOut.Config(**hp))

@@ -131,9 +131,12 @@ class AttentionMethod:
 
     # -- configuration -------------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise HyperParameterError for impossible hyper-parameters. Probabilities named p* are checked here."""
+        """Raise HyperParameterError for impossible hyper-parameters. Probabilities named p* are checked here, and
+        every float must be finite (NaN or inf would fail a run half-way, or record null)."""
         for f in dataclasses.fields(self.cfg):
             v = getattr(self.cfg, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise HyperParameterError(f"{self.name}.{f.name}={v} is impossible: it must be a finite number")
             if (f.name == "p" or f.name.startswith("p_")) and isinstance(v, float):
                 check_probability(f"{self.name}.{f.name}", v)
 
