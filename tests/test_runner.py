@@ -71,3 +71,29 @@ def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
     (tmp_path / "suite" / "a.py").write_text("x = 2\n")
     assert git_commit(tmp_path) == sha + "+dirty"
     assert git_commit(tmp_path / "missing") is None
+
+
+def test_a_finished_run_leaves_no_model_behind_even_without_the_cyclic_collector(tiny_bert_dir, glue_dir):
+    """DropHead's step context points back at the model (a reference cycle): with automatic garbage collection off,
+    the run's model and optimizer state would otherwise survive into the next run of the process."""
+    import gc
+
+    from transformers import PreTrainedModel
+
+    from suite.run.runner import run_one
+    from suite.run.settings import RunConfig, TrainSettings
+
+    def models_alive() -> int:
+        return sum(isinstance(o, PreTrainedModel) for o in gc.get_objects())
+
+    gc.collect()
+    before = models_alive()
+    gc.disable()
+    try:
+        t = TrainSettings(epochs=1, batch_size=8, max_train_samples=16, max_eval_samples=16, train_eval_samples=0,
+                          stats_batches=0, analyses="none")
+        rec = run_one(RunConfig(tiny_bert_dir, "rte", "drophead", {"p": 0.1}, 1, t), glue_dir, device="cpu", quiet=True)
+        assert rec.status == "ok", rec.error
+        assert models_alive() == before
+    finally:
+        gc.enable()
