@@ -356,3 +356,33 @@ def test_compile_flag_reaches_the_model(tiny_bert_dir, glue_dir, tmp_path, monke
     (rec,) = records(tmp_path).values()
     assert rec.ok and rec.config["train"]["compile"] is True
     assert compiled == ["BertForSequenceClassification"]
+
+
+def test_gpu_runs_get_a_fresh_ray_worker_process_and_cpu_runs_may_share_one():
+    ray = pytest.importorskip("ray")
+    from suite.grid.executors.ray import TaskResources, declared_task
+
+    def max_calls(task):  # what the RemoteFunction was declared with (Ray keeps it in _default_options)
+        return task._default_options.get("max_calls")
+
+    assert max_calls(declared_task(ray, TaskResources(1, 0.5))) == 1
+    assert max_calls(declared_task(ray, TaskResources(1, 1))) == 1
+    assert not max_calls(declared_task(ray, TaskResources(1, 0)))  # no limit
+
+
+def test_the_stop_handlers_survive_a_library_that_replaces_them():
+    """ray.init installs a SIGTERM handler of its own, which aborted the driver with 134 instead of stopping it."""
+    import signal
+
+    from suite.grid.executors.ray import kept_signal_handlers
+
+    def ours(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, ours)
+    try:
+        with kept_signal_handlers():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what ray.init does to the driver
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        signal.signal(signal.SIGTERM, previous)

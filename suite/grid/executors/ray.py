@@ -12,6 +12,7 @@ import logging
 import math
 import platform
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -123,6 +124,30 @@ class TaskResources:
         return int(slots) if math.isfinite(slots) else pending
 
 
+def declared_task(ray, resources: "TaskResources"):
+    return ray.remote(max_calls=1)(_ray_job) if resources.num_gpus else ray.remote(_ray_job)
+
+
+def remote_task(ray, resources: "TaskResources", max_retries: int):
+    """The Ray task of one run. A GPU run gets a fresh worker process (max_calls=1): Ray applies that default only to
+    functions declared with num_gpus, not to GPU options given later, and refuses max_calls in `.options`; a reused
+    process would keep the previous run's CUDA context and cached memory and ignore a changed CUDA_VISIBLE_DEVICES."""
+    return declared_task(ray, resources).options(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
+                                                 max_retries=max_retries, retry_exceptions=False, name="suite-run")
+
+
+@contextlib.contextmanager
+def kept_signal_handlers():
+    """SIGTERM and SIGINT handlers as they were before the block (the suite's stop handling survives ray.init)."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            with contextlib.suppress(ValueError, TypeError):  # not the main thread / a handler set outside Python
+                signal.signal(sig, handler)
+
+
 def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str, quiet: bool,
             status: GridStatus | None = None, address: str | None = None, gpus_per_run: float | None = None,
             cpus_per_run: float | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
@@ -141,7 +166,8 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
     started_here = False
     if not ray.is_initialized():
         where = {"address": address} if address else {"address": "local", "include_dashboard": False}
-        ray.init(**where, log_to_driver=not quiet, logging_level=logging.WARNING if quiet else logging.INFO)
+        with kept_signal_handlers():  # ray.init installs its own SIGTERM handler, which aborts the driver (134)
+            ray.init(**where, log_to_driver=not quiet, logging_level=logging.WARNING if quiet else logging.INFO)
         started_here = True
     refs: dict[Any, RunConfig] = {}
     try:
@@ -150,8 +176,7 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
             ship = address is not None
         files = ship_data(jobs, data_dir) if ship else None
         files_ref = ray.put(files) if files is not None else None
-        task = ray.remote(_ray_job).options(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
-                                            max_retries=max_retries, retry_exceptions=False, name="suite-run")
+        task = remote_task(ray, resources, max_retries)
         for job in jobs:
             refs[task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref)] = job
         _collect(ray, refs, record, status, resources)
