@@ -85,3 +85,17 @@ def test_tables_only_report_draws_no_analysis_figure(board, tmp_path):
     section.section(rep, Selection("m", ["sst2", "rte"], ["vanilla", "topk"], {}, {}, {}), board, "m", "m")
     assert "JSD of attention" in "\n".join(rep.lines)
     assert rep.figures == [] and not list(tmp_path.iterdir())
+
+
+def test_records_older_than_the_content_measure_show_the_boundary_measure_by_name(board, tmp_path):
+    """Records written before the content-token measure keep only the [CLS] row with boundary tokens: the report shows
+    that measure, named as such, instead of an empty column."""
+    for part in board["analyses"]:
+        del part["seeds"]["content_attention"]
+    rep = _Rep(tmp_path)
+    sel = Selection("m", ["sst2", "rte"], ["vanilla", "topk"], {}, {}, {})
+    section.section(rep, sel, board, "m", "m")
+    text = "\n".join(rep.lines)
+    assert "JSD of [CLS] attention with boundary tokens" in text and "predate the content-token measure" in text
+    row = next(line for line in text.splitlines() if line.startswith("| vanilla"))
+    assert row.split("|")[2].strip() != "–"  # the pair of vanilla seeds on SST-2 has a divergence

@@ -77,20 +77,23 @@ def _quartiles(values: list[float]) -> str:
     return f"{fmt(med, 3)} [{fmt(q1, 3)}, {fmt(q3, 3)}]"
 
 
-def seeds_table(sel: Selection, pairs: dict, label) -> str:
+MEASURES = {"content": "JSD of attention over content tokens",
+            "boundary": "JSD of [CLS] attention with boundary tokens"}
+
+
+def seeds_table(sel: Selection, pairs: dict, label, measure: str = MEASURES["content"]) -> str:
     rows = [[label(m), _quartiles(pairs[m]["jsd"]), _quartiles(pairs[m]["tvd"]), str(len(pairs[m]["tvd"]))]
             for m in sel.methods if m in pairs]
-    return table(rows, ["method", "JSD of attention over content tokens, median [IQR]",
-                        "TVD of predictions, median [IQR]", "pairs"])
+    return table(rows, ["method", f"{measure}, median [IQR]", "TVD of predictions, median [IQR]", "pairs"])
 
 
-def plot_seed_violins(pairs: dict, methods: list[str], title: str, path) -> bool:
+def plot_seed_violins(pairs: dict, methods: list[str], title: str, path, measure: str = MEASURES["content"]) -> bool:
     shown = [m for m in methods if m in pairs and pairs[m]["tvd"]]
     if not shown:
         return False
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(1.0 + 0.6 * len(shown) * 2, 3.2), layout="constrained")
-    for ax, key, name in ((axes[0], "jsd", "JSD of attention (nats)"), (axes[1], "tvd", "TVD of predictions")):
+    for ax, key, name in ((axes[0], "jsd", f"{measure} (nats)"), (axes[1], "tvd", "TVD of predictions")):
         data = [pairs[m][key] or [math.nan] for m in shown]
         usable = [i for i, d in enumerate(data) if np.isfinite(d).any()]
         if usable:
@@ -151,11 +154,19 @@ def section(rep, sel: Selection, board: pd.DataFrame, mslug: str, model: str) ->
                 "H: entropy in nats; mean over runs of each run's mean over its examples):", "",
                 importance_table(sel, parts["importance"], label), "")
     pairs = seed_pairs(parts["seeds"]) if len(parts["seeds"]) else {}
+    measure = MEASURES["content"]
+    if pairs and not any(p["jsd"] for p in pairs.values()):
+        # records written before the content-token measure keep only the [CLS] row with boundary tokens: show that,
+        # named as such, rather than an empty column
+        pairs, measure = seed_pairs(parts["seeds"], tokens="boundary"), MEASURES["boundary"]
     if pairs:
-        rep.add("Variance across seeds (per dev example and pair of seeds of the same cell):", "",
-                seeds_table(sel, pairs, label), "")
+        note = "" if measure is MEASURES["content"] else (
+            " The records predate the content-token measure, so the JSD is that of the [CLS] attention row with the "
+            "[CLS]/[SEP] tokens kept, which largely measures attention to those boundary tokens.")
+        rep.add("Variance across seeds (per dev example and pair of seeds of the same cell):" + note, "",
+                seeds_table(sel, pairs, label, measure), "")
         path = rep.figure(f"analysis_seeds_{mslug}.png")
-        if rep.draw and plot_seed_violins(pairs, sel.methods, f"variance across seeds, {model}", path):
+        if rep.draw and plot_seed_violins(pairs, sel.methods, f"variance across seeds, {model}", path, measure):
             rep.link(path, "JS divergence of attention and TVD of predictions across seeds")
     if len(parts["heads"]):
         path = rep.figure(f"analysis_heads_{mslug}.png")
