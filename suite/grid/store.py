@@ -99,12 +99,18 @@ class Store:
         except OSError:
             return f"{why}, nor in {folder}. The record follows:\n{json.dumps(_clean(data))}"
 
+    def _parse(self, filename: str) -> dict[str, Any]:
+        """The record file as a dict, validated (raises what reading, decoding or validating raises)."""
+        path = self.path(filename)
+        data = json.loads(path.read_text())
+        RunRecord.from_dict(data, str(path))
+        return data
+
     def read(self, filename: str) -> dict[str, Any] | None:
         """The record as a dict, or None when absent or not a valid record (warned, by file name)."""
         path = self.path(filename)
         try:
-            data = json.loads(path.read_text())
-            RunRecord.from_dict(data, str(path))
+            data = self._parse(filename)
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord) as exc:
@@ -124,8 +130,7 @@ class Store:
         (truncated, not JSON, missing fields) is not a finished run and counts as not done."""
         path = self.path(filename)
         try:
-            data = json.loads(path.read_text())
-            RunRecord.from_dict(data, str(path))
+            self._parse(filename)
         except FileNotFoundError:
             return None
         except NewerRecord as exc:
