@@ -23,7 +23,7 @@ def test_cached_computes_once_and_can_be_turned_off(cache, monkeypatch):
         return {"x": [1, 2, 3]}
 
     assert reuse.cached("k", compute) == reuse.cached("k", compute) == {"x": [1, 2, 3]}
-    assert len(calls) == 1 and (cache / "k.pkl").is_file()
+    assert len(calls) == 1 and (cache / "k.npz").is_file()
     monkeypatch.setenv(reuse.CACHE_ENV, "off")
     reuse.cached("k", compute)
     assert len(calls) == 2

@@ -1,10 +1,13 @@
 """Tokenised splits shared across processes: a grid's worker processes (and later invocations) tokenise a task's
 subset once; the others read it from a disk cache.
 
-The cache key covers everything the tokens depend on: the tokenizer's files, the task, the data files (path, size,
-modification time) and the settings that pick and cut the rows. Entries live in `$SUITE_CACHE_DIR` (default
-`~/.cache/suite/tokenized`) and are written atomically, so concurrent workers never read half a file. Hub data is not
-cached here (the `datasets` cache already keeps the download; tokenising again is what is left). Set
+The cache key covers everything the tokens depend on: the suite's version, the tokenizer's files, the task, the
+content (sha256) of the data files and the settings that pick and cut the rows. Entries are data, not code: a numpy
+`.npz` of integer arrays plus a JSON manifest, read with `allow_pickle=False`, so a file dropped into the cache can
+never run anything. Each entry carries its key and a checksum of its arrays; an entry that is truncated, wrongly
+shaped, edited or written for another key is named in a warning and rebuilt. Entries live in `$SUITE_CACHE_DIR`
+(default `~/.cache/suite/tokenized`) and are written atomically, so concurrent workers never read half a file. Hub
+data is not cached here (the `datasets` cache already keeps the download; tokenising again is what is left). Set
 `SUITE_CACHE_DIR=off` to turn the cache off.
 """
 from __future__ import annotations
@@ -12,12 +15,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import tempfile
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
+from suite import __version__
+
 CACHE_ENV = "SUITE_CACHE_DIR"
+FORMAT = 2          # the layout of an entry; entries of another format are never read
+SUFFIX = ".npz"
+_MANIFEST = "manifest"
+
+
+class BadEntry(ValueError):
+    """A cache entry that cannot be trusted (corrupt, wrongly shaped, edited, or written for another key)."""
 
 
 def cache_dir() -> Path | None:
@@ -27,9 +42,26 @@ def cache_dir() -> Path | None:
     return Path(value).expanduser() if value else Path.home() / ".cache" / "suite" / "tokenized"
 
 
-def _file_facts(path: Path) -> list[Any]:
+# (path, inode, size, mtime, ctime) -> sha256: a file is hashed once per process; the change time is set by every
+# write and cannot be set back (os.utime can set the modification time back)
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _content_hash(path: Path) -> str:
     stat = path.stat()
-    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+    facts = (str(path.resolve()), stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if facts not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        _DIGESTS[facts] = digest.hexdigest()
+    return _DIGESTS[facts]
+
+
+def _file_facts(path: Path) -> list[Any]:
+    """A file by its content: an edit that keeps its size and modification time still changes the key."""
+    return [str(path.resolve()), _content_hash(path)]
 
 
 def _tokenizer_facts(tokenizer) -> list[Any]:
@@ -41,9 +73,101 @@ def _tokenizer_facts(tokenizer) -> list[Any]:
 
 
 def cache_key(spec, tokenizer, data_files: list[Path], settings: dict[str, Any]) -> str:
-    blob = json.dumps([spec.name, repr(spec), _tokenizer_facts(tokenizer), [_file_facts(p) for p in data_files],
-                       settings], sort_keys=True, default=str)
+    blob = json.dumps([__version__, FORMAT, spec.name, repr(spec), _tokenizer_facts(tokenizer),
+                       [_file_facts(p) for p in data_files], settings], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Entries as arrays: a tree of dicts, tuples, lists, JSON scalars and tokenised splits (suite.run.data.Encoded)
+# ---------------------------------------------------------------------------------------------------------
+
+def _pack(value: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """The JSON manifest of `value`; the token lists of each tokenised split go into `arrays` (flat + offsets)."""
+    from suite.run.data import Encoded
+
+    if isinstance(value, Encoded):
+        name = f"e{len(arrays)}"
+        keys = sorted(value.features[0]) if value.features else []
+        for k in keys:
+            arrays[f"{name}/{k}"] = np.concatenate([np.asarray(f[k], dtype=np.int64) for f in value.features]) \
+                if value.features else np.zeros(0, np.int64)
+        arrays[f"{name}/offsets"] = np.cumsum([0, *(len(f["input_ids"]) for f in value.features)], dtype=np.int64)
+        arrays[f"{name}/labels"] = np.asarray(value.labels)
+        if value.index is not None:
+            arrays[f"{name}/index"] = np.asarray(value.index, dtype=np.int64)
+        return {"encoded": name, "keys": keys, "rows": len(value), "index": value.index is not None}
+    if isinstance(value, dict):
+        return {"dict": {str(k): _pack(v, arrays) for k, v in value.items()}}
+    if isinstance(value, (tuple, list)):
+        return {"tuple" if isinstance(value, tuple) else "list": [_pack(v, arrays) for v in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    raise TypeError(f"the tokenised-data cache stores no {type(value).__name__}")
+
+
+def _unpack(node: Any, arrays) -> Any:
+    from suite.run.data import Encoded
+
+    if not isinstance(node, dict) or len(node) < 1:
+        raise BadEntry(f"a manifest node {node!r:.60}")
+    if "encoded" in node:
+        name, rows = node["encoded"], node["rows"]
+        offsets = arrays[f"{name}/offsets"]
+        labels = arrays[f"{name}/labels"]
+        if offsets.shape != (rows + 1,) or labels.shape != (rows,) or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+            raise BadEntry(f"split {name} is not shaped as its {rows} rows")
+        columns = {k: arrays[f"{name}/{k}"] for k in node["keys"]}
+        if any(c.shape != (int(offsets[-1]),) for c in columns.values()):
+            raise BadEntry(f"the tokens of split {name} do not fit their offsets")
+        features = [{k: c[offsets[i]:offsets[i + 1]].tolist() for k, c in columns.items()} for i in range(rows)]
+        index = arrays[f"{name}/index"].tolist() if node["index"] else None
+        if index is not None and len(index) != rows:
+            raise BadEntry(f"split {name} has {len(index)} row numbers for {rows} rows")
+        return Encoded(features, labels.tolist(), index)
+    if "dict" in node:
+        return {k: _unpack(v, arrays) for k, v in node["dict"].items()}
+    if "tuple" in node:
+        return tuple(_unpack(v, arrays) for v in node["tuple"])
+    if "list" in node:
+        return [_unpack(v, arrays) for v in node["list"]]
+    if "value" in node:
+        return node["value"]
+    raise BadEntry(f"a manifest node {node!r:.60}")
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        digest.update(a.tobytes())
+    return digest.hexdigest()
+
+
+def write_entry(file, key: str, value: Any) -> None:
+    arrays: dict[str, np.ndarray] = {}
+    tree = _pack(value, arrays)
+    manifest = {"format": FORMAT, "suite": __version__, "key": key, "tree": tree, "checksum": _checksum(arrays)}
+    np.savez(file, **arrays, **{_MANIFEST: np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)})
+
+
+def read_entry(path: Path, key: str) -> Any:
+    """The value stored in `path` for `key`; BadEntry (or what reading raises) when it cannot be trusted."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    raw = arrays.pop(_MANIFEST, None)
+    if raw is None or raw.dtype != np.uint8:
+        raise BadEntry("no manifest")
+    manifest = json.loads(raw.tobytes().decode())
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("key") != key:
+        raise BadEntry("written for another key or format")
+    if manifest.get("checksum") != _checksum(arrays):
+        raise BadEntry("its arrays do not match their checksum (edited or corrupt)")
+    try:
+        return _unpack(manifest.get("tree"), arrays)
+    except (KeyError, TypeError, IndexError) as exc:
+        raise BadEntry(f"its manifest does not match its arrays ({type(exc).__name__}: {exc})") from None
 
 
 def cached(key: str | None, compute: Callable[[], Any]) -> Any:
@@ -51,20 +175,23 @@ def cached(key: str | None, compute: Callable[[], Any]) -> Any:
     folder = cache_dir()
     if key is None or folder is None:
         return compute()
-    path = folder / f"{key}.pkl"
+    path = folder / f"{key}{SUFFIX}"
     try:
-        with open(path, "rb") as fh:
-            return pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError):
+        return read_entry(path, key)
+    except FileNotFoundError:
         pass
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, UnicodeDecodeError, RecursionError) as exc:
+        # BadEntry and json's errors are ValueErrors; numpy refuses pickled arrays with a ValueError too
+        warnings.warn(f"tokenised-data cache entry {path} cannot be trusted ({type(exc).__name__}: {exc}); "
+                      "tokenising again and replacing it", stacklevel=2)
     value = compute()
     tmp = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
         with os.fdopen(fd, "wb") as fh:
-            pickle.dump(value, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
+            write_entry(fh, key, value)
+        os.replace(tmp, path)  # replaces a planted link itself, never the file it points to
     except OSError:  # a read-only or full disk only costs the reuse
         if tmp:
             Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,135 @@
+"""The tokenised-data cache is data, not code: nothing in it runs, and an entry that cannot be trusted (a pickle, a
+truncated or edited file, wrong shapes, another key's entry) is named in a warning and rebuilt; the key follows the
+data files' content and the suite's version."""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+from suite.api.tasks import get_task
+from suite.run import cache as reuse
+from suite.run.data import Encoded
+from suite.run.settings import TrainSettings
+
+VALUE = (Encoded([{"input_ids": [101, 7, 102], "token_type_ids": [0, 0, 0]}, {"input_ids": [101, 102],
+                                                                            "token_type_ids": [0, 0]}], [1, 0], [4, 9]),
+         {"": Encoded([{"input_ids": [101, 5, 6, 102]}], [0.25], None)},
+         Encoded([], [], []))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(reuse.CACHE_ENV, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _compute(calls: list):
+    def compute():
+        calls.append(1)
+        return VALUE
+    return compute
+
+
+def _rewrite(path, edit) -> None:
+    """Load an entry's arrays, let `edit` change them, and save them back (the checksum as it was)."""
+    with np.load(path) as data:
+        arrays = {k: data[k] for k in data.files}
+    edit(arrays)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def test_an_entry_round_trips_as_data(cache):
+    calls = []
+    assert reuse.cached("k", _compute(calls)) == VALUE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reuse.cached("k", _compute(calls)) == VALUE
+    assert len(calls) == 1
+    with np.load(cache / "k.npz", allow_pickle=False) as data:  # no object arrays: nothing to unpickle
+        assert all(data[k].dtype != object for k in data.files)
+
+
+class Planted:
+    def __reduce__(self):
+        return (os.mkdir, (os.environ[reuse.CACHE_ENV] + "/../pwned",))
+
+
+def _pickle(path):
+    path.write_bytes(pickle.dumps({"x": Planted()}))
+
+
+def _object_array(path):
+    np.savez(path.open("wb"), manifest=np.array([Planted()], dtype=object))
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _flip_labels(path):  # an edit that keeps the file well formed: only the checksum shows it
+    _rewrite(path, lambda a: a.update({"e0/labels": 1 - a["e0/labels"]}))
+
+
+def _wrong_shape(path):  # drops a row's tokens and fixes the checksum: the offsets no longer fit
+    def edit(a):
+        import json
+
+        a["e0/input_ids"] = a["e0/input_ids"][:-1]
+        a["e0/token_type_ids"] = a["e0/token_type_ids"][:-1]
+        manifest = json.loads(a["manifest"].tobytes())
+        manifest["checksum"] = reuse._checksum({k: v for k, v in a.items() if k != "manifest"})
+        a["manifest"] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    _rewrite(path, edit)
+
+
+def _other_key(path):
+    reuse.write_entry(path.open("wb"), "another", VALUE)
+
+
+def _not_a_zip(path):
+    path.write_text("hello")
+
+
+UNTRUSTED = {"pickle": _pickle, "pickled object array": _object_array, "truncated": _truncate,
+             "labels edited": _flip_labels, "wrongly shaped": _wrong_shape, "another key's entry": _other_key,
+             "not a zip": _not_a_zip}
+
+
+@pytest.mark.parametrize("spoil", list(UNTRUSTED.values()), ids=list(UNTRUSTED))
+def test_an_untrusted_entry_is_named_and_rebuilt_and_never_runs(spoil, cache, tmp_path):
+    calls = []
+    reuse.cached("k", _compute(calls))
+    path = cache / "k.npz"
+    spoil(path)
+    with pytest.warns(UserWarning, match=f"entry {path} cannot be trusted"):
+        assert reuse.cached("k", _compute(calls)) == VALUE
+    assert len(calls) == 2 and not (tmp_path / "pwned").exists()
+    assert reuse.read_entry(path, "k") == VALUE  # rebuilt
+
+
+def test_the_key_follows_content_and_suite_version(tmp_path, tiny_bert_dir, glue_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    data = tmp_path / "glue"
+    shutil.copytree(glue_dir, data)
+    tokenizer, spec, t = AutoTokenizer.from_pretrained(tiny_bert_dir), get_task("rte"), TrainSettings()
+    key = reuse.tokenized_key(spec, tokenizer, data, t)
+    dev = data / "RTE" / "dev.tsv"
+    stat = dev.stat()
+    text = dev.read_text()
+    flipped = text.replace("\tnot_entailment\n", "\tNOT_ENTAILMENT\n")  # same size
+    assert flipped != text and len(flipped) == len(text)
+    dev.write_text(flipped)
+    os.utime(dev, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # size and modification time as before
+    assert reuse.tokenized_key(spec, tokenizer, data, t) != key
+    dev.write_text(text)
+    os.utime(dev, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert reuse.tokenized_key(spec, tokenizer, data, t) == key
+    monkeypatch.setattr(reuse, "__version__", "99.0")
+    assert reuse.tokenized_key(spec, tokenizer, data, t) != key
