@@ -77,7 +77,8 @@ def test_records_are_readable_like_other_files(tmp_path):
 
 INVALID_RECORDS = {"list": "[]", "status only": '{"status": "ok"}', "not json": "{", "ok without score":
                    '{"config": {"task": "rte", "method": "vanilla", "seed": 1}, "hash": "h", "label": "l", '
-                   '"status": "ok", "final": {"score": null}, "history": [{}]}'}
+                   '"status": "ok", "final": {"score": null}, "history": [{}]}',
+                   "deeply nested JSON": "[" * 100_000 + "]" * 100_000}
 
 
 @pytest.mark.parametrize("content", list(INVALID_RECORDS.values()), ids=list(INVALID_RECORDS))
@@ -121,6 +122,36 @@ def test_a_record_this_process_cannot_open_is_kept_and_its_job_skipped(tmp_path,
     with pytest.warns(UserWarning, match="cannot be read .*Permission denied.*fix its permissions"):
         todo, skipped = pending_jobs([job], store, force=False)
     assert todo == [] and skipped == [job]
+
+
+def test_a_record_of_another_job_under_this_jobs_name_is_kept_and_the_job_not_done(tmp_path):
+    """A record copied or renamed by hand: its contents (hash) are another job's. Resume used to read only its
+    status and skip this job forever; now the file is kept untouched, the job is not counted as done, and the
+    warning names both jobs."""
+    job, other = (RunConfig("m", "rte", "vanilla", {}, seed, TrainSettings()) for seed in (1, 2))
+    store = Store(tmp_path)
+    store.write(job.filename, fake_ok_record(other))
+    before = store.path(job.filename).read_bytes()
+    with pytest.warns(UserWarning, match=f"holds the record of another job .*{other.hash}.*rename or move it"):
+        todo, skipped = pending_jobs([job], store, force=False)
+    assert todo == [] and skipped == [job]
+    with pytest.warns(UserWarning, match="another job"):
+        assert store.status(job.filename) is None  # not shown as done (dry run, summaries)
+    assert store.path(job.filename).read_bytes() == before
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="symbolic links")
+def test_a_planted_claims_link_is_replaced_never_followed(tmp_path):
+    """A dangling `.claims` link used to create a file outside the output folder."""
+    outside = tmp_path / "outside" / "claims"
+    outside.parent.mkdir()
+    store = Store(tmp_path / "out")
+    store.runs.mkdir(parents=True)
+    (store.runs / ".claims").symlink_to(outside)
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
+    with store.claims() as claims:
+        assert claims.claim([job]) == ([job], [])
+    assert not outside.exists() and not (store.runs / ".claims").is_symlink()
 
 
 def test_report_skips_invalid_records_and_temporary_files(tmp_path):

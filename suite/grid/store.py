@@ -26,6 +26,17 @@ except ImportError:  # Windows: no record locks (see JobClaims)
 TMP_PREFIX = ".tmp-"
 
 
+class OtherJobsRecord(InvalidRecord):
+    """A valid record whose contents are of another job than its file name says (its hash differs)."""
+
+
+def job_hash_of(filename: str) -> str | None:
+    """The job hash a record's file name ends with (TASK__METHOD__seedN__MODEL__HASH.json); None for other names."""
+    stem = filename[:-len(".json")] if filename.endswith(".json") else filename
+    tail = stem.rpartition("__")[2]
+    return tail if "__" in stem and len(tail) == 12 and all(c in "0123456789abcdef" for c in tail) else None
+
+
 class RecordNotSaved(SuiteError, OSError):
     """A finished record could not be written where it belongs; the message says where it was kept instead."""
 
@@ -100,10 +111,18 @@ class Store:
             return f"{why}, nor in {folder}. The record follows:\n{json.dumps(_clean(data))}"
 
     def _parse(self, filename: str) -> dict[str, Any]:
-        """The record file as a dict, validated (raises what reading, decoding or validating raises)."""
+        """The record file as a dict, validated (raises what reading, decoding or validating raises), and of the job
+        its file name names (else OtherJobsRecord)."""
         path = self.path(filename)
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except RecursionError:  # JSON nested deeper than Python's recursion limit
+            raise InvalidRecord(f"{path}: not a run record (JSON nested too deeply to read)") from None
         RunRecord.from_dict(data, str(path))
+        named = job_hash_of(filename)
+        if named is not None and data["hash"] != named:
+            raise OtherJobsRecord(f"{path} holds the record of another job ({data['label']!r}, hash "
+                                  f"{data['hash']!r}), not of the job its name says (hash {named!r})")
         return data
 
     def read(self, filename: str) -> dict[str, Any] | None:
@@ -135,6 +154,10 @@ class Store:
             return None
         except NewerRecord as exc:
             return f"{exc}; or move the file away to run the job again"
+        except OtherJobsRecord as exc:
+            # a valid record under the wrong name (copied or renamed by hand): it may be the only copy of that run,
+            # so it is never replaced; this job is not done, and the user decides where the file belongs
+            return f"{exc}: kept; rename or move it to run this job"
         except PermissionError as exc:
             return (f"{path} exists but cannot be read ({exc.strerror}): fix its permissions, or move it away to run "
                     "the job again")
@@ -162,7 +185,7 @@ def iter_records(*folders: str | os.PathLike) -> Iterator[dict[str, Any]]:
             try:
                 rec = json.loads(path.read_text())
                 RunRecord.from_dict(rec, str(path))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord) as exc:
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord, RecursionError) as exc:
                 warnings.warn(f"skipping {path}: {exc}", stacklevel=2)
                 continue
             rec["_path"] = str(path)
@@ -195,7 +218,9 @@ class JobClaims:
             return list(jobs), []
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, _file_mode())
+            if self.path.is_symlink():  # a planted link (dangling or not) must not make a file outside the folder
+                self.path.unlink()
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), _file_mode())
         mine, elsewhere = [], []
         for job in jobs:
             try:
