@@ -1,5 +1,6 @@
 """The command line as a new user meets it: help for every option, --version, `list` within 100 columns, dry runs
-that read no data, suggestions for misspelt names, plugin errors, metrics checked before training, README table."""
+that read no data, suggestions for misspelt names, plugin errors, metrics checked before training, the options
+table in docs/usage.md."""
 import dataclasses
 import re
 from pathlib import Path
@@ -149,8 +150,8 @@ def test_unknown_task_metric_is_refused_before_training_and_registered_ones_work
         METRICS.remove("balanced_acuracy")
 
 
-def test_readme_options_table_lists_every_run_option():
-    usage = ROOT.joinpath("README.md").read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
+def test_usage_options_table_lists_every_run_option():
+    usage = ROOT.joinpath("docs", "usage.md").read_text()
     documented = set(re.findall(r"--[a-z][a-z-]+", usage))
     missing = sorted(opt for opt in _options("run") if opt not in documented and not opt.startswith("--no-"))
     assert not missing

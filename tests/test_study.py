@@ -95,9 +95,8 @@ def test_report_study_uses_its_out_and_report_section(tmp_path):
     assert (args.dir, args.baseline, args.alpha) == ("other", "vanilla", 0.1)
 
 
-def test_the_readme_study_example_is_valid(tmp_path):
-    usage = (ROOT / "README.md").read_text().split("## Usage", 1)[1].split("\n## ", 1)[0]
-    example = usage.split("```yaml\n", 1)[1].split("```", 1)[0]
+def test_the_documented_study_example_is_valid(tmp_path):
+    example = (ROOT / "docs" / "studies.md").read_text().split("```yaml\n", 1)[1].split("```", 1)[0]
     path = _write(tmp_path, example)
     study = load_study(path)
     assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
