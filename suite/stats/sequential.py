@@ -1,0 +1,213 @@
+"""Group-sequential decisions: look at a comparison after every round of seeds and stop it as soon as the evidence
+decides it, while the chance of a false claim over all looks stays at most alpha.
+
+Testing at alpha at every look would not: with looks at 5, 10, 15 and 20 seeds a true null is rejected about twice as
+often as alpha (tests/test_sequential.py measures it). Instead alpha is *spent* across the looks (Lan & DeMets 1983):
+a spending function alpha(t) says how much of alpha may be used up by the information fraction t = n / cap (seeds
+so far over the cap), and the boundary c_k of look k is the critical value at which the looks' joint probability of
+a first crossing at k equals alpha(t_k) - alpha(t_{k-1}). The looks' statistics are jointly normal with
+corr(Z_j, Z_k) = sqrt(t_j / t_k); `boundaries` integrates that distribution numerically (the tests check it against
+`scipy.stats.multivariate_normal` and published tables). Spending functions, each side spending alpha / 2:
+
+- `obrien-fleming` (default): alpha(t) = 4 - 4 Phi(z_{1-alpha/4} / sqrt(t)); spends almost nothing early, so the last
+  look keeps nearly the fixed-sample level (4 equal looks at alpha 0.05: |z| >= 4.33, 2.96, 2.36, 2.01).
+- `pocock`: alpha(t) = alpha ln(1 + (e - 1) t); the same boundary at every look (2.37, 2.37, 2.36, 2.35): earlier
+  stops, a stricter last look.
+
+The boundaries are applied as nominal levels to each look's own test (`suite.stats.evidence`: its p-value over seeds
+and dev examples, not a normal z), the "significance level" approach of Jennison & Turnbull (2000, ch. 11). Seeds,
+not the standard error, measure the information: the dev-example part of the variance does not shrink with more
+seeds, which makes successive looks more correlated than sqrt(t_j / t_k) and the boundaries conservative. The
+simulation tests check the whole procedure's error rates with both noise sources, with few seeds and with collapsed
+runs. A look that adds no seed (every new run failed) spends nothing; the last planned look spends what is left.
+
+Each look of a comparison ends in one of:
+- `efficacy`: p <= the look's nominal level: better or worse.
+- `equivalence`: the two one-sided tests (TOST) reject |diff| >= margin at the look's one-sided nominal level, the
+  same spending of alpha_equiv (alpha by default) over the looks.
+- `futility`: not the last look, and the conditional power of reaching either decision by the cap, if the difference
+  stays at its current estimate, is below `futility` (default 0.1). It only ever stops a comparison without a claim,
+  so it cannot raise an error rate (it is non-binding).
+- `cap`: the last look, undecided.
+- otherwise `continue`: the comparison gets the next round of seeds.
+
+A false difference claim needs diff = 0 and a false equivalence claim needs |diff| >= margin: the two cannot both be
+false for one comparison, so each comparison tests both at its own level. The primary family's family-wise error is
+held by Bonferroni: m primary comparisons get alpha / m each (`family_alpha`), spent over their looks; exploratory
+comparisons get no looks (they run at the starting seeds only). Holm's step-down could pass a rejected comparison's
+share on to the others (Maurer & Bretz 2013 show how with spending functions); this module does not, so it is
+conservative for m > 1.
+
+No well-kept Python library for group-sequential designs was found on PyPI (R's gsDesign and rpact have no Python
+counterpart), so the boundaries are computed here with scipy and checked against published values in the tests.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import optimize, stats
+
+SPENDING = ("obrien-fleming", "pocock")
+REASONS = ("efficacy", "equivalence", "futility", "cap", "continue")
+DEFAULT_FUTILITY = 0.1
+_GRID = 801  # Simpson points per look: boundaries to about 1e-6
+
+
+def spent(t: float, alpha: float, spending: str = "obrien-fleming") -> float:
+    """The part of the two-sided alpha that may be used up by information fraction t (0 <= t <= 1); each side
+    spends half (the symmetric design of Lan & DeMets' tables)."""
+    t = min(max(t, 0.0), 1.0)
+    if t == 0:
+        return 0.0
+    if spending == "obrien-fleming":
+        return float(4 * stats.norm.sf(stats.norm.isf(alpha / 4) / math.sqrt(t)))
+    if spending == "pocock":
+        return float(alpha * math.log(1 + (math.e - 1) * t))
+    raise ValueError(f"unknown spending function {spending!r}; valid: {', '.join(SPENDING)}")
+
+
+def _grid(half_width: float) -> tuple[np.ndarray, np.ndarray]:
+    """Points and Simpson weights over (-half_width, half_width)."""
+    s = np.linspace(-half_width, half_width, _GRID)
+    w = np.full(_GRID, 2.0)
+    w[1::2] = 4.0
+    w[0] = w[-1] = 1.0
+    return s, w * (s[1] - s[0]) / 3
+
+
+@lru_cache(maxsize=4096)
+def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obrien-fleming") -> tuple[float, ...]:
+    """Two-sided critical values |z| >= c_k, one per look at the given information fractions (increasing, the last
+    usually 1). A look whose fraction does not grow spends nothing: its boundary is infinite.
+
+    The looks' statistics are those of a Brownian motion, S_k = Z_k sqrt(t_k) with independent normal increments,
+    so the density of S_k on the region where no look has crossed yet follows from the previous one by one
+    convolution (Armitage, McPherson & Rowe 1969), done here on a Simpson grid; each boundary solves
+    P(first crossing at look k) = alpha(t_k) - alpha(t_{k-1})."""
+    t = np.asarray(fractions, dtype=float)
+    if len(t) == 0 or (np.diff(t) < 0).any() or t[0] <= 0 or t[-1] > 1 + 1e-12:
+        raise ValueError(f"information fractions must increase within (0, 1]: {fractions}")
+    bounds: list[float] = []
+    points, density = np.zeros(1), np.ones(1)  # S_0 = 0 with probability 1
+    previous_t = previous_spent = 0.0
+    for k in range(len(t)):
+        step = math.sqrt(t[k] - previous_t) if t[k] > previous_t else 0.0
+        budget = spent(t[k], alpha, spending) - previous_spent
+        if budget <= 1e-12 or step == 0:
+            bounds.append(math.inf)
+            continue
+
+        def crossing(c: float) -> float:  # P(first crossing at look k) with boundary c
+            b = c * math.sqrt(t[k])
+            out = stats.norm.sf((b - points) / step) + stats.norm.cdf((-b - points) / step)
+            return float(out @ density)
+
+        c = 0.0 if crossing(0.0) <= budget else float(optimize.brentq(lambda c: crossing(c) - budget, 0.0, 40.0,
+                                                                       xtol=1e-9))
+        bounds.append(c)
+        new_points, weights = _grid(c * math.sqrt(t[k]))
+        kernel = stats.norm.pdf((new_points[:, None] - points[None, :]) / step) / step
+        density = (kernel @ density) * weights  # the sub-density of S_k inside the region, as point masses
+        points, previous_t, previous_spent = new_points, t[k], spent(t[k], alpha, spending)
+    return tuple(bounds)
+
+
+def family_alpha(alpha: float, primary: int) -> float:
+    """Each primary comparison's level: Bonferroni over the family (see the module docstring for why not Holm)."""
+    return alpha / max(primary, 1)
+
+
+def plan_looks(start: int, step: int, cap: int) -> tuple[int, ...]:
+    """Seed counts of the looks: start, start + step, ..., up to the cap (always the last look)."""
+    if start < 2 or step < 1 or cap < start:
+        raise ValueError(f"until_decided needs start >= 2, step >= 1 and cap >= start (got start={start}, "
+                         f"step={step}, cap={cap})")
+    looks = list(range(start, cap + 1, step))
+    if looks[-1] != cap:
+        looks.append(cap)
+    return tuple(looks)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A sequential design for one comparison: its looks (planned seed counts), its level for a difference claim
+    (`alpha`, two-sided) and for an equivalence claim (`alpha_equiv`, the TOST level), the spending function and
+    the futility threshold (conditional power; 0 never stops for futility)."""
+
+    looks: tuple[int, ...]
+    alpha: float
+    alpha_equiv: float | None = None
+    spending: str = "obrien-fleming"
+    futility: float = DEFAULT_FUTILITY
+
+    def __post_init__(self):
+        if self.spending not in SPENDING:
+            raise ValueError(f"unknown spending function {self.spending!r}; valid: {', '.join(SPENDING)}")
+        if not 0 < self.alpha < 1 or not 0 <= self.futility < 1:
+            raise ValueError(f"alpha must lie in (0, 1) and futility in [0, 1) (got {self.alpha}, {self.futility})")
+
+    @property
+    def cap(self) -> int:
+        return self.looks[-1]
+
+    def fractions(self, seeds: list[int] | tuple[int, ...]) -> tuple[float, ...]:
+        """Information fractions of the looks so far, from the seeds each actually had (failed runs count out); the
+        last planned look spends everything left."""
+        out, top = [], 0.0
+        for k, n in enumerate(seeds):
+            t = 1.0 if k == len(self.looks) - 1 else min(n / self.cap, 1.0)
+            top = max(top, t)  # a look cannot lose information
+            out.append(round(top, 9))
+        return tuple(out)
+
+    def levels(self, seeds: list[int] | tuple[int, ...]) -> tuple[float, float]:
+        """(two-sided nominal level for a difference, one-sided nominal level for each TOST test) at the latest of
+        the looks whose seed counts are given."""
+        t = self.fractions(seeds)
+        c = boundaries(t, self.alpha, self.spending)[-1]
+        c_equiv = boundaries(t, 2 * (self.alpha_equiv or self.alpha), self.spending)[-1]
+        return float(2 * stats.norm.sf(c)), float(stats.norm.sf(c_equiv))
+
+    def decide(self, diff, se, df, p, p_equiv, margin, seeds: list[int] | tuple[int, ...]):
+        """The look's reason (see REASONS) and verdict for each comparison (arrays broadcast; the simulation tests
+        call this with many comparisons at once). `seeds`: the seed counts of this comparison's looks so far."""
+        level, level_equiv = self.levels(seeds)
+        diff, se, df, p, p_equiv = (np.asarray(a, dtype=float) for a in (diff, se, df, p, p_equiv))
+        efficacy = p <= level
+        equivalent = ~efficacy & (p_equiv <= level_equiv)
+        last = len(seeds) >= len(self.looks)
+        if last:
+            futile = np.zeros_like(efficacy)
+        else:
+            power = self.conditional_power(diff, se, df, margin, seeds[-1])
+            futile = ~efficacy & ~equivalent & (power < self.futility)
+        reason = np.select([efficacy, equivalent, futile], ["efficacy", "equivalence", "futility"],
+                           "cap" if last else "continue")
+        verdict = np.select([efficacy & (diff > 0), efficacy, equivalent], ["better", "worse", "equivalent"],
+                            "undecided")
+        return reason, verdict
+
+    def conditional_power(self, diff, se, df, margin, n: int):
+        """P(a decision at the cap | the difference stays at its estimate): the cap's mean difference is normal
+        around `diff` with the spread of the seeds still to come, judged at the final look's nominal levels with
+        the t quantiles of the cap's degrees of freedom (each further paired seed adds one)."""
+        diff, se, df = (np.asarray(a, dtype=float) for a in (diff, se, df))
+        n = max(int(n), 1)
+        if n >= self.cap:
+            return np.zeros_like(diff)
+        sd = se * math.sqrt(n)                       # spread of one seed's difference
+        spread = sd * math.sqrt(self.cap - n) / self.cap
+        se_cap = sd / math.sqrt(self.cap)
+        planned = tuple(self.looks)
+        level, level_equiv = self.levels(planned)   # the last look's levels if every planned seed arrives
+        df_cap = np.maximum(df + (self.cap - n), 1.0)
+        reach = stats.t.isf(level / 2, df_cap) * se_cap                  # |mean| needed for a difference claim
+        within = margin - stats.t.isf(level_equiv, df_cap) * se_cap      # |mean| allowed for an equivalence claim
+        spread = np.maximum(spread, 1e-12)
+        p_diff = stats.norm.sf((reach - diff) / spread) + stats.norm.cdf((-reach - diff) / spread)
+        p_equiv = np.clip(stats.norm.cdf((within - diff) / spread) - stats.norm.cdf((-within - diff) / spread), 0, 1)
+        p_equiv = np.where(within > 0, p_equiv, 0.0)
+        return np.where(within >= reach, 1.0, np.clip(p_diff + p_equiv, 0.0, 1.0))

@@ -1,0 +1,137 @@
+"""The group-sequential rule (`suite.stats.sequential`): its boundaries against published tables and scipy's
+multivariate normal, and the error rates of the whole procedure (every look, futility included) by simulation.
+
+Monte-Carlo tolerance: with 20,000 simulated comparisons an error rate's standard error is at most
+sqrt(0.05 * 0.95 / 20000) = 0.0015 near alpha = 0.05, so "at most alpha" is checked as <= alpha + 0.0046 (3 SE)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from suite.stats.sequential import Design, boundaries, family_alpha, plan_looks, spent
+
+SIMS = 20_000
+ALPHA = 0.05
+TOLERANCE = 3 * math.sqrt(ALPHA * (1 - ALPHA) / SIMS)
+LOOKS = plan_looks(5, 5, 20)  # 5, 10, 15, 20 seeds
+
+
+def paired_evidence(diffs: np.ndarray, n: int, margin: float):
+    """diff, se, df, p and the TOST p-value of a paired t-test on each row's first n seed differences."""
+    d = diffs[:, :n]
+    mean, se, df = d.mean(axis=1), d.std(axis=1, ddof=1) / math.sqrt(n), n - 1
+    p = 2 * stats.t.sf(np.abs(mean / se), df)
+    p_equiv = np.maximum(stats.t.sf((mean + margin) / se, df), stats.t.cdf((mean - margin) / se, df))
+    return mean, se, np.full(len(d), float(df)), p, p_equiv
+
+
+def run_design(design: Design, diffs: np.ndarray, margin: float, naive: bool = False):
+    """Each simulated comparison's stopping reason, verdict and look count under the design (or, with `naive`,
+    testing at the full alpha at every look and never stopping for futility)."""
+    reason = np.full(len(diffs), "", dtype=object)
+    verdict = np.full(len(diffs), "undecided", dtype=object)
+    looks = np.zeros(len(diffs), dtype=int)
+    for k, n in enumerate(design.looks):
+        open_ = reason == ""
+        diff, se, df, p, p_equiv = (a[open_] for a in paired_evidence(diffs, n, margin))
+        if naive:
+            last = k == len(design.looks) - 1
+            r = np.where(p <= design.alpha, "efficacy", np.where(p_equiv <= design.alpha, "equivalence",
+                                                                  "cap" if last else "continue"))
+            v = np.where(r == "efficacy", np.where(diff > 0, "better", "worse"),
+                         np.where(r == "equivalence", "equivalent", "undecided"))
+        else:
+            r, v = design.decide(diff, se, df, p, p_equiv, margin, design.looks[:k + 1])
+        stopped = r != "continue"
+        idx = np.flatnonzero(open_)[stopped]
+        reason[idx], verdict[idx], looks[idx] = r[stopped], v[stopped], k + 1
+    return reason, verdict, looks
+
+
+def test_boundaries_match_published_lan_demets_tables():
+    # Lan-DeMets O'Brien-Fleming-type, 4 equally spaced looks, two-sided 0.05 (Jennison & Turnbull 2000, table 7.6)
+    assert boundaries((0.25, 0.5, 0.75, 1.0), 0.05) == pytest.approx((4.333, 2.963, 2.359, 2.014), abs=1e-3)
+    # Pocock-type spending keeps the boundary nearly flat
+    assert boundaries((0.25, 0.5, 0.75, 1.0), 0.05, "pocock") == pytest.approx((2.368, 2.368, 2.358, 2.350),
+                                                                                abs=2e-3)
+    assert spent(1.0, 0.05) == pytest.approx(0.05) and spent(1.0, 0.05, "pocock") == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("fractions", [(0.25, 0.5, 0.75, 1.0), (0.3, 0.45, 1.0), (0.5, 1.0)])
+@pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
+def test_boundaries_spend_exactly_alpha_under_the_joint_normal_of_the_looks(fractions, spending):
+    c = np.array(boundaries(fractions, ALPHA, spending))
+    t = np.array(fractions)
+    cov = np.sqrt(np.minimum.outer(t, t) / np.maximum.outer(t, t))
+    stay = stats.multivariate_normal.cdf(c, mean=np.zeros(len(t)), cov=cov, lower_limit=-c,
+                                         rng=np.random.default_rng(0))
+    assert 1 - stay == pytest.approx(ALPHA, abs=2e-4)
+    first = 2 * stats.norm.sf(c[0])
+    assert first == pytest.approx(spent(t[0], ALPHA, spending), rel=1e-4)
+
+
+def test_a_look_without_new_seeds_spends_nothing_and_the_last_look_spends_the_rest():
+    assert boundaries((0.25, 0.5, 0.5, 1.0), ALPHA)[2] == math.inf
+    assert boundaries((0.25, 0.5, 0.5, 1.0), ALPHA)[3] == pytest.approx(boundaries((0.25, 0.5, 1.0), ALPHA)[2])
+    design = Design(LOOKS, ALPHA)
+    assert design.fractions((5, 9, 9, 17)) == (0.25, 0.45, 0.45, 1.0)  # failed runs: fewer seeds than planned
+
+
+def test_plan_looks_and_family_alpha():
+    assert plan_looks(5, 5, 20) == (5, 10, 15, 20) and plan_looks(3, 4, 12) == (3, 7, 11, 12)
+    assert plan_looks(5, 5, 5) == (5,)
+    with pytest.raises(ValueError, match="start >= 2"):
+        plan_looks(1, 1, 5)
+    assert family_alpha(0.05, 4) == pytest.approx(0.0125)
+
+
+def test_type_one_error_of_the_whole_procedure_holds_where_naive_repeated_testing_fails():
+    diffs = np.random.default_rng(1).normal(0.0, 2.0, size=(SIMS, LOOKS[-1]))  # no difference, seed noise only
+    design = Design(LOOKS, ALPHA)
+    reason, verdict, _ = run_design(design, diffs, margin=1.0)
+    false_claims = np.mean(reason == "efficacy")
+    assert false_claims <= ALPHA + TOLERANCE, false_claims
+    naive, _, _ = run_design(design, diffs, margin=1.0, naive=True)
+    assert np.mean(naive == "efficacy") > ALPHA + 6 * TOLERANCE  # measured: about 0.11
+    assert {"better", "worse"} >= set(verdict[reason == "efficacy"])
+
+
+@pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
+def test_equivalence_is_claimed_at_most_alpha_of_the_time_at_the_margin(spending):
+    margin = 1.0
+    rng = np.random.default_rng(2)
+    sign = rng.choice([-1.0, 1.0], size=(SIMS, 1))
+    diffs = sign * margin + rng.normal(0.0, 1.0, size=(SIMS, LOOKS[-1]))  # true difference exactly at the margin
+    reason, _, _ = run_design(Design(LOOKS, ALPHA, spending=spending), diffs, margin)
+    assert np.mean(reason == "equivalence") <= ALPHA + TOLERANCE
+    naive, _, _ = run_design(Design(LOOKS, ALPHA), diffs, margin, naive=True)
+    assert np.mean(naive == "equivalence") > ALPHA + 3 * TOLERANCE
+
+
+def test_clear_questions_stop_early_and_hopeless_ones_stop_for_futility():
+    rng = np.random.default_rng(3)
+    design = Design(LOOKS, ALPHA)
+    better, _, looks_better = run_design(design, 2.0 + rng.normal(0, 1.0, size=(2000, 20)), margin=1.0)
+    assert np.mean(better == "efficacy") > 0.95 and np.median(looks_better) <= 2
+    tight, verdict, _ = run_design(design, rng.normal(0, 0.5, size=(2000, 20)), margin=1.0)
+    assert np.mean(verdict == "equivalent") > 0.9
+    noisy, _, looks_noisy = run_design(design, rng.normal(0, 8.0, size=(2000, 20)), margin=1.0)
+    assert np.mean(noisy == "futility") > 0.8 and np.median(looks_noisy) <= 2
+    assert not np.any(noisy[looks_noisy == len(LOOKS)] == "futility")  # the last look ends at the cap instead
+
+
+def test_without_futility_every_undecided_comparison_runs_to_the_cap():
+    diffs = np.random.default_rng(4).normal(0, 8.0, size=(500, 20))
+    reason, _, looks = run_design(Design(LOOKS, ALPHA, futility=0.0), diffs, margin=1.0)
+    assert "futility" not in set(reason) and set(looks[reason == "cap"]) == {len(LOOKS)}
+
+
+def test_conditional_power_grows_with_the_estimated_difference():
+    design = Design(LOOKS, ALPHA)
+    power = design.conditional_power(np.array([0.5, 1.5, 3.0, 6.0]), se=np.full(4, 1.0), df=np.full(4, 4.0),
+                                     margin=1.0, n=5)
+    assert np.all(np.diff(power) > 0) and power[-1] > 0.9
+    assert design.conditional_power(np.array([0.0]), np.array([0.01]), np.array([4.0]), 1.0, 5)[0] == 1.0
