@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 import suite
 from suite.api import testing
@@ -55,7 +57,7 @@ def test_scores_dropout_passes_every_check(capsys):
     assert _cli("scores_dropout") == 0
     out = capsys.readouterr().out
     assert "scores_dropout: passed" in out and "FAIL" not in out
-    for name in ("identity", "padding", "finite", "hparams"):
+    for name in ("identity", "padding", "finite", "hparams", "shape", "eval", "prepare"):
         assert f" {name} " in out
 
 
@@ -137,3 +139,92 @@ def test_probability_fields_follow_the_naming_rule():
 
     M.Config = Config
     assert testing.probability_fields(M) == ["p", "p_max"]
+
+
+@pytest.fixture
+def register():
+    """Registers toy methods for one test (check_method attaches by name) and removes them afterwards."""
+    names = []
+
+    def add(cls: type, name: str) -> str:
+        suite.register_method(name)(cls)
+        names.append(name)
+        return name
+
+    yield add
+    for name in names:
+        suite.METHODS.remove(name)
+
+
+class DropoutInEval(suite.AttentionMethod):
+    """Keeps attention dropout on in eval mode (training=True instead of module.training)."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = F.dropout(suite.softmax(suite.scores(query, key, scaling, attention_mask)), 0.1, training=True)
+        return suite.attend(module, p, value)
+
+
+class HeadsFirstOutput(suite.AttentionMethod):
+    """Returns the context in the (B, H, L, d) layout instead of (B, L, H, d)."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        return torch.matmul(p, value), p
+
+
+class OutputOnly(suite.AttentionMethod):
+    """Returns the output alone, without the probabilities."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        return suite.attend(module, suite.softmax(suite.scores(query, key, scaling, attention_mask)), value)[0]
+
+
+class CpuGate(suite.AttentionMethod):
+    """Adds a per-head gate on the CPU whatever the model's device."""
+
+    def prepare(self, model):
+        for module in suite.attention_modules(model):
+            module.register_parameter("toy_gate", torch.nn.Parameter(torch.ones(module.num_attention_heads)))
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        return suite.attend(module, suite.softmax(suite.scores(query, key, scaling, attention_mask)), value)
+
+
+def test_dropout_in_eval_mode_fails_the_eval_check(register, capsys):
+    name = register(DropoutInEval, "toy_dropout_in_eval")
+    assert _cli(name) == check.EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "0 of 1 methods passed" in out and "two eval-mode passes over the same batch differ" in out
+    assert {r.check for r in testing.check_method(name).failures()} == {"eval"}  # padding, finite, ... hold
+
+
+def test_wrong_output_layout_is_a_shape_error_that_names_the_shapes(register, capsys):
+    name = register(HeadsFirstOutput, "toy_heads_first")
+    assert _cli(name) == check.EXIT_FAILED
+    out = capsys.readouterr().out
+    assert "attends to padding" not in out
+    report = testing.check_method(name)
+    assert {r.check for r in report.failures()} == {"shape"}
+    detail = report.failures()[0].detail
+    assert "(3, 4, 12, 8)" in detail and "(B, L, H, d) = (3, 12, 4, 8)" in detail  # B=3, H=4, L=12, d=8
+    assert any(r.check == "others" and r.passed is None for r in report.results)
+
+
+def test_output_without_probabilities_is_a_shape_error(register):
+    report = testing.check_method(register(OutputOnly, "toy_output_only"))
+    assert {r.check for r in report.failures()} == {"shape"}
+    assert "must return (output, probabilities)" in report.failures()[0].detail
+
+
+def test_prepare_on_the_wrong_device_fails(register):
+    register(CpuGate, "toy_cpu_gate")
+    result = testing.check_prepare_device(CpuGate(), "bert")
+    assert result.passed is False and "toy_gate (cpu)" in result.detail
+    lightconv = suite.METHODS.get("lightconv")
+    assert testing.check_prepare_device(lightconv(), "roberta").passed is True
+    assert testing.check_prepare_device(ScoresDropout(), "bert").passed is None  # nothing added: nothing to check
+
+
+def test_deterministic_and_shape_checks_pass_a_correct_method():
+    assert testing.check_deterministic(ScoresDropout(), "bert").passed is True
+    assert testing.check_shape(ScoresDropout(), "roberta").passed is True

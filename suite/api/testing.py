@@ -2,16 +2,23 @@
 
 `check_method(name_or_class, **hparams)` runs, on tiny random-init BERT and RoBERTa models with padded batches:
 
+- hparams     the method's own validation refuses impossible values of its probability fields (`p`, `p_*`: -0.1,
+              1.5 and NaN raise HyperParameterError) while the hyper-parameters under test are accepted;
+- shape       `attention()` returns `(output, probabilities)` with the output in transformers' (B, L, H, d) layout
+              (a wrong layout would be reshaped silently into wrong hidden states); when it fails, the checks
+              below are not run for that model, so the report names the shapes, not a symptom;
 - identity    at the method's `identity` setting it equals transformers' SDPA attention (outputs and gradients,
               train and eval mode); skipped when the method declares no identity setting;
 - padding     padded positions are never attended: changing what sits at the padded positions changes no real
               position's output, and the probabilities a method hands to `suite.attend` are 0 on padded keys;
 - finite      outputs, loss and gradients are finite under fp32 and under bf16 autocast, with and without padding;
-- hparams     the method's own validation refuses impossible values of its probability fields (`p`, `p_*`: -0.1,
-              1.5 and NaN raise HyperParameterError) while the hyper-parameters under test are accepted.
+- eval        evaluation is deterministic: two eval-mode passes over the same batch, under different random seeds,
+              give identical outputs, with and without padding;
+- prepare     parameters and buffers that `prepare()` adds sit on the model's device (a model on PyTorch's `meta`
+              device stands in for a GPU).
 
-`python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders below are the ones
-the test suite uses too.
+`python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders (`tiny_model`,
+`tiny_config`, `padded_batch`, `tiny_tokenizer`, from `suite.api.tiny_models`) are the ones the test suite uses too.
 """
 from __future__ import annotations
 
@@ -19,69 +26,17 @@ import contextlib
 import copy
 import dataclasses
 import math
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from suite.api.attention import METHODS, AttentionMethod, HyperParameterError, probes
+from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: F401
 
-WORDS = ("the a cat dog sat on mat man woman ran fast slow big small red blue null NA yes no house tree "
-         "car bird sees likes \" 'll n't . , ! ?").split()
 MODEL_KINDS = ("bert", "roberta")
 INVALID_PROBABILITIES = (-0.1, 1.5, math.nan)
 TOLERANCE = {"outputs": 1e-5, "gradients": 1e-4}
 PERTURBATION = 3.0  # size of the noise put on padded positions' embeddings
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Tiny models, batches and a tokenizer (shared with the test suite)
-# ---------------------------------------------------------------------------------------------------------
-
-def tiny_config(kind: str = "bert", **over):
-    """A 2-layer, 4-head, hidden-32 BERT or RoBERTa config with no hidden or attention dropout."""
-    from transformers import BertConfig, RobertaConfig
-
-    common = dict(vocab_size=len(WORDS) + 10, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=64, max_position_embeddings=80, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0)
-    common.update(over)
-    if kind == "roberta":
-        return RobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, **common)
-    return BertConfig(pad_token_id=0, **common)
-
-
-def tiny_model(kind: str = "bert", num_labels: int = 2, seed: int = 0, **over):
-    """A random-init sequence classifier built from `tiny_config` (SDPA attention)."""
-    from transformers import AutoModelForSequenceClassification
-
-    torch.manual_seed(seed)
-    return AutoModelForSequenceClassification.from_config(tiny_config(kind, num_labels=num_labels, **over))
-
-
-def padded_batch(batch: int = 3, length: int = 12, vocab: int = 30, seed: int = 0, pad_id: int = 0):
-    """input_ids and an attention mask with different amounts of padding per row (the first row unpadded)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (batch, length), generator=g)
-    mask = torch.ones(batch, length, dtype=torch.long)
-    for i in range(1, batch):
-        mask[i, max(2, length - 3 * i):] = 0
-    ids[mask == 0] = pad_id
-    return ids, mask
-
-
-def tiny_tokenizer(folder: str | Path):
-    """A WordPiece tokenizer over `WORDS` plus BERT's special tokens, saved into `folder` and returned."""
-    from transformers import BertTokenizer
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(w.lower() for w in WORDS))
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    # transformers 5 takes the vocabulary as `vocab=` (a `vocab_file=` keyword is ignored: every word -> [UNK])
-    tok = BertTokenizer(vocab=str(folder / "vocab.txt"), do_lower_case=True)
-    tok.save_pretrained(folder)
-    return tok
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -90,7 +45,7 @@ def tiny_tokenizer(folder: str | Path):
 
 @dataclasses.dataclass
 class CheckResult:
-    check: str          # identity | padding | finite | hparams
+    check: str          # hparams | shape | identity | padding | finite | eval | prepare
     setting: str        # which model / precision / value it ran on
     passed: bool | None  # None: skipped
     detail: str = ""
@@ -294,6 +249,103 @@ def _non_finite_rows(model, autocast) -> list[str]:
     return [f"eval, padded: non-finite attention rows in layers {sorted(set(bad_layers))}"] if bad_layers else []
 
 
+def _recording_attention(method: AttentionMethod, calls: list):
+    """Wraps the method's `attention` (on the instance) so that each call's query, value and result are kept."""
+    original = method.attention
+
+    def recording(module, query, key, value, *args, **kwargs):
+        result = original(module, query, key, value, *args, **kwargs)
+        calls.append((tuple(query.shape), tuple(value.shape), result))
+        return result
+
+    method.attention = recording
+    return original
+
+
+def _shape_problem(query: tuple, value: tuple, result) -> str | None:
+    if not (isinstance(result, tuple) and len(result) == 2):
+        kind = type(result).__name__ + (f" of {len(result)}" if isinstance(result, (tuple, list)) else "")
+        return f"attention() returned a {kind}; it must return (output, probabilities) (suite.attend does)"
+    out = result[0]
+    b, h, length, _ = query
+    expected = (b, length, h, value[-1])
+    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if got == expected:
+        return None
+    return (f"attention() returned an output of shape {got} for queries of shape (B, H, L, d) = {query}; "
+            f"transformers expects (B, L, H, d) = {expected} (suite.attend returns that layout; a (B, H, L, d) "
+            "output needs .transpose(1, 2))")
+
+
+def check_shape(method: AttentionMethod, kind: str) -> CheckResult:
+    """`attention()` returns (output, probabilities) with the output in the (B, L, H, d) layout, train and eval."""
+    model = _attached(method, kind)
+    calls: list = []
+    _recording_attention(method, calls)
+    try:
+        for mode in ("train", "eval"):
+            model.train(mode == "train")
+            for padded in (True, False):
+                ids, mask, labels = _batch(model, padded=padded)
+                failure = None
+                try:
+                    with torch.no_grad():
+                        _forward(model, ids, mask, labels)
+                except Exception as exc:  # noqa: BLE001  a wrong shape makes transformers fail after the call
+                    failure = exc
+                for query, value, result in calls:
+                    problem = _shape_problem(query, value, result)
+                    if problem:
+                        return CheckResult("shape", f"{kind}, {mode}", False, problem)
+                if failure is not None:
+                    raise failure
+                if not calls:
+                    return CheckResult("shape", kind, False, "the method's attention() was never called")
+                calls.clear()
+    finally:
+        del method.attention  # the class's own again
+    return CheckResult("shape", kind, True, "returns (output, probabilities), output (B, L, H, d)")
+
+
+def check_deterministic(method: AttentionMethod, kind: str) -> CheckResult:
+    """In eval mode two passes over the same batch, under different random seeds, give identical outputs."""
+    model = _attached(method, kind)
+    model.eval()
+    for padded in (True, False):
+        ids, mask, labels = _batch(model, padded=padded)
+        valid = mask.bool()
+        with torch.no_grad():
+            first, _ = _forward(model, ids, mask, labels, seed=0)
+            second, _ = _forward(model, ids, mask, labels, seed=1)
+        diff = max(_max_diff(first.hidden_states[-1][valid], second.hidden_states[-1][valid]),
+                   _max_diff(first.logits, second.logits))
+        if diff != 0.0:
+            return CheckResult("eval", f"{kind}, {'padded' if padded else 'unpadded'}", False,
+                               f"two eval-mode passes over the same batch differ by {diff:.2e}: the method samples "
+                               "(dropout, random rates) in evaluation; sample only when module.training (e.g. "
+                               "suite.probs_dropout(p, rate, module))")
+    return CheckResult("eval", kind, True, "eval mode is deterministic (same outputs under different seeds, padded "
+                       "and unpadded)")
+
+
+def check_prepare_device(method: AttentionMethod, kind: str) -> CheckResult:
+    """Parameters and buffers added by `prepare()` sit on the model's device. The model sits on PyTorch's `meta`
+    device, a stand-in for a GPU on any machine: a tensor created without the model's device lands on the CPU."""
+    model = tiny_model(kind).to("meta")
+    before = {n for n, _ in (*model.named_parameters(), *model.named_buffers())}
+    method.attach(model)
+    added = {n: t for n, t in (*model.named_parameters(), *model.named_buffers()) if n not in before}
+    wrong = [f"{n} ({t.device})" for n, t in added.items() if t.device.type != "meta"]
+    setting = f"{kind}, on another device"
+    if wrong:
+        return CheckResult("prepare", setting, False, f"prepare() created {', '.join(wrong[:3])} on a model that sits "
+                           "on another device: create parameters on the model's device (e.g. like = "
+                           "module.query.weight; torch.zeros(..., dtype=like.dtype, device=like.device))")
+    if not added:
+        return CheckResult("prepare", setting, None, "prepare() adds no parameters or buffers")
+    return CheckResult("prepare", setting, True, f"the {len(added)} tensors prepare() adds follow the model's device")
+
+
 def probability_fields(cls: type[AttentionMethod]) -> list[str]:
     """Config fields that hold a probability by the suite's naming rule: `p` or `p_*`, typed float."""
     return [f.name for f in dataclasses.fields(cls.Config)
@@ -373,10 +425,17 @@ def one_thread():
 
 def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: CheckReport) -> None:
     torch.manual_seed(0)
+    results = report.results
     for kind in MODEL_KINDS:
+        _guarded(results, "shape", kind, lambda: check_shape(cls(cls.Config(**hparams)), kind))
+        if results[-1].passed is False:  # every later check would only see the scrambled outputs
+            results.append(CheckResult("others", kind, None, "not run on this model: the output shape is wrong"))
+            continue
         if cls.identity is None:
-            report.results.append(CheckResult("identity", kind, None, "no identity setting declared"))
+            results.append(CheckResult("identity", kind, None, "no identity setting declared"))
         else:
-            _guarded(report.results, "identity", kind, lambda: check_identity(cls, kind))
-        _guarded(report.results, "padding", kind, lambda: check_padding(cls(cls.Config(**hparams)), kind))
-        _guarded(report.results, "finite", kind, lambda: check_finite(cls(cls.Config(**hparams)), kind))
+            _guarded(results, "identity", kind, lambda: check_identity(cls, kind))
+        _guarded(results, "padding", kind, lambda: check_padding(cls(cls.Config(**hparams)), kind))
+        _guarded(results, "finite", kind, lambda: check_finite(cls(cls.Config(**hparams)), kind))
+        _guarded(results, "eval", kind, lambda: check_deterministic(cls(cls.Config(**hparams)), kind))
+        _guarded(results, "prepare", kind, lambda: check_prepare_device(cls(cls.Config(**hparams)), kind))

@@ -1,0 +1,56 @@
+"""Tiny random-init BERT/RoBERTa models, padded batches and a tokenizer: what the method check runs on, and what
+method authors' own tests (and the suite's) can build on. Public through `suite.testing`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+WORDS = ("the a cat dog sat on mat man woman ran fast slow big small red blue null NA yes no house tree "
+         "car bird sees likes \" 'll n't . , ! ?").split()
+
+
+def tiny_config(kind: str = "bert", **over):
+    """A 2-layer, 4-head, hidden-32 BERT or RoBERTa config with no hidden or attention dropout."""
+    from transformers import BertConfig, RobertaConfig
+
+    common = dict(vocab_size=len(WORDS) + 10, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                  intermediate_size=64, max_position_embeddings=80, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)
+    common.update(over)
+    if kind == "roberta":
+        return RobertaConfig(pad_token_id=1, bos_token_id=0, eos_token_id=2, **common)
+    return BertConfig(pad_token_id=0, **common)
+
+
+def tiny_model(kind: str = "bert", num_labels: int = 2, seed: int = 0, **over):
+    """A random-init sequence classifier built from `tiny_config` (SDPA attention)."""
+    from transformers import AutoModelForSequenceClassification
+
+    torch.manual_seed(seed)
+    return AutoModelForSequenceClassification.from_config(tiny_config(kind, num_labels=num_labels, **over))
+
+
+def padded_batch(batch: int = 3, length: int = 12, vocab: int = 30, seed: int = 0, pad_id: int = 0):
+    """input_ids and an attention mask with different amounts of padding per row (the first row unpadded)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for i in range(1, batch):
+        mask[i, max(2, length - 3 * i):] = 0
+    ids[mask == 0] = pad_id
+    return ids, mask
+
+
+def tiny_tokenizer(folder: str | Path):
+    """A WordPiece tokenizer over `WORDS` plus BERT's special tokens, saved into `folder` and returned."""
+    from transformers import BertTokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(w.lower() for w in WORDS))
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    # transformers 5 takes the vocabulary as `vocab=` (a `vocab_file=` keyword is ignored: every word -> [UNK])
+    tok = BertTokenizer(vocab=str(folder / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(folder)
+    return tok
