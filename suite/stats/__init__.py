@@ -1,0 +1,10 @@
+"""Statistical procedures of the suite, free of report formatting.
+
+  cochran_cox.py the t reference distribution of a variance with a seed part and a dev-example part
+  evidence.py    one comparison over seeds and dev examples: interval, test, equivalence (TOST), verdict
+  examples.py    the dev-example part of the variance (bootstrap over the per-example predictions)
+  power.py       power, seeds needed and detectable differences from a comparison's own variance
+  families.py    primary (Holm) and exploratory (Benjamini-Hochberg) families of comparisons
+  collapse.py    runs below a declared floor: rates per method, medians where outcomes are bimodal
+  sequential.py  group-sequential looks for adding seeds until decided
+"""

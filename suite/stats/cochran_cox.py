@@ -1,0 +1,26 @@
+"""The reference t distribution of a difference whose variance has a part known to few degrees of freedom (the
+seeds) and a part known as good as exactly (the dev examples): Cochran & Cox's (1950) weighted critical value,
+expressed as the degrees of freedom of a t with that quantile, so that p-values, intervals and power use one t.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def cochran_cox_df(seed_var: np.ndarray, example_var: np.ndarray, n: np.ndarray, level: float = 0.95,
+                   most: float = 1e6) -> np.ndarray:
+    """Degrees of freedom of the t whose two-sided `level` quantile is Cochran-Cox's weighted critical value of the
+    seed part (n - 1 df) and the example part (normal). Vectorised; NaN where the variance is 0 or undefined."""
+    a, b = np.broadcast_arrays(np.asarray(seed_var, float), np.asarray(example_var, float))
+    n = np.broadcast_to(np.asarray(n, float), a.shape)
+    q = 0.5 + level / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = a / (a + b)
+    target = w * stats.t.ppf(q, n - 1) + (1 - w) * stats.norm.ppf(q)
+    lo, hi = np.log(np.maximum(n - 1, 1)), np.full(a.shape, np.log(most))
+    for _ in range(45):   # bisection on log df: t's quantile falls as df grows
+        mid = (lo + hi) / 2
+        above = stats.t.ppf(q, np.exp(mid)) > target
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    return np.where(np.isfinite(target), np.exp((lo + hi) / 2), np.nan)

@@ -1,0 +1,185 @@
+"""The evidence of one comparison (a method against the reference on one task) over both noise sources: the seeds a
+study ran and the dev examples it was scored on.
+
+Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` call):
+
+- `RunOutcome(score, predictions=None)`: one run; `score` on the x100 display scale (the record's `final.score` times
+  100), `predictions` the run's per-example dev predictions (the `.npz` sidecar: a path, or the loaded
+  `{suffix: {"index", "label", "logits"}}` of `suite.run.record.load_predictions`), None when the run kept none.
+- `Evidence`: n_seeds, diff (method - reference, x100, positive = method's score higher), se, df, low, high, p
+  (two-sided test of no difference), p_equiv (TOST of |diff| < margin), margin, and the parts behind se: seed_sd
+  (sd of the per-seed paired differences), example_se (the dev-example part, 0 without predictions),
+  example_shared_se (the part of example_se that more seeds would not shrink: see `suite.stats.examples`) and
+  higher_is_better (the task's metric direction: "better" means higher only when it is True).
+- `compare_runs(task, method, reference, margin, level=0.95, seed=0) -> Evidence`, runs keyed by seed.
+- `verdict(ev, alpha, alpha_equiv=None) -> "better" | "worse" | "equivalent" | "undecided"`.
+- `seeds_needed(ev, alpha, power=0.8) -> float` (`suite.stats.power`): total seeds with which the comparison would
+  be decided with that power if the true difference were the observed one (inf: no number of seeds, since the dev
+  set's own noise does not shrink with seeds; NaN: not estimable).
+- `evidence_arrays(diffs, example_var, margin, level)`: the same statistics vectorised (the simulation tests use it).
+
+The procedure. Runs are paired by seed (same classifier initialisation and batch order); d_s is the paired
+difference at seed s. The variance of the mean difference has two parts:
+
+- seeds: s_d^2 / n, the sample variance of the d_s over n seeds (n - 1 degrees of freedom);
+- dev examples: v_ex, the variance of the mean difference when the dev examples are resampled (a bootstrap that
+  draws the same examples for every seed and both methods and re-scores each run with the task's official metric).
+  The dev set is one sample of the task's examples; the seeds cannot see that noise, since every run shares it.
+
+se^2 = s_d^2 / n + v_ex. The reference distribution is a t whose degrees of freedom make its quantile equal to
+Cochran & Cox's (1950) weighted critical value w t_{n-1} + (1 - w) z with w = (s_d^2 / n) / se^2: the seed part is
+known to n - 1 degrees of freedom, the example part (hundreds of examples) as good as exactly. Welch-Satterthwaite
+degrees of freedom were tried first and rejected: at 3 seeds, when the seed part dominates, a small s_d^2 also makes
+the estimated df large, and the test rejected a true null 6-7.5% of the time at alpha 5%. With Cochran-Cox the
+rejection rate stayed within 1-4.8% in every simulated setting (3, 5 and 10 seeds; seed-dominated or
+example-dominated noise; 0% or 20% collapsed runs; tests/test_stats_simulation.py). A hierarchical bootstrap was not
+used: resampling 3-5 seeds gives percentile intervals that cover 76-84% (the published study's simulation). The test
+is conservative where the example part dominates (the bootstrap also re-counts each run's own prediction noise, which
+the seeds already show); that costs power, never error rate.
+
+Without predictions for the paired seeds (old records, `keep_predictions` off) the example part is unknown and left
+out: the evidence is over seeds only (example_se == 0), which the report says. Where only some paired seeds kept
+predictions, the example part is that of the mean over those seeds (larger than over all: conservative).
+
+The example part v_ex also re-counts each run's own luck on the examples, which the seeds' spread already shows;
+`suite.stats.examples.split_variance` separates it from the part all seeds share. The test keeps the whole v_ex
+(conservative: with the shared part alone the simulated rejection rate reached 5.6% at 3 seeds); power and seeds
+needed use the split, since only the shared part stays as seeds are added.
+
+Equivalence: two one-sided tests (Schuirmann 1987) of diff <= -margin and diff >= margin on the same t; p_equiv is
+the larger p. A comparison is better/worse when p < alpha (the direction from the task's metric), else equivalent
+when p_equiv < alpha_equiv, else undecided. Family corrections adjust p and p_equiv before `verdict` sees them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from scipy import stats
+
+from suite.stats.cochran_cox import cochran_cox_df
+from suite.stats.examples import example_variance
+from suite.stats.power import seeds_needed  # noqa: F401  part of this module's public names (see above)
+
+DEFAULT_MARGIN = 1.0      # equivalence margin, points of the task's score (x100)
+LEVEL = 0.95
+VERDICTS = ("better", "worse", "equivalent", "undecided")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    score: float                                        # dev score, x100
+    predictions: str | Path | Mapping[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    n_seeds: int
+    diff: float
+    se: float
+    df: float
+    low: float
+    high: float
+    p: float
+    p_equiv: float
+    margin: float
+    seed_sd: float = math.nan
+    example_se: float = 0.0          # dev-example part of se (0: no predictions, evidence over seeds only)
+    example_shared_se: float = 0.0   # the part of it all seeds share, which more seeds do not shrink
+    higher_is_better: bool = True
+
+    @property
+    def tested(self) -> bool:
+        return math.isfinite(self.p)
+
+
+def evidence_arrays(diffs: np.ndarray, example_var: np.ndarray | float = 0.0, margin: float = DEFAULT_MARGIN,
+                    level: float = LEVEL) -> dict[str, np.ndarray]:
+    """diff, se, df, low, high, p, p_equiv, seed_sd for paired differences `diffs` (..., n_seeds) and the
+    dev-example variance of their mean (..., or a scalar). Fewer than 2 seeds: no test (NaNs)."""
+    d = np.asarray(diffs, dtype=float)
+    n = d.shape[-1]
+    diff = d.mean(axis=-1) if n else np.full(d.shape[:-1], np.nan)
+    if n < 2:
+        nan = np.full(np.shape(diff), np.nan)
+        return {"diff": diff, "se": nan, "df": nan, "low": nan, "high": nan, "p": nan, "p_equiv": nan,
+                "seed_sd": nan}
+    seed_sd = d.std(axis=-1, ddof=1)
+    seed_var = seed_sd ** 2 / n
+    ex = np.broadcast_to(np.asarray(example_var, dtype=float), seed_var.shape)
+    se = np.sqrt(seed_var + ex)
+    df = cochran_cox_df(seed_var, ex, n, level)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = diff / se
+        p = 2 * stats.t.sf(np.abs(t), df)
+        p_equiv = np.maximum(stats.t.sf((diff + margin) / se, df), stats.t.sf((margin - diff) / se, df))
+    half = stats.t.ppf(0.5 + level / 2, df) * se
+    # no variance at all: identical differences say nothing about noise, so only an exact 0 is "no difference"
+    none = ~(se > 0)
+    p = np.where(none, np.where(diff == 0, 1.0, np.nan), p)
+    p_equiv = np.where(none, np.where(np.abs(diff) < margin, 0.0, 1.0), p_equiv)
+    low, high = np.where(none, diff, diff - half), np.where(none, diff, diff + half)
+    return {"diff": diff, "se": se, "df": df, "low": low, "high": high, "p": p, "p_equiv": p_equiv,
+            "seed_sd": seed_sd}
+
+
+def _loaded(predictions):
+    from suite.run.record import load_predictions
+
+    if predictions is None or isinstance(predictions, Mapping):
+        return predictions
+    try:
+        return load_predictions(predictions)
+    except (OSError, ValueError, KeyError):
+        return None   # a missing or damaged sidecar: that seed has seed-level evidence only
+
+
+def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping[int, RunOutcome],
+                 margin: float = DEFAULT_MARGIN, level: float = LEVEL, seed: int = 0,
+                 higher_is_better: bool | None = None) -> Evidence:
+    """The evidence that `method` differs from `reference` on `task` (runs keyed by seed, paired by seed).
+    `higher_is_better` defaults to the task's metric direction (True for an unknown task)."""
+    if higher_is_better is None:
+        higher_is_better = _higher_is_better(task)
+    seeds = sorted(set(method) & set(reference))
+    d = np.array([method[s].score - reference[s].score for s in seeds], dtype=float)
+    ex_var = shared = 0.0
+    if len(seeds) > 1:
+        a = {s: _loaded(method[s].predictions) for s in seeds}
+        b = {s: _loaded(reference[s].predictions) for s in seeds}
+        kept = [s for s in seeds if a[s] is not None and b[s] is not None]
+        if kept:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                found = example_variance(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed)
+            if math.isfinite(found[0]):
+                ex_var, shared = found
+    arr = evidence_arrays(d, ex_var, margin, level)
+    return Evidence(len(seeds), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
+                    margin=float(margin), seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(ex_var),
+                    example_shared_se=math.sqrt(shared), higher_is_better=bool(higher_is_better))
+
+
+def _higher_is_better(task: str) -> bool:
+    from suite.api.tasks import get_task
+
+    try:
+        spec = get_task(task)
+    except Exception:  # noqa: BLE001  a task from an uninstalled plugin: GLUE's direction
+        return True
+    return bool(getattr(spec, "higher_is_better", True))
+
+
+def verdict(ev: Evidence, alpha: float, alpha_equiv: float | None = None) -> str:
+    """better / worse (the difference is significant; direction from the metric), equivalent (TOST rejects a
+    difference of the margin or more), or undecided (neither, including no test)."""
+    alpha_equiv = alpha if alpha_equiv is None else alpha_equiv
+    if math.isfinite(ev.p) and ev.p < alpha:
+        return "better" if (ev.diff > 0) == ev.higher_is_better else "worse"
+    if math.isfinite(ev.p_equiv) and ev.p_equiv < alpha_equiv:
+        return "equivalent"
+    return "undecided"
