@@ -1,0 +1,268 @@
+"""`run --until-decided`: seeds where the question is. The grid runs at its starting seeds; then, round after round,
+only the primary comparisons that are still undecided get more seeds (both the method and its reference), under
+the group-sequential rule of `suite.stats.sequential`, until each one stops for efficacy, equivalence or futility,
+or reaches the cap.
+
+Every round goes through the grid's own executor path (`run_grid`): records are written as usual, a job whose record
+exists is skipped, so an interrupted loop given the same command again replays its looks from the records and goes
+on where it stopped. A look uses only the seeds planned up to it, so records of further seeds change nothing.
+The state of every look (seeds, evidence, boundary, decision) is written to OUT/until_decided.json after each round.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from suite.api.errors import BadInput
+from suite.grid.executors import GridResult
+from suite.grid.store import Store, atomic_write
+from suite.run.settings import RunConfig
+from suite.stats.sequential import DEFAULT_FUTILITY, SPENDING, Design, family_alpha, plan_looks
+
+STATE_FILE = "until_decided.json"
+DEFAULT_START, DEFAULT_STEP, DEFAULT_CAP = 5, 5, 20
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The study's `until_decided:` section: starting seeds, seeds added per round, the cap, the spending function
+    and the futility threshold (conditional power below which an undecided comparison stops)."""
+
+    start: int = DEFAULT_START
+    step: int = DEFAULT_STEP
+    cap: int = DEFAULT_CAP
+    spending: str = "obrien-fleming"
+    futility: float = DEFAULT_FUTILITY
+
+    def __post_init__(self):
+        if self.spending not in SPENDING:
+            raise BadInput(f"until_decided.spending: {self.spending!r} is not one of {', '.join(SPENDING)}")
+        if not 0 <= self.futility < 1:
+            raise BadInput(f"until_decided.futility: {self.futility} must lie in [0, 1) (0: never stop for futility)")
+        try:
+            plan_looks(self.start, self.step, self.cap)
+        except ValueError as exc:
+            raise BadInput(str(exc)) from None
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        return plan_looks(self.start, self.step, self.cap)
+
+
+def seed_sequence(seeds: list[int], cap: int) -> list[int]:
+    """The seeds in the order rounds add them: the grid's own seeds, then the next unused integers, up to the cap."""
+    out = list(dict.fromkeys(seeds))[:cap]
+    nxt = max(out, default=0) + 1
+    while len(out) < cap:
+        out.append(nxt)
+        nxt += 1
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One primary comparison: `method` against `reference` on one model and task."""
+
+    model: str
+    task: str
+    method: str
+    reference: str
+
+    @property
+    def label(self) -> str:
+        model = self.model.rstrip("/").split("/")[-1]
+        return f"{self.task}/{self.method} vs {self.reference} ({model})"
+
+
+@dataclass
+class Track:
+    """A comparison's looks so far and how it ended."""
+
+    comparison: Comparison
+    looks: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = "continue"
+    verdict: str = "undecided"
+
+    @property
+    def open(self) -> bool:
+        return self.reason == "continue"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.comparison), "reason": self.reason, "verdict": self.verdict,
+                "looks": self.looks}
+
+
+@dataclass
+class Outcome:
+    """What the loop did: every round's grid result merged, and each primary comparison's track."""
+
+    result: GridResult
+    tracks: list[Track]
+    schedule: Schedule
+    alpha: float
+    state_path: Path
+
+
+def comparisons(jobs: list[RunConfig], reference: str, primary: Callable[[Comparison], bool] | None = None
+                ) -> list[Comparison]:
+    """The primary comparisons of a grid: each method other than the reference against it, per model and task
+    (all of them unless `primary` picks). BadInput when a method runs several settings on one model and task (a
+    sweep): a comparison needs one."""
+    settings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for job in jobs:
+        settings[job.model, job.task, job.method].add(json.dumps([job.hparams, dataclasses.asdict(job.train)],
+                                                                 sort_keys=True, default=str))
+    several = sorted(f"{t}/{m}" for (_, t, m), s in settings.items() if len(s) > 1)
+    if several:
+        raise BadInput(f"--until-decided compares one setting per method and task, but {', '.join(several)} run "
+                       "several (a sweep): fix the setting with --set, or drop --until-decided")
+    out = []
+    for model, task, method in settings:
+        if method == reference:
+            continue
+        if (model, task, reference) not in settings:
+            raise BadInput(f"--until-decided compares every method with the reference {reference!r}, which the grid "
+                           f"does not run on {task}: add it to the methods or name another reference "
+                           "(the study's report.baseline)")
+        cmp = Comparison(model, task, method, reference)
+        if primary is None or primary(cmp):
+            out.append(cmp)
+    if not out:
+        raise BadInput("--until-decided found no primary comparison in this grid (a method besides the reference on "
+                       "a task the study's primary list names)")
+    return out
+
+
+Evaluate = Callable[[Comparison, dict[int, dict], dict[int, dict]], Any]  # -> an Evidence (suite.stats.evidence)
+
+
+def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, seeds: list[int],
+                      primary: list[Comparison], evaluate: Evaluate, alpha: float,
+                      run_round: Callable[[list[RunConfig]], GridResult], say: Callable[[str], None] = print
+                      ) -> Outcome:
+    """Run the grid's jobs at the first look's seeds, then add `step` seeds per round to the undecided primary
+    comparisons only, deciding each look by the sequential design (alpha split over the primary family).
+
+    `jobs`: the grid planned up to the cap; `seeds`: `seed_sequence(...)`, the order in which seeds are added;
+    `evaluate(comparison, method_records, reference_records)` gives a look's Evidence from the ok records by seed;
+    `run_round(jobs)` runs jobs the usual way (`run_grid`) and returns its GridResult."""
+    design = Design(schedule.looks, family_alpha(alpha, len(primary)), spending=schedule.spending,
+                    futility=schedule.futility)
+    tracks = [Track(c) for c in primary]
+    merged = GridResult()
+    state_path = store.root / STATE_FILE
+    planned = 0
+    for look, n in enumerate(design.looks):
+        wanted = set(seeds[planned:n])
+        if look == 0:
+            todo = [j for j in jobs if j.seed in wanted]
+        else:
+            arms = {a for t in tracks if t.open for a in _arms(t.comparison)}
+            todo = [j for j in jobs if j.seed in wanted and (j.model, j.task, j.method) in arms]
+        planned = n
+        if todo:
+            say(f"look {look + 1} of {len(design.looks)}: {len(todo)} run(s) for seeds up to {n} "
+                f"({sum(t.open for t in tracks)} comparison(s) undecided)")
+            _merge(merged, run_round(todo))
+        records = _records(jobs, store, set(seeds[:n]))
+        for track in tracks:
+            if track.open:
+                _look(track, design, records, evaluate, look, seeds[:n])
+        _write_state(state_path, tracks, schedule, design, alpha, seeds)
+        if not any(t.open for t in tracks):
+            break
+    return Outcome(merged, tracks, schedule, alpha, state_path)
+
+
+def _arms(c: Comparison) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
+    return (c.model, c.task, c.method), (c.model, c.task, c.reference)
+
+
+def _records(jobs: list[RunConfig], store: Store, seeds: set[int]) -> dict[tuple[str, str, str], dict[int, dict]]:
+    """The ok records of the look's seeds, by (model, task, method) and seed."""
+    out: dict[tuple[str, str, str], dict[int, dict]] = defaultdict(dict)
+    for job in jobs:
+        if job.seed in seeds and (rec := store.read(job.filename)) and rec.get("status") == "ok":
+            rec["_path"] = str(store.path(job.filename))
+            out[job.model, job.task, job.method][job.seed] = rec
+    return out
+
+
+def _look(track: Track, design: Design, records, evaluate: Evaluate, look: int, seeds: list[int]) -> None:
+    method_arm, reference_arm = _arms(track.comparison)
+    ours, theirs = records.get(method_arm, {}), records.get(reference_arm, {})
+    paired = sorted(set(ours) & set(theirs))
+    history = [entry["n"] for entry in track.looks] + [len(paired)]
+    entry: dict[str, Any] = {"look": look + 1, "planned_seeds": len(seeds), "n": len(paired), "seeds": paired}
+    last = look == len(design.looks) - 1
+    if len(paired) < 2 or (len(track.looks) and len(paired) == track.looks[-1]["n"] and not last):
+        # no evidence yet (runs failed): nothing is spent at this look
+        entry.update(reason="cap" if last else "continue", verdict="undecided",
+                     note=f"{len(paired)} paired seed(s) with ok records: no new evidence at this look")
+    else:
+        ev = evaluate(track.comparison, {s: ours[s] for s in paired}, {s: theirs[s] for s in paired})
+        level, level_equiv = design.levels(history)
+        reason, verdict = design.decide(ev.diff, ev.se, ev.df, ev.p, ev.p_equiv, ev.margin, history)
+        entry.update(reason=str(reason), verdict=str(verdict), level=level, level_equiv=level_equiv,
+                     **{k: _number(getattr(ev, k)) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv",
+                                                             "margin")})
+        if entry["reason"] == "futility":
+            power = design.conditional_power(ev.diff, ev.se, ev.df, ev.margin, len(paired))
+            entry["conditional_power"] = _number(power)
+    track.looks.append(entry)
+    track.reason, track.verdict = entry["reason"], entry["verdict"]
+
+
+def _number(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _merge(into: GridResult, part: GridResult) -> None:
+    for name in ("done", "skipped", "failed", "not_run", "elsewhere"):
+        getattr(into, name).extend(getattr(part, name))
+
+
+def _write_state(path: Path, tracks: list[Track], schedule: Schedule, design: Design, alpha: float,
+                 seeds: list[int]) -> None:
+    state = {"written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+             "schedule": dataclasses.asdict(schedule), "looks": list(design.looks), "seed_order": seeds,
+             "alpha": alpha, "primary": len(tracks), "alpha_each": design.alpha,
+             "rule": f"Lan-DeMets {schedule.spending} spending of alpha/{len(tracks)} (Bonferroni over the primary "
+                     f"comparisons) across the looks; equivalence by TOST spent the same way; futility when the "
+                     f"conditional power of a decision by the cap is below {schedule.futility}",
+             "comparisons": [t.to_dict() for t in tracks]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = json.dumps(state, indent=1).encode()
+    atomic_write(path, lambda fh: fh.write(blob))
+
+
+def stopping_line(track: Track) -> str:
+    """`cola/no_dropout vs vanilla (minilm): 2 looks, 10 seeds: efficacy: better (p 0.0012 <= 0.0031)`."""
+    last = track.looks[-1] if track.looks else {}
+    why = {"efficacy": "stopped for efficacy", "equivalence": "stopped for equivalence",
+           "futility": "stopped for futility", "cap": "reached the cap", "continue": "still open"}[track.reason]
+    detail = ""
+    if track.reason == "efficacy":
+        detail = f" (p {last['p']:.2g} <= {last['level']:.2g})"
+    elif track.reason == "equivalence":
+        detail = f" (TOST p {last['p_equiv']:.2g} <= {last['level_equiv']:.2g}, margin ±{last['margin']:g})"
+    elif track.reason == "futility" and last.get("conditional_power") is not None:
+        detail = f" (chance of a decision by the cap {last['conditional_power']:.0%})"
+    elif last.get("note"):
+        detail = f" ({last['note']})"
+    return (f"{track.comparison.label}: {len(track.looks)} look(s), {last.get('n', 0)} seeds: {why}, "
+            f"{track.verdict}{detail}")
+
+
+def closing_lines(outcome: Outcome) -> str:
+    head = (f"until decided: looks at {', '.join(map(str, outcome.schedule.looks))} seeds, "
+            f"{outcome.schedule.spending} spending, alpha {outcome.alpha:g} over {len(outcome.tracks)} primary "
+            f"comparison(s); state in {outcome.state_path}")
+    return "\n".join([head, *("  " + stopping_line(t) for t in outcome.tracks)])

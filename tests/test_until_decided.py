@@ -1,0 +1,145 @@
+"""`run --until-decided` on fake runs: the executor's training returns planted scores at once, so the loop's rounds,
+records, state file and stopping reasons are checked without training."""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from suite.api.errors import BadInput
+from suite.grid.executors import run_grid
+from suite.grid.plan import build_grid
+from suite.grid.store import Store
+from suite.grid.until_decided import (
+    STATE_FILE,
+    Comparison,
+    Schedule,
+    closing_lines,
+    comparisons,
+    run_until_decided,
+    seed_sequence,
+)
+from suite.run.settings import TrainSettings
+
+# planted scores (x100): method -> (shift over vanilla, spread of a seed's difference)
+PLANTED = {"no_dropout": (3.0, 0.5), "drophead": (0.0, 0.2), "topk": (0.0, 6.0)}
+
+
+def planted_record(job):
+    from conftest import fake_ok_record
+
+    rec = fake_ok_record(job)
+    rng = np.random.default_rng(zlib.crc32(f"{job.method}/{job.seed}".encode()))
+    shift, spread = PLANTED.get(job.method, (0.0, 0.0))
+    score = 80.0 + rng.normal(0, 0.1) * (job.method != "vanilla") + shift + rng.normal(0, spread)
+    rec.final = {"score": score / 100, "accuracy": score / 100}
+    rec.history = [{"epoch": 1, "dev": rec.final}]
+    return rec
+
+
+def paired_t(cmp, ours: dict, theirs: dict, margin: float = 1.0):
+    """A look's evidence by a paired t-test over seeds (the shape of suite.stats.evidence.Evidence)."""
+    d = np.array([ours[s]["final"]["score"] - theirs[s]["final"]["score"] for s in ours]) * 100
+    n, diff = len(d), float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    p = float(2 * stats.t.sf(abs(diff / se), n - 1))
+    p_equiv = float(max(stats.t.sf((diff + margin) / se, n - 1), stats.t.cdf((diff - margin) / se, n - 1)))
+    return SimpleNamespace(diff=diff, se=se, df=n - 1.0, low=diff - 2 * se, high=diff + 2 * se, p=p,
+                           p_equiv=p_equiv, margin=margin)
+
+
+@pytest.fixture
+def grid(monkeypatch, tmp_path):
+    trained = []
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: trained.append(job) or planted_record(job))
+    schedule = Schedule(start=3, step=3, cap=12)
+    seeds = seed_sequence([1, 2, 3], schedule.cap)
+    jobs = build_grid(["minilm"], ["sst2"], ["vanilla", *PLANTED], seeds, TrainSettings())
+    store = Store(tmp_path / "out")
+    run_round = lambda todo: run_grid(todo, store, None, device="cpu", quiet=True)  # noqa: E731
+    return SimpleNamespace(jobs=jobs, store=store, schedule=schedule, seeds=seeds, trained=trained,
+                           run_round=run_round)
+
+
+def test_seeds_are_added_only_to_undecided_comparisons_and_each_stops_with_its_reason(grid):
+    primary = comparisons(grid.jobs, "vanilla")
+    outcome = run_until_decided(grid.jobs, grid.store, grid.schedule, grid.seeds, primary, paired_t, 0.05,
+                                grid.run_round, say=lambda line: None)
+    tracks = {t.comparison.method: t for t in outcome.tracks}
+    assert (tracks["no_dropout"].reason, tracks["no_dropout"].verdict) == ("efficacy", "better")
+    assert (tracks["drophead"].reason, tracks["drophead"].verdict) == ("equivalence", "equivalent")
+    assert tracks["topk"].reason in ("futility", "cap") and tracks["topk"].verdict == "undecided"
+    seeds_run = {m: sorted(j.seed for j in grid.trained if j.method == m) for m in ["vanilla", *PLANTED]}
+    for method, track in tracks.items():  # each method ran exactly the seeds of its own looks
+        assert seeds_run[method] == grid.seeds[:track.looks[-1]["planned_seeds"]]
+    assert len(tracks["no_dropout"].looks) < len(tracks["topk"].looks) or tracks["topk"].reason == "futility"
+    assert seeds_run["vanilla"] == grid.seeds[:max(t.looks[-1]["planned_seeds"] for t in tracks.values())]
+
+    state = json.loads((grid.store.root / STATE_FILE).read_text())
+    by_method = {c["method"]: c for c in state["comparisons"]}
+    assert by_method["no_dropout"]["reason"] == "efficacy" and state["alpha_each"] == pytest.approx(0.05 / 3)
+    assert [lk["n"] for lk in by_method["topk"]["looks"]] == [3, 6, 9, 12][:len(by_method["topk"]["looks"])]
+    assert "no_dropout vs vanilla" in closing_lines(outcome) and "stopped for efficacy, better" in closing_lines(
+        outcome)
+
+
+def test_the_same_command_again_replays_the_looks_from_the_records_without_training(grid):
+    primary = comparisons(grid.jobs, "vanilla")
+    first = run_until_decided(grid.jobs, grid.store, grid.schedule, grid.seeds, primary, paired_t, 0.05,
+                              grid.run_round, say=lambda line: None)
+    grid.trained.clear()
+    again = run_until_decided(grid.jobs, grid.store, grid.schedule, grid.seeds, primary, paired_t, 0.05,
+                              grid.run_round, say=lambda line: None)
+    assert grid.trained == [] and not again.result.done
+    assert [t.to_dict() for t in again.tracks] == [t.to_dict() for t in first.tracks]
+
+
+def test_a_look_uses_only_its_own_seeds_even_when_records_of_later_seeds_exist(grid):
+    grid.run_round(grid.jobs)  # every seed up to the cap already has a record (a fixed-size run before)
+    primary = comparisons(grid.jobs, "vanilla")
+    outcome = run_until_decided(grid.jobs, grid.store, grid.schedule, grid.seeds, primary, paired_t, 0.05,
+                                grid.run_round, say=lambda line: None)
+    assert outcome.tracks[0].looks[0]["n"] == grid.schedule.start
+
+
+def test_only_primary_comparisons_get_looks_and_the_family_shares_alpha(grid):
+    primary = comparisons(grid.jobs, "vanilla", primary=lambda c: c.method == "topk")
+    outcome = run_until_decided(grid.jobs, grid.store, grid.schedule, grid.seeds, primary, paired_t, 0.05,
+                                grid.run_round, say=lambda line: None)
+    assert [t.comparison.method for t in outcome.tracks] == ["topk"]
+    extra = {j.method for j in grid.trained if j.seed not in grid.seeds[:grid.schedule.start]}
+    assert extra <= {"topk", "vanilla"}
+    assert json.loads((grid.store.root / STATE_FILE).read_text())["alpha_each"] == pytest.approx(0.05)
+
+
+def test_failed_runs_leave_a_look_without_new_evidence_and_spend_nothing(grid, monkeypatch):
+    from suite.run.record import RunRecord
+
+    def flaky(job, *a, **k):
+        if job.method == "topk" and job.seed > 3:
+            return RunRecord.failed(job, "planted failure")
+        return planted_record(job)
+
+    monkeypatch.setattr("suite.run.runner.run_one", flaky)
+    primary = [Comparison("minilm", "sst2", "topk", "vanilla")]
+    outcome = run_until_decided(grid.jobs, grid.store, Schedule(3, 3, 12, futility=0.0), grid.seeds, primary,
+                                paired_t, 0.05, grid.run_round, say=lambda line: None)
+    looks = outcome.tracks[0].looks
+    assert [lk["n"] for lk in looks] == [3, 3, 3, 3] and "no new evidence" in looks[1]["note"]
+    assert outcome.tracks[0].reason == "cap" and len(outcome.result.failed) == 9
+
+
+def test_a_swept_method_or_a_missing_reference_is_refused_before_training():
+    jobs = build_grid(["minilm"], ["sst2"], ["vanilla", "topk"], [1, 2], TrainSettings(), sweeps=["topk.k=4,8"])
+    with pytest.raises(BadInput, match="sst2/topk run several"):
+        comparisons(jobs, "vanilla")
+    with pytest.raises(BadInput, match="reference 'vanilla'"):
+        comparisons(build_grid(["minilm"], ["sst2"], ["topk"], [1, 2], TrainSettings()), "vanilla")
+    with pytest.raises(BadInput, match="start >= 2"):
+        Schedule(start=1)
+    assert seed_sequence([3, 1], 5) == [3, 1, 4, 5, 6]
