@@ -81,10 +81,10 @@ def main(args) -> int:
     if args.also:
         shape = f"{1 + len(args.also)} grids of the study over {shape.replace(' x ', ', ')}"
     print(f"{len(plan.jobs)} runs: {shape} -> {store.runs}", file=sys.stderr)
-    _warn_missing_outputs(plan, store, args.force)
     _write_command(store)
     try:
         with stop_signals():
+            _complete_finished_outputs(plan, store, args)
             result = run_grid(plan.jobs, store, plan.data_dir, executor=args.executor, force=args.force,
                               quiet=args.quiet, device=args.device, **plan.executor_options)
     except (KeyboardInterrupt, Terminated) as exc:
@@ -101,17 +101,13 @@ def main(args) -> int:
     return 0 if not result.failed else EXIT_FAILED_RUNS
 
 
-def _warn_missing_outputs(plan: GridPlan, store, force: bool) -> None:
-    """Runs skipped because their record exists do not produce the model or predictions asked for now: say so."""
-    wanted = [k for k, on in (("model", plan.outputs.save_model), ("test_predictions", plan.outputs.predict_test))
-              if on]
-    if force or not wanted:
-        return
-    lacking = [j for j in plan.jobs if (rec := store.read(j.filename)) and rec.get("status") == "ok"
-               and any(k not in (rec.get("artifacts") or {}) for k in wanted)]
-    if lacking:
-        print(f"note: {len(lacking)} run(s) already have records without {' or '.join(wanted)}; they are skipped. "
-              "--force reruns them", file=sys.stderr)
+def _complete_finished_outputs(plan: GridPlan, store, args) -> None:
+    """Runs skipped because their record exists get the test predictions asked for now from their saved models;
+    what cannot be had without retraining is named per run (suite.grid.finished_runs)."""
+    from suite.grid.finished_runs import complete_outputs
+
+    for line in complete_outputs(plan.jobs, store, plan.outputs, plan.data_dir, args.device, args.force):
+        print(f"note: {line}", file=sys.stderr)
 
 
 def _write_command(store) -> None:

@@ -100,6 +100,15 @@ class Store:
             raise RecordNotSaved(self._fallback(filename, data, exc)) from exc
         return self.path(filename)
 
+    def add_artifacts(self, filename: str, artifacts: dict[str, Any]) -> dict[str, Any]:
+        """Add files a finished run left later (test predictions from its saved model) to its record's `artifacts`,
+        rewriting the record atomically: every other field, unknown ones included, is written back as read."""
+        data = self._parse(filename)
+        data["artifacts"] = {**(data.get("artifacts") or {}), **artifacts}
+        blob = json.dumps(_clean(data), indent=1).encode()
+        atomic_write(self.path(filename), lambda fh: fh.write(blob))
+        return data
+
     def _fallback(self, filename: str, data: dict[str, Any], exc: OSError) -> str:
         folder = Path(tempfile.gettempdir()) / "suite-unsaved-records"
         why = f"could not write {self.path(filename)}: {exc.strerror or exc}"
