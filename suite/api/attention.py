@@ -21,9 +21,10 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from suite.api.errors import HyperParameterError
-from suite.api.registry import Registry
+from suite.api.registry import Registry, normalise
 
-METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods",
+# names are case- and dash-insensitive, as task names are: `scores-dropout` and `Scores_Dropout` are scores_dropout
+METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods", key=normalise,
                                                       guard_replacement=True)
 
 

@@ -6,29 +6,63 @@ with a message that says how to fix it, before anything trains.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Callable
 
 from suite.api.errors import EXIT_BAD_INPUT, BadInput
-from suite.commands import bench, check, listing, predict, report, run
 
-COMMAND_MODULES = (run, listing, bench, report, check, predict)
+# name -> (module, the line `python -m suite --help` lists it with). A command's module is imported only when that
+# command runs (or when the whole parser is built): most pull in torch and transformers, which `--help` and
+# `--version` must not wait for; so the listing's lines live here, not in the modules.
+COMMANDS = {
+    "run": ("suite.commands.run", "fine-tune a grid of models x tasks x methods x seeds x hyper-parameters"),
+    "list": ("suite.commands.listing", "methods with their hyper-parameters, and tasks"),
+    "bench": ("suite.commands.bench", "training-step time and peak memory of each method vs vanilla attention"),
+    "report": ("suite.commands.report", "leaderboard markdown, tables and figures from run records"),
+    "check": ("suite.commands.check", "check attention methods on tiny BERT/RoBERTa models (hyper-parameter "
+                                      "validation, output shape, identity, padding, finite values, deterministic "
+                                      "evaluation, parameters on the model's device)"),
+    "predict": ("suite.commands.predict", "test-set predictions in the GLUE server's format from saved checkpoints"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from suite import __version__
+def _command_in(argv: list[str]) -> str | None:
+    """The command an argument list names: its first word that is no option (the top level has only -h, --version)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
-    parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        module.add_parser(sub)
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; given `argv`, only the command it names is imported and gets its options (the
+    others are listed by name and help, enough for `--help`)."""
+    import suite
+
+    chosen = _command_in(argv) if argv is not None else None
+    parser = argparse.ArgumentParser(prog="python -m suite", description=suite.__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {suite.__version__}")
+    sub = _Listed(parser.add_subparsers(dest="command", required=True))
+    for name, (module, _) in COMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(module).add_parser(sub)
+        else:
+            sub.add_parser(name)
     return parser
 
 
+class _Listed:
+    """The subparsers, each listed with its line from COMMANDS whichever command was imported."""
+
+    def __init__(self, sub):
+        self._sub = sub
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        return self._sub.add_parser(name, **{**kwargs, "help": COMMANDS[name][1]})
+
+
 def commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    return {m.COMMAND: m.main for m in COMMAND_MODULES}
+    """Every command's main (imports every command module)."""
+    return {name: importlib.import_module(module).main for name, (module, _) in COMMANDS.items()}
 
 
 class ClosedPipeSafe:
@@ -56,13 +90,14 @@ class ClosedPipeSafe:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     if getattr(args, "quiet", False) or not sys.stderr.isatty():
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ClosedPipeSafe(sys.stdout), ClosedPipeSafe(sys.stderr)
     try:
-        return commands()[args.command](args)
+        return importlib.import_module(COMMANDS[args.command][0]).main(args)
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
-from suite.api.attention import METHODS
 from suite.api.errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, BadInput, Terminated
 from suite.api.tasks import TASKS, get_task
 from suite.commands.run_options import add_run_options, train_keys_help
-from suite.grid.resolve import GridPlan, merge_study, plan_grid
 from suite.grid.summary import compact_leaderboard, grid_records
 from suite.run.data import load_splits, task_data_dir
 from suite.run.stopping import stop_signals
+
+if TYPE_CHECKING:  # the method registry imports torch and transformers: `run --help` does without them
+    from suite.grid.resolve import GridPlan
 
 COMMAND = "run"
 
@@ -46,6 +48,8 @@ def check_inputs(plan: GridPlan) -> None:
 
 
 def show_plugin_errors() -> None:
+    from suite.api.attention import METHODS
+
     for registry in (METHODS, TASKS):
         for name, error in registry.plugin_errors.items():
             print(f"warning: the {registry.kind} plugin {name!r} failed to load and is left out: {error}",
@@ -64,6 +68,7 @@ def print_dry_run(plan: GridPlan, store) -> None:
 def main(args) -> int:
     from suite.grid import preflight
     from suite.grid.executors import run_grid, status_table
+    from suite.grid.resolve import merge_study, plan_grid
     from suite.grid.store import RecordNotSaved, Store
 
     args = merge_study(args)

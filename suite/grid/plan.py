@@ -6,6 +6,7 @@ setting; `--sweep` gives comma lists that multiply. `build_grid` validates every
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import typing
 from typing import Any
@@ -74,7 +75,10 @@ def parse_assignment(text: str, sweep: bool) -> tuple[str, str, list[Any]]:
         target = method_train_target(METHODS.canonical(scope))
     fields = _fields(target)
     if key not in fields:
-        raise HyperParameterError(f"{target} has no hyper-parameter {key!r}. Valid: {', '.join(fields) or '(none)'}")
+        close = difflib.get_close_matches(key, list(fields), n=1)
+        hint = f" Did you mean {target.split(':')[0]}.{close[0]}?" if close else ""
+        raise HyperParameterError(f"{target} has no hyper-parameter {key!r}.{hint} "
+                                  f"Valid: {', '.join(fields) or '(none)'}")
     raw = [v.strip() for v in rhs.split(",")] if sweep else [rhs.strip()]
     if not raw or any(v == "" for v in raw):
         raise HyperParameterError(f"{text!r}: empty value")

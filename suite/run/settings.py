@@ -12,7 +12,6 @@ import json
 import math
 from typing import Any
 
-from suite.api.attention import METHODS
 from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry
 from suite.run.batching import BATCHINGS
@@ -194,6 +193,8 @@ class RunConfig:
         for name, default in _added_method_fields(self.method).items():
             if d["hparams"].get(name, default) == default:
                 d["hparams"].pop(name, None)
+        from suite.api.attention import METHODS  # (imports torch: `run --help` reads these settings without it)
+
         if METHODS.is_replacement(self.method):  # a plugin replaced the method on purpose: its code is not ours
             origin = METHODS.origin(self.method)
             d["implementation"] = f"{origin['distribution']}=={origin['version']}"
@@ -212,6 +213,8 @@ class RunConfig:
 
 
 def _added_method_fields(method: str) -> dict[str, Any]:
+    from suite.api.attention import METHODS
+
     return METHODS.get(method).hashed_when_changed if method in METHODS else {}
 
 
@@ -224,6 +227,8 @@ def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, A
 
 
 def _method_defaults(method: str) -> dict[str, Any]:
+    from suite.api.attention import METHODS
+
     cls = METHODS.get(method)
     return dataclasses.asdict(cls.Config())
 

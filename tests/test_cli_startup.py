@@ -1,0 +1,46 @@
+"""A fast command line: `--help`, `--version` and `run --help` import neither torch nor transformers (each command
+module is imported only when its command runs); method names are case- and dash-insensitive like task names; a
+misspelt setting gets a "did you mean"."""
+import subprocess
+import sys
+
+import pytest
+
+from suite.commands import COMMANDS, build_parser, main
+
+LIGHT = [["--version"], ["--help"], ["run", "--help"]]
+
+
+@pytest.mark.parametrize("argv", LIGHT, ids=" ".join)
+def test_light_commands_do_not_import_torch(argv):
+    code = ("import sys\nfrom suite.commands import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in ('torch', 'transformers', 'sklearn', 'scipy') if m in sys.modules)\n"
+            "assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip()  # it did print the help or the version
+
+
+def test_the_light_and_the_whole_parser_list_every_command_alike():
+    def helps(parser):
+        sub = next(a for a in parser._actions if a.dest == "command")
+        return {choice.dest: choice.help for choice in sub._choices_actions}
+
+    assert helps(build_parser([])) == helps(build_parser()) and set(helps(build_parser())) == set(COMMANDS)
+
+
+def test_method_names_are_case_and_dash_insensitive(tmp_path, capsys):
+    common = ["--tasks", "rte", "--seeds", "1", "--out", str(tmp_path), "--dry-run"]
+    assert main(["run", "--methods", "scores_dropout", *common, "--set", "scores_dropout.p=0.2"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["run", "--methods", "Scores-Dropout", *common, "--set", "scores-dropout.p=0.2"]) == 0
+    assert capsys.readouterr().out == plain and "rte__scores_dropout__seed1" in plain
+
+
+@pytest.mark.parametrize("assignment, hint", [("train.lrr=1e-5", "Did you mean train.lr?"),
+                                              ("scores_dropout.pp=0.2", "Did you mean scores_dropout.p?")])
+def test_a_misspelt_setting_gets_a_suggestion(assignment, hint, tmp_path, capsys):
+    argv = ["run", "--methods", "scores_dropout", "--tasks", "rte", "--out", str(tmp_path), "--dry-run"]
+    assert main([*argv, "--set", assignment]) == 2
+    assert hint in capsys.readouterr().err
