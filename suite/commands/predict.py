@@ -26,8 +26,13 @@ def checkpoint_folder(path: str) -> Path:
     """A checkpoint folder as given, or the one a record's `artifacts.model` names."""
     p = Path(path)
     if p.is_file() and p.suffix == ".json":
-        model = (json.loads(p.read_text()).get("artifacts") or {}).get("model")
-        if not model:
+        try:
+            record = json.loads(p.read_text())
+            model = (record.get("artifacts") or {}).get("model")
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError) as exc:
+            raise BadInput(f"{p}: not a readable run record ({type(exc).__name__}: {exc}); give a RUN.json "
+                           "written by `python -m suite run`, or its RUN.model/ folder") from None
+        if not isinstance(model, str) or not model:
             raise BadInput(f"{p}: this run kept no model (it ran without --save-model); rerun it with "
                            "`python -m suite run ... --save-model --force`")
         return p.parent / model
@@ -43,6 +48,11 @@ def main(args) -> int:
 
     folders = [checkpoint_folder(c) for c in args.checkpoints]
     device, data_dir, out = pick_device(args.device), resolve_data_dir(args.data_dir), Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--out {out}: cannot make the submission folder there ({exc.strerror or exc}); give a "
+                       "folder") from None
     seen: dict[str, Path] = {}
     for folder in folders:
         model, tokenizer, job, spec = load_checkpoint(folder, device)

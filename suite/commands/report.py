@@ -51,6 +51,9 @@ def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
     args.baseline = METHODS.canonical(args.baseline or DEFAULT_BASELINE)   # unknown: an error with a suggestion
     args.alpha = DEFAULT_ALPHA if args.alpha is None else args.alpha
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ReportError(f"--out {args.out} is a file: the report is a folder (leaderboard.md, tables, figures/); "
+                          "give a folder")
     return args
 
 
@@ -61,6 +64,10 @@ def main(args: argparse.Namespace) -> int:
                             args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or ())
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:  # the report's folder cannot be written (permissions, a full disk)
+        print(f"error: cannot write the report: {exc.strerror or exc} ({exc.filename or args.out or args.dir})",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     print(path)
     return 0

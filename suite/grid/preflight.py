@@ -37,6 +37,10 @@ TOKENIZER_FILE_SETS = (("tokenizer.json",), ("vocab.txt",), ("vocab.json", "merg
 # checkpoints such as MiniLM ship without it); both are initialised fresh, as for any fine-tuning.
 FRESH_WEIGHT_PARTS = ("pooler.",)
 
+# Files of the output folder that a grid appends to (records, sidecars and test predictions are written through a
+# temporary file and renamed, which replaces a link instead of following it).
+APPENDED_FILES = ("commands.txt",)
+
 
 def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = (),
                executor: str = "local") -> None:
@@ -216,7 +220,13 @@ def _check_weights(model: str, path: str, config) -> None:
 
 def check_out(store) -> None:
     """Create the output folder and write (and remove) a file in it and in its runs folder, so that an unwritable
-    or full disk is found before training rather than when the first record is written."""
+    or full disk is found before training rather than when the first record is written. The files the grid appends
+    to must not be symbolic links: writing through one could change a file outside --out."""
+    for name in APPENDED_FILES:
+        if (store.root / name).is_symlink():
+            raise BadInput(f"--out {store.root}: {store.root / name} is a symbolic link (to "
+                           f"{os.readlink(store.root / name)}); the suite appends to this file and never writes "
+                           "through links: remove the link, or choose another --out")
     for folder in (store.root, store.runs):
         try:
             folder.mkdir(parents=True, exist_ok=True)

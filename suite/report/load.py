@@ -9,6 +9,8 @@ import dataclasses
 import json
 import math
 import os
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -97,6 +99,104 @@ def parse_record(d, source: str) -> RunRecord:
     return RunRecord.from_dict(d, source=source)
 
 
+NUMBER = (int, float, type(None))
+OPTIONAL_DICT = (dict, type(None))
+OPTIONAL_STR = (str, type(None))
+# The types of the record's parts the report reads ("[]": each item of a list, "*": each value of a dict). A
+# hand-edited record with another type there is named and skipped instead of crashing a section of the report.
+NESTED_TYPES: dict[str, type | tuple[type, ...]] = {
+    "config.model": OPTIONAL_STR, "config.task": str, "config.method": str, "config.seed": (int, type(None)),
+    "config.hparams": OPTIONAL_DICT, "config.train": OPTIONAL_DICT, "label": str, "hash": str,
+    "environment": OPTIONAL_DICT, "history": (list, type(None)), "history[]": dict,
+    "history[].dev": OPTIONAL_DICT, "history[].train_subset": OPTIONAL_DICT, "history[].method": OPTIONAL_DICT,
+    "final": OPTIONAL_DICT, "final.score": NUMBER, "best": OPTIONAL_DICT, "timing": OPTIONAL_DICT,
+    "timing.step_s": NUMBER, "timing.peak_memory_mb": NUMBER, "parameters": OPTIONAL_DICT, "parameters.*": NUMBER,
+    "data": OPTIONAL_DICT, "attention": OPTIONAL_DICT, "attention.mean": OPTIONAL_DICT,
+    "attention.per_layer": OPTIONAL_DICT, "analyses": OPTIONAL_DICT, "method_record": OPTIONAL_DICT,
+    "baselines": OPTIONAL_DICT, "predictions": OPTIONAL_STR, "started": OPTIONAL_STR, "finished": OPTIONAL_STR,
+    "error": OPTIONAL_STR, "generalisation_gap": NUMBER, "version": int,
+}
+
+
+def _values(data: Any, path: str) -> list[tuple[str, Any]]:
+    """(where, value) of every value at a dotted `path` of NESTED_TYPES in `data` (absent parts: none)."""
+    found = [("", data)]
+    for part in path.split("."):
+        step = []
+        for where, value in found:
+            name, each = part.removesuffix("[]"), part.endswith("[]")
+            if name == "*":
+                step += [(f"{where}.{k}", v) for k, v in value.items()] if isinstance(value, dict) else []
+                continue
+            if not isinstance(value, dict) or name not in value:
+                continue
+            where, value = f"{where}.{name}".lstrip("."), value[name]
+            if each:
+                step += [(f"{where}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else []
+            else:
+                step.append((where, value))
+        found = step
+    return found
+
+
+def _is(value: Any, types: type | tuple[type, ...]) -> bool:
+    """isinstance, except that JSON's true/false is no number"""
+    if isinstance(value, bool):
+        return bool in (types if isinstance(types, tuple) else (types,))
+    return isinstance(value, types)
+
+
+def check_nested_types(data: Any, source: str) -> None:
+    for path, types in NESTED_TYPES.items():
+        for where, value in _values(data, path):
+            if not _is(value, types):
+                raise InvalidRecord(f"{source}: {where} is a JSON {type(value).__name__}, not what a run record "
+                                    "holds there (edited by hand?)")
+
+
+def _sidecar(path: Path, rec: RunRecord) -> str:
+    """The predictions sidecar of an ok record when it can be read in full; else '' (the run is reported without
+    example-level statistics) and a one-line warning naming the file."""
+    if rec.status != "ok" or not rec.predictions:
+        return ""
+    sidecar = path.parent / rec.predictions
+    try:
+        with zipfile.ZipFile(sidecar) as archive:
+            bad = archive.testzip()
+        if bad is None:
+            return str(sidecar)
+        why = f"member {bad} is corrupt"
+    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    print(f"warning: {sidecar}: predictions file unreadable ({why}); {path.name} is reported without its "
+          "per-example predictions", file=sys.stderr)
+    return ""
+
+
+def read_record(path: Path) -> dict:
+    """The row of one record file; InvalidRecord (naming the file and why) for anything that is not a record."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidRecord(f"{path.name}: not JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidRecord(f"{path.name}: not a run record (JSON nested too deeply)") from None
+    except OSError as exc:  # a dangling link (git-annex, DVC), a folder named *.json, permissions
+        what = "a link to a missing file" if path.is_symlink() and not path.exists() else \
+            "a folder" if path.is_dir() else "unreadable"
+        raise InvalidRecord(f"{path.name}: {what} ({exc.strerror or exc})") from None
+    check_nested_types(data, path.name)
+    try:
+        rec = parse_record(data, path.name)
+        row = flatten(rec, path)
+    except InvalidRecord:
+        raise
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a shape NESTED_TYPES does not cover
+        raise InvalidRecord(f"{path.name}: not a run record ({type(exc).__name__}: {exc})") from None
+    row["predictions"] = _sidecar(path, rec)
+    return row
+
+
 def read_folder(runs: Path) -> tuple[list[dict], dict[str, str]]:
     """Rows of the valid records in one folder, and {file name: problem} for the others."""
     rows, problems = [], {}
@@ -104,13 +204,9 @@ def read_folder(runs: Path) -> tuple[list[dict], dict[str, str]]:
         if path.name.startswith(TMP_PREFIX):
             continue
         try:
-            rec = parse_record(json.loads(path.read_text()), path.name)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            problems[path.name] = f"{path.name}: not JSON ({exc})"
+            rows.append(read_record(path))
         except InvalidRecord as exc:
             problems[path.name] = str(exc)
-        else:
-            rows.append(flatten(rec, path))
     return rows, problems
 
 
@@ -140,6 +236,8 @@ def load(paths: Sequence[str | os.PathLike]) -> Loaded:
         found, bad = read_folder(runs)
         rows += found
         problems.update(bad)
+        for name in sorted(bad):
+            print(f"warning: skipped {runs / name}: {bad[name].removeprefix(name + ': ')}", file=sys.stderr)
         read_commands(root, commands)
     if not rows:
         raise ReportError("no readable run records in " + ", ".join(str(r) for _, r in folders)

@@ -75,7 +75,7 @@ class RunHooks:
         """After training (with the selected epoch's weights in place): save the model, predict the test sets."""
         if not self.outputs:
             return
-        from suite.run.test_predictions import predict_test, save_checkpoint
+        from suite.run.test_predictions import own_folder, predict_test, save_checkpoint
 
         if self.outputs.save_model:
             folder = artifact_path(self.outputs.root, self.job.filename, "model")
@@ -83,6 +83,7 @@ class RunHooks:
             self.artifacts["model"] = folder.name
         if self.outputs.predict_test:
             folder = artifact_path(self.outputs.root, self.job.filename, "test")
+            own_folder(folder)  # links planted in the output folder are replaced, never written through
             t = self.job.train
             found = predict_test(model, tokenizer, spec, data_dir, folder, t.max_length, t.eval_batch_size, device,
                                  amp_dtype)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from suite.api.errors import DataError
+from suite.api.errors import BadInput, DataError
 from suite.api.tasks import TaskSpec, TestSet
 from suite.run.batching import collate, sorted_batches, to_device
 
@@ -27,12 +30,28 @@ CHECKPOINT_INFO = "suite_run.json"  # the job a checkpoint folder was trained by
 # ---------------------------------------------------------------------------------------------------------
 
 def available_test_sets(spec: TaskSpec, data_dir: Path | None) -> tuple[list[TestSet], list[str]]:
-    """(test sets that can be read, names of the ones whose file is absent). From the hub, all are available."""
+    """(test sets that can be read, names of the ones whose file is absent). A local file that is present is read
+    now, so that a malformed one stops the grid before training (DataError with file and line). From the hub, all
+    are available."""
     sets = list(spec.test_sets)
     if data_dir is None:
         return [s for s in sets if s.hub], [s.name for s in sets if not s.hub]
     found = [s for s in sets if (Path(data_dir) / s.file).is_file()]
+    for test_set in found:
+        read_test_set(spec, test_set, data_dir)
     return found, [f"{s.name} ({Path(data_dir) / s.file})" for s in sets if s not in found]
+
+
+def _row_numbers(path: Path, column: str, values) -> list[int]:
+    """The index column as integers; a value that is none names its file and line (the header is line 1)."""
+    out = []
+    for row, raw in enumerate(values):
+        try:
+            out.append(int(raw))
+        except (TypeError, ValueError):
+            raise DataError(f"{path}:{row + 2}: {column} {raw!r} is not an integer row number. Repair that line or "
+                            "re-download the task's data.") from None
+    return out
 
 
 def read_test_set(spec: TaskSpec, test_set: TestSet, data_dir: Path | None) -> dict[str, list]:
@@ -48,13 +67,16 @@ def read_test_set(spec: TaskSpec, test_set: TestSet, data_dir: Path | None) -> d
     try:
         frame = pd.read_csv(path, sep="\t", quoting=3, keep_default_na=False, dtype=str, encoding="utf-8-sig")
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot read the test set ({exc}). Re-download the task's data.") from None
+        why = " ".join(str(exc).split())  # pandas' messages end in a newline
+        line = re.search(r"in line (\d+)", why)
+        raise DataError(f"{path}{':' + line.group(1) if line else ''}: cannot read the test set ({why}). Repair "
+                        "the file or re-download the task's data.") from None
     wanted = [test_set.index, *test_set.columns.values()]
     missing = [c for c in wanted if c not in frame.columns]
     if missing:
         raise DataError(f"{path}:1: header has no column {', '.join(map(repr, missing))} (found {list(frame.columns)})")
     columns = {f: [t.replace("\ufeff", "").strip() for t in frame[c]] for f, c in test_set.columns.items()}
-    return {**columns, "index": [int(i) for i in frame[test_set.index]]}
+    return {**columns, "index": _row_numbers(path, test_set.index, frame[test_set.index])}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -93,9 +115,35 @@ def format_predictions(spec: TaskSpec, test_set: TestSet, logits: np.ndarray) ->
 
 
 def write_submission(path: Path, index: list[int], predictions: list[str]) -> None:
+    """Written through a temporary file and renamed: a link planted at `path` is replaced, never written through."""
     order = np.argsort(index, kind="stable")
     lines = ["index\tprediction"] + [f"{index[i]}\t{predictions[i]}" for i in order]
-    path.write_text("\n".join(lines) + "\n")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tsv", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def own_folder(folder: Path) -> None:
+    """Make `folder` a real folder of this run's outputs: a symbolic link planted there (to a folder elsewhere, or
+    dangling) is removed, never written through, and so are links inside it."""
+    if folder.is_symlink():
+        folder.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        if entry.is_symlink():
+            entry.unlink()
 
 
 def predict_test(model, tokenizer, spec: TaskSpec, data_dir: Path | None, out: Path, max_length: int,
@@ -121,10 +169,43 @@ def predict_test(model, tokenizer, spec: TaskSpec, data_dir: Path | None, out: P
 
 def save_checkpoint(folder: Path, model, tokenizer, job) -> None:
     """Weights (the method's own parameters included), tokenizer and the job that trained them."""
-    folder.mkdir(parents=True, exist_ok=True)
+    own_folder(folder)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / CHECKPOINT_INFO).write_text(json.dumps({"config": job.to_dict()}, indent=1, default=str))
+
+
+def _checkpoint_job(info: Path):
+    """The RunConfig a checkpoint's description names; DataError (one line, the file) when it is not one."""
+    from suite.run.record import RECORD_VERSION
+    from suite.run.settings import RunConfig
+
+    try:
+        described = json.loads(info.read_text())
+        config = described["config"]
+        job = RunConfig.from_dict(config)
+        job.hash  # noqa: B018  an unknown method or malformed settings fail here, not half-way through loading
+        return job
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise DataError(f"{info}: not a readable checkpoint description ({type(exc).__name__}: {exc})") from None
+    except TypeError as exc:
+        if "unexpected keyword" in str(exc):  # a field this suite does not know: written by a newer one
+            raise DataError(f"{info}: written by a newer suite than this one (record version {RECORD_VERSION}; "
+                            f"{exc}): upgrade the suite to load this checkpoint") from None
+        raise DataError(f"{info}: not a checkpoint description of the suite ({exc})") from None
+    except (KeyError, AttributeError, ValueError) as exc:
+        if isinstance(exc, BadInput):  # e.g. an unknown method: its own message says how to fix it
+            raise DataError(f"{info}: {exc}") from None
+        raise DataError(f"{info}: not a checkpoint description of the suite ({type(exc).__name__}: {exc}); "
+                        "expected {\"config\": {...}} as `run --save-model` writes it") from None
+
+
+def _weights_problem(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if "weights_only" in str(exc).lower() or "Weights only load failed" in str(exc):
+        return ("pytorch_model.bin holds code, not only tensors, and was refused (torch.load weights_only): it is "
+                "not a file this suite wrote; do not load it")
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def load_checkpoint(folder: str | Path, device):
@@ -134,18 +215,24 @@ def load_checkpoint(folder: str | Path, device):
 
     from suite.api.tasks import get_task
     from suite.run.models import build_method, quiet_transformers
-    from suite.run.settings import RunConfig
 
     folder = Path(folder)
     info = folder / CHECKPOINT_INFO
     if not info.is_file():
         raise DataError(f"{folder} is not a checkpoint of the suite (no {CHECKPOINT_INFO}): give a folder written "
                         "by `python -m suite run --save-model`, or the record of such a run")
-    job = RunConfig.from_dict(json.loads(info.read_text())["config"])
-    with quiet_transformers():
-        model = AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="sdpa")
-    build_method(job).attach(model)  # the method may add parameters: load every saved tensor once it has
-    missing, unexpected = model.load_state_dict(load_file(folder / "model.safetensors"), strict=False)
+    job = _checkpoint_job(info)
+    try:
+        with quiet_transformers():
+            model = AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="sdpa")
+        build_method(job).attach(model)  # the method may add parameters: load every saved tensor once it has
+        weights = load_file(folder / "model.safetensors")
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001  truncated or foreign weights: one line, not a traceback
+        raise DataError(f"{folder}: cannot load the saved model ({_weights_problem(exc)}). Save it again with "
+                        "`python -m suite run ... --save-model --force`") from None
+    missing, unexpected = model.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise DataError(f"{folder}: the saved weights do not fit {job.method} on this model "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
