@@ -1,0 +1,123 @@
+"""The comparison's test and interval (suite.stats.evidence) checked by simulation with both noise sources.
+
+The generative model: a task's population of examples, each with a difficulty a_i and its own method effect e_i (a
+method helps some examples and hurts others); a dev set is N examples drawn from it. Run (method m, seed s) gets
+example i right with probability sigmoid(a_i +- e_i / 2 + u_ms), u_ms the seed's effect; with probability `collapse`
+the run collapses and predicts the majority class for every example. The target of inference is the population
+difference, so the dev set's draw is noise that seeds cannot show. The dev-example variance is the bootstrap's
+variance of accuracy computed in closed form (test_example_variance_matches_the_bootstrap checks the real bootstrap
+against it). Monte-Carlo tolerance: two binomial standard errors of the nominal rate at the number of simulations.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from suite.stats.evidence import RunOutcome, compare_runs, evidence_arrays
+from suite.stats.examples import example_variance, split_variance
+
+ALPHA = 0.05
+SIMS = 4000
+TOLERANCE = 2 * math.sqrt(ALPHA * (1 - ALPHA) / SIMS)     # 0.0069
+# (seed effect sd, per-example effect sd) on the logit scale: dev examples dominate / seeds dominate
+NOISE = {"examples": (0.15, 0.8), "seeds": (0.5, 0.3)}
+
+
+def simulate(rng, sims: int, n: int, seed_sd: float, tau: float, delta: float = 0.0, collapse: float = 0.0,
+             examples: int = 400):
+    """Paired differences (sims, n) in points, the bootstrap variance of their mean (sims), and the correctness
+    arrays (sims, 2, n, examples) of method and reference."""
+    a = rng.normal(1.0, 1.5, (sims, 1, 1, examples)).astype(np.float32)
+    e = rng.normal(delta, tau, (sims, 1, 1, examples)).astype(np.float32)
+    majority = rng.random((sims, 1, 1, examples)) < 0.6
+    u = rng.normal(0, seed_sd, (sims, 2, n, 1)).astype(np.float32)
+    half = np.array([0.5, -0.5], dtype=np.float32).reshape(1, 2, 1, 1)
+    right = rng.random((sims, 2, n, examples), dtype=np.float32) < 1 / (1 + np.exp(-(a + half * e + u)))
+    right = np.where(rng.random((sims, 2, n, 1)) < collapse, majority, right)
+    score = right.mean(axis=-1) * 100
+    per_example = (right[:, 0].astype(np.float32) - right[:, 1]).mean(axis=1)       # (sims, examples)
+    return score[:, 0] - score[:, 1], per_example.var(axis=-1) / examples * 1e4, right
+
+
+def population_difference(seed_sd: float, tau: float, delta: float, draws: int = 2_000_000) -> float:
+    rng = np.random.default_rng(99)
+    a, e = rng.normal(1.0, 1.5, draws), rng.normal(delta, tau, draws)
+    u = rng.normal(0, seed_sd, (2, draws))
+    return float(np.mean(1 / (1 + np.exp(-(a + e / 2 + u[0]))) - 1 / (1 + np.exp(-(a - e / 2 + u[1]))))) * 100
+
+
+def rejection_rate(diffs: np.ndarray, example_var) -> float:
+    p = evidence_arrays(diffs, example_var)["p"]
+    return float(np.mean(np.nan_to_num(p, nan=1.0) < ALPHA))
+
+
+@pytest.mark.parametrize("seeds", [3, 5, 10])
+@pytest.mark.parametrize("collapse", [0.0, 0.2])
+def test_type_one_error_holds_at_few_seeds_with_and_without_collapsed_runs(seeds, collapse):
+    rng = np.random.default_rng(seeds * 10 + int(collapse * 10))
+    for noise, (seed_sd, tau) in NOISE.items():
+        d, v, _ = simulate(rng, SIMS, seeds, seed_sd, tau, collapse=collapse)
+        rate = rejection_rate(d, v)
+        assert rate <= ALPHA + TOLERANCE, (noise, seeds, collapse, rate)
+
+
+def test_seed_only_variance_rejects_a_true_null_too_often():
+    """The check above can fail: the same test without the dev-example part (the published study's procedure)
+    rejects a true null far more often than alpha when the dev set is the larger noise source."""
+    d, v, _ = simulate(np.random.default_rng(7), SIMS, 10, seed_sd=0.05, tau=1.5)
+    assert rejection_rate(d, 0.0) > ALPHA + 3 * TOLERANCE
+    assert rejection_rate(d, v) <= ALPHA + TOLERANCE
+
+
+def test_nominal_95_interval_covers_the_population_difference_at_5_seeds():
+    seed_sd, tau, delta = 0.1, 1.5, 0.15
+    truth = population_difference(seed_sd, tau, delta)
+    assert 1.0 < truth < 5.0          # a planted effect of a few points, not a null
+    d, v, _ = simulate(np.random.default_rng(11), SIMS, 5, seed_sd, tau, delta=delta)
+    ev = evidence_arrays(d, v)
+    covered = float(np.mean((ev["low"] <= truth) & (truth <= ev["high"])))
+    assert covered >= 0.93, covered
+    seed_only = evidence_arrays(d, 0.0)
+    assert float(np.mean((seed_only["low"] <= truth) & (truth <= seed_only["high"]))) < 0.93
+
+
+def test_example_variance_matches_the_bootstrap():
+    """The closed form used above is what the report's bootstrap (the task's own metric on resampled dev examples)
+    estimates; and the split into a shared and a per-run part recovers the closed form's shared part."""
+    _, v, right = simulate(np.random.default_rng(3), 1, 4, 0.3, 0.8, examples=300)
+    labels = np.ones(300, dtype=int)
+
+    def preds(r):   # a run that gets an example right predicts its label 1, else 0
+        return {"": {"index": np.arange(300), "label": labels, "logits": np.stack([~r, r], axis=1).astype(float)}}
+
+    a = {s: preds(right[0, 0, s]) for s in range(4)}
+    b = {s: preds(right[0, 1, s]) for s in range(4)}
+    total, shared = example_variance("sst2", a, b, seed=0, resamples=400)
+    assert total == pytest.approx(float(v[0]), rel=0.2)
+    c = right[0, 0].astype(float) - right[0, 1]                       # (seeds, examples)
+    v1 = float(c.var(axis=1).mean()) / 300 * 1e4
+    assert shared == pytest.approx((4 * float(v[0]) - v1) / 3, rel=0.35, abs=0.05)
+    assert 0 <= shared <= total
+
+
+def test_split_variance_separates_shared_and_per_run_parts():
+    rng = np.random.default_rng(0)
+    shared = rng.normal(0, 2.0, (20000, 1))            # moves every seed's difference alike
+    own = rng.normal(0, 3.0, (20000, 5))               # each seed's own luck
+    total, common = split_variance(shared + own)
+    assert total == pytest.approx(4 + 9 / 5, rel=0.05)
+    assert common == pytest.approx(4, rel=0.08)
+
+
+def test_compare_runs_without_predictions_is_a_paired_t_test():
+    from scipy import stats
+
+    m = {1: RunOutcome(90.0), 2: RunOutcome(91.5), 3: RunOutcome(90.7), 4: RunOutcome(92.0)}
+    r = {1: RunOutcome(89.0), 2: RunOutcome(89.9), 3: RunOutcome(90.1), 4: RunOutcome(90.2), 9: RunOutcome(50.0)}
+    ev = compare_runs("sst2", m, r, margin=1.0)
+    seeds = [1, 2, 3, 4]
+    ref = stats.ttest_rel([m[s].score for s in seeds], [r[s].score for s in seeds])
+    assert ev.n_seeds == 4 and ev.example_se == 0
+    assert ev.p == pytest.approx(ref.pvalue, rel=1e-6) and ev.df == pytest.approx(3)
