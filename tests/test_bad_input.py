@@ -282,3 +282,14 @@ def test_read_only_out_exits_2(no_training, tiny_bert_dir, glue_dir, tmp_path, c
         assert "cannot write to" in capsys.readouterr().err
     finally:
         (out / "runs").chmod(0o755)
+
+
+@pytest.mark.parametrize("line", ["lr: true", "epochs: false", "max_train_samples: true"])
+def test_true_or_false_for_a_number_in_a_study_exits_2(line, tiny_bert_dir, glue_dir, no_training, tmp_path, capsys):
+    """pydantic read YAML's true as 1: `lr: true` trained at a learning rate of 1.0."""
+    study = tmp_path / "study.yaml"
+    study.write_text(f"methods: [vanilla]\ntasks: [rte]\ntrain:\n  {line}\n")
+    out = tmp_path / "out"
+    rc = commands.main(["run", "--study", str(study), "--model", tiny_bert_dir, "--data-dir", glue_dir, "--out",
+                        str(out), "--quiet"])
+    assert_refused(capsys, rc, out, f"train.{line.split(':')[0]}", "is not a number")

@@ -28,10 +28,26 @@ class _Section(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=False)
 
 
+def _not_a_truth_value(value: Any) -> Any:
+    """YAML's true/false where a number belongs is an error: pydantic would read it as 1 or 0 (`lr: true` ran at
+    a learning rate of 1.0)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is not a number")
+    return value
+
+
+def _no_truth_values(hint: Any) -> Any:
+    """The optional form of a setting's type; a number refuses true/false."""
+    args = typing.get_args(hint) or (hint,)
+    if bool not in args and any(a in (int, float) for a in args):
+        return typing.Annotated[Optional[hint], pydantic.BeforeValidator(_not_a_truth_value)]
+    return Optional[hint]
+
+
 def _train_section() -> type[pydantic.BaseModel]:
     """Every TrainSettings field, optional (absent: the preset's value); null is kept where the field allows it."""
     hints = typing.get_type_hints(TrainSettings)
-    fields = {f.name: (Optional[hints[f.name]], None) for f in dataclasses.fields(TrainSettings)}
+    fields = {f.name: (_no_truth_values(hints[f.name]), None) for f in dataclasses.fields(TrainSettings)}
     return pydantic.create_model("TrainSection", __base__=_Section, **fields)
 
 
