@@ -71,6 +71,8 @@ def main(args) -> int:
     from suite.grid.resolve import merge_study, plan_grid
     from suite.grid.store import RecordNotSaved, Store
 
+    if args.analyses:  # a shortcut for train.analyses, which leaves the run's hash as it is (settings.NOT_HASHED)
+        args.sets = [*args.sets, f"train.analyses={args.analyses}"]
     args = merge_study(args)
     plan = plan_grid(args)
     show_plugin_errors()

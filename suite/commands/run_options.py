@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from suite.run.data import DATA_DIR_ENV
-from suite.run.settings import DEFAULT_MODEL, PRECISIONS, PRESETS, TRAIN_FIELDS, setting_help
+from suite.run.settings import ANALYSES, DEFAULT_MODEL, PRECISIONS, PRESETS, TRAIN_FIELDS, setting_help
 
 
 def train_keys_help() -> str:
@@ -93,6 +93,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                          help="keep the fine-tuned weights and tokenizer in OUT/runs/RUN.model/ (off by default)")
     outputs.add_argument("--predict-test", action=argparse.BooleanOptionalAction, default=None,
                          help="write test-set predictions in the GLUE server's format to OUT/runs/RUN.test/")
+    outputs.add_argument("--analyses", metavar="NAMES",
+                         help="train.analyses: end-of-run analyses on fixed dev examples, a comma list of "
+                              f"{', '.join(ANALYSES)} (docs/analyses.md; off by default: they can take as long as a "
+                              "short run; a study file asks for them with train: {analyses: ...})")
     outputs.add_argument("--report-to", metavar="TRACKERS",
                          help="comma list of tensorboard, mlflow, wandb: log config, per-epoch curves and final "
                               "metrics (local stores under OUT/tracking/; wandb offline)")

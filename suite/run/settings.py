@@ -91,8 +91,9 @@ class TrainSettings:
     select_epoch: str = setting("last", "last (the leaderboard uses the last epoch) or best (the best dev epoch's "
                                         "model gives the final metrics, predictions and saved model)",
                                 choices=("last", "best"), added=True)
-    analyses: str = setting("seeds,heads", "end-of-run analyses on fixed dev examples: a comma list of "
-                                           + ", ".join(ANALYSES) + "; or none", added=True)
+    analyses: str = setting("none", "end-of-run analyses on fixed dev examples (--analyses): a comma list of "
+                                    + ", ".join(ANALYSES) + "; or none (they can take as long as a short run)",
+                            added=True)
     analysis_examples: int = setting(64, "fixed dev examples the analyses read", minimum=1, added=True)
     batching: str = setting("length", "; ".join(f"{name}: {b.help}" for name, b in BATCHINGS.items()),
                             choices=tuple(BATCHINGS), added=True)
@@ -136,6 +137,10 @@ def setting_help(name: str) -> str:
 TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainSettings)}
 # Settings added after records existed (with their defaults): left out of a job's hash while at that default.
 HASHED_WHEN_CHANGED: dict[str, Any] = {f.name: f.default for f in TRAIN_FIELDS.values() if f.metadata["added"]}
+# End-of-run analyses read the trained model and change none of the run's numbers: like its other outputs (saved
+# model, test predictions) they stay out of the hash, so asking for them never makes a finished run another run (the
+# committed records ran "seeds,heads", the default then; today's default is none).
+NOT_HASHED = ("analyses", "analysis_examples")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +195,8 @@ class RunConfig:
         for name, default in HASHED_WHEN_CHANGED.items():
             if d["train"].get(name) == default:
                 del d["train"][name]
+        for name in NOT_HASHED:
+            d["train"].pop(name, None)
         for name, default in _added_method_fields(self.method).items():
             if d["hparams"].get(name, default) == default:
                 d["hparams"].pop(name, None)
