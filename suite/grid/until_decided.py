@@ -208,12 +208,12 @@ def _look(track: Track, design: Design, records, evaluate: Evaluate, look: int, 
     else:
         ev = evaluate(track.comparison, {s: ours[s] for s in paired}, {s: theirs[s] for s in paired})
         level, level_equiv = design.levels(history)
-        reason, verdict = design.decide(ev.diff, ev.se, ev.df, ev.p, ev.p_equiv, ev.margin, history)
+        reason, verdict = design.decide(ev, history)
         entry.update(reason=str(reason), verdict=str(verdict), level=level, level_equiv=level_equiv,
                      **{k: _number(getattr(ev, k)) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv",
-                                                             "margin")})
+                                                             "margin", "seed_sd", "example_se") if hasattr(ev, k)})
         if entry["reason"] == "futility":
-            power = design.conditional_power(ev.diff, ev.se, ev.df, ev.margin, len(paired))
+            power = design.conditional_power(ev, len(paired))
             entry["conditional_power"] = _number(power)
     track.looks.append(entry)
     track.reason, track.verdict = entry["reason"], entry["verdict"]

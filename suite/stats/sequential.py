@@ -22,7 +22,7 @@ simulation tests check the whole procedure's error rates with both noise sources
 runs. A look that adds no seed (every new run failed) spends nothing; the last planned look spends what is left.
 
 Each look of a comparison ends in one of:
-- `efficacy`: p <= the look's nominal level: better or worse.
+- `efficacy`: p < the look's nominal level: better or worse (the direction from the task's metric).
 - `equivalence`: the two one-sided tests (TOST) reject |diff| >= margin at the look's one-sided nominal level, the
   same spending of alpha_equiv (alpha by default) over the looks.
 - `futility`: not the last look, and the conditional power of reaching either decision by the cap, if the difference
@@ -171,42 +171,57 @@ class Design:
         c_equiv = boundaries(t, 2 * (self.alpha_equiv or self.alpha), self.spending)[-1]
         return float(2 * stats.norm.sf(c)), float(stats.norm.sf(c_equiv))
 
-    def decide(self, diff, se, df, p, p_equiv, margin, seeds: list[int] | tuple[int, ...]):
-        """The look's reason (see REASONS) and verdict for each comparison (arrays broadcast; the simulation tests
-        call this with many comparisons at once). `seeds`: the seed counts of this comparison's looks so far."""
+    def decide(self, ev, seeds: list[int] | tuple[int, ...]):
+        """The look's reason (see REASONS) and verdict. `ev`: a `suite.stats.evidence.Evidence`, or anything with
+        its fields as arrays (the simulation tests decide many comparisons at once); `seeds`: the seed counts of
+        this comparison's looks so far, this one last."""
         level, level_equiv = self.levels(seeds)
-        diff, se, df, p, p_equiv = (np.asarray(a, dtype=float) for a in (diff, se, df, p, p_equiv))
-        efficacy = p <= level
-        equivalent = ~efficacy & (p_equiv <= level_equiv)
+        diff, p, p_equiv = (np.asarray(getattr(ev, k), dtype=float) for k in ("diff", "p", "p_equiv"))
+        higher = np.asarray(getattr(ev, "higher_is_better", True), dtype=bool)
+        with np.errstate(invalid="ignore"):
+            efficacy = p < level                     # NaN (no test yet) decides nothing
+            equivalent = ~efficacy & (p_equiv < level_equiv)
         last = len(seeds) >= len(self.looks)
         if last:
             futile = np.zeros_like(efficacy)
         else:
-            power = self.conditional_power(diff, se, df, margin, seeds[-1])
-            futile = ~efficacy & ~equivalent & (power < self.futility)
+            with np.errstate(invalid="ignore"):
+                futile = ~efficacy & ~equivalent & (self.conditional_power(ev, seeds[-1]) < self.futility)
         reason = np.select([efficacy, equivalent, futile], ["efficacy", "equivalence", "futility"],
                            "cap" if last else "continue")
-        verdict = np.select([efficacy & (diff > 0), efficacy, equivalent], ["better", "worse", "equivalent"],
-                            "undecided")
+        verdict = np.select([efficacy & ((diff > 0) == higher), efficacy, equivalent],
+                            ["better", "worse", "equivalent"], "undecided")
         return reason, verdict
 
-    def conditional_power(self, diff, se, df, margin, n: int):
-        """P(a decision at the cap | the difference stays at its estimate): the cap's mean difference is normal
-        around `diff` with the spread of the seeds still to come, judged at the final look's nominal levels with
-        the t quantiles of the cap's degrees of freedom (each further paired seed adds one)."""
-        diff, se, df = (np.asarray(a, dtype=float) for a in (diff, se, df))
+    def conditional_power(self, ev, n: int):
+        """P(a decision at the cap | the difference stays at its estimate `ev.diff`) after n paired seeds.
+
+        The cap's mean difference is normal around the estimate with the spread of the seeds still to come,
+        seed_sd sqrt(cap - n) / cap; it is judged at the last look's nominal levels against the cap's standard
+        error, in which the seed part and each run's own dev-example luck shrink with seeds and the dev-example
+        part every seed shares stays (`suite.stats.power.se_at`), with the test's Cochran-Cox critical values
+        (`suite.stats.cochran_cox`: the seed part's t and the example part's normal quantile, weighted by their
+        shares of the variance). Without `seed_sd` the whole se is taken as seed noise."""
+        diff, se = (np.asarray(getattr(ev, k), dtype=float) for k in ("diff", "se"))
         n = max(int(n), 1)
+        seed_sd = np.asarray(getattr(ev, "seed_sd", se * math.sqrt(n)), dtype=float)
+        example = np.asarray(getattr(ev, "example_se", 0.0), dtype=float) ** 2
+        shared = np.minimum(np.asarray(getattr(ev, "example_shared_se", 0.0), dtype=float) ** 2, example)
         if n >= self.cap:
             return np.zeros_like(diff)
-        sd = se * math.sqrt(n)                       # spread of one seed's difference
-        spread = sd * math.sqrt(self.cap - n) / self.cap
-        se_cap = sd / math.sqrt(self.cap)
-        planned = tuple(self.looks)
-        level, level_equiv = self.levels(planned)   # the last look's levels if every planned seed arrives
-        df_cap = np.maximum(df + (self.cap - n), 1.0)
-        reach = stats.t.isf(level / 2, df_cap) * se_cap                  # |mean| needed for a difference claim
-        within = margin - stats.t.isf(level_equiv, df_cap) * se_cap      # |mean| allowed for an equivalence claim
-        spread = np.maximum(spread, 1e-12)
+        seed_part = seed_sd ** 2 / self.cap
+        example_part = shared + (example - shared) * n / self.cap
+        se_cap = np.sqrt(seed_part + example_part)
+        spread = np.maximum(seed_sd * math.sqrt(self.cap - n) / self.cap, 1e-12)
+        level, level_equiv = self.levels(self.looks)   # the last look's levels if every planned seed arrives
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = seed_part / (seed_part + example_part)
+
+            def critical(tail: float):
+                return w * stats.t.isf(tail, self.cap - 1) + (1 - w) * stats.norm.isf(tail)
+
+            reach = critical(level / 2) * se_cap                                 # |mean| a difference claim needs
+            within = np.asarray(ev.margin, dtype=float) - critical(level_equiv) * se_cap  # equivalence allows
         p_diff = stats.norm.sf((reach - diff) / spread) + stats.norm.cdf((-reach - diff) / spread)
         p_equiv = np.clip(stats.norm.cdf((within - diff) / spread) - stats.norm.cdf((-within - diff) / spread), 0, 1)
         p_equiv = np.where(within > 0, p_equiv, 0.0)
