@@ -19,13 +19,23 @@ def _nan_if_constant(fn):
     return wrapped
 
 
-# Built-in metrics are registered below; a plugin adds its own with `register_metric` (or an entry point in the
-# `suite.metrics` group whose module calls it).
+# Built-in metrics are registered below (accuracy, f1, mcc, pearson, spearman); a plugin adds its own with
+# `register_metric`, usually from the module that registers its task (or from a module named by an entry point in
+# the `suite.metrics` group).
 METRICS: Registry[Callable[[np.ndarray, np.ndarray], float]] = Registry("metric", "suite.api.metrics", "suite.metrics")
 
 
 def register_metric(name: str, fn: Callable[[np.ndarray, np.ndarray], float]) -> Callable:
-    """Make `fn(predictions, gold) -> float` usable by name in a TaskSpec's `metrics` (plugin tasks)."""
+    """Make `fn(predictions, gold) -> float` usable by name in a TaskSpec's `metrics` (plugin tasks).
+
+    Both arguments are numpy arrays over the dev examples: `predictions` holds label ids (the argmax of the logits)
+    for a classification task and the predicted score for a regression task, `gold` the labels. A larger value must
+    be better unless the task sets `higher_is_better=False`; NaN means undefined (a run whose final score is NaN
+    is recorded as failed).
+    Registering a name again with another function is refused. Example::
+
+        register_metric("macro_f1", lambda pred, gold: float(f1_score(gold, pred, average="macro")))
+    """
     if not callable(fn):
         raise TypeError(f"register_metric({name!r}, ...): the metric must be a function (predictions, gold) -> float")
     if name in METRICS and METRICS.get(name) is not fn:

@@ -1,8 +1,9 @@
-"""What a task is (`TaskSpec`, `LocalSplit`), the task registry and task groups: what a task author writes.
+"""What a task is (`TaskSpec`, `LocalSplit`, `TestSet`), the task registry and task groups: what a task author writes.
 
 A task is data: a `TaskSpec` registered with `register_task` from a module in `tasks/` (or a plugin's entry point in
-the `suite.tasks` group). Reading its files and batching its examples live in `suite.run.data` and
-`suite.run.batching`.
+the `suite.tasks` group), scored by metrics registered with `suite.register_metric`, with test sets for
+`run --predict-test` declared in the spec or added with `register_test_set`. docs/adding-a-task.md shows a complete
+outside task. Reading its files and batching its examples live in `suite.run.data` and `suite.run.batching`.
 """
 from __future__ import annotations
 
@@ -33,8 +34,14 @@ class LocalSplit:
 class TestSet:
     """One unlabeled test file and how to write its predictions (`run --predict-test`, `suite predict`).
 
-    `columns` maps the task's text fields to the file's header names; `output` is `ids` (label ids), `names`
-    (label names) or `score` (regression, clipped to the task's score range)."""
+    Predictions are written as `NAME.tsv` with the lines `index<TAB>prediction`, sorted by index, one per row of the
+    file. `file` is the file's path inside the task's data folder (its `data_dir`, else `--data-dir`); a tab-separated
+    file with a header, read without quoting or NA coercion. `columns` maps the task's text fields to the file's
+    header names and `index` names the column the predictions are written with. `output` is `ids` (label ids),
+    `names` (label names) or `score` (regression, clipped to the task's `score_range`). `hub` = (dataset, config,
+    split) reads it from the Hugging Face hub when the grid reads its data from there.
+
+    Example: `TestSet("Mood", "test.tsv", {"sentence": "text"}, output="names", index="id")`."""
 
     __test__ = False  # not a pytest test class
 
@@ -54,7 +61,26 @@ class TestSet:
 class TaskSpec:
     """Everything the suite knows about a task, as data: its columns and labels, its official metrics, where its
     splits live (hub and local TSV layout), how reports average it, its test sets, and the training budget each
-    preset gives it. A task module builds one and calls `register_task`."""
+    preset gives it. A task module builds one and calls `register_task`.
+
+    The fields a task must give: `name` (what `--tasks` selects; case, '-' and '_' do not matter), `display` (what
+    reports print), `text_fields` (one text column, or two for sentence pairs, in the tokenizer's order),
+    `label_names` (in label-id order; None for a regression task, scored by one output), `metrics` (names of
+    registered metrics, see `suite.register_metric`; the task's score is their mean over `eval_splits`) and `hub`
+    ((dataset, config) on the Hugging Face hub, or None for local files only). Local files are described per split
+    by `local` (hub split name -> `LocalSplit`) inside `local_dir` of the data folder; a plugin that ships its data
+    sets `data_dir`, which is used instead of `--data-dir`. Every other field has a default; see the comments below
+    and docs/adding-a-task.md.
+
+    Example (a local-only two-class task with its own folder)::
+
+        TaskSpec("mood", "Mood", ("sentence",), ("sad", "happy"), ("macro_f1", "accuracy"), None,
+                 data_dir="/path/to/data",
+                 local={"train": LocalSplit("train.tsv", {"sentence": "text", "label": "mood"},
+                                            labels={"sad": 0, "happy": 1}),
+                        "validation": LocalSplit("dev.tsv", {"sentence": "text", "label": "mood"},
+                                                 labels={"sad": 0, "happy": 1})})
+    """
 
     name: str                                  # canonical name, e.g. "sst2"
     display: str                               # e.g. "SST-2"
@@ -92,14 +118,17 @@ class TaskSpec:
 
 
 def register_task(spec: TaskSpec, groups: Sequence[str] = ()) -> TaskSpec:
-    """Add a task (and, optionally, more groups it belongs to) to the registry."""
+    """Add a task (and, optionally, more groups it belongs to) to the registry. Called at import by a module in
+    `tasks/` or by a plugin module that an entry point in the `suite.tasks` group names; the metrics the task names
+    are checked before any training (an unknown one exits 2 with the registered names)."""
     if groups:
         spec = dataclasses.replace(spec, groups=tuple(dict.fromkeys((*spec.groups, *groups))))
     return TASKS.add(spec.name, spec)
 
 
 def register_test_set(task: str, test_set: TestSet) -> TestSet:
-    """Add a test set to a registered task (several per task are allowed: MNLI m/mm, AX)."""
+    """Add a test set to a registered task, the plugin's own or a built-in one (several per task are allowed: MNLI
+    m/mm, AX). `run --predict-test` then writes its predictions; a task without any is refused before training."""
     spec = get_task(task)
     TASKS.add(spec.name, dataclasses.replace(spec, test_sets=(*spec.test_sets, test_set)))
     return test_set

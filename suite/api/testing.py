@@ -336,7 +336,7 @@ def check_prepare_device(method: AttentionMethod, kind: str) -> CheckResult:
     method.attach(model)
     added = {n: t for n, t in (*model.named_parameters(), *model.named_buffers()) if n not in before}
     wrong = [f"{n} ({t.device})" for n, t in added.items() if t.device.type != "meta"]
-    setting = f"{kind}, on another device"
+    setting = f"{kind}, meta device"
     if wrong:
         return CheckResult("prepare", setting, False, f"prepare() created {', '.join(wrong[:3])} on a model that sits "
                            "on another device: create parameters on the model's device (e.g. like = "
