@@ -63,6 +63,7 @@ SETTINGS = {
     # RTE is a sentence pair: [CLS] a [SEP] b [SEP] needs 3 special tokens and one token of each sentence
     "max_length 1 (no truncation possible)": (["--max-length", "1"], "least useful length is 5"),
     "max_length 4 (special tokens only)": (["--max-length", "4"], "leaves no room for text on RTE"),
+    "model ',' (no models)": (["--model", ","], "the grid has no runs"),  # gave 0 runs and exit 0
 }
 
 

@@ -299,3 +299,48 @@ def test_predict_out_a_file_exits_2(trained, tmp_path, capsys):
     (tmp_path / "file").write_text("x")
     rc = commands.main(["predict", str(record), "--data-dir", str(data), "--out", str(tmp_path / "file")])
     _one_line_error(capsys, rc, f"--out {tmp_path / 'file'}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A pool worker that never comes back: the per-run time limit
+# ---------------------------------------------------------------------------------------------------------
+
+def test_a_run_past_the_pool_time_limit_is_recorded_failed_and_the_grid_goes_on(tiny_bert_dir, glue_dir, tmp_path,
+                                                                                   monkeypatch):
+    """A worker that never returns (stopped with SIGSTOP, hung) held the grid forever; with $SUITE_MAX_RUN_MINUTES
+    its run is recorded as failed with the reason and the next job runs on a fresh worker."""
+    import executor_faults  # spawned workers import it by name (this folder is on their sys.path)
+
+    from suite.api.attention import METHODS
+    from suite.grid.executors import run_grid
+    from suite.grid.executors.local import LocalPlan
+    from suite.grid.plan import build_grid
+
+    for name, cls in executor_faults.METHOD_CLASSES.items():  # an earlier test's teardown may have removed them
+        if name not in METHODS:
+            METHODS.add(name, cls)
+    monkeypatch.setenv("SUITE_MAX_RUN_MINUTES", "0.05")
+    settings = TrainSettings(epochs=1, batch_size=8)
+    jobs = [job for seed in (1, 2) for job in build_grid([tiny_bert_dir], ["rte"], ["test_hangs"], [seed], settings,
+                                                           [f"test_hangs.marker={tmp_path / 'attempts'}"])]
+    try:
+        result = run_grid(jobs, Store(tmp_path / "out"), glue_dir, executor="local", quiet=True,
+                          plan=LocalPlan(1, [{}], "cpu", 1))
+    finally:
+        for name in executor_faults.METHOD_CLASSES:  # keep them out of other tests' `--methods all`
+            METHODS.remove(name)
+    assert sorted(j.seed for j, _ in result.failed) == [1, 2] and not result.done
+    for _, rec in result.failed:
+        assert rec.error.startswith("TimeLimit: the run took longer than 0.05 minutes"), rec.error
+    stored = [json.loads(p.read_text()) for p in (tmp_path / "out" / "runs").glob("*.json")]
+    assert len(stored) == 2 and all(r["status"] == "failed" and "SUITE_MAX_RUN_MINUTES" in r["error"] for r in stored)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan"])
+def test_an_impossible_pool_time_limit_is_refused(value, monkeypatch):
+    from suite.api.errors import ExecutorError
+    from suite.grid.executors.pool import max_run_seconds
+
+    monkeypatch.setenv("SUITE_MAX_RUN_MINUTES", value)
+    with pytest.raises(ExecutorError, match="SUITE_MAX_RUN_MINUTES"):
+        max_run_seconds()

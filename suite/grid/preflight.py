@@ -45,6 +45,9 @@ APPENDED_FILES = ("commands.txt",)
 def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = (),
                executor: str = "local") -> None:
     """Everything that can be checked once for the whole grid: device, models, unused hyper-parameter settings."""
+    if not jobs:  # e.g. --model ',' : a comma list of nothing
+        raise BadInput("the grid has no runs: --model, --tasks, --methods or --seeds (or the study file) named "
+                       "nothing to run; give at least one of each, e.g. --model minilm")
     check_device(device, executor)
     for model in dict.fromkeys(job.model for job in jobs):
         mine = [job for job in jobs if job.model == model]

@@ -7,6 +7,7 @@ import multiprocessing as mp
 import os
 import queue
 import threading
+import time
 from collections import deque
 from typing import Any, Callable
 
@@ -16,6 +17,30 @@ from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
 POLL_S = 1.0  # how often the driver looks for dead workers while no record arrives
+# Optional limit on one run's wall time in a worker pool, in minutes: a worker that is stopped (SIGSTOP), hung or
+# far slower than expected would otherwise hold the grid forever. Past it, the worker is killed, the run recorded as
+# failed with the reason, and the grid goes on with a fresh worker. Unset or 0: no limit.
+MAX_RUN_MINUTES_ENV = "SUITE_MAX_RUN_MINUTES"
+
+
+def max_run_seconds() -> float | None:
+    """The per-run time limit from $SUITE_MAX_RUN_MINUTES (None: no limit); a value that is no positive number is
+    refused before anything runs."""
+    import math
+
+    from suite.api.errors import ExecutorError
+
+    text = os.environ.get(MAX_RUN_MINUTES_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not math.isfinite(minutes) or minutes < 0:
+        raise ExecutorError(f"{MAX_RUN_MINUTES_ENV}={text!r}: give the longest a run may take in minutes (a number "
+                            "> 0), or leave it unset or 0 for no limit")
+    return minutes * 60 if minutes > 0 else None
 
 
 @contextlib.contextmanager
@@ -93,6 +118,8 @@ class WorkerPool:
         self.procs: dict[int, Any] = {}
         self.inboxes: dict[int, Any] = {}
         self.running: dict[int, int] = {}  # worker -> index of the job it runs
+        self.max_run_s = max_run_seconds()
+        self.started_at: dict[int, float] = {}  # worker -> when its current job was sent (time.monotonic)
 
     def run(self) -> None:
         try:
@@ -107,6 +134,8 @@ class WorkerPool:
                     pass
                 for worker_id in [w for w in self.running if not self.procs[w].is_alive()]:
                     self._worker_died(worker_id)
+                for worker_id in self._overran():
+                    self._stop_overrun(worker_id)
         finally:
             self._stop_workers()
 
@@ -128,6 +157,7 @@ class WorkerPool:
         index, job = self.todo.popleft()
         self.attempts[index] += 1
         self.running[worker_id] = index
+        self.started_at[worker_id] = time.monotonic()
         self.inboxes[worker_id].put((index, job))
         self.status.started(job)
 
@@ -156,6 +186,28 @@ class WorkerPool:
         else:
             self.record(job, RunRecord.failed(job, f"WorkerDied: the worker process exited with code {code} "
                                                    f"on each of {self.attempts[index]} attempts"))
+        if self.todo:
+            self._spawn(worker_id)
+            self._assign(worker_id)
+
+    def _overran(self) -> list[int]:
+        """Workers whose current run has taken longer than the per-run limit."""
+        if self.max_run_s is None:
+            return []
+        now = time.monotonic()
+        return [w for w in self.running if now - self.started_at[w] > self.max_run_s]
+
+    def _stop_overrun(self, worker_id: int) -> None:
+        """Kill a worker past the time limit (SIGKILL: a stopped process ignores everything else), record its run
+        as failed with the reason (not retried: it would likely hang again), and go on with a fresh worker."""
+        proc = self.procs[worker_id]
+        proc.kill()
+        proc.join(timeout=10)
+        index = self.running.pop(worker_id)
+        job, minutes = self.jobs[index], self.max_run_s / 60
+        self.record(job, RunRecord.failed(job, f"TimeLimit: the run took longer than {minutes:g} minutes "
+                                               f"(${MAX_RUN_MINUTES_ENV}); its worker {worker_id} was stopped",
+                                          wall_s=time.monotonic() - self.started_at[worker_id]))
         if self.todo:
             self._spawn(worker_id)
             self._assign(worker_id)
