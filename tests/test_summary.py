@@ -3,6 +3,7 @@ by hand below."""
 from __future__ import annotations
 
 from suite.grid.summary import DASH, compact_leaderboard, grid_records
+from suite.report.selection import setting_text
 
 TRAIN = {"epochs": 3, "lr": 1e-4, "batch_size": 32, "max_train_samples": 1000}
 
@@ -80,13 +81,27 @@ def test_swept_settings_get_their_own_rows_and_matching_reference():
     assert table["majority class"] == ["50.0"]  # two vanilla rows: no single reference to subtract
 
 
-def test_swept_hyper_parameter_is_named_in_the_row():
+def test_swept_hyper_parameter_is_named_in_the_row_as_the_report_names_it():
     recs = [record("rte", "vanilla", 1, 0.55),
-            record("rte", "scores_dropout", 1, 0.50, hparams={"p": 0.1}),
-            record("rte", "scores_dropout", 1, 0.60, hparams={"p": 0.3})]
+            record("rte", "scores_dropout", 1, 0.50, hparams={"p": 0.1}),  # the default: the plain method's row
+            record("rte", "scores_dropout", 1, 0.60, hparams={"p": 0.3}),
+            record("rte", "entmax_alpha", 1, 0.70, hparams={"alpha_init": 2.0}),  # 2.0 and 2 are one setting
+            record("rte", "entmax_alpha", 2, 0.80, hparams={"alpha_init": 2})]
     table = rows(compact_leaderboard(recs))
-    assert table["scores_dropout[p=0.1]"] == ["50.0 (-5.0)"]
+    assert table["scores_dropout"] == ["50.0 (-5.0)"]
     assert table["scores_dropout[p=0.3]"] == ["60.0 (+5.0)"]
+    assert table["entmax_alpha[alpha_init=2]"] == ["75.0 ± 7.1 (+20.0)"]
+    assert set(table) == {"vanilla", "scores_dropout", "scores_dropout[p=0.3]", "entmax_alpha[alpha_init=2]",
+                          "majority class"}
+    for rec in recs:  # the report's label for the same records: the same rule
+        method, hp = rec["config"]["method"], rec["config"]["hparams"]
+        text = setting_text(hp, method)
+        assert (f"{method}[{text}]" if text else method) in table
+
+
+def test_an_uninstalled_method_names_every_hyper_parameter():
+    table = rows(compact_leaderboard([record("rte", "gone_method", 1, 0.5, hparams={"k": 1.0, "mode": "x"})]))
+    assert "gone_method[k=1,mode=x]" in table
 
 
 def test_empty_and_grid_records():

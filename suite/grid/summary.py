@@ -1,12 +1,14 @@
 """The compact leaderboard `run` prints at the end of a grid: method x task, mean ± sample std over seeds (x100),
 the majority-class baseline, and each method's difference to the reference method.
 
-Rows are methods; when the grid varies a setting (a swept hyper-parameter, learning rate, model ...) within a task,
-the varying values join the row name, so runs with different settings are never averaged together. The full
-report (every metric, significance tests, figures) is `python -m suite report OUT`.
+Rows are methods, named as the report names them (`suite.run.settings.setting_name`: the method and its non-default
+hyper-parameters); when the grid varies a training setting (learning rate, model ...) within a task, the varying
+values join the row name, so runs with different settings are never averaged together. The full report (every
+metric, significance tests, figures) is `python -m suite report OUT`.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 import statistics
@@ -14,6 +16,8 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from tabulate import tabulate
+
+from suite.run.settings import setting_name, setting_value
 
 SCALE = 100.0
 DASH = "–"
@@ -41,27 +45,30 @@ def _short(key: str, value: Any) -> str:
     name = key.removeprefix("train.")
     if key == "model" and isinstance(value, str):
         value = value.rstrip("/").split("/")[-1]
-    return f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+    return f"{name}={setting_value(value)}"
+
+
+def _defaults(method: str) -> dict[str, Any] | None:
+    """The method's default hyper-parameters; None when it is not installed here (its rows then name every value)."""
+    from suite.api.attention import METHODS
+
+    return dataclasses.asdict(METHODS.get(method).Config()) if method in METHODS else None
 
 
 def _row_keys(records: list[dict]) -> list[tuple[str, str, str]]:
-    """Per record: (task, method with its varying hyper-parameters, the varying training settings)."""
+    """Per record: (task, the method's setting name, the training settings that vary within its task)."""
     by_task: dict[str, list[dict]] = defaultdict(list)
     for rec in records:
         by_task[rec["config"]["task"]].append(rec)
     varying_settings = {t: _varying(_setting(r) for r in recs) for t, recs in by_task.items()}
-    varying_hparams: dict[tuple[str, str], list[str]] = {}
-    for t, recs in by_task.items():
-        for method in {r["config"]["method"] for r in recs}:
-            varying_hparams[t, method] = _varying(r["config"].get("hparams") or {} for r in recs
-                                                  if r["config"]["method"] == method)
+    defaults = {m: _defaults(m) for m in {r["config"]["method"] for r in records}}
     keys = []
     for rec in records:
         cfg = rec["config"]
-        hp = [_short(k, cfg["hparams"][k]) for k in varying_hparams[cfg["task"], cfg["method"]]]
         settings = _setting(rec)
         tr = [_short(k, settings.get(k)) for k in varying_settings[cfg["task"]]]
-        keys.append((cfg["task"], cfg["method"] + (f"[{','.join(hp)}]" if hp else ""), ",".join(tr)))
+        keys.append((cfg["task"], setting_name(cfg["method"], cfg.get("hparams") or {}, defaults[cfg["method"]]),
+                     ",".join(tr)))
     return keys
 
 

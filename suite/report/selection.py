@@ -11,8 +11,9 @@ import json
 
 import pandas as pd
 
-from suite.report.formatting import key_of, value_text
+from suite.report.formatting import key_of
 from suite.report.registry_info import default_hparams, task_order
+from suite.run.settings import changed_settings, setting_value
 
 
 @dataclasses.dataclass
@@ -70,11 +71,10 @@ def select(df: pd.DataFrame, model: str, baseline: str, reference_tasks=()) -> S
 
 
 def setting_text(hp: dict, method: str) -> str:
-    """The hyper-parameters that differ from the method's defaults (all of them for unknown methods)."""
+    """The hyper-parameters that differ from the method's defaults (all of them for unknown methods), written by the
+    rule that also names the rows of `run`'s closing summary (`suite.run.settings.changed_settings`)."""
     default = default_hparams(method)
-    base = json.loads(default) if default else {}
-    diff = {k: v for k, v in sorted(hp.items()) if base.get(k, object()) != v}
-    return ", ".join(f"{k}={value_text(v)}" for k, v in diff.items())
+    return changed_settings(hp, json.loads(default) if default else None)
 
 
 def lookup(row, key: str):
@@ -100,4 +100,4 @@ def has_variation(df: pd.DataFrame, model: str, method: str) -> bool:
 
 
 def train_diff(d: dict, ref: dict) -> str:
-    return ", ".join(f"train.{k}={value_text(v)}" for k, v in sorted(d.items()) if ref.get(k, object()) != v)
+    return ", ".join(f"train.{k}={setting_value(v)}" for k, v in sorted(d.items()) if ref.get(k, object()) != v)

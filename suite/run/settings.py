@@ -130,6 +130,29 @@ def selected_analyses(names: str) -> list[str]:
     return [n for n in ANALYSES if n in chosen]
 
 
+def setting_value(value: Any) -> str:
+    """A setting's value as names of runs show it: a float as Python writes it, less a trailing '.0' (2.0 and 2 are
+    one value), a string as it is, anything else as JSON (true, null)."""
+    if isinstance(value, float):
+        return repr(value).removesuffix(".0")
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def changed_settings(values: dict[str, Any], defaults: dict[str, Any] | None) -> str:
+    """`k=v,...` for each value that differs from its default (every value when the defaults are unknown: a method
+    no longer installed), in the values' order."""
+    unset = object()
+    return ",".join(f"{k}={setting_value(v)}" for k, v in values.items()
+                    if defaults is None or defaults.get(k, unset) != v)
+
+
+def setting_name(method: str, hparams: dict[str, Any], defaults: dict[str, Any] | None) -> str:
+    """The one rule that names a method's setting wherever runs are listed (a run's label, `run`'s closing summary,
+    the report): the method, then its non-default hyper-parameters in brackets (`scores_dropout[p=0.2]`)."""
+    changed = changed_settings(hparams, defaults)
+    return f"{method}[{changed}]" if changed else method
+
+
 def setting_help(name: str) -> str:
     return TRAIN_FIELDS[name].metadata["help"]
 
@@ -210,8 +233,7 @@ class RunConfig:
 
     @property
     def label(self) -> str:
-        hp = ",".join(f"{k}={v}" for k, v in self.hparams.items() if v != _method_defaults(self.method).get(k))
-        return f"{self.task}/{self.method}{'[' + hp + ']' if hp else ''}/seed{self.seed}"
+        return f"{self.task}/{setting_name(self.method, self.hparams, _method_defaults(self.method))}/seed{self.seed}"
 
     @property
     def filename(self) -> str:
