@@ -57,7 +57,7 @@ def test_scores_dropout_passes_every_check(capsys):
     assert _cli("scores_dropout") == 0
     out = capsys.readouterr().out
     assert "scores_dropout: passed" in out and "FAIL" not in out
-    for name in ("identity", "padding", "finite", "hparams", "shape", "eval", "prepare"):
+    for name in ("identity", "padding", "finite", "hparams", "shape", "eval", "prepare", "hooks"):
         assert f" {name} " in out
 
 
@@ -228,3 +228,27 @@ def test_prepare_on_the_wrong_device_fails(register):
 def test_deterministic_and_shape_checks_pass_a_correct_method():
     assert testing.check_deterministic(ScoresDropout(), "bert").passed is True
     assert testing.check_shape(ScoresDropout(), "roberta").passed is True
+
+
+class TensorRecord(ScoresDropout):
+    """Returns a tensor in its record: the record could not be written after training."""
+
+    def record(self):
+        return {"rate": torch.tensor(0.1)}
+
+
+class UndetachedLoss(ScoresDropout):
+    """Returns the loss with its graph from training_step."""
+
+    def training_step(self, ctx, batch, next_batch):
+        loss = ctx.loss(batch)
+        ctx.apply(loss)
+        return loss
+
+
+def test_hooks_check_catches_a_record_that_is_not_json_and_an_undetached_loss():
+    result = testing.check_hooks(TensorRecord(), "bert")
+    assert result.passed is False and "record() is not JSON" in result.detail
+    result = testing.check_hooks(UndetachedLoss(), "roberta")
+    assert result.passed is False and "requires grad" in result.detail and "loss.detach()" in result.detail
+    assert testing.check_hooks(ScoresDropout(), "bert").passed is True

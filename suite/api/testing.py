@@ -15,7 +15,12 @@
 - eval        evaluation is deterministic: two eval-mode passes over the same batch, under different random seeds,
               give identical outputs, with and without padding;
 - prepare     parameters and buffers that `prepare()` adds sit on the model's device (a model on PyTorch's `meta`
-              device stands in for a GPU).
+              device stands in for a GPU);
+- hooks       two training steps through the hooks as the runner calls them: `training_step` returns the detached
+              loss, `epoch_record()` and `record()` are JSON, `training_only_parameters()` is a count.
+
+The checks on the output layout, evaluation, `prepare` and the hooks live in `suite.api.check_contract`; the report
+types and the checked batch in `suite.api.check_common`.
 
 `python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders (`tiny_model`,
 `tiny_config`, `padded_batch`, `tiny_tokenizer`, from `suite.api.tiny_models`) are the ones the test suite uses too.
@@ -31,6 +36,8 @@ from typing import Any, Callable
 import torch
 
 from suite.api.attention import METHODS, AttentionMethod, HyperParameterError, probes
+from suite.api.check_common import CheckReport, CheckResult, attached, checked_batch, forward, gradients, max_diff
+from suite.api.check_contract import check_deterministic, check_hooks, check_prepare_device, check_shape
 from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: F401
 
 MODEL_KINDS = ("bert", "roberta")
@@ -40,71 +47,8 @@ PERTURBATION = 3.0  # size of the noise put on padded positions' embeddings
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class CheckResult:
-    check: str          # hparams | shape | identity | padding | finite | eval | prepare
-    setting: str        # which model / precision / value it ran on
-    passed: bool | None  # None: skipped
-    detail: str = ""
-
-
-@dataclasses.dataclass
-class CheckReport:
-    method: str
-    hparams: dict[str, Any]
-    results: list[CheckResult] = dataclasses.field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(r.passed is not False for r in self.results)
-
-    def failures(self) -> list[CheckResult]:
-        return [r for r in self.results if r.passed is False]
-
-    def __str__(self) -> str:
-        mark = {True: "ok", False: "FAIL", None: "skip"}
-        lines = [f"{self.method} {self.hparams or ''}".rstrip() + f": {'passed' if self.ok else 'FAILED'}"]
-        for r in self.results:
-            lines.append(f"  {mark[r.passed]:<4} {r.check:<8} {r.setting:<24} {r.detail}".rstrip())
-        return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The checks
 # ---------------------------------------------------------------------------------------------------------
-
-def _batch(model, seed: int = 0, padded: bool = True):
-    ids, mask = padded_batch(length=12, vocab=model.config.vocab_size, seed=seed, pad_id=model.config.pad_token_id)
-    if not padded:
-        mask = torch.ones_like(mask)
-        ids[ids == model.config.pad_token_id] = 3
-    return ids, mask, torch.tensor([0, 1, 0])
-
-
-def _attached(method: AttentionMethod, kind: str):
-    model = tiny_model(kind)
-    method.attach(model)
-    return model
-
-
-def _forward(model, ids, mask, labels, seed: int = 0):
-    torch.manual_seed(seed)  # methods that sample (dropout masks) draw the same numbers in compared passes
-    out = model(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
-    valid = mask.bool()
-    # a loss on every real token's final state, so the gradients see every attention row, not just [CLS]
-    return out, out.loss + out.hidden_states[-1][valid].square().mean()
-
-
-def _grads(model) -> dict[str, torch.Tensor]:
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.detach().float() - b.detach().float()).abs().max()) if a.numel() else 0.0
-
 
 def check_identity(cls: type[AttentionMethod], kind: str) -> CheckResult:
     """At `cls.identity` the method equals SDPA on a padded batch: outputs and gradients, train and eval mode."""
@@ -112,23 +56,23 @@ def check_identity(cls: type[AttentionMethod], kind: str) -> CheckResult:
     ref = tiny_model(kind)
     model = copy.deepcopy(ref)
     cls(cls.Config(**cls.identity)).attach(model)
-    ids, mask, labels = _batch(ref)
+    ids, mask, labels = checked_batch(ref)
     valid = mask.bool()
     for mode in ("train", "eval"):
         for m in (ref, model):
             m.train(mode == "train")
             m.zero_grad()
-        out_ref, loss_ref = _forward(ref, ids, mask, labels)
-        out, loss = _forward(model, ids, mask, labels)
-        diff = _max_diff(out.hidden_states[-1][valid], out_ref.hidden_states[-1][valid])
+        out_ref, loss_ref = forward(ref, ids, mask, labels)
+        out, loss = forward(model, ids, mask, labels)
+        diff = max_diff(out.hidden_states[-1][valid], out_ref.hidden_states[-1][valid])
         if not diff <= TOLERANCE["outputs"]:
             return CheckResult("identity", setting, False, f"{mode} mode: real tokens' outputs differ from SDPA "
                                f"by {diff:.2e} (tolerance {TOLERANCE['outputs']:.0e})")
         loss_ref.backward()
         loss.backward()
-        g_ref, g = _grads(ref), _grads(model)
+        g_ref, g = gradients(ref), gradients(model)
         for name in g_ref:
-            diff = _max_diff(g[name], g_ref[name]) if name in g else math.inf
+            diff = max_diff(g[name], g_ref[name]) if name in g else math.inf
             scale = max(1.0, float(g_ref[name].abs().max()))
             if not diff <= TOLERANCE["gradients"] * scale:
                 return CheckResult("identity", setting, False, f"{mode} mode: gradient of {name} differs from "
@@ -163,17 +107,17 @@ def _padded_mass_probe(mask: torch.Tensor, found: list[float]):
 
 def check_padding(method: AttentionMethod, kind: str) -> list[CheckResult]:
     """Padding never attended: output invariance under noise at padded positions, and zero weight on them."""
-    model = _attached(method, kind)
-    ids, mask, labels = _batch(model)
+    model = attached(method, kind)
+    ids, mask, labels = checked_batch(model)
     valid = mask.bool()
     results = []
     for mode in ("train", "eval"):
         model.train(mode == "train")
         with torch.no_grad():
-            clean, _ = _forward(model, ids, mask, labels)
+            clean, _ = forward(model, ids, mask, labels)
             with _noise_on_padding(model, mask, PERTURBATION):
-                noisy, _ = _forward(model, ids, mask, labels)
-        diff = _max_diff(clean.hidden_states[-1][valid], noisy.hidden_states[-1][valid])
+                noisy, _ = forward(model, ids, mask, labels)
+        diff = max_diff(clean.hidden_states[-1][valid], noisy.hidden_states[-1][valid])
         ok = diff <= TOLERANCE["outputs"]
         detail = ("real tokens' outputs unchanged when padded positions change" if ok else
                   f"real tokens' outputs changed by {diff:.2e} when only padded positions' inputs changed: the "
@@ -187,7 +131,7 @@ def _padded_weight_result(model, kind, ids, mask, labels) -> CheckResult:
     found: list[float] = []
     model.eval()
     with torch.no_grad(), probes(model, _padded_mass_probe(mask, found)):
-        _forward(model, ids, mask, labels)
+        forward(model, ids, mask, labels)
     setting = f"{kind}, probabilities"
     if not found:
         return CheckResult("padding", setting, None, "the method never calls suite.attend: its probabilities "
@@ -201,7 +145,7 @@ def _padded_weight_result(model, kind, ids, mask, labels) -> CheckResult:
 
 def check_finite(method: AttentionMethod, kind: str) -> list[CheckResult]:
     """Finite outputs, loss and gradients in fp32 and under bf16 autocast, padded and unpadded, train and eval."""
-    model = _attached(method, kind)
+    model = attached(method, kind)
     results = []
     for precision in ("fp32", "bf16"):
         autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
@@ -215,19 +159,19 @@ def check_finite(method: AttentionMethod, kind: str) -> list[CheckResult]:
 def _non_finite(model, autocast) -> list[str]:
     bad = []
     for padded in (True, False):
-        ids, mask, labels = _batch(model, padded=padded)
+        ids, mask, labels = checked_batch(model, padded=padded)
         for mode in ("train", "eval"):
             model.train(mode == "train")
             model.zero_grad()
             with autocast:
-                out, loss = _forward(model, ids, mask, labels)
+                out, loss = forward(model, ids, mask, labels)
             where = f"{mode}, {'padded' if padded else 'unpadded'}"
             if not torch.isfinite(out.hidden_states[-1][mask.bool()].float()).all():
                 bad.append(f"{where}: non-finite outputs at real tokens")
             loss.backward()
             if not torch.isfinite(loss.float()):
                 bad.append(f"{where}: loss is {float(loss.detach())}")
-            grads = [n for n, g in _grads(model).items() if not torch.isfinite(g).all()]
+            grads = [n for n, g in gradients(model).items() if not torch.isfinite(g).all()]
             if grads:
                 bad.append(f"{where}: non-finite gradients in {', '.join(grads[:3])}")
     return bad
@@ -235,7 +179,7 @@ def _non_finite(model, autocast) -> list[str]:
 
 def _non_finite_rows(model, autocast) -> list[str]:
     """Attention rows of real queries (as handed to `suite.attend`) that hold NaN or inf, in eval mode."""
-    ids, mask, labels = _batch(model)
+    ids, mask, labels = checked_batch(model)
     real_query = mask.bool()[:, None, :, None]
     bad_layers: list[int] = []
 
@@ -245,105 +189,8 @@ def _non_finite_rows(model, autocast) -> list[str]:
 
     model.eval()
     with torch.no_grad(), autocast, probes(model, probe):
-        _forward(model, ids, mask, labels)
+        forward(model, ids, mask, labels)
     return [f"eval, padded: non-finite attention rows in layers {sorted(set(bad_layers))}"] if bad_layers else []
-
-
-def _recording_attention(method: AttentionMethod, calls: list):
-    """Wraps the method's `attention` (on the instance) so that each call's query, value and result are kept."""
-    original = method.attention
-
-    def recording(module, query, key, value, *args, **kwargs):
-        result = original(module, query, key, value, *args, **kwargs)
-        calls.append((tuple(query.shape), tuple(value.shape), result))
-        return result
-
-    method.attention = recording
-    return original
-
-
-def _shape_problem(query: tuple, value: tuple, result) -> str | None:
-    if not (isinstance(result, tuple) and len(result) == 2):
-        kind = type(result).__name__ + (f" of {len(result)}" if isinstance(result, (tuple, list)) else "")
-        return f"attention() returned a {kind}; it must return (output, probabilities) (suite.attend does)"
-    out = result[0]
-    b, h, length, _ = query
-    expected = (b, length, h, value[-1])
-    got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-    if got == expected:
-        return None
-    return (f"attention() returned an output of shape {got} for queries of shape (B, H, L, d) = {query}; "
-            f"transformers expects (B, L, H, d) = {expected} (suite.attend returns that layout; a (B, H, L, d) "
-            "output needs .transpose(1, 2))")
-
-
-def check_shape(method: AttentionMethod, kind: str) -> CheckResult:
-    """`attention()` returns (output, probabilities) with the output in the (B, L, H, d) layout, train and eval."""
-    model = _attached(method, kind)
-    calls: list = []
-    _recording_attention(method, calls)
-    try:
-        for mode in ("train", "eval"):
-            model.train(mode == "train")
-            for padded in (True, False):
-                ids, mask, labels = _batch(model, padded=padded)
-                failure = None
-                try:
-                    with torch.no_grad():
-                        _forward(model, ids, mask, labels)
-                except Exception as exc:  # noqa: BLE001  a wrong shape makes transformers fail after the call
-                    failure = exc
-                for query, value, result in calls:
-                    problem = _shape_problem(query, value, result)
-                    if problem:
-                        return CheckResult("shape", f"{kind}, {mode}", False, problem)
-                if failure is not None:
-                    raise failure
-                if not calls:
-                    return CheckResult("shape", kind, False, "the method's attention() was never called")
-                calls.clear()
-    finally:
-        del method.attention  # the class's own again
-    return CheckResult("shape", kind, True, "returns (output, probabilities), output (B, L, H, d)")
-
-
-def check_deterministic(method: AttentionMethod, kind: str) -> CheckResult:
-    """In eval mode two passes over the same batch, under different random seeds, give identical outputs."""
-    model = _attached(method, kind)
-    model.eval()
-    for padded in (True, False):
-        ids, mask, labels = _batch(model, padded=padded)
-        valid = mask.bool()
-        with torch.no_grad():
-            first, _ = _forward(model, ids, mask, labels, seed=0)
-            second, _ = _forward(model, ids, mask, labels, seed=1)
-        diff = max(_max_diff(first.hidden_states[-1][valid], second.hidden_states[-1][valid]),
-                   _max_diff(first.logits, second.logits))
-        if diff != 0.0:
-            return CheckResult("eval", f"{kind}, {'padded' if padded else 'unpadded'}", False,
-                               f"two eval-mode passes over the same batch differ by {diff:.2e}: the method samples "
-                               "(dropout, random rates) in evaluation; sample only when module.training (e.g. "
-                               "suite.probs_dropout(p, rate, module))")
-    return CheckResult("eval", kind, True, "eval mode is deterministic (same outputs under different seeds, padded "
-                       "and unpadded)")
-
-
-def check_prepare_device(method: AttentionMethod, kind: str) -> CheckResult:
-    """Parameters and buffers added by `prepare()` sit on the model's device. The model sits on PyTorch's `meta`
-    device, a stand-in for a GPU on any machine: a tensor created without the model's device lands on the CPU."""
-    model = tiny_model(kind).to("meta")
-    before = {n for n, _ in (*model.named_parameters(), *model.named_buffers())}
-    method.attach(model)
-    added = {n: t for n, t in (*model.named_parameters(), *model.named_buffers()) if n not in before}
-    wrong = [f"{n} ({t.device})" for n, t in added.items() if t.device.type != "meta"]
-    setting = f"{kind}, meta device"
-    if wrong:
-        return CheckResult("prepare", setting, False, f"prepare() created {', '.join(wrong[:3])} on a model that sits "
-                           "on another device: create parameters on the model's device (e.g. like = "
-                           "module.query.weight; torch.zeros(..., dtype=like.dtype, device=like.device))")
-    if not added:
-        return CheckResult("prepare", setting, None, "prepare() adds no parameters or buffers")
-    return CheckResult("prepare", setting, True, f"the {len(added)} tensors prepare() adds follow the model's device")
 
 
 def probability_fields(cls: type[AttentionMethod]) -> list[str]:
@@ -439,3 +286,4 @@ def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: C
         _guarded(results, "finite", kind, lambda: check_finite(cls(cls.Config(**hparams)), kind))
         _guarded(results, "eval", kind, lambda: check_deterministic(cls(cls.Config(**hparams)), kind))
         _guarded(results, "prepare", kind, lambda: check_prepare_device(cls(cls.Config(**hparams)), kind))
+        _guarded(results, "hooks", kind, lambda: check_hooks(cls(cls.Config(**hparams)), kind))
