@@ -64,6 +64,9 @@ SETTINGS = {
     "max_length 1 (no truncation possible)": (["--max-length", "1"], "least useful length is 5"),
     "max_length 4 (special tokens only)": (["--max-length", "4"], "leaves no room for text on RTE"),
     "model ',' (no models)": (["--model", ","], "the grid has no runs"),  # gave 0 runs and exit 0
+    # 100001 was OOM-killed (2.8 billion parameters on MiniLM); a tap farther than the longest input meets only zeros
+    "dynamicconv kernel wider than any input": (["--methods", "dynamicconv", "--set", "dynamicconv.kernel_size=100001"],
+                                                "at most 255 taps ever reach a token"),
 }
 
 
@@ -294,3 +297,24 @@ def test_true_or_false_for_a_number_in_a_study_exits_2(line, tiny_bert_dir, glue
     rc = commands.main(["run", "--study", str(study), "--model", tiny_bert_dir, "--data-dir", glue_dir, "--out",
                         str(out), "--quiet"])
     assert_refused(capsys, rc, out, f"train.{line.split(':')[0]}", "is not a number")
+
+
+def test_a_run_whose_parameters_cannot_fit_in_memory_exits_2_with_the_numbers(no_training, tiny_bert_dir, glue_dir,
+                                                                               tmp_path, capsys, monkeypatch):
+    """The parameter count comes from the model's shape and the method's `extra_parameters`, before any training."""
+    monkeypatch.setattr("suite.grid.preflight.machine_memory", lambda device="cpu": (2**20, "memory (RAM) here"))
+    out = tmp_path / "out"
+    rc = run_cli(tiny_bert_dir, glue_dir, out, "--methods", "dynamicconv", "--set", "dynamicconv.kernel_size=255")
+    assert_refused(capsys, rc, out, "dynamicconv adds 65,280 parameters", "more than the 0.0 GiB of memory (RAM) here")
+
+
+@pytest.mark.parametrize("method", ["lightconv", "dynamicconv"])
+@pytest.mark.parametrize("kernel_size", [0, 5])
+def test_extra_parameters_are_what_prepare_adds(method, kernel_size):
+    from suite.api.tiny_models import tiny_config, tiny_model
+
+    model = tiny_model()
+    before = sum(p.numel() for p in model.parameters())
+    attached = METHODS.get(method)(METHODS.get(method).Config(kernel_size=kernel_size))
+    attached.attach(model)
+    assert sum(p.numel() for p in model.parameters()) - before == attached.extra_parameters(tiny_config())

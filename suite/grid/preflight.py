@@ -53,20 +53,67 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
         mine = [job for job in jobs if job.model == model]
         check_model(model, max(job.train.max_length for job in mine))
         check_lengths(model, mine)
-    check_methods_fit_models(jobs)
+    # the cluster's machines are not this one: Ray runs are checked against their own limits
+    check_methods_fit_models(jobs, machine_memory(str(pick_device(device))) if executor != "ray" else
+                             (2**62, "a Ray cluster"))
     warn_unused_settings(sets, sweeps, {job.method for job in jobs})
     warn_emulated_bf16(jobs, device)
 
 
-def check_methods_fit_models(jobs: Sequence[RunConfig]) -> None:
-    """Every method's hyper-parameters against its model's config (e.g. layers to change beyond the depth)."""
+def check_methods_fit_models(jobs: Sequence[RunConfig], memory: tuple[int, str] | None = None) -> None:
+    """Every method's hyper-parameters against its model's config (e.g. layers to change beyond the depth), and the
+    parameters a run will train against the memory of the device (`memory`: bytes and what they are; None: this
+    machine's RAM)."""
     from suite.run.models import build_method
 
-    configs = {}
+    configs, own = {}, {}
     for job in jobs:
         if job.model not in configs:
             configs[job.model] = _load_config(job.model, resolve_model(job.model))
-        build_method(job).check_model_config(configs[job.model])
+            own[job.model] = sum(p.numel() for p in _skeleton(job.model, configs[job.model]).parameters())
+        method = build_method(job)
+        method.check_model_config(configs[job.model])
+        check_fits_memory(job, own[job.model], method.extra_parameters(configs[job.model]), memory)
+
+
+# fp32 weights, their gradients and AdamW's two moments: the least a training step holds per parameter (mixed
+# precision keeps fp32 master weights); activations come on top, so a run refused here could never have fit
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def check_fits_memory(job: RunConfig, own: int, extra: int, memory: tuple[int, str] | None = None) -> None:
+    """Refuse a run whose parameters alone (the model's plus what its method adds) cannot be trained in the
+    device's memory: it would be killed for memory (and put the machine's other work at risk) instead of failing
+    with a message. Says how many parameters and bytes, and how much memory there is."""
+    total, where = memory or machine_memory()
+    need = (own + extra) * TRAINING_BYTES_PER_PARAMETER
+    if need <= total:
+        return
+    added = f"; {job.method} adds {_count(extra)} parameters to the model's {_count(own)}" if extra else ""
+    raise BadInput(f"{job.label}: training {_count(own + extra)} parameters needs at least {need / 2**30:.1f} GiB "
+                   f"(weights, gradients and AdamW's state, before activations), more than the {total / 2**30:.1f} "
+                   f"GiB of {where}{added}. Give smaller hyper-parameters (e.g. a smaller kernel_size) or a smaller "
+                   "model.")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} billion" if n >= 1e9 else f"{n / 1e6:.1f} million" if n >= 1e6 else f"{n:,}"
+
+
+def machine_memory(device: str = "cpu") -> tuple[int, str]:
+    """(bytes, what they are): the GPU's memory for a CUDA device, else this machine's RAM (or the container's
+    memory limit when it is lower)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
+        return torch.cuda.get_device_properties(index).total_memory, f"GPU memory on {device}"
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 2**62
+    try:  # cgroup v2 limit of this container (the file says 'max' when there is none)
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit.isdigit() and int(limit) < total:
+            return int(limit), "memory this container may use"
+    except OSError:
+        pass
+    return total, "memory (RAM) on this machine"
 
 
 def warn_emulated_bf16(jobs: Sequence[RunConfig], device: str) -> None:
