@@ -104,6 +104,17 @@ class _Convolution(AttentionMethod):
             raise HyperParameterError(f"{self.name}.kernel_size={k!r} is impossible: it must be an integer >= 1 "
                                       "(or 0 for the fairseq schedule 3, 7, 15, 31, ...)")
 
+    def check_model_config(self, config) -> None:
+        """A tap more than the longest input away from every position only ever meets zeros."""
+        positions = getattr(config, "max_position_embeddings", None)
+        if positions and self.cfg.kernel_size > 2 * positions - 1:
+            raise HyperParameterError(f"{self.name}.kernel_size={self.cfg.kernel_size} is wider than any input of "
+                                      f"this model can use: its position embeddings hold {positions} tokens, so at "
+                                      f"most {2 * positions - 1} taps ever reach a token; give a smaller width")
+
+    def _widths(self, config) -> list[int]:
+        return kernel_sizes(config.num_hidden_layers, self.cfg.kernel_size)
+
     def kernel_logits(self, module, query: torch.Tensor) -> torch.Tensor:
         """Unnormalised kernel, broadcastable to (B, H, L, k)."""
         raise NotImplementedError
@@ -137,6 +148,9 @@ class LightConv(_Convolution):
             like = _like(module)
             module.register_parameter("lightconv_kernel", torch.nn.Parameter(
                 torch.zeros(module.num_attention_heads, k, dtype=like.dtype, device=like.device)))
+
+    def extra_parameters(self, config) -> int:
+        return sum(config.num_attention_heads * k for k in self._widths(config))
 
     def kernel_logits(self, module, query):
         return module.lightconv_kernel[None, :, None, :]
@@ -182,6 +196,9 @@ class DynamicConv(_Convolution):
             module.dynamicconv_width = k
             module.register_parameter("dynamicconv_predictor", torch.nn.Parameter(
                 torch.zeros(heads * k, heads * module.attention_head_size, dtype=like.dtype, device=like.device)))
+
+    def extra_parameters(self, config) -> int:
+        return sum(config.num_attention_heads * k * config.hidden_size for k in self._widths(config))
 
     def kernel_logits(self, module, source):
         """`source`: the value (kernel_input="input") or query vectors, (B, H, L, d)."""

@@ -150,6 +150,12 @@ class AttentionMethod:
         """Raise HyperParameterError when the hyper-parameters are impossible for a model of this (transformers)
         config, e.g. more layers than it has. The grid's preflight calls it before anything trains."""
 
+    def extra_parameters(self, config) -> int:
+        """How many parameters `prepare` will add to a model of this (transformers) config; 0 by default. The
+        grid's preflight adds them to the model's own and refuses a run whose training cannot fit in memory, so a
+        method whose parameters grow with a hyper-parameter (a kernel width, a rank) should say how."""
+        return 0
+
     def setup_training(self, ctx: "StepContext") -> None:
         """Called once after the optimizer and scheduler exist (e.g. to build a second optimizer)."""
 
