@@ -18,7 +18,7 @@ EXIT_FAILED = 1
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(COMMAND, help="check attention methods on tiny BERT/RoBERTa models (hyper-parameter "
                                      "validation, output shape, identity, padding, finite values, deterministic "
-                                     "evaluation, parameters on the model's device)",
+                                     "evaluation, parameters on the model's device, training hooks and records)",
                        description="Runs the method check of suite.api.testing on each METHOD (names, wildcards or "
                                    "'all'; methods from installed plugins included) and prints a per-check report.")
     p.add_argument("methods", nargs="+", metavar="METHOD")
