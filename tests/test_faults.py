@@ -76,25 +76,38 @@ def _link_model_folder(runs: Path, stem: str, outside: Path) -> None:
     (runs / f"{stem}.model").symlink_to(outside, target_is_directory=True)
 
 
-PLANTED = {"test predictions file": _link_test_file, "test predictions folder": _link_test_folder,
-           "model folder": _link_model_folder}
+def _link_record(runs: Path, stem: str, outside: Path) -> None:
+    (runs / f"{stem}.json").unlink()
+    (runs / f"{stem}.json").symlink_to(outside / "precious.txt")
+
+
+def _link_sidecar(runs: Path, stem: str, outside: Path) -> None:
+    (runs / f"{stem}.predictions.npz").unlink()
+    (runs / f"{stem}.predictions.npz").symlink_to(outside / "precious.txt")
+
+
+# two runs plant them all: a linked test-predictions folder excludes a link inside it
+PLANTED = {"test file, model folder, record and sidecar": (_link_test_file, _link_model_folder, _link_record,
+                                                           _link_sidecar),
+           "test predictions folder": (_link_test_folder,)}
 
 
 @needs_links
-@pytest.mark.parametrize("plant", list(PLANTED.values()), ids=list(PLANTED))
-def test_outputs_replace_planted_links_and_never_write_through_them(plant, trained, tiny_bert_dir, tmp_path):
+@pytest.mark.parametrize("plants", list(PLANTED.values()), ids=list(PLANTED))
+def test_outputs_replace_planted_links_and_never_write_through_them(plants, trained, tiny_bert_dir, tmp_path):
     data, first_out, record = trained
     out, outside = tmp_path / "out", tmp_path / "outside"
     shutil.copytree(first_out, out, symlinks=True)
     outside.mkdir()
     (outside / "precious.txt").write_text("keep me\n")
-    plant(out / "runs", record.stem, outside)
+    for plant in plants:
+        plant(out / "runs", record.stem, outside)
     assert run_cli(tiny_bert_dir, str(data), out, "--save-model", "--predict-test", "--max-length", "32",
                    "--force") == 0
     assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
     assert (outside / "precious.txt").read_text() == "keep me\n"
-    for kind in ("test", "model"):
-        assert not (out / "runs" / f"{record.stem}.{kind}").is_symlink()
+    for name in ("test", "model", "json", "predictions.npz"):
+        assert not (out / "runs" / f"{record.stem}.{name}").is_symlink()
     submission = out / "runs" / f"{record.stem}.test" / "RTE.tsv"
     assert not submission.is_symlink() and len(submission.read_text().splitlines()) == TEST_ROWS + 1
 
@@ -177,6 +190,19 @@ def _unreadable(runs: Path) -> str:
     return _job(3).filename
 
 
+def _permission_denied(runs: Path) -> str:
+    """Another user's 0600 record, as root sees no such thing: reading it raises PermissionError."""
+    real = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self.name == _job(3).filename:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    _permission_denied.patch.setattr(Path, "read_text", read_text)
+    return _job(3).filename
+
+
 def _folder(runs: Path) -> str:
     (runs / "x.json").mkdir()
     return "x.json"
@@ -195,13 +221,15 @@ REPORT_FAULTS = {
     "timing a list": _edit(timing=[1]), "environment a string": _edit(environment="x"),
     "attention a list": _edit(attention=[]), "version a string": _edit(version="2"),
     "seed a dict": _edit(**{"config.seed": {}}), "dev metrics a list": _edit(history=[{"epoch": 1, "dev": [0.5]}]),
+    "permission denied": _permission_denied,
 }
 if hasattr(os, "geteuid") and os.geteuid() != 0:  # root reads files of any mode
     REPORT_FAULTS["unreadable record"] = _unreadable
 
 
 @pytest.mark.parametrize("spoil", list(REPORT_FAULTS.values()), ids=list(REPORT_FAULTS))
-def test_report_skips_a_broken_record_or_sidecar_with_a_line_naming_it(spoil, tmp_path, capsys):
+def test_report_skips_a_broken_record_or_sidecar_with_a_line_naming_it(spoil, tmp_path, capsys, monkeypatch):
+    _permission_denied.patch = monkeypatch
     store = Store(tmp_path / "runs-out")
     for seed in (1, 2, 3):
         store.write(_job(seed).filename, fake_ok_record(_job(seed)))
