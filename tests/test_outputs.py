@@ -153,9 +153,10 @@ def test_tracking_tensorboard_mlflow_wandb_offline(tiny_bert_dir, glue_dir, tmp_
     (run,) = client.search_runs([client.get_experiment_by_name("suite").experiment_id])
     assert run.info.run_name == name and run.info.status == "FINISHED"
     assert run.data.params["train.lr"] == str(rec["config"]["train"]["lr"])
-    history = client.get_metric_history(run.info.run_id, "dev.score")
+    history = client.get_metric_history(run.info.run_id, "dev/score")  # the same names in every tracker
     assert [m.value for m in sorted(history, key=lambda m: m.step) if m.step > 0] == \
         pytest.approx([h["dev"]["score"] for h in rec["history"]])
+    assert client.get_metric_history(run.info.run_id, "step/train_loss")  # the training loss every few steps
 
     (log,) = list((tmp_path / "tracking" / "wandb" / "wandb").glob("offline-run-*/*.wandb"))
     history, other = _wandb_values(log.read_bytes(), 0x12), _wandb_values(log.read_bytes(), 0x0A)

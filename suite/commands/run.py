@@ -75,6 +75,10 @@ def main(args) -> int:
         args.sets = [*args.sets, f"train.analyses={args.analyses}"]
     args = merge_study(args)
     plan = plan_grid(args)
+    if plan.outputs.report_to:  # trackers group the runs by study and grid
+        from suite.run.tracking import with_grid_tags
+
+        plan.jobs = with_grid_tags(plan.jobs, args.study)
     show_plugin_errors()
     store = Store(args.out)
     if args.dry_run:

@@ -19,6 +19,7 @@ class RunOutputs:
     save_model: bool = False
     predict_test: bool = False
     report_to: tuple[str, ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()  # what trackers tag the run with besides its config: study, grid
 
     @property
     def active(self) -> bool:
@@ -57,7 +58,7 @@ class RunHooks:
             from suite.run.tracking import RunTracking
 
             self.tracking = RunTracking(self.outputs.report_to, Path(self.outputs.root) / "tracking",
-                                        self.job.filename[:-len(".json")], self.job.to_dict())
+                                        self.job.filename[:-len(".json")], self.job.to_dict(), dict(self.outputs.tags))
         return self.tracking
 
     def chain(self, on_epoch: Callable[[dict], None] | None) -> Callable[[dict], None] | None:
@@ -70,6 +71,11 @@ class RunHooks:
                 on_epoch(entry)
 
         return both
+
+    def step(self, step: int, values: dict[str, float]) -> None:
+        """Every few training steps (suite.run.training.STEP_LOG_BATCHES): the step loss to the trackers."""
+        if self.outputs and self.outputs.report_to:
+            self._track(lambda tracking: tracking.step(step, values), self.job.label)
 
     def finished(self, model, tokenizer, spec, data_dir, device, amp_dtype) -> None:
         """After training (with the selected epoch's weights in place): save the model, predict the test sets."""

@@ -128,7 +128,8 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     fitted = fit(model, method, train, devs, train_subset, spec, t, job.seed, pad_id, device, amp_dtype, job.label,
-                 quiet, on_epoch)
+                 quiet, on_epoch,
+                 on_step=hooks.step if hooks is not None else None)
     _results(rec, fitted, spec, devs, train_subset, train, model, method, extra, device, amp_dtype)
     if t.stats_batches > 0:
         from suite.run.attention_stats import attention_statistics

@@ -98,10 +98,15 @@ def evaluate_all(model, devs: dict[str, Encoded], spec, batch_size, pad_id, devi
 # The loop
 # ---------------------------------------------------------------------------------------------------------
 
+STEP_LOG_BATCHES = 10  # batches between host syncs: the running loss is checked, and trackers get the step loss
+
+
 def _progress(total: int, desc: str, quiet: bool):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, disable=quiet, leave=False, dynamic_ncols=True, file=sys.stderr)
+    # disable=None: no bar when stderr is no terminal (a log file gets no \r redraws; the grid logs a line per run)
+    return tqdm(total=total, desc=desc, disable=True if quiet else None, leave=False, dynamic_ncols=True,
+                file=sys.stderr)
 
 
 @dataclasses.dataclass
@@ -144,8 +149,10 @@ class EpochSelection:
 
 
 def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettings, pad_id: int, generator,
-                epoch: int, label: str, quiet: bool) -> tuple[float, int]:
-    """One pass over shuffled batches, drawn as train.batching says; (mean training loss, examples seen)."""
+                epoch: int, label: str, quiet: bool,
+                on_step: Callable[[int, dict[str, float]], None] | None = None) -> tuple[float, int]:
+    """One pass over shuffled batches, drawn as train.batching says; (mean training loss, examples seen).
+    `on_step(optimizer step, values)` gets the mean loss of the last STEP_LOG_BATCHES batches and the learning rate."""
     lengths = train.lengths()
     batches = BATCHINGS[t.batching].order(lengths, t.batch_size, generator)
     bar = _progress(len(batches), f"{label} ep{epoch}/{t.epochs}", quiet)
@@ -155,6 +162,7 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
         return to_device(train.batch(idx, pad_id, spec.is_regression), ctx.device)
 
     nxt, seen, accumulate = make(batches[0]), 0, t.grad_accumulation
+    logged_sum, logged_at = 0.0, 0  # the loss sum and batch count at the last host sync
     for i in range(len(batches)):
         stopping.check()  # a SIGTERM / Ctrl-C its handler could not raise (swallowed in a destructor) stops here
         batch = nxt
@@ -166,11 +174,16 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
         loss_sum += ctx.method.training_step(ctx, batch, nxt).float()
         seen += len(batches[i])
         bar.update(1)
-        if (i + 1) % 10 == 0 or i + 1 == len(batches):  # one host sync every 10 steps, not every step
-            running = loss_sum.item() / (i + 1)
+        if (i + 1) % STEP_LOG_BATCHES == 0 or i + 1 == len(batches):  # one host sync every 10 batches
+            total = loss_sum.item()
+            running = total / (i + 1)
             if not math.isfinite(running):
                 raise NonFiniteLoss(f"training loss became {running} in epoch {epoch} near step {i + 1}")
             bar.set_postfix(loss=f"{running:.4f}")
+            if on_step is not None:
+                lr = ctx.scheduler.get_last_lr()[0] if hasattr(ctx.scheduler, "get_last_lr") else math.nan
+                on_step(ctx.step, {"step/train_loss": (total - logged_sum) / (i + 1 - logged_at), "step/lr": lr})
+            logged_sum, logged_at = total, i + 1
     bar.close()
     return loss_sum.item() / len(batches), seen
 
@@ -186,7 +199,8 @@ def check_finite_model(model: torch.nn.Module, dev_loss: float, epoch: int) -> N
 
 def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded], train_subset: Encoded, spec: TaskSpec,
         t: TrainSettings, seed: int, pad_id: int, device: torch.device, amp_dtype, label: str, quiet: bool,
-        on_epoch: Callable[[dict], None] | None = None) -> Fitted:
+        on_epoch: Callable[[dict], None] | None = None,
+        on_step: Callable[[int, dict[str, float]], None] | None = None) -> Fitted:
     steps_per_epoch = math.ceil(math.ceil(len(train) / t.batch_size) / t.grad_accumulation)
     ctx = build_context(model, method, t, steps_per_epoch * t.epochs, device, amp_dtype)
     generator = torch.Generator().manual_seed(seed)
@@ -195,7 +209,7 @@ def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded]
     model.train()
     for epoch in range(1, t.epochs + 1):
         start = time.perf_counter()
-        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet)
+        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet, on_step)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - start
