@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_report import make_record, parse_table
+from test_report import comparison_rows, make_record, parse_table
 
 from suite.api.errors import ReportError
 from suite.api.tasks import TASKS, TaskSpec, register_task
@@ -96,12 +96,28 @@ def test_provenance_warning_counts_versions_dirty_trees_and_machines(tmp_path):
     recs = [make_record("rte", "vanilla", 1, {"accuracy": 0.6}, env={"git_commit": "aaa+dirty", "host": "one"}),
             make_record("rte", "vanilla", 2, {"accuracy": 0.6}, env={"git_commit": "bbb", "host": "two"}),
             make_record("rte", "vanilla", 3, {"accuracy": 0.6}, env={"git_commit": "bbb", "host": "two"})]
-    md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
+    root = write(tmp_path, recs)
+    with pytest.raises(ReportError, match="1 run from uncommitted .* and 2 code versions: bbb .2 runs., aaa"):
+        build_report([root], aso=False, figures=False)   # a published table comes from one code version
+    md = build_report([root], aso=False, figures=False, allow_uncommitted=True).read_text()
     warning = next(line for line in md.splitlines() if line.startswith("> **Warning"))
     assert "2 code versions" in warning and "1 run from uncommitted (`+dirty`) code" in warning
     assert "2 machines or device setups" in warning
+    assert "**Code versions:** 2 (allowed by --allow-uncommitted" in md
     clean = build_report([write(tmp_path / "clean", recs[1:])], aso=False, figures=False).read_text()
-    assert "> **Warning" not in clean
+    assert "> **Warning" not in clean and "**Code version of every table:** `bbb` (all 2 runs)" in clean
+
+
+def test_allow_uncommitted_from_the_study_file_and_the_command_line(tmp_path):
+    from suite import commands
+
+    recs = [make_record("rte", "vanilla", s, {"accuracy": 0.6}, env={"git_commit": "aaa+dirty"}) for s in (1, 2)]
+    root = write(tmp_path / "grid", recs)
+    assert commands.main(["report", str(root), "--no-figures", "--no-aso"]) == 2
+    assert commands.main(["report", str(root), "--no-figures", "--no-aso", "--allow-uncommitted"]) == 0
+    study = tmp_path / "study.yaml"
+    study.write_text(f"out: {root}\nreport:\n  allow_uncommitted: true\n  margin: {{rte: 2.5}}\n")
+    assert commands.main(["report", "--study", str(study), "--no-figures", "--no-aso"]) == 0
 
 
 def bench_file(path: Path) -> Path:
@@ -144,7 +160,7 @@ def test_exports_hold_the_markdown_tables(collapsed):
 def test_benjamini_hochberg_option(collapsed):
     root, _ = collapsed
     md = build_report([root], aso=False, figures=False, correction="bh").read_text()
-    assert "Benjamini-Hochberg" in md and "p adj (BH)" in md
+    assert "all 4 tests of this table (tasks and averages) form one family, adjusted by Benjamini-Hochberg" in md
     with pytest.raises(ReportError, match="valid corrections are holm, bh"):
         build_report([root], correction="bonferroni")
 
@@ -198,13 +214,15 @@ def test_example_level_interval_from_prediction_sidecars(tmp_path):
             rec["predictions"] = sidecar
             store.write(name, rec)
     md = build_report([tmp_path], aso=False, figures=False).read_text()
-    low, high = (float(x) for x in parse_table(md, "#### RTE")["scores_dropout"]["95% CI (dev examples)"]
-                 .strip("[]").split(", "))
+    row = comparison_rows(md)["scores_dropout", "RTE"]
+    low, high = (float(x) for x in row["95% interval"].strip("[]").split(", "))
     d = right_a.astype(float) - right_b.astype(float)
     se = d.std(ddof=1) / np.sqrt(n) * 100
+    # the two seeds agree exactly, so all the noise is the dev examples': a normal interval of their bootstrap
+    assert float(row["dev-example se"]) == pytest.approx(se, rel=0.2)
     assert low == pytest.approx(d.mean() * 100 - 1.96 * se, abs=0.6 * se)
     assert high == pytest.approx(d.mean() * 100 + 1.96 * se, abs=0.6 * se)
-    assert parse_table(md, "#### RTE")["vanilla"]["95% CI (dev examples)"] == "–"
+    assert not parse_table(md, "### Difference to `vanilla`")["scores_dropout"]["RTE"].endswith("ˢ")
 
 
 def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
@@ -222,11 +240,11 @@ def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
     assert "with `python -m suite bench --shapes tiny`" in md and "on CPU" in md
 
 
-def test_seeds_for_the_observed_difference_and_comparisons_within_reach(tmp_path):
+def test_seeds_needed_from_each_comparisons_own_variance_and_comparisons_within_reach(tmp_path):
     """RTE: scores_dropout - vanilla = +4, +1, +5 points (mean 3.33, sd 2.08; p = 0.11 at 3 seeds); no_dropout equals
-    vanilla. The per-task table gives the seeds at which the paired t-test at the correction's first step detects
-    3.33 points with 80% power, with the sd pooled over both methods; the note lists it as within reach."""
-    from suite.report import significance as sig
+    vanilla at every seed (equivalent). Seeds needed: statsmodels' paired t-test power at Holm's first step over the
+    4 tests with scores_dropout's own sd (not pooled with no_dropout's zeros, which would shrink it)."""
+    from statsmodels.stats.power import TTestPower
 
     recs = []
     for s, v, x in zip((1, 2, 3), (0.60, 0.62, 0.61), (0.64, 0.63, 0.66)):
@@ -235,12 +253,11 @@ def test_seeds_for_the_observed_difference_and_comparisons_within_reach(tmp_path
                                 baselines=RTE_BASE))
         recs.append(make_record("rte", "no_dropout", s, {"accuracy": v}, baselines=RTE_BASE))
     md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
-    tests = int(md.split("(family-wise error rate) across all ")[1].split(" tests")[0])
-    pooled = sig.pooled_sd([np.array([4.0, 1.0, 5.0]), np.zeros(3)])
-    assert pooled == pytest.approx(np.sqrt((2 * np.var([4, 1, 5], ddof=1)) / 4))
-    expected = sig.seeds_needed(10 / 3, pooled, 0.05 / tests)
-    rows = parse_table(md, "#### RTE")
-    assert rows["scores_dropout"]["seeds for Δ"] == str(expected)
-    assert rows["no_dropout"]["seeds for Δ"] == "–"            # no difference: nothing to detect
+    assert "all 4 tests of this table" in md
+    effect = (10 / 3) / np.std([4, 1, 5], ddof=1)
+    expected = int(np.ceil(TTestPower().solve_power(effect_size=effect, alpha=0.05 / 4, power=0.8)))
+    rows = comparison_rows(md)
+    assert rows["scores_dropout", "RTE"]["seeds needed"] == str(expected)
+    assert rows["no_dropout", "RTE"]["verdict"] == "equivalent" and rows["no_dropout", "RTE"]["seeds needed"] == "–"
     assert 3 < expected <= 10
-    assert "Within reach of more seeds" in md and f"scores_dropout on RTE ({expected})" in md
+    assert "Undecided but within reach" in md and f"scores_dropout on RTE ({expected})" in md

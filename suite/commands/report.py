@@ -36,6 +36,19 @@ def add_parser(sub) -> None:
     p.add_argument("--reference-tasks", type=lambda v: [t for t in v.split(",") if t],
                    help="comma list of tasks shown in their own table against their majority class and left out "
                         "of the comparisons and averages (e.g. tasks the model does not learn)")
+    p.add_argument("--primary", type=lambda v: [t for t in v.split(",") if t],
+                   help="comma list of the primary comparisons: methods, tasks or METHOD:TASK; their family-wise "
+                        "error is held by Holm, every other comparison is exploratory (Benjamini-Hochberg); "
+                        "default: one family under --correction")
+    p.add_argument("--margin", type=float,
+                   help="equivalence margin in points of the task's score x100 (default 1; per task in the study "
+                        "file's report: margin:)")
+    p.add_argument("--collapse-floor", type=float,
+                   help="a run not this many points (x100) above its task's majority-class score counts as "
+                        "collapsed (default 1)")
+    p.add_argument("--allow-uncommitted", action="store_true",
+                   help="report records from uncommitted code or from several commits (refused by default: a "
+                        "published table comes from one code version); the header marks the mix")
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="tables only: much faster; existing figures are left as they are")
     p.add_argument("--out", help="write the report here instead of DIR")
@@ -61,7 +74,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         args = resolve_arguments(args)
         path = build_report([args.dir, *args.more], args.out, args.baseline, args.alpha, args.correction,
-                            args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or ())
+                            args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or (),
+                            args.primary or (), args.margin, args.collapse_floor, args.allow_uncommitted)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -169,9 +169,12 @@ def report_arguments(args):
     args.dir = args.dir or study.out
     if not args.dir:
         raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
-    for key in ("baseline", "alpha", "out"):
+    for key in ("baseline", "alpha", "out", "margin", "collapse_floor"):
         if getattr(args, key, None) is None:
             setattr(args, key, getattr(study.report, key))
-    if getattr(args, "reference_tasks", None) is None and study.report.reference_tasks is not None:
-        args.reference_tasks = names(study.report.reference_tasks).split(",")
+    for key in ("reference_tasks", "primary"):
+        if getattr(args, key, None) is None and getattr(study.report, key) is not None:
+            setattr(args, key, names(getattr(study.report, key)).split(","))
+    if study.report.allow_uncommitted:
+        args.allow_uncommitted = True
     return args

@@ -73,6 +73,10 @@ class ReportSection(_Section):
     alpha: Optional[float] = None
     out: Optional[str] = None
     reference_tasks: Optional[Names] = None  # own table against the majority class, out of every comparison
+    primary: Optional[Names] = None       # primary comparisons: methods, tasks or METHOD:TASK (Holm); the rest BH
+    margin: Optional[Union[float, dict[str, float]]] = None   # equivalence margin, points x100 (or task -> points)
+    collapse_floor: Optional[Union[float, dict[str, float]]] = None  # points above the majority class: collapsed
+    allow_uncommitted: Optional[bool] = None  # report records of uncommitted code or of several commits
 
 
 class _Grid(_Section):

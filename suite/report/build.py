@@ -4,11 +4,12 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from suite.api.errors import ReportError
 from suite.report.document import Options, Report
 from suite.report.exports import write_exports
+from suite.report.header import code_version_problem
 from suite.report.load import load
 from suite.report.significance import CORRECTIONS
 
@@ -40,13 +41,19 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
                  baseline: str = DEFAULT_BASELINE, alpha: float = DEFAULT_ALPHA, correction: str = "holm",
                  aso: bool = True, data_dir: str | os.PathLike | None = None,
                  costs: str | os.PathLike | None = None, figures: bool = True,
-                 reference_tasks: Sequence[str] = ()) -> Path:
+                 reference_tasks: Sequence[str] = (), primary: Sequence[str] = (),
+                 margin: float | Mapping[str, float] | None = None,
+                 collapse_floor: float | Mapping[str, float] | None = None,
+                 allow_uncommitted: bool = False) -> Path:
     """Read the records under each run folder and write `out/leaderboard.md` (with CSV and LaTeX tables beside it)
     and `out/figures/*.png|pdf`.
 
     `out` defaults to the first folder; `costs` to `out/bench.json`, else the first folder's, when that file exists.
     `reference_tasks` are shown in their own table against their majority class and left out of every comparison.
-    Returns the path of the markdown file.
+    `primary` (methods, tasks or METHOD:TASK) are the primary comparisons (Holm; the rest Benjamini-Hochberg),
+    `margin` the equivalence margin and `collapse_floor` the points above the constant predictor below which a run
+    collapsed (each one number or task -> number). Records from uncommitted code or from several commits are refused
+    unless `allow_uncommitted`. Returns the path of the markdown file.
     """
     if not run_dirs:
         raise ReportError("give at least one folder of runs")
@@ -58,12 +65,18 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
         raise ReportError(f"--costs {costs}: no such file (write one with `python -m suite bench --json FILE`)")
     reference_tasks = tuple(_task_names(reference_tasks))
     loaded = load(run_dirs)
+    problem = code_version_problem(loaded.frame) if len(loaded.frame) else None
+    if problem and not allow_uncommitted:
+        raise ReportError(f"the records come from {problem}. A published table should come from one committed "
+                          "code version: rerun the runs from a clean checkout, or pass --allow-uncommitted "
+                          "(study file: report: allow_uncommitted: true) to report them anyway, marked as mixed")
     out_dir = Path(out) if out is not None else Path(run_dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     if costs is None:  # the bench file beside the report, else beside the runs it reports
         costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
     options = Options(baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
-                      str(costs) if costs else None, figures, reference_tasks)
+                      str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
+                      collapse_floor, allow_uncommitted)
     report = Report(loaded, out_dir, options, date_line())
     path = out_dir / "leaderboard.md"
     path.write_text(report.build())

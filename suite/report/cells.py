@@ -10,6 +10,7 @@ import pandas as pd
 
 from suite.report.formatting import DASH, SCALE, fmt
 from suite.report.registry_info import task_benchmark, task_in_average
+from suite.stats import collapse
 
 
 @dataclasses.dataclass
@@ -48,12 +49,18 @@ class Cell:
     def by_seed(self) -> dict[float, float]:
         return {} if self.seeds is None else dict(zip(self.seeds.tolist(), self.values.tolist()))
 
-    def text(self, bold: bool = False, with_n: bool = True, mark: str = "") -> str:
+    def text(self, bold: bool = False, with_n: bool = True, mark: str = "", floor: float = math.nan,
+             higher: bool = True) -> str:
+        """mean ± std (n); where runs both collapsed (not above `floor`) and did not, the median and how many
+        collapsed instead: a mean of two modes describes neither."""
         if self.empty:
             return DASH
         parts = []
         if self.n:
             body = f"{fmt(self.mean)} ± {fmt(self.std)}"
+            if collapse.bimodal(self.values, floor, higher):
+                down, _ = collapse.rate(self.values, floor, higher)
+                body = f"median {fmt(float(np.median(self.values)))}, {down} of {self.n} collapsed"
             body = f"**{body}**" if bold else body
             parts.append(body + mark + (f" ({self.n})" if with_n else ""))
         if self.failed:

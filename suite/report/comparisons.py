@@ -1,20 +1,28 @@
-"""Every comparison of a method with the reference method in one model's leaderboard, corrected as one family.
+"""Every comparison of a method with the reference method in one model's leaderboard, with its verdict.
 
-Per task: the mean paired difference (pairs by seed) with a bootstrap interval over seeds, the paired t-test, and
-almost stochastic order. Per benchmark average: the same on each seed's average over the averaged tasks (seeds that
-ran every averaged task for both methods). The p-values of all these tests form one family, adjusted together.
+Per task: `suite.stats.evidence.compare_runs` over seeds and dev examples (runs paired by seed; the dev-example part
+from the predictions runs keep beside their records). Per benchmark average: the same on each seed's average over the
+averaged tasks (seeds that ran every averaged task for both methods); its dev-example variance is the sum of the
+tasks' over the number of tasks squared (the tasks' dev sets are independent). The p-values are adjusted within
+families (`suite.stats.families`), and each comparison gets a verdict: better / worse / equivalent / undecided.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections import Counter
+from typing import Mapping
 
 import numpy as np
+import pandas as pd
 
 from suite.report import significance as sig
-from suite.report.examples import example_bootstrap_ci, seed_predictions
-from suite.report.registry_info import higher_is_better, task_display
+from suite.report.formatting import SCALE
+from suite.report.registry_info import higher_is_better
+from suite.stats import collapse, families
+from suite.stats.evidence import DEFAULT_MARGIN, Evidence, RunOutcome, compare_runs, evidence_arrays, verdict
+from suite.stats.power import seeds_needed
+
+ASO_MIN_SEEDS = 5     # below this almost stochastic order is 0 whenever the two sets of scores do not overlap
 
 
 @dataclasses.dataclass
@@ -22,138 +30,143 @@ class Comparison:
     method: str
     column: str               # task name, or an average's header
     n: int                    # seeds in both cells
-    diff: float = math.nan    # mean paired difference (method - reference), display scale
-    low: float = math.nan     # bootstrap interval of `diff`
+    diff: float = math.nan    # mean paired difference (method - reference), x100
+    low: float = math.nan     # 95% interval over seeds and dev examples
     high: float = math.nan
-    p: float = math.nan       # paired t-test, two-sided
-    p_adj: float = math.nan   # after the correction across the table
-    aso: float = math.nan     # epsilon_min of "method better than reference" (direction of the task's metric)
-    significant: bool = False
-    example_low: float = math.nan    # bootstrap interval over dev examples (runs that kept predictions)
-    example_high: float = math.nan
-    # seeds with which the paired t-test at the first step of the correction would detect `diff` with 80% power
-    # (sd pooled over the task's comparisons; inf: more than 10,000; NaN: not estimable)
-    seeds_for_diff: float = math.nan
+    se: float = math.nan
+    df: float = math.nan
+    p: float = math.nan       # two-sided test of no difference
+    p_adj: float = math.nan   # adjusted within the comparison's family
+    p_equiv: float = math.nan  # TOST of |diff| < margin
+    p_equiv_adj: float = math.nan
+    margin: float = DEFAULT_MARGIN
+    family: str = families.ALL
+    verdict: str = "undecided"
+    # total seeds with which an undecided comparison would be decided with 80% power if its true difference were
+    # the observed one (inf: none up to 10,000; NaN: not estimable or already decided)
+    seeds_needed: float = math.nan
+    example_se: float = math.nan   # dev-example part of se (NaN: no predictions, evidence over seeds only)
+    aso: float = math.nan     # epsilon_min of "method better than reference", only where outcomes are bimodal
 
     @property
     def tested(self) -> bool:
         return math.isfinite(self.p)
 
+    @property
+    def significant(self) -> bool:
+        return self.verdict in ("better", "worse")
 
-def compare_pairs(method: str, column: str, a: np.ndarray, b: np.ndarray, seed: int) -> Comparison:
-    c = Comparison(method, column, len(a))
-    if len(a):
-        d = a - b
-        c.diff = float(np.mean(d))
-        c.low, c.high = sig.bootstrap_ci(d, seed=seed)
-        c.p = float(sig.paired_t_p(d))
-    return c
+
+def per_task(value: float | Mapping[str, float] | None, task: str, default: float) -> float:
+    """A study value that is one number or a mapping task -> number (with an optional `default` entry)."""
+    if value is None:
+        return default
+    if isinstance(value, Mapping):
+        return float(value.get(task, value.get("default", default)))
+    return float(value)
+
+
+def outcomes(sub: pd.DataFrame) -> dict[int, RunOutcome]:
+    ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
+    return {int(r.seed): RunOutcome(float(r.score) * SCALE, r.predictions or None) for r in ok.itertuples()}
+
+
+def from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
+    return Comparison(method, column, ev.n_seeds, ev.diff, ev.low, ev.high, ev.se, ev.df, ev.p, margin=ev.margin,
+                      p_equiv=ev.p_equiv, example_se=ev.example_se if ev.example_se > 0 else math.nan)
 
 
 def seed_averages(cells: dict, method: str, tasks: list[str]) -> dict[float, float]:
     """{seed: mean over `tasks` of the method's score at that seed}, for seeds that ran all of them."""
-    per_task = [cells[method, t].by_seed() for t in tasks]
-    if not tasks or not all(per_task):
+    per_task_ = [cells[method, t].by_seed() for t in tasks]
+    if not tasks or not all(per_task_):
         return {}
-    seeds = set.intersection(*(set(d) for d in per_task))
-    return {s: float(np.mean([d[s] for d in per_task])) for s in seeds}
+    seeds = set.intersection(*(set(d) for d in per_task_))
+    return {s: float(np.mean([d[s] for d in per_task_])) for s in seeds}
 
 
-def compare_model(rep, sel, board, cells: dict, avgs: list) -> dict[tuple[str, str], Comparison]:
+def compare_model(options, sel, board, cells: dict, avgs: list, bases: Mapping) -> dict[tuple[str, str], Comparison]:
     """{(method, task or average header): Comparison} for every method except the reference."""
-    base = rep.baseline
-    out, samples = {}, {}
+    base = options.baseline
+    out: dict[tuple[str, str], Comparison] = {}
+    evidence: dict[tuple[str, str], Evidence] = {}
+    runs = {(m, t): outcomes(board[(board["method"] == m) & (board["task"] == t)])
+            for m in sel.methods for t in sel.tasks}
     for i, m in enumerate(x for x in sel.methods if x != base):
         for j, t in enumerate(sel.tasks):
-            a, b = sig.paired(cells[m, t].by_seed(), cells[base, t].by_seed())
-            out[m, t] = compare_pairs(m, t, a, b, seed=1000 * i + j)
-            samples[m, t] = (cells[m, t].values, cells[base, t].values, higher_is_better(t))
+            ev = compare_runs(t, runs[m, t], runs[base, t], per_task(options.margin, t, DEFAULT_MARGIN),
+                              seed=1000 * i + j, higher_is_better=higher_is_better(t))
+            evidence[m, t], out[m, t] = ev, from_evidence(m, t, ev)
         for a_ in avgs:
             a, b = sig.paired(seed_averages(cells, m, a_.tasks), seed_averages(cells, base, a_.tasks))
-            out[m, a_.header] = compare_pairs(m, a_.header, a, b, seed=1000 * i + 999)
-            samples[m, a_.header] = (a, b, True)
-    correct(out, rep.correction, rep.alpha)
-    add_seeds_for_diff(out, sel, cells, base, rep.alpha)
-    if rep.aso:
-        add_aso(out, samples)
-    add_example_intervals(out, sel, board, base)
+            k = max(len(a_.tasks), 1) ** 2
+            example_var = sum(evidence[m, t].example_se ** 2 for t in a_.tasks) / k
+            shared = sum(evidence[m, t].example_shared_se ** 2 for t in a_.tasks) / k
+            arr = evidence_arrays(a - b, example_var, per_task(options.margin, a_.header, DEFAULT_MARGIN))
+            ev = Evidence(len(a), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
+                          margin=per_task(options.margin, a_.header, DEFAULT_MARGIN),
+                          seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
+                          example_shared_se=math.sqrt(shared))
+            evidence[m, a_.header], out[m, a_.header] = ev, from_evidence(m, a_.header, ev)
+    decide(out, evidence, options.primary, options.correction, options.alpha)
+    if options.aso:
+        add_aso(out, sel, cells, bases, options.collapse_floor, base)
     return out
 
 
-def correct(comparisons: dict, correction: str, alpha: float) -> None:
-    keys = sorted(comparisons)
-    adjusted = sig.adjust(np.array([comparisons[k].p for k in keys]), correction)
-    for k, p_adj in zip(keys, adjusted):
-        comparisons[k].p_adj = float(p_adj)
-        comparisons[k].significant = bool(np.isfinite(p_adj) and p_adj < alpha)
+def decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: float) -> None:
+    """Families, adjusted p-values, verdicts, and seeds needed for the undecided."""
+    for c in comparisons.values():
+        c.family = families.family_of(c.method, c.column, primary)
+    for family in {c.family for c in comparisons.values()}:
+        keys = sorted(k for k, c in comparisons.items() if c.family == family)
+        how = families.correction_of(family, correction)
+        p_adj = families.adjust([comparisons[k].p for k in keys], how)
+        p_equiv_adj = families.adjust([comparisons[k].p_equiv for k in keys], how)
+        tested = sum(comparisons[k].tested for k in keys)
+        for k, p, pe in zip(keys, p_adj, p_equiv_adj):
+            c, ev = comparisons[k], evidence[k]
+            c.p_adj, c.p_equiv_adj = float(p), float(pe)
+            c.verdict = verdict(dataclasses.replace(ev, p=float(p), p_equiv=float(pe)), alpha)
+            if c.verdict == "undecided" and tested:
+                # the level the correction tests the first (Holm: alpha / m) or the last (BH: alpha) step at
+                c.seeds_needed = seeds_needed(ev, alpha / tested if how == "holm" else alpha)
 
 
-def add_aso(comparisons: dict, samples: dict) -> None:
-    """epsilon_min per comparison (the scores' direction made "higher is better"), deepsig-corrected for the
-    number of comparisons it is computed for."""
-    keys = [k for k in sorted(comparisons) if len(samples[k][0]) > 1 and len(samples[k][1]) > 1]
-    for i, k in enumerate(keys):
-        a, b, higher = samples[k]
-        comparisons[k].aso = sig.aso_epsilon(a if higher else -a, b if higher else -b, len(keys), seed=i)
+def floors(sel, bases: Mapping, collapse_floor) -> dict[str, float]:
+    """Each task's collapse floor (x100): its constant predictor's score plus the declared margin."""
+    return {t: collapse.floor(bases[t].constant if t in bases else math.nan,
+                              per_task(collapse_floor, t, collapse.DEFAULT_MARGIN), higher_is_better(t))
+            for t in sel.tasks}
 
 
-def add_example_intervals(comparisons: dict, sel, board, base: str) -> None:
-    if not (board["predictions"] != "").any():
-        return
-    preds = {(m, t): seed_predictions(board[(board["method"] == m) & (board["task"] == t)])
-             for m in sel.methods for t in sel.tasks}
-    for i, (m, t) in enumerate(k for k in sorted(comparisons) if k[1] in sel.tasks):
-        if preds[m, t] and preds[base, t]:
-            c = comparisons[m, t]
-            c.example_low, c.example_high = example_bootstrap_ci(t, preds[m, t], preds[base, t], seed=i)
+def add_aso(comparisons: dict, sel, cells: dict, bases: Mapping, collapse_floor, base: str) -> None:
+    """epsilon_min, only for task comparisons with bimodal outcomes (collapsed and healthy runs) on either side and
+    at least ASO_MIN_SEEDS seeds on both: there the mean difference mixes how often a method collapses with how
+    well it does otherwise, and almost stochastic order says whether one score distribution dominates the other.
+    Elsewhere it adds nothing the interval does not say (at 3-5 seeds it is 0 whenever the scores do not overlap)."""
+    fl = floors(sel, bases, collapse_floor)
+    keys = [k for k in sorted(comparisons) if k[1] in sel.tasks]
+    chosen = []
+    for m, t in keys:
+        a, b = cells[m, t].values, cells[base, t].values
+        higher = higher_is_better(t)
+        if min(len(a), len(b)) >= ASO_MIN_SEEDS and (collapse.bimodal(a, fl[t], higher)
+                                                     or collapse.bimodal(b, fl[t], higher)):
+            chosen.append((m, t))
+    for i, (m, t) in enumerate(chosen):
+        a, b, higher = cells[m, t].values, cells[base, t].values, higher_is_better(t)
+        comparisons[m, t].aso = sig.aso_epsilon(a if higher else -a, b if higher else -b, len(chosen), seed=i)
 
 
-def family_size(comparisons: dict) -> int:
-    return sum(c.tested for c in comparisons.values())
-
-
-def task_differences(sel, cells: dict, base: str, task: str) -> list[np.ndarray]:
-    """Each method's paired differences to the reference on one task."""
-    return [np.subtract(*sig.paired(cells[x, task].by_seed(), cells[base, task].by_seed()))
-            for x in sel.methods if x != base]
-
-
-def add_seeds_for_diff(comparisons: dict, sel, cells: dict, base: str, alpha: float) -> None:
-    """How many seeds would make each task comparison's observed difference detectable. Observed differences
-    overstate true ones on average (the largest are the luckiest), so read it as a lower bound: where it is at
-    most the seeds a study can afford, more seeds can decide the comparison."""
-    m = family_size(comparisons)
-    for t in sel.tasks:
-        sd = sig.pooled_sd(task_differences(sel, cells, base, t))
-        for x in sel.methods:
-            c = comparisons.get((x, t))
-            if m and c is not None and c.tested and sd > 0 and c.diff != 0:
-                need = sig.seeds_needed(abs(c.diff), sd, alpha / m)
-                c.seeds_for_diff = float(need) if need else math.inf
+def family_sizes(comparisons: dict) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for c in comparisons.values():
+        sizes[c.family] = sizes.get(c.family, 0) + c.tested
+    return sizes
 
 
 def within_reach(comparisons: dict, seeds: int) -> list[Comparison]:
-    """Task comparisons not significant yet whose observed difference `seeds` seeds would detect."""
+    """Undecided comparisons that at most `seeds` seeds would decide."""
     return [c for c in comparisons.values()
-            if c.tested and not c.significant and math.isfinite(c.seeds_for_diff) and c.seeds_for_diff <= seeds]
-
-
-def power_lines(comparisons: dict, sel, cells: dict, base: str, alpha: float) -> list[str]:
-    """Per task: minimum detectable difference at the table's seed count and seeds needed for 1 point."""
-    m = family_size(comparisons)
-    if not m:
-        return []
-    level = alpha / m
-    parts = []
-    for t in sel.tasks:
-        diffs = task_differences(sel, cells, base, t)
-        counts = Counter(len(d) for d in diffs if len(d) > 1)
-        sd = sig.pooled_sd(diffs)
-        if not counts or not sd > 0:
-            parts.append(f"{task_display(t)}: no variation between paired seeds to estimate it from")
-            continue
-        n = counts.most_common(1)[0][0]
-        mdd, need = sig.min_detectable(sd, n, level), sig.seeds_needed(1.0, sd, level)
-        parts.append(f"{task_display(t)}: {mdd:.1f} points with {n} seeds (sd of paired differences {sd:.2f}); "
-                     f"1 point needs {need if need else 'more than 10,000'} seeds")
-    return parts
+            if c.verdict == "undecided" and math.isfinite(c.seeds_needed) and c.seeds_needed <= seeds]

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pandas as pd
 
-from suite.report import significance as sig
 from suite.report.cells import Cell
 from suite.report.facts import ModelFacts
-from suite.report.formatting import DASH, fmt, key_of, num, sort_key, table, value_text
+from suite.report.formatting import DASH, key_of, num, sort_key, table, value_text
 from suite.report.leaderboard import difference_text
 from suite.report.registry_info import metric_order, task_display
 from suite.report.selection import Selection, lookup, setting_text, train_diff, varying_keys
@@ -41,36 +39,19 @@ def per_task_row(rep, facts: ModelFacts, sub: pd.DataFrame, keys: list[str], met
                     for k in keys]
     best = Cell.of(sub.assign(_b=[num(b.get("score")) for b in sub["best"]]), "_b")
     c = facts.comparisons.get((method, sub["task"].iloc[0]))
-    examples = (f"[{fmt(c.example_low, sign=True)}, {fmt(c.example_high, sign=True)}]"
-                if c is not None and math.isfinite(c.example_low) else DASH)
-    stats = [DASH] * 6 if c is None else [difference_text(c), examples, fmt(c.p, 4), fmt(c.p_adj, 4), fmt(c.aso, 2),
-                                          seeds_text(c.seeds_for_diff)]
+    stats = [DASH] if c is None else [difference_text(c)]
     return [rep.method_label(method, facts.sel), *metric_cells, headline.text(with_n=False), str(headline.n),
             str(headline.failed), best.text(with_n=False), *stats]
 
 
-def seeds_text(n: float) -> str:
-    if math.isnan(n):
-        return DASH
-    return "> 10,000" if math.isinf(n) else f"{int(n):,}"
-
-
 def per_task(rep, facts: ModelFacts) -> None:
     sel, board = facts.sel, facts.board
-    correction = "Holm" if rep.correction == "holm" else "BH"
     rep.add("### Per-task results", "",
             "Every official metric x100 (mean ± std over seeds) for the leaderboard runs; best epoch: the "
             "headline metric at the best epoch (for reference only: picking it uses the dev set); "
-            f"Δ: mean paired difference to `{rep.baseline}` [95% bootstrap interval over seeds]; 95% CI (dev "
-            "examples): the same difference's bootstrap interval over resampled dev examples, from the per-example "
-            "predictions runs keep beside their records (\"–\": runs without them); p: two-sided "
-            f"paired t-test over seeds; p adj: {sig.CORRECTIONS[rep.correction]} across the whole leaderboard "
-            "(`*` where below the threshold); ASO ε: ε_min of almost stochastic order (Dror et al. 2019; `deepsig`, "
-            "Bonferroni-corrected confidence over the table's comparisons) that the method is better than "
-            f"`{rep.baseline}`: below {sig.ASO_THRESHOLD:g} almost stochastically better, 0.5 no order, near 1 worse; "
-            "seeds for Δ: seeds with which the paired t-test at the correction's first step would detect the observed "
-            "Δ with 80% power (sd of paired differences pooled over the task's methods; observed differences "
-            "overstate true ones, so a lower bound).",
+            f"Δ: the verdict and the mean paired difference to `{rep.baseline}` [95% interval over seeds and dev "
+            "examples]; every statistic of each comparison is in the comparisons table above and in "
+            "`comparisons.csv`.",
             "")
     for t in sel.tasks:
         bt = board[board["task"] == t]
@@ -80,8 +61,7 @@ def per_task(rep, facts: ModelFacts) -> None:
         if rows:
             rep.add(f"#### {task_display(t)}", "",
                     table(rows, ["method", *keys, "headline", "seeds", "failed", "best epoch",
-                                 f"Δ vs {rep.baseline}", "95% CI (dev examples)", "p", f"p adj ({correction})",
-                                 "ASO ε", "seeds for Δ"]), "")
+                                 f"Δ vs {rep.baseline}"]), "")
 
 
 def ablation_block(rep, sel: Selection, method: str, sub: pd.DataFrame, keys: list[str]) -> list[str]:

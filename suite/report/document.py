@@ -37,6 +37,10 @@ class Options:
     costs: str | None = None           # `python -m suite bench --json` file
     figures: bool = True               # False: tables only (much faster; existing figures are left alone)
     reference_tasks: tuple[str, ...] = ()  # shown in their own table, left out of comparisons and averages
+    primary: tuple[str, ...] = ()      # primary comparisons (methods, tasks, METHOD:TASK): Holm; the rest BH
+    margin: float | dict | None = None  # equivalence margin, points x100 (one number or task -> number)
+    collapse_floor: float | dict | None = None  # points above the constant predictor below which a run collapsed
+    allow_uncommitted: bool = False    # report records of uncommitted code or of several commits
 
 
 class Report:

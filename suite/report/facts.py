@@ -43,7 +43,7 @@ def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: 
              for m in sel.methods for t in sel.tasks}
     avgs = tuple(averages(sel, cells))
     bases = task_baselines(board, sel.tasks, sel.train_by_task, options.data_dir, baseline_cache)
-    comps = (compare_model(options, sel, board, cells, list(avgs)) if options.baseline in sel.methods else {})
+    comps = (compare_model(options, sel, board, cells, list(avgs), bases) if options.baseline in sel.methods else {})
     reference_board = sel.board(records, sel.reference_tasks) if sel.reference_tasks else board.iloc[:0]
     reference_bases = (task_baselines(reference_board, sel.reference_tasks, sel.train_by_task, options.data_dir,
                                       baseline_cache) if sel.reference_tasks else {})

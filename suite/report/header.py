@@ -5,7 +5,7 @@ from collections import Counter
 
 from suite.report.formatting import plural, unique
 from suite.report.registry_info import task_display, task_order, task_source
-from suite.report.significance import CORRECTIONS
+from suite.stats.families import CORRECTIONS
 
 
 def model_line(df) -> str:
@@ -92,6 +92,38 @@ def provenance_warning(df) -> list[str]:
             "or machines; see the Suite and Machine lines above.", ""]
 
 
+def code_versions(df) -> Counter:
+    """Records per code version (git commit, `+dirty` for uncommitted code, "unknown" where none was recorded)."""
+    return Counter(str(env.get("git_commit") or "unknown") for env in df["env"])
+
+
+def code_version_problem(df) -> str | None:
+    """Why the records do not come from one committed code version, or None when they do (records without a
+    recorded commit are named by the header but not refused: there is nothing to compare)."""
+    versions = code_versions(df)
+    known = {v: n for v, n in versions.items() if v != "unknown"}
+    dirty = {v: n for v, n in known.items() if v.endswith("+dirty")}
+    if len(known) <= 1 and not dirty:
+        return None
+    listed = ", ".join(f"{v[:12]}{'+dirty' if v.endswith('+dirty') else ''} ({plural(n)})"
+                       for v, n in sorted(known.items(), key=lambda kv: -kv[1]))
+    what = []
+    if dirty:
+        what.append(f"{plural(sum(dirty.values()))} from uncommitted (+dirty) code")
+    if len(known) > 1:
+        what.append(f"{len(known)} code versions")
+    return f"{' and '.join(what)}: {listed}"
+
+
+def code_version_line(df) -> str:
+    versions = code_versions(df)
+    if len(versions) == 1:
+        (version, n), = versions.items()
+        return f"- **Code version of every table:** `{version}` (all {plural(n)})"
+    return (f"- **Code versions:** {len(versions)} (allowed by --allow-uncommitted / `allow_uncommitted:`); "
+            "the tables mix them, see the Suite lines above")
+
+
 def header(rep) -> None:
     df = rep.df
     rep.add("# Leaderboard", "", rep.date_line, "")
@@ -104,9 +136,13 @@ def header(rep) -> None:
     if started and finished:
         rep.add(f"- **Run dates:** {started[0]} to {finished[-1]}")
     rep.add(*environment_lines(df))
-    rep.add(f"- **Reference:** `{rep.baseline}`; significance: two-sided paired t-test over seeds (runs paired by "
-            f"seed), {CORRECTIONS[rep.correction]} across each model's table, adjusted p < {rep.alpha:g}; "
-            "bootstrap intervals and almost stochastic order beside it", "")
+    rep.add(code_version_line(df))
+    family = (f"primary comparisons ({', '.join(rep.options.primary)}) by {CORRECTIONS['holm']}, the rest by "
+              f"{CORRECTIONS['bh']}" if rep.options.primary else f"{CORRECTIONS[rep.correction]} across each "
+              "model's table")
+    rep.add(f"- **Reference:** `{rep.baseline}`; verdicts better / worse / equivalent / undecided from a test over "
+            f"seeds and dev examples together (runs paired by seed) and two one-sided tests of equivalence, "
+            f"{family}, adjusted p < {rep.alpha:g} (docs/statistics.md)", "")
     rep.add(*provenance_warning(df))
     if rep.loaded.commands:
         rep.add("Commands that produced the runs:", "", "```", *rep.loaded.commands, "```", "")

@@ -9,12 +9,15 @@ import pandas as pd
 from suite.report import significance as sig
 from suite.report.baseline_scores import Baseline
 from suite.report.cells import Average, Cell
-from suite.report.comparisons import Comparison, family_size, power_lines, within_reach
+from suite.report.comparisons import Comparison, family_sizes, floors, within_reach
 from suite.report.costs import cost_columns
 from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, table, unique
 from suite.report.registry_info import average_note, higher_is_better, metric_order, reconstruction_note, task_display
 from suite.report.selection import Selection, has_variation, setting_text
+from suite.report.significance import ASO_THRESHOLD
+from suite.stats import collapse
+from suite.stats.families import CORRECTIONS
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
 
@@ -67,14 +70,15 @@ def leaderboard(rep, facts: ModelFacts) -> None:
     best = {t: best_key({m: cells[m, t].mean for m in sel.methods}, higher_is_better(t),
                         {m for m in sel.methods if (m, t) in marked}) for t in sel.tasks}
     best_avg = {a.benchmark: best_key({m: a.values[m][0] for m in a.full(sel.methods)}, True) for a in avgs}
+    floor = floors(sel, bases, rep.options.collapse_floor)
     cost_headers, cost_cells, cost_note = cost_columns(rep, sel, sel.model)
     headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs], *cost_headers,
                "extra params", "training-only params"]
     rows = []
     for m in sel.methods:
         rows.append([rep.method_label(m, sel),
-                     *[cells[m, t].text(bold=best[t] == m, mark=NEAR_MAJORITY if (m, t) in marked else "")
-                       for t in sel.tasks],
+                     *[cells[m, t].text(bold=best[t] == m, mark=NEAR_MAJORITY if (m, t) in marked else "",
+                                        floor=floor[t], higher=higher_is_better(t)) for t in sel.tasks],
                      *[average_text(a, m, best_avg[a.benchmark]) for a in avgs], *cost_cells.get(m, []),
                      param_text(board, m, "extra"), param_text(board, m, "training_only")])
     rows += baseline_rows(sel, bases, len(avgs), len(cost_headers) + 2)
@@ -82,6 +86,7 @@ def leaderboard(rep, facts: ModelFacts) -> None:
     rep.add("### Leaderboard", "", table(rows, headers), "")
     notes = leaderboard_notes(rep, sel, board, avgs, bases) + [cost_note]
     rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel)], "")
+    collapse_table(rep, sel, cells, floor)
     if rep.baseline not in sel.methods:
         rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
                 f"(choose another reference with --baseline).", "")
@@ -149,16 +154,22 @@ def leaderboard_notes(rep, sel: Selection, board: pd.DataFrame, avgs: list[Avera
 
 
 def difference_text(c: Comparison | None) -> str:
+    """The verdict, then the difference with its 95% interval over seeds and dev examples."""
     if c is None or not c.n:
         return DASH
     text = fmt(c.diff, sign=True)
     if math.isfinite(c.low):
         text += f" [{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]"
-    return text + ("*" if c.significant else "")
+    if not math.isfinite(c.example_se) and c.tested:
+        text += SEEDS_ONLY
+    return f"{c.verdict} {text}"
+
+
+SEEDS_ONLY = "ˢ"   # no per-example predictions: the interval covers seed noise only
 
 
 def differences(rep, facts: ModelFacts) -> None:
-    sel, cells, avgs, comps = facts.sel, facts.cells, list(facts.averages), facts.comparisons
+    sel, avgs, comps = facts.sel, list(facts.averages), facts.comparisons
     columns = [*sel.tasks, *[a.header for a in avgs]]
     rows = [[rep.method_label(m, sel), *[difference_text(comps.get((m, c))) for c in columns]]
             for m in sel.methods if m != rep.baseline]
@@ -167,38 +178,88 @@ def differences(rep, facts: ModelFacts) -> None:
     headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs]]
     rep.tables[sel.model, "differences"] = (headers, rows)
     rep.add(f"### Difference to `{rep.baseline}`", "", table(rows, headers), "")
-    rep.add(*[f"- {n}" for n in difference_notes(rep, sel, comps, cells, avgs)], "")
+    rep.add(*[f"- {n}" for n in difference_notes(rep, comps, avgs)], "")
+    comparison_table(rep, facts)
 
 
 REACH_SEEDS = 10  # a study can afford this many; beyond it, more seeds are not the way to decide
 
 
-def difference_notes(rep, sel: Selection, comps: dict, cells: dict, avgs: list[Average]) -> list[str]:
-    m = family_size(comps)
-    correction = sig.CORRECTIONS[rep.correction]
-    notes = [f"Mean paired difference (method minus `{rep.baseline}`, runs paired by seed: same classifier "
-             "initialisation and batch order) in the headline metric x100, with a 95% percentile bootstrap "
-             "interval over seeds in brackets. `*`: significant after correction: two-sided paired t-test over "
-             f"seeds, p-values adjusted by {correction} across all {m} tests of this table (tasks and averages), "
-             f"adjusted p < {rep.alpha:g}. Unadjusted and adjusted p-values, and almost stochastic order, in the "
-             "per-task tables. No test with fewer than 2 paired seeds."]
+def family_text(rep, comps: dict) -> str:
+    sizes = family_sizes(comps)
+    if set(sizes) == {"all"}:
+        return (f"all {sizes['all']} tests of this table (tasks and averages) form one family, adjusted by "
+                f"{CORRECTIONS[rep.correction]}")
+    return (f"the {sizes.get('primary', 0)} primary comparisons declared by the study (`primary:`) form one "
+            f"family adjusted by {CORRECTIONS['holm']}; the {sizes.get('exploratory', 0)} others are exploratory, "
+            f"adjusted by {CORRECTIONS['bh']}")
+
+
+def difference_notes(rep, comps: dict, avgs: list[Average]) -> list[str]:
+    margins = sorted({c.margin for c in comps.values()})
+    notes = [f"Each cell: the verdict, then the mean paired difference (method minus `{rep.baseline}`, runs paired "
+             "by seed) in the headline metric x100 with its 95% interval over seeds and dev examples together "
+             "(docs/statistics.md). **better** / **worse**: the two-sided test of no difference rejects at adjusted "
+             f"p < {rep.alpha:g} (direction from the task's metric); **equivalent**: two one-sided tests put the "
+             f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {rep.alpha:g}); "
+             "**undecided**: neither, so the data do not say whether the methods differ. Families: "
+             + family_text(rep, comps) + ". No test with fewer than 2 paired seeds; "
+             f"{SEEDS_ONLY}: runs without per-example predictions, the interval covers seed noise only."]
     if avgs:
         notes.append(" and ".join(a.header for a in avgs) + ": the same on each seed's average over the "
-                     "averaged tasks (seeds that ran all of them for both methods); their p-values and almost "
-                     "stochastic order are in `comparisons.csv`.")
-    lines = power_lines(comps, sel, cells, rep.baseline, rep.alpha)
-    if lines:
-        notes.append(f"What this table can detect (80% power, paired t-test at α = {rep.alpha:g}/{m} = "
-                     f"{rep.alpha / m:.2g}, the first step of the correction; sd of the paired differences pooled "
-                     "over methods): minimum detectable difference per task — " + "; ".join(lines)
-                     + ". A difference smaller than that is not significant here whether or not it is real.")
-    reach = sorted(within_reach(comps, REACH_SEEDS), key=lambda c: (c.seeds_for_diff, c.method, c.column))
+                     "averaged tasks (seeds that ran all of them for both methods).")
+    reach = sorted(within_reach(comps, REACH_SEEDS), key=lambda c: (c.seeds_needed, c.method, c.column))
     if reach:
-        notes.append(f"Within reach of more seeds (not significant; at most {REACH_SEEDS} seeds would detect the "
-                     "observed difference with 80% power, a lower bound; per-task tables, \"seeds for Δ\"): "
-                     + ", ".join(f"{c.method} on {task_display(c.column)} ({int(c.seeds_for_diff)})" for c in reach)
+        notes.append(f"Undecided but within reach (at most {REACH_SEEDS} seeds in all would decide it with 80% "
+                     "power if the true difference were the observed one; each comparison's own variance): "
+                     + ", ".join(f"{c.method} on {task_display(c.column)} ({int(c.seeds_needed)})" for c in reach)
                      + ".")
     return notes
+
+
+def seeds_text(n: float) -> str:
+    if math.isnan(n):
+        return DASH
+    return "> 10,000 or never" if math.isinf(n) else f"{int(n):,}"
+
+
+def comparison_table(rep, facts: ModelFacts) -> None:
+    comps = facts.comparisons
+    rows = [[rep.method_label(c.method, facts.sel), task_display(c.column), str(c.n), fmt(c.diff, sign=True),
+             f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
+             fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.p, 4), fmt(c.p_adj, 4),
+             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), c.verdict, c.family, seeds_text(c.seeds_needed),
+             fmt(c.aso, 2)]
+            for c in (comps[k] for k in sorted(comps))]
+    if not rows:
+        return
+    headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "p", "p adj", "p equiv",
+               "p equiv adj", "verdict", "family", "seeds needed", "ASO ε"]
+    rep.tables[facts.sel.model, "comparisons"] = (headers, rows)
+    rep.add(f"### Comparisons with `{rep.baseline}`", "", table(rows, headers), "",
+            "- p: two-sided test of no difference; p equiv: two one-sided tests of |Δ| ≥ the margin; \"adj\": "
+            "within the comparison's family. Seeds needed: total seeds with which an undecided comparison would be "
+            "decided (a difference or equivalence) with 80% power if the true difference were the observed one "
+            "(\"never\": the dev set's own noise is the limit: more dev examples, not seeds). ASO ε: almost "
+            "stochastic order (Dror et al. 2019, `deepsig`) that the method is better, only where a cell's "
+            f"outcomes are bimodal and both have at least 5 seeds (below {ASO_THRESHOLD:g}: almost stochastically "
+            "better, 0.5 no order, near 1 worse); elsewhere it adds nothing the interval does not say.", "")
+
+
+def collapse_table(rep, sel: Selection, cells: dict, floor: dict[str, float]) -> None:
+    """Collapsed runs per method and task, when any run collapsed."""
+    counts = {(m, t): collapse.rate(cells[m, t].values, floor[t], higher_is_better(t))
+              for m in sel.methods for t in sel.tasks}
+    if not any(k for k, _ in counts.values()):
+        return
+    rows = [[rep.method_label(m, sel), *[f"{counts[m, t][0]} of {counts[m, t][1]}" if counts[m, t][1] else DASH
+                                         for t in sel.tasks]] for m in sel.methods]
+    rep.tables[sel.model, "collapse"] = (["method", *[task_display(t) for t in sel.tasks]], rows)
+    rep.add("### Collapsed runs", "", table(rows, ["method", *[task_display(t) for t in sel.tasks]]), "",
+            "- Runs whose score is not above the task's majority-class (or constant-mean) score plus "
+            f"{fmt(collapse.DEFAULT_MARGIN) if rep.options.collapse_floor is None else 'the declared'} points "
+            "(`collapse_floor:`). Cells with both collapsed and healthy runs show the median on the leaderboard.",
+            "")
 
 
 def param_text(board: pd.DataFrame, method: str, column: str) -> str:

@@ -17,6 +17,8 @@ import warnings
 import numpy as np
 from scipy import optimize, stats
 
+from suite.stats.families import CORRECTIONS  # noqa: F401  the report's names of the corrections
+
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 POWER = 0.8
@@ -24,7 +26,6 @@ ASO_THRESHOLD = 0.2          # epsilon_min below this: "almost stochastically be
 # deepsig's defaults (1000 x 1000 bootstrap, dt 0.005) take ~10 s per comparison on a busy 2-core CPU; these take
 # under a second, so a table of ~100 comparisons stays near a minute, and move epsilon_min by about 0.01.
 ASO_SETTINGS = {"num_samples": 300, "num_bootstrap_iterations": 300, "dt": 0.05}
-CORRECTIONS = {"holm": "Holm-Bonferroni (family-wise error rate)", "bh": "Benjamini-Hochberg (false discovery rate)"}
 
 
 def paired(a: dict[float, float], b: dict[float, float]) -> tuple[np.ndarray, np.ndarray]:

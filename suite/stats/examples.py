@@ -3,7 +3,9 @@ resampled, from the per-example predictions a run keeps next to its record (the 
 
 Every resample draws the same dev examples for both methods and all seeds (they were scored on the same examples) and
 re-scores each run with the task's official metric, so metrics that are not means over examples (F1, Matthews
-correlation, Pearson/Spearman) are resampled as they are computed.
+correlation, Pearson/Spearman) are resampled as they are computed. Accuracy, binary F1 and MCC (from the confusion
+counts) and Pearson (from weighted moments) are computed for all resamples at once from how often each example was
+drawn; other metrics (Spearman, plugin metrics) are computed on each resample.
 """
 from __future__ import annotations
 
@@ -27,18 +29,58 @@ def _task_spec(task: str):
         return None
 
 
-def headline_on(spec, preds: dict, picks: dict[str, np.ndarray]) -> float:
-    found = {}
-    for suffix, idx in picks.items():
+def _weighted(name: str, pred: np.ndarray, gold: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """A built-in metric on every resample at once: w (resamples, examples) counts how often each example was drawn.
+    None where no closed form applies here (Spearman, plugin metrics, multi-class F1 / MCC)."""
+    n = w.sum(axis=1)
+    if name == "accuracy":
+        return w @ (pred == gold).astype(float) / n
+    binary = set(np.unique(gold)) <= {0, 1} and set(np.unique(pred)) <= {0, 1}
+    if name in ("f1", "mcc") and binary:
+        p, g = pred.astype(bool), gold.astype(bool)
+        tp, fp, fn = w @ (p & g).astype(float), w @ (p & ~g).astype(float), w @ (~p & g).astype(float)
+        tn = n - tp - fp - fn
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if name == "f1":    # scikit-learn's zero_division=0
+                return np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), 0.0)
+            denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+            return np.where(denominator > 0, (tp * tn - fp * fn) / denominator, 0.0)   # scikit-learn: 0
+    if name == "pearson":
+        x, y = pred.astype(float), gold.astype(float)
+        mx, my = w @ x / n, w @ y / n
+        cov = w @ (x * y) / n - mx * my
+        vx, vy = w @ (x * x) / n - mx ** 2, w @ (y * y) / n - my ** 2
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where((vx > 1e-12) & (vy > 1e-12), cov / np.sqrt(vx * vy), np.nan)
+    return None
+
+
+def resampled_headline(spec, preds: dict, weights: dict[str, np.ndarray]) -> np.ndarray:
+    """The task's headline score (0-1) of one run on each resample of its dev examples (weights per eval suffix)."""
+    columns = {}
+    for suffix, w in weights.items():
         p = preds[suffix]
-        found.update(metrics.compute(spec.metrics, p["logits"][idx], p["label"][idx], spec.is_regression, suffix))
-    return metrics.headline(found, spec.metric_keys())
+        pred = metrics.predictions(p["logits"], spec.is_regression)
+        for name in spec.metrics:
+            key = f"{name}_{suffix}" if suffix else name
+            fast = _weighted(name, pred, p["label"], w)
+            if fast is None:    # the metric itself on each resample, drawn as the weights say
+                fast = np.array([metrics.METRICS.get(name)(np.repeat(pred, row), np.repeat(p["label"], row))
+                                 for row in w.astype(int)])
+            columns[key] = fast
+    return np.mean(np.stack([columns[k] for k in spec.metric_keys()]), axis=0)
 
 
 def same_examples(a: dict, b: dict) -> bool:
     runs = [*a.values(), *b.values()]
     return all(set(r) == set(runs[0]) and all(np.array_equal(r[s]["index"], runs[0][s]["index"]) for s in r)
                for r in runs)
+
+
+def _counts(rng, n: int, resamples: int) -> np.ndarray:
+    """(resamples, n): how often each of n examples is drawn in each bootstrap resample."""
+    draws = rng.integers(0, n, (resamples, n)) + n * np.arange(resamples)[:, None]
+    return np.bincount(draws.ravel(), minlength=resamples * n).reshape(resamples, n).astype(float)
 
 
 def example_replicates(task: str, a: dict, b: dict, seed: int = 0,
@@ -51,14 +93,11 @@ def example_replicates(task: str, a: dict, b: dict, seed: int = 0,
     if spec is None or not seeds or not same_examples({s: a[s] for s in seeds}, {s: b[s] for s in seeds}):
         return np.empty((0, 0))
     rng = np.random.default_rng(seed)
-    sizes = {suffix: len(arrays["label"]) for suffix, arrays in a[seeds[0]].items()}
-    rows = []
+    weights = {suffix: _counts(rng, len(arrays["label"]), resamples) for suffix, arrays in a[seeds[0]].items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for _ in range(resamples):
-            picks = {suffix: rng.integers(0, n, n) for suffix, n in sizes.items()}
-            rows.append([headline_on(spec, a[s], picks) - headline_on(spec, b[s], picks) for s in seeds])
-    d = np.asarray(rows, dtype=float) * SCALE
+        d = np.stack([resampled_headline(spec, a[s], weights) - resampled_headline(spec, b[s], weights)
+                      for s in seeds], axis=1) * SCALE
     return d[np.all(np.isfinite(d), axis=1)]
 
 
