@@ -61,6 +61,24 @@ def test_full_disk_stops_the_grid_and_keeps_every_record(tiny_bert_dir, glue_dir
     assert not (out / "runs" / second.filename).exists()
 
 
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="symbolic links")
+def test_the_fallback_copy_never_writes_through_a_link_in_the_shared_temporary_folder(tmp_path, monkeypatch):
+    """Another user of a shared /tmp can plant a link at the fallback file's name: it is replaced, never followed."""
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp" / "suite-unsaved-records").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    (tmp_path / "tmp" / "suite-unsaved-records" / job.filename).symlink_to(victim)
+    store = Store(tmp_path / "out")
+    store.root.write_text("a file where the output folder should be")  # the record cannot be written
+    with pytest.raises(OSError, match="The record was kept in"):
+        store.write(job.filename, fake_ok_record(job))
+    kept = tmp_path / "tmp" / "suite-unsaved-records" / job.filename
+    assert victim.read_text() == "keep me\n" and not kept.is_symlink()
+    assert json.loads(kept.read_text())["hash"] == job.hash
+
+
 def test_records_are_readable_like_other_files(tmp_path):
     job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
     old = os.umask(0o022)

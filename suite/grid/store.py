@@ -114,7 +114,9 @@ class Store:
         why = f"could not write {self.path(filename)}: {exc.strerror or exc}"
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / filename).write_text(json.dumps(_clean(data), indent=1))
+            blob = json.dumps(_clean(data), indent=1).encode()
+            # a shared temporary folder: a link planted at the name is replaced, never written through
+            atomic_write(folder / filename, lambda fh: fh.write(blob))
             return f"{why}. The record was kept in {folder / filename}: copy it into {self.runs}/ once it is writable"
         except OSError:
             return f"{why}, nor in {folder}. The record follows:\n{json.dumps(_clean(data))}"
