@@ -82,6 +82,7 @@ def main(args) -> int:
     show_plugin_errors()
     store = Store(args.out)
     if args.dry_run:
+        preflight.warn_grid(plan.jobs, args.device, args.sets, args.sweeps)  # what a real run would warn about
         print_dry_run(plan, store)
         return 0
     check_inputs(plan)

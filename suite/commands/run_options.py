@@ -103,6 +103,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
 
     control = p.add_argument_group("control")
     control.add_argument("--force", action="store_true", help="rerun jobs whose records exist")
-    control.add_argument("--quiet", action="store_true", help="no progress bars (for logs)")
+    control.add_argument("--quiet", action="store_true",
+                         help="no progress bars, only a line per finished run with the grid's ETA (what a log "
+                              "file gets anyway when stderr is no terminal)")
     control.add_argument("--dry-run", action="store_true",
                          help="print the jobs (marking those whose records exist) and exit; reads no data")

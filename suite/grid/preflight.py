@@ -56,6 +56,11 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
     # the cluster's machines are not this one: Ray runs are checked against their own limits
     check_methods_fit_models(jobs, machine_memory(str(pick_device(device))) if executor != "ray" else
                              (2**62, "a Ray cluster"))
+    warn_grid(jobs, device, sets, sweeps)
+
+
+def warn_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = ()) -> None:
+    """The grid's warnings that need no model loaded: a real run and `run --dry-run` print the same."""
     warn_unused_settings(sets, sweeps, {job.method for job in jobs})
     warn_emulated_bf16(jobs, device)
 

@@ -20,7 +20,8 @@ def format_duration(seconds: float) -> str:
 
 
 class GridStatus:
-    """Counts of the runs of this invocation; a tqdm line on a terminal, one log line per finished run otherwise.
+    """Counts of the runs of this invocation; a tqdm line on a terminal (unless quiet), one log line per finished run
+    otherwise (a log file, --quiet).
 
     ETA = elapsed / finished x unfinished: throughput so far, so it accounts for however many runs go in parallel.
     """
@@ -87,9 +88,7 @@ class GridStatus:
         else:
             self._say(f"{text}  [{self.finished}/{self.total}: {self.line()}]")
 
-    def _say(self, text: str) -> None:
-        if self.quiet:
-            return
+    def _say(self, text: str) -> None:  # --quiet drops the bar only: these lines and their ETA are the log
         if self._bar is not None:
             self._bar.write(text, file=self.stream)
         else:
