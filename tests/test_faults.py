@@ -213,6 +213,11 @@ def _deep(runs: Path) -> str:
     return "deep.json"
 
 
+def _commands_not_text(runs: Path) -> str:
+    (runs.parent / "commands.txt").write_bytes(b"\xff\xfe\x00python -m suite")
+    return "commands.txt"
+
+
 REPORT_FAULTS = {
     "truncated sidecar": _truncated_sidecar, "dangling record link": _dangling_link, "folder named x.json": _folder,
     "deeply nested JSON": _deep, "hparams a list": _edit(**{"config.hparams": [1]}),
@@ -221,7 +226,7 @@ REPORT_FAULTS = {
     "timing a list": _edit(timing=[1]), "environment a string": _edit(environment="x"),
     "attention a list": _edit(attention=[]), "version a string": _edit(version="2"),
     "seed a dict": _edit(**{"config.seed": {}}), "dev metrics a list": _edit(history=[{"epoch": 1, "dev": [0.5]}]),
-    "permission denied": _permission_denied,
+    "permission denied": _permission_denied, "commands.txt not text": _commands_not_text,
 }
 if hasattr(os, "geteuid") and os.geteuid() != 0:  # root reads files of any mode
     REPORT_FAULTS["unreadable record"] = _unreadable

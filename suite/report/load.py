@@ -213,7 +213,13 @@ def read_folder(runs: Path) -> tuple[list[dict], dict[str, str]]:
 def read_commands(root: Path, commands: list[str]) -> None:
     cmd_file = root / "commands.txt"
     if cmd_file.is_file():
-        for line in cmd_file.read_text().splitlines():
+        try:
+            text = cmd_file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"warning: {cmd_file}: cannot be read ({exc}); the report names no commands from it",
+                  file=sys.stderr)
+            return
+        for line in text.splitlines():
             if line.strip() and line.strip() not in commands:
                 commands.append(line.strip())
 
