@@ -27,5 +27,6 @@ def test_minilm_on_rte_subset(shared_glue, tmp_path):
     assert len(recs) == 2 and all(r["status"] == "ok" for r in recs)
     for r in recs:
         assert r["config"]["model"] == "minilm" and r["data"] == {"train": 48, "dev": {"validation": 64},
-                                                                  "train_subset": 48}
+                                                                  "train_subset": 48, "draw": r["data"]["draw"]}
+        assert r["data"]["draw"]["data_seed"] == 1 and r["data"]["draw"]["subset_draw"] == "nested"
         assert 0.0 <= r["final"]["accuracy"] <= 1.0 and r["history"][0]["train_loss"] > 0

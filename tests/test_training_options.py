@@ -57,8 +57,9 @@ def test_accumulation_takes_one_optimizer_step_per_group(rte_job, glue_dir):
 
 
 def test_early_stopping_ends_a_run_that_stopped_improving(rte_job, glue_dir):
-    """At a learning rate too small to change a prediction, the dev score never improves after epoch 1."""
-    rec = run_one(rte_job(epochs=6, lr=1e-12, early_stopping_patience=2), glue_dir, device="cpu", quiet=True)
+    """At a learning rate too small to change a prediction, the tuning score never improves after epoch 1."""
+    rec = run_one(rte_job(epochs=6, lr=1e-12, early_stopping_patience=2, holdout=4), glue_dir, device="cpu",
+                  quiet=True)
     assert rec.ok, rec.error
     assert [h["epoch"] for h in rec.history] == [1, 2, 3]
     assert rec.final == rec.history[-1]["dev"]

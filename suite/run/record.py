@@ -46,6 +46,7 @@ class RunRecord:
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)   # one entry per epoch
     final: dict[str, Any] = dataclasses.field(default_factory=dict)           # dev metrics at the last epoch
     best: dict[str, Any] = dataclasses.field(default_factory=dict)            # best epoch by dev score (reference)
+    tune: dict[str, Any] | None = None          # tuning-split metrics at the selected epoch (train.holdout), beside dev
     generalisation_gap: float | None = None
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)
     data: dict[str, Any] = dataclasses.field(default_factory=dict)            # split sizes actually used

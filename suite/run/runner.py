@@ -4,11 +4,12 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from suite.run.baselines import baseline_scores
 from suite.run.cache import cached, tokenized_key
 from suite.run.data import Encoded, encode, load_splits, seeded_subset, task_data_dir
 from suite.run.device import autocast_dtype, environment, peak_memory_mb, pick_device, precision_label
+from suite.run.draws import dev_rows, draw_seed, draw_train
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
 from suite.run.record import RECORD_VERSION, RunRecord
@@ -37,35 +39,50 @@ class TokenizedCache:
 
     def __init__(self):
         self._key: tuple | None = None
-        self._value: tuple[Encoded, dict[str, Encoded], Encoded] | None = None
+        self._value: Tokenized | None = None
 
     def clear(self) -> None:
         self._key = self._value = None
 
-    def get(self, job: RunConfig, spec: TaskSpec, tokenizer, data_dir) -> tuple[Encoded, dict[str, Encoded], Encoded]:
-        """(train, {eval suffix: dev}, fixed train subset for the overfitting gap)."""
-        t = job.train
+    def get(self, job: RunConfig, spec: TaskSpec, tokenizer, data_dir) -> "Tokenized":
+        t, seed = job.train, draw_seed(job.train, job.seed)
         key = (job.model, spec.name, job.data_source, str(data_dir), t.max_length, t.max_train_samples,
-               t.max_eval_samples, t.train_eval_samples, t.data_seed)
+               t.max_eval_samples, t.train_eval_samples, t.data_seed, seed, t.subset_draw, t.holdout, t.holdout_seed)
         if key != self._key:  # other processes' work is reused through the disk cache (suite.run.cache)
-            self._key, self._value = key, cached(tokenized_key(spec, tokenizer, data_dir, t),
-                                                 lambda: _tokenize(spec, tokenizer, data_dir, t))
+            disk_key = tokenized_key(spec, tokenizer, data_dir, dataclasses.replace(t, data_seed=seed))
+            disk_key = disk_key and f"{disk_key}-{t.subset_draw}-{t.holdout}-{t.holdout_seed}"
+            value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)))
+            self._key, self._value = key, Tokenized(*value)  # the disk cache keeps plain tuples
         return self._value
 
 
-def _tokenize(spec: TaskSpec, tokenizer, data_dir, t) -> tuple[Encoded, dict[str, Encoded], Encoded]:
+class Tokenized(NamedTuple):
+    """A run's tokenised data: what it trains on, its dev sets, the fixed train subset scored for the overfitting
+    gap, its tuning split (empty without train.holdout) and how its rows were drawn (`Draw.facts`)."""
+
+    train: Encoded
+    devs: dict[str, Encoded]
+    train_subset: Encoded
+    tune: Encoded
+    draw: dict[str, Any]
+
+
+def _tokenize(spec: TaskSpec, tokenizer, data_dir, t, run_seed: int) -> Tokenized:
     splits = load_splits(spec, data_dir)
     # Subsets are drawn before tokenising (same rows): a 2000-example run need not tokenise all of MNLI.
-    train = encode(spec, _rows(splits[spec.train_split], t.max_train_samples, t.data_seed), tokenizer, t.max_length)
-    devs = {suffix: encode(spec, _rows(splits[split], t.max_eval_samples, t.data_seed), tokenizer, t.max_length)
+    columns = splits[spec.train_split]
+    draw = draw_train(columns["label"], t, run_seed, classification=not spec.is_regression)
+    train = encode(spec, _rows(columns, draw.train), tokenizer, t.max_length)
+    tune = encode(spec, _rows(columns, draw.tune), tokenizer, t.max_length) if draw.tune else Encoded([], [], [])
+    devs = {suffix: encode(spec, _rows(splits[split], dev_rows(len(splits[split]["label"]), t)), tokenizer,
+                           t.max_length)
             for suffix, split in spec.eval_splits.items()}
-    train_subset = train.subset(seeded_subset(len(train), t.train_eval_samples, t.data_seed + 1))
+    train_subset = train.subset(seeded_subset(len(train), t.train_eval_samples, draw.seed + 1))
     stopping.check()  # a stop swallowed while the tokenizer ran (signals land in its destructors too)
-    return train, devs, train_subset
+    return Tokenized(train, devs, train_subset, tune, draw.facts())
 
 
-def _rows(columns: dict[str, list], limit: int | None, seed: int) -> dict[str, list]:
-    keep = seeded_subset(len(columns["label"]), limit, seed)
+def _rows(columns: dict[str, list], keep: list[int]) -> dict[str, list]:
     return {k: [v[i] for i in keep] for k, v in columns.items()}
 
 
@@ -82,11 +99,12 @@ def _rank(score: float, spec: TaskSpec) -> float:
     return score if spec.higher_is_better else -score
 
 
-def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, devs: dict[str, Encoded], train_subset: Encoded,
-             train: Encoded, model, method: AttentionMethod, extra: int, device, amp_dtype) -> None:
+def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, data: Tokenized, model, method: AttentionMethod,
+             extra: int, device, amp_dtype) -> None:
+    devs, train_subset, train = data.devs, data.train_subset, data.train
     history = fitted.history
     chosen = history[(fitted.selected_epoch or len(history)) - 1]  # train.select_epoch: the last or the best epoch
-    rec.history, rec.final = history, chosen["dev"]
+    rec.history, rec.final, rec.tune = history, chosen["dev"], chosen.get("tune")
     if not math.isfinite(rec.final["score"]):
         raise NonFiniteLoss(f"the final dev score is {rec.final['score']}: the model's predictions are constant "
                             "(collapsed), so the task's correlation metrics are undefined")
@@ -99,7 +117,9 @@ def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, devs: dict[str, Enc
                   "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss",
                   "precision": precision_label(amp_dtype, loss_scaling=fitted.ctx.scaler.is_enabled())}
     rec.data = {"train": len(train), "dev": {spec.eval_splits[k]: len(v) for k, v in devs.items()},
-                "train_subset": len(train_subset)}
+                "train_subset": len(train_subset), "draw": data.draw}
+    if len(data.tune):
+        rec.data["tune"] = len(data.tune)
     rec.parameters = {"total": sum(p.numel() for p in model.parameters()), "extra": extra,
                       "training_only": method.training_only_parameters()}
     rec.method_record = method.record()
@@ -118,7 +138,8 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
     spec = get_task(job.task)
     t = job.train
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(job.model))
-    train, devs, train_subset = cache.get(job, spec, tokenizer, data_dir)
+    data = cache.get(job, spec, tokenizer, data_dir)
+    devs = data.devs
     model, method, extra = load_model(job, spec)
     model.to(device)
     if t.compile:
@@ -127,10 +148,10 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    fitted = fit(model, method, train, devs, train_subset, spec, t, job.seed, pad_id, device, amp_dtype, job.label,
-                 quiet, on_epoch,
-                 on_step=hooks.step if hooks is not None else None)
-    _results(rec, fitted, spec, devs, train_subset, train, model, method, extra, device, amp_dtype)
+    fitted = fit(model, method, data.train, devs, data.train_subset, spec, t, job.seed, pad_id, device, amp_dtype,
+                 job.label, quiet, on_epoch,
+                 on_step=hooks.step if hooks is not None else None, tune=data.tune if len(data.tune) else None)
+    _results(rec, fitted, spec, data, model, method, extra, device, amp_dtype)
     if t.stats_batches > 0:
         from suite.run.attention_stats import attention_statistics
 

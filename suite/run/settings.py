@@ -54,12 +54,14 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
 def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
-            added: bool = False) -> Any:
+            added: bool = False, legacy: Any = None) -> Any:
     """A training setting, declared once: its default, its help text (the CLI's and `run --help`'s), the values it
-    may take (`choices`, `minimum`; checked by `TrainSettings.validate`), and `added`: a setting added after records
-    existed, which enters a run's hash only when it differs from its default, so that older records keep theirs."""
+    may take (`choices`, `minimum`; checked by `TrainSettings.validate`), and its hash rule. `added`: a setting
+    added after records existed, which enters a run's hash only when it differs from its default, so that older
+    records keep theirs. `legacy`: a setting added with a new default behaviour; older records (which lack it) ran
+    the `legacy` value, which stays out of the hash, so a study that asks for it plans those records' hashes."""
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum,
-                                                        "added": added})
+                                                        "added": added, "legacy": legacy})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,13 +74,23 @@ class TrainSettings:
     warmup_ratio: float = setting(0.1, "share of the optimizer steps spent warming the learning rate up, in [0, 1)")
     weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and norms)", minimum=0)
     grad_clip: float = setting(1.0, "clip the gradient norm to this value (0: no clipping)", minimum=0)
-    max_train_samples: int | None = setting(2000, "seeded train subset, the same for every method and seed (none: "
-                                                  "the whole train set)", minimum=1)
+    max_train_samples: int | None = setting(2000, "seeded train subset, drawn per data seed (train.data_seed) and "
+                                                  "the same for every method (none: the whole train set)", minimum=1)
     max_eval_samples: int | None = setting(None, "seeded dev subset (none: the whole dev set)", minimum=1)
     train_eval_samples: int = setting(512, "fixed train subset scored each epoch for the overfitting gap (0: none)",
                                       minimum=0)
-    data_seed: int = setting(0, "seed that draws the train/dev subsets: the same for every method and seed",
-                             minimum=0)
+    data_seed: int | None = setting(None, "seed of the training-subset draw (none: the run's seed, so each seed "
+                                          "trains on its own draw; a number fixes one draw for every seed, and "
+                                          "also draws the dev subset, which is otherwise drawn with 0)", minimum=0)
+    subset_draw: str = setting("nested", "nested: a subset is a prefix of the draw's seeded permutation of the "
+                                         "train rows (250 within 500 within 1000 of one draw); legacy: the "
+                                         "unnested draw of the records written before", choices=("nested", "legacy"),
+                               legacy="legacy")
+    holdout: float | None = setting(None, "tuning split carved from the train set before the subset is drawn: a "
+                                          "fraction (< 1) of the train split, or a count of rows; seeded, "
+                                          "stratified for classification; scored each epoch as `tune` (none: no "
+                                          "tuning split)", added=True)
+    holdout_seed: int = setting(0, "seed of the tuning split's draw (train.holdout)", minimum=0, added=True)
     precision: str = setting("auto", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16 or fp16 (with loss "
                                      "scaling)", choices=PRECISIONS)
     stats_batches: int = setting(4, "dev batches used for attention statistics (0: none)", minimum=0)
@@ -86,10 +98,12 @@ class TrainSettings:
                             added=True)
     grad_accumulation: int = setting(1, "batches per optimizer step: effective batch = batch_size x "
                                         "grad_accumulation", minimum=1, added=True)
-    early_stopping_patience: int = setting(0, "stop after this many epochs without a better dev score (0: off)",
+    early_stopping_patience: int = setting(0, "stop after this many epochs without a better tuning-split score "
+                                              "(needs train.holdout; dev is never used; 0: off)",
                                            minimum=0, added=True)
-    select_epoch: str = setting("last", "last (the leaderboard uses the last epoch) or best (the best dev epoch's "
-                                        "model gives the final metrics, predictions and saved model)",
+    select_epoch: str = setting("last", "last (the leaderboard uses the last epoch) or best (the model of the epoch "
+                                        "with the best tuning-split score, which needs train.holdout, gives the "
+                                        "final metrics, predictions and saved model)",
                                 choices=("last", "best"), added=True)
     analyses: str = setting("none", "end-of-run analyses on fixed dev examples (--analyses): a comma list of "
                                     + ", ".join(ANALYSES) + "; or none (they can take as long as a short run)",
@@ -108,11 +122,20 @@ class TrainSettings:
                 raise HyperParameterError(f"train.{f.name}={value!r}: choose {', '.join(rule['choices'])}")
             if rule["minimum"] is not None and value is not None and value < rule["minimum"]:
                 raise HyperParameterError(f"train.{f.name}={value} is impossible: it must be >= {rule['minimum']}"
-                                          + (" (or none for all)" if f.default is None or f.name ==
-                                             "max_train_samples" else "")
+                                          + (" (or none for all)" if f.name in ("max_train_samples",
+                                                                                 "max_eval_samples") else "")
                                           + (" (0 turns clipping off)" if f.name == "grad_clip" else ""))
-        if not self.data_seed < SEED_RANGE[1]:
-            raise HyperParameterError(f"train.data_seed={self.data_seed} must lie in [0, 2**32)")
+        for name in ("data_seed", "holdout_seed"):
+            if not (getattr(self, name) or 0) < SEED_RANGE[1]:
+                raise HyperParameterError(f"train.{name}={getattr(self, name)} must lie in [0, 2**32)")
+        if self.holdout is not None and (self.holdout <= 0 or (self.holdout >= 1 and self.holdout % 1)):
+            raise HyperParameterError(f"train.holdout={self.holdout} is impossible: give a fraction in (0, 1) of the "
+                                      "training rows, or a whole count of rows")
+        if self.holdout is None and (self.early_stopping_patience or self.select_epoch == "best"):
+            used = "train.early_stopping_patience" if self.early_stopping_patience else "train.select_epoch=best"
+            raise HyperParameterError(f"{used} chooses epochs by the tuning split, never by dev (dev is the test "
+                                      "set), and this run has none: declare one with train.holdout=0.1 (a fraction "
+                                      "of the training rows, or a count) or a study's tune: holdout")
         if not self.lr > 0:
             raise HyperParameterError(f"train.lr={self.lr} is impossible: it must be a finite number > 0")
         if not 0 <= self.warmup_ratio < 1:
@@ -164,6 +187,9 @@ HASHED_WHEN_CHANGED: dict[str, Any] = {f.name: f.default for f in TRAIN_FIELDS.v
 # model, test predictions) they stay out of the hash, so asking for them never makes a finished run another run (the
 # committed records ran "seeds,heads", the default then; today's default is none).
 NOT_HASHED = ("analyses", "analysis_examples")
+# Settings whose older records ran another value than today's default (with that value): left out of the hash at it.
+HASHED_UNLESS_LEGACY: dict[str, Any] = {f.name: f.metadata["legacy"] for f in TRAIN_FIELDS.values()
+                                        if f.metadata["legacy"] is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,14 +234,14 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         d = dict(d)
-        d["train"] = TrainSettings(**d["train"])
+        d["train"] = TrainSettings(**{**HASHED_UNLESS_LEGACY, **d["train"]})  # an older record ran the legacy values
         return cls(**d)
 
     @property
     def hash(self) -> str:
         d = self.to_dict()
         # Settings added after records existed enter the hash only when changed, so older records keep their hash.
-        for name, default in HASHED_WHEN_CHANGED.items():
+        for name, default in {**HASHED_WHEN_CHANGED, **HASHED_UNLESS_LEGACY}.items():
             if d["train"].get(name) == default:
                 del d["train"][name]
         for name in NOT_HASHED:
@@ -252,7 +278,7 @@ def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, A
     """An older record's hyper-parameters and training settings completed with the fields added since, at the
     values that reproduce what it ran, so that old and new records of one configuration compare equal."""
     return ({**_added_method_fields(method), **hparams},
-            {**HASHED_WHEN_CHANGED, **train})
+            {**HASHED_WHEN_CHANGED, **HASHED_UNLESS_LEGACY, **train})
 
 
 def _method_defaults(method: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import torch
 
 from suite.api import metrics
 from suite.api.attention import AttentionMethod, StepContext
-from suite.api.errors import NonFiniteLoss
+from suite.api.errors import HyperParameterError, NonFiniteLoss
 from suite.api.tasks import TaskSpec
 from suite.run import stopping
 from suite.run.batching import BATCHINGS, sorted_batches, to_device
@@ -123,15 +123,16 @@ class Fitted:
 
 
 class EpochSelection:
-    """Early stopping on the dev score and the choice of the epoch the run ends with (`train.select_epoch`): with
-    `best`, the weights and evaluations of the best epoch are kept in memory and put back at the end."""
+    """Early stopping on the tuning-split score (never dev: dev is the test set) and the choice of the epoch the run
+    ends with (`train.select_epoch`): with `best`, the weights and evaluations of the best epoch are kept in memory
+    and put back at the end."""
 
     def __init__(self, t: TrainSettings, spec: TaskSpec):
         self.t, self.sign = t, 1.0 if spec.higher_is_better else -1.0
         self.best_rank, self.best_epoch, self.best_state, self.best_evals = -math.inf, 0, None, {}
 
     def update(self, epoch: int, score: float, model, evals) -> bool:
-        """Note an epoch's dev score; True when training should stop here (patience spent)."""
+        """Note an epoch's tuning-split score; True when training should stop here (patience spent)."""
         rank = self.sign * score if math.isfinite(score) else -math.inf
         if rank > self.best_rank:
             self.best_rank, self.best_epoch, self.best_evals = rank, epoch, evals
@@ -200,7 +201,12 @@ def check_finite_model(model: torch.nn.Module, dev_loss: float, epoch: int) -> N
 def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded], train_subset: Encoded, spec: TaskSpec,
         t: TrainSettings, seed: int, pad_id: int, device: torch.device, amp_dtype, label: str, quiet: bool,
         on_epoch: Callable[[dict], None] | None = None,
-        on_step: Callable[[int, dict[str, float]], None] | None = None) -> Fitted:
+        on_step: Callable[[int, dict[str, float]], None] | None = None, tune: Encoded | None = None) -> Fitted:
+    """Train for `t.epochs`, scoring dev, the train subset and the tuning split `tune` (train.holdout) each epoch;
+    early stopping and `select_epoch=best` read the tuning split's score only."""
+    if tune is None and (t.early_stopping_patience or t.select_epoch == "best"):
+        raise HyperParameterError("early stopping and select_epoch=best need a tuning split (train.holdout): they "
+                                  "never read dev")
     steps_per_epoch = math.ceil(math.ceil(len(train) / t.batch_size) / t.grad_accumulation)
     ctx = build_context(model, method, t, steps_per_epoch * t.epochs, device, amp_dtype)
     generator = torch.Generator().manual_seed(seed)
@@ -223,17 +229,21 @@ def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded]
             subset_loss, subset_m = e.loss, e.metrics | {"score": metrics.headline(e.metrics, list(spec.metrics))}
         else:  # train_eval_samples=0: no train-subset scores (and no generalisation gap)
             subset_loss, subset_m = math.nan, {"score": math.nan}
-        eval_s += time.perf_counter() - start
         entry = {"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss, "dev": dev,
                  "train_subset_loss": subset_loss, "train_subset": subset_m, "epoch_time_s": epoch_time,
                  "train_samples_per_s": n / epoch_time}
+        if tune is not None:  # scored like the train subset: one split, the task's unsuffixed metrics
+            e = evaluate(model, tune, spec, t.eval_batch_size, pad_id, device, amp_dtype)
+            entry["tune_loss"], entry["tune"] = e.loss, e.metrics | {"score": metrics.headline(e.metrics,
+                                                                                             list(spec.metrics))}
+        eval_s += time.perf_counter() - start
         facts = method.epoch_record()
         if facts:
             entry["method"] = facts
         history.append(entry)
         if on_epoch:
             on_epoch(entry)
-        if stop := selection.update(epoch, dev["score"], model, evals):
+        if stop := selection.update(epoch, entry["tune"]["score"] if tune is not None else math.nan, model, evals):
             break
     selected, evals = selection.finish(model, len(history), evals)
     return Fitted(history, evals, train_s, eval_s, ctx.step, seen, ctx, selected, stop)
