@@ -261,3 +261,23 @@ def test_seeds_needed_from_each_comparisons_own_variance_and_comparisons_within_
     assert rows["no_dropout", "RTE"]["verdict"] == "equivalent" and rows["no_dropout", "RTE"]["seeds needed"] == "–"
     assert 3 < expected <= 10
     assert "Undecided but within reach" in md and f"scores_dropout on RTE ({expected})" in md
+
+
+def test_bimodal_cells_show_the_median_and_collapse_counts_use_the_declared_floor(tmp_path):
+    """vanilla on RTE: one of five seeds collapsed to the majority class (50.5): the cell shows the median, the
+    stability table counts it, and almost stochastic order is computed for its comparisons (5 seeds, bimodal)."""
+    recs = []
+    for s, v, x in zip((1, 2, 3, 4, 5), (0.505, 0.62, 0.64, 0.63, 0.61), (0.60, 0.62, 0.61, 0.66, 0.63)):
+        recs.append(make_record("rte", "vanilla", s, {"accuracy": v}, hparams={"p": 0.1}, baselines=RTE_BASE))
+        recs.append(make_record("rte", "scores_dropout", s, {"accuracy": x}, hparams={"p": 0.1},
+                                baselines=RTE_BASE))
+    root = write(tmp_path, recs)
+    md = build_report([root], figures=False).read_text()
+    board = parse_table(md, "### Leaderboard")
+    assert board["vanilla"]["RTE"] == "median 62.00, 1 of 5 collapsed (5)"
+    assert board["scores_dropout"]["RTE"] == "**62.40 ± 2.30** (5)"          # healthy: mean ± sd
+    assert parse_table(md, "### Stability across seeds")["vanilla"]["RTE"].startswith("1/5 ·")
+    assert comparison_rows(md)["scores_dropout", "RTE"]["ASO ε"] != "–"
+    # a floor 12 points above the majority class (62.5) makes three of vanilla's five runs collapsed
+    md = build_report([root], figures=False, aso=False, collapse_floor=12.0).read_text()
+    assert parse_table(md, "### Stability across seeds")["vanilla"]["RTE"].startswith("3/5 ·")

@@ -1,8 +1,8 @@
-"""The report's statistics against independent references: scipy's own tests, hand-computed values, exact
-enumeration and Monte Carlo simulation; and a calibration of the corrected procedure on synthetic tables."""
+"""The report's statistics and the corrections and power of suite.stats against independent references: scipy's own
+tests, hand-computed values and Monte Carlo simulation; and a calibration of the corrected procedure on synthetic
+tables."""
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -10,10 +10,12 @@ import pytest
 from scipy import stats
 
 from suite.report import significance as sig
+from suite.stats import families, power
+from suite.stats.evidence import Evidence, evidence_arrays
 
 
 def holm_rows(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjustment of each row, without a Python loop: an independent check of `sig.holm`
+    """Holm's step-down adjustment of each row, without a Python loop: an independent check of `families.holm`
     (statsmodels), and fast enough to calibrate over hundreds of simulated tables."""
     m = p.shape[-1]
     order = np.argsort(p, axis=-1, kind="mergesort")
@@ -39,48 +41,57 @@ def test_paired_t_matches_scipy_ttest_rel_and_handles_degenerate_differences():
 def test_holm_matches_hand_computed_values_and_skips_untested_cells():
     p = np.array([0.01, 0.04, 0.03, 0.005, np.nan])
     # sorted 0.005, 0.01, 0.03, 0.04 with m = 4: 0.02, 0.03, 0.06, 0.04 -> running max 0.02, 0.03, 0.06, 0.06
-    assert np.allclose(sig.holm(p)[:4], [0.03, 0.06, 0.06, 0.02]) and math.isnan(sig.holm(p)[4])
-    assert np.allclose(sig.holm(np.array([0.5, 0.9])), [1.0, 1.0])
+    assert np.allclose(families.holm(p)[:4], [0.03, 0.06, 0.06, 0.02]) and math.isnan(families.holm(p)[4])
+    assert np.allclose(families.holm(np.array([0.5, 0.9])), [1.0, 1.0])
     rng = np.random.default_rng(0)
-    many = rng.random((5, 7))  # row by row: each row its own family, as Holm's step-down computes it
-    assert np.allclose(sig.holm(many), holm_rows(many))
+    many = rng.random(7)
+    assert np.allclose(families.holm(many), holm_rows(many))
 
 
 def test_benjamini_hochberg_matches_hand_computed_values():
     p = np.array([0.01, 0.04, 0.03, 0.005, np.nan])
     # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): p * m / rank = 0.02, 0.02, 0.04, 0.04; min from the top: the same
-    assert np.allclose(sig.benjamini_hochberg(p)[:4], [0.02, 0.04, 0.04, 0.02])
+    assert np.allclose(families.benjamini_hochberg(p)[:4], [0.02, 0.04, 0.04, 0.02])
 
 
-def test_bootstrap_interval_matches_exact_enumeration_over_seeds():
-    d = np.array([1.0, 4.0, 10.0])
-    # all 27 equally likely resamples of three seeds: their means' 2.5 and 97.5 percentiles
-    means = np.sort([np.mean(r) for r in itertools.product(d, repeat=3)])
-    lo, hi = sig.bootstrap_ci(d, resamples=20_000)
-    assert lo == pytest.approx(np.percentile(means, 2.5, method="inverted_cdf"), abs=0.35)
-    assert hi == pytest.approx(np.percentile(means, 97.5, method="inverted_cdf"), abs=0.35)
-    assert sig.bootstrap_ci(np.full(3, 2.0)) == (2.0, 2.0)
-    assert all(math.isnan(x) for x in sig.bootstrap_ci(np.array([1.0])))
-    assert sig.bootstrap_ci(d, seed=3) == sig.bootstrap_ci(d, seed=3)   # seeded: reports are reproducible
+def test_families_primary_entries_name_methods_tasks_or_one_comparison():
+    primary = ["topk", "sst2", "drophead:cola"]
+    assert families.family_of("topk", "rte", primary) == families.PRIMARY
+    assert families.family_of("vanilla2", "sst2", primary) == families.PRIMARY
+    assert families.family_of("drophead", "cola", primary) == families.PRIMARY
+    assert families.family_of("drophead", "rte", primary) == families.EXPLORATORY
+    assert families.family_of("drophead", "rte", []) == families.ALL
 
 
-def test_power_of_the_paired_t_test_matches_simulation():
+def evidence(sd: float, n: int, example_se: float = 0.0, shared_se: float = 0.0) -> Evidence:
+    return Evidence(n, 0.0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, 1.0, seed_sd=sd,
+                    example_se=example_se, example_shared_se=shared_se)
+
+
+@pytest.mark.parametrize("example_se", [0.0, 0.5])
+def test_power_of_the_test_matches_simulation(example_se):
+    """statsmodels' power with the Cochran-Cox df against the rejection rate of suite.stats.evidence's own test."""
     rng = np.random.default_rng(1)
     n, delta, sd, alpha = 6, 1.5, 1.2, 0.01
-    d = rng.normal(delta, sd, size=(20_000, n))
-    simulated = float(np.mean(sig.paired_t_p(d) < alpha))
-    assert sig.power_paired(delta, sd, n, alpha) == pytest.approx(simulated, abs=0.015)
-    mdd = sig.min_detectable(sd, n, alpha)
-    assert sig.power_paired(mdd, sd, n, alpha) == pytest.approx(0.8, abs=1e-6)
-    needed = sig.seeds_needed(1.0, sd, alpha)
-    assert sig.power_paired(1.0, sd, needed, alpha) >= 0.8 > sig.power_paired(1.0, sd, needed - 1, alpha)
-    assert math.isnan(sig.min_detectable(0.0, 3, alpha)) and sig.seeds_needed(1.0, 0.0, alpha) is None
+    d = rng.normal(delta, sd, size=(20_000, n)) + rng.normal(0, example_se, size=(20_000, 1))
+    simulated = float(np.mean(evidence_arrays(d, example_se ** 2)["p"] < alpha))
+    ev = evidence(sd, n, example_se, example_se)
+    assert power.decision_power(ev, n, alpha, delta) == pytest.approx(simulated, abs=0.02)
+    mdd = power.min_detectable(ev, alpha)
+    assert power.decision_power(ev, n, alpha, mdd) == pytest.approx(0.8, abs=1e-6)
 
 
-def test_pooled_sd_by_hand():
-    # deviations from each set's mean: (-1, 1) and (-2, 0, 2): squares 2 + 8 over 1 + 2 degrees of freedom
-    assert sig.pooled_sd([np.array([1.0, 3.0]), np.array([0.0, 2.0, 4.0]), np.array([5.0])]) == \
-        pytest.approx(math.sqrt(10 / 3))
+def test_seeds_needed_is_the_fewest_with_enough_power_and_the_dev_set_can_be_the_limit():
+    alpha = 0.05
+    ev = Evidence(3, 1.0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, 0.5, seed_sd=1.2)
+    needed = int(power.seeds_needed(ev, alpha))
+    assert power.decision_power(ev, needed, alpha) >= 0.8 > power.decision_power(ev, needed - 1, alpha)
+    # the shared dev-example part does not shrink with seeds: a 1-point difference with a shared se of 0.6 is
+    # never detected with 80% power (it would need se below about 1 / 2.8)
+    stuck = Evidence(3, 1.0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, 0.5, seed_sd=1.2,
+                     example_se=0.6, example_shared_se=0.6)
+    assert math.isinf(power.seeds_needed(stuck, alpha))
+    assert math.isnan(power.seeds_needed(evidence(0.0, 3), alpha))
 
 
 def test_aso_orders_clearly_separated_samples_and_not_identical_ones():
@@ -101,10 +112,10 @@ def test_calibration_of_the_corrected_procedure_on_synthetic_tables():
     seed_effect = rng.normal(0, 3.0, size=(tables, 1, seeds))          # shared by all methods of a seed
     reference = 70 + seed_effect + rng.normal(0, sd / math.sqrt(2), size=(tables, 1, seeds))
     scores = 70 + effect[None, :, None] + seed_effect + rng.normal(0, sd / math.sqrt(2), (tables, methods, seeds))
-    flagged = holm_rows(sig.paired_t_p(scores - reference)) < alpha  # Holm, as sig.holm
+    flagged = holm_rows(sig.paired_t_p(scores - reference)) < alpha  # Holm, as families.holm
     fwer = float(np.mean(flagged[:, 1:].any(axis=1)))
     planted = float(np.mean(flagged[:, 0]))
-    predicted = sig.power_paired(2.0, sd, seeds, alpha / methods)   # Holm's first step, as the report states it
+    predicted = power.decision_power(evidence(sd, seeds), seeds, alpha / methods, 2.0)  # Holm's first step
     assert fwer <= alpha + 2 * math.sqrt(alpha * (1 - alpha) / tables)
     assert 0.3 < predicted < 0.9                                      # a test that can fail both ways
     assert planted == pytest.approx(predicted, abs=3 * math.sqrt(predicted * (1 - predicted) / tables) + 0.02)

@@ -83,3 +83,21 @@ def test_seed_only_variance_would_call_the_dev_set_luck_better(grid, monkeypatch
     monkeypatch.setattr(evidence, "example_variance", lambda *a, **k: (0.0, 0.0))
     md = build_report([grid], aso=False, figures=False, out=grid / "seed_only").read_text()
     assert verdicts(md)["dev_luck"] == "better"
+
+
+def test_primary_comparisons_are_one_holm_family_and_the_rest_benjamini_hochberg(grid):
+    import pandas as pd
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    out = grid / "primary"
+    build_report([grid], aso=False, figures=False, out=out, primary=["plus_two:sst2", "minus_two"], margin=0.5)
+    rows = pd.read_csv(out / "comparisons.csv")
+    primary = rows[rows["family"] == "primary"].sort_values(["method", "column"])
+    assert sorted(zip(primary["method"], primary["column"])) == [("minus_two", "GLUE avg"), ("minus_two", "sst2"),
+                                                                 ("plus_two", "sst2")]
+    assert primary["p_adj"].to_numpy() == pytest.approx(multipletests(primary["p"], method="holm")[1], rel=1e-4)
+    rest = rows[rows["family"] == "exploratory"].sort_values(["method", "column"])
+    assert len(rest) == 7
+    assert rest["p_adj"].to_numpy() == pytest.approx(stats.false_discovery_control(rest["p"], method="bh"), rel=1e-4)
+    assert set(rows["margin"]) == {0.5}

@@ -10,7 +10,7 @@ import pandas as pd
 from tabulate import tabulate
 
 TABLES = {"leaderboard": "leaderboard", "differences": "leaderboard_differences",
-          "comparisons": "leaderboard_comparisons", "collapse": "leaderboard_collapse",
+          "comparisons": "leaderboard_comparisons",
           "stability": "leaderboard_stability"}
 LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",

@@ -16,7 +16,6 @@ from suite.report.formatting import DASH, fmt, table, unique
 from suite.report.registry_info import average_note, higher_is_better, metric_order, reconstruction_note, task_display
 from suite.report.selection import Selection, has_variation, setting_text
 from suite.report.significance import ASO_THRESHOLD
-from suite.stats import collapse
 from suite.stats.families import CORRECTIONS
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
@@ -86,7 +85,6 @@ def leaderboard(rep, facts: ModelFacts) -> None:
     rep.add("### Leaderboard", "", table(rows, headers), "")
     notes = leaderboard_notes(rep, sel, board, avgs, bases) + [cost_note]
     rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel)], "")
-    collapse_table(rep, sel, cells, floor)
     if rep.baseline not in sel.methods:
         rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
                 f"(choose another reference with --baseline).", "")
@@ -244,22 +242,6 @@ def comparison_table(rep, facts: ModelFacts) -> None:
             "stochastic order (Dror et al. 2019, `deepsig`) that the method is better, only where a cell's "
             f"outcomes are bimodal and both have at least 5 seeds (below {ASO_THRESHOLD:g}: almost stochastically "
             "better, 0.5 no order, near 1 worse); elsewhere it adds nothing the interval does not say.", "")
-
-
-def collapse_table(rep, sel: Selection, cells: dict, floor: dict[str, float]) -> None:
-    """Collapsed runs per method and task, when any run collapsed."""
-    counts = {(m, t): collapse.rate(cells[m, t].values, floor[t], higher_is_better(t))
-              for m in sel.methods for t in sel.tasks}
-    if not any(k for k, _ in counts.values()):
-        return
-    rows = [[rep.method_label(m, sel), *[f"{counts[m, t][0]} of {counts[m, t][1]}" if counts[m, t][1] else DASH
-                                         for t in sel.tasks]] for m in sel.methods]
-    rep.tables[sel.model, "collapse"] = (["method", *[task_display(t) for t in sel.tasks]], rows)
-    rep.add("### Collapsed runs", "", table(rows, ["method", *[task_display(t) for t in sel.tasks]]), "",
-            "- Runs whose score is not above the task's majority-class (or constant-mean) score plus "
-            f"{fmt(collapse.DEFAULT_MARGIN) if rep.options.collapse_floor is None else 'the declared'} points "
-            "(`collapse_floor:`). Cells with both collapsed and healthy runs show the median on the leaderboard.",
-            "")
 
 
 def param_text(board: pd.DataFrame, method: str, column: str) -> str:
