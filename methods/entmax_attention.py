@@ -20,7 +20,8 @@ import dataclasses
 import math
 
 import torch
-from entmax import entmax15, entmax_bisect, sparsemax
+from entmax import entmax15, sparsemax
+from entmax.root_finding import EntmaxBisectFunction
 
 from suite.api.attention import (
     AttentionMethod,
@@ -42,6 +43,36 @@ def masked_scores_fp32(query, key, scaling, attention_mask) -> torch.Tensor:
     if attention_mask is not None:
         s = s.masked_fill(~valid_keys(attention_mask, s), torch.finfo(s.dtype).min)
     return s
+
+
+class _EntmaxBisect(torch.autograd.Function):
+    """The `entmax` package's alpha-entmax bisection declared with static methods: torch.compile cannot bind the
+    package's classmethod `forward` and broke the graph at every layer. The forward is the package's; the backward
+    is its formula (entmax.root_finding.EntmaxBisectFunction.backward, 1.3), written out because a compiled graph
+    cannot call another Function's backward."""
+
+    @staticmethod
+    def forward(ctx, X, alpha, dim: int, n_iter: int):
+        return EntmaxBisectFunction.forward(ctx, X, alpha, dim, n_iter, True)
+
+    @staticmethod
+    def backward(ctx, dY):
+        (Y,), alpha, dim = ctx.saved_tensors, ctx.alpha, ctx.dim
+        gppr = torch.where(Y > 0, Y ** (2 - alpha), Y.new_zeros(1))
+        dX = dY * gppr
+        dX = dX - (dX.sum(dim) / gppr.sum(dim)).unsqueeze(dim) * gppr
+        d_alpha = None
+        if ctx.needs_input_grad[1]:
+            S = torch.where(Y > 0, Y * torch.log(Y), Y.new_zeros(1))  # Shannon terms
+            ent = S.sum(dim).unsqueeze(dim)
+            Y_skewed = gppr / gppr.sum(dim).unsqueeze(dim)
+            d_alpha = dY * (Y - Y_skewed) / ((alpha - 1) ** 2) - dY * (S - Y_skewed * ent) / (alpha - 1)
+            d_alpha = d_alpha.sum(dim).unsqueeze(dim)
+        return dX, d_alpha, None, None
+
+
+def entmax_bisect(X: torch.Tensor, alpha: torch.Tensor, dim: int = -1, n_iter: int = 50) -> torch.Tensor:
+    return _EntmaxBisect.apply(X, alpha, dim, n_iter)
 
 
 def _no_autocast(device: torch.device):

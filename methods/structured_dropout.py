@@ -65,6 +65,7 @@ class DropHead(AttentionMethod):
         self.progress = 0.0  # fraction of training done; updated from the step context during training
         self._ctx = None
         self._total = None
+        self._rate_tensor: torch.Tensor | None = None  # this step's rate on the device, read by a compiled model
 
     def validate(self) -> None:
         super().validate()
@@ -76,6 +77,12 @@ class DropHead(AttentionMethod):
         self._ctx, self._total = ctx, ctx.total_steps
         if self.cfg.schedule != "constant" and not self._total:
             raise HyperParameterError("drophead.schedule needs the number of training steps (ctx.total_steps)")
+        self._rate_tensor = torch.zeros((), device=getattr(ctx, "device", None))
+
+    def training_step(self, ctx, batch: dict, next_batch: dict | None) -> torch.Tensor:
+        if self._rate_tensor is not None:  # outside the compiled model: no guard on the step number
+            self._rate_tensor.fill_(self.rate())
+        return super().training_step(ctx, batch, next_batch)
 
     def rate(self) -> float:
         if self._ctx is not None and self._total:
@@ -85,16 +92,23 @@ class DropHead(AttentionMethod):
     def head_factors(self, batch: int, heads: int, rate: float, device) -> torch.Tensor:
         """(B, H): 0 for a dropped head, H / kept for a kept one."""
         keep = torch.rand(batch, heads, device=device) >= rate
-        keep[~keep.any(dim=1)] = True
+        keep = keep | ~keep.any(dim=1, keepdim=True)  # a sample that lost every head keeps all (no host sync)
         return keep / keep.sum(dim=1, keepdim=True) * heads
 
     def epoch_record(self) -> dict:
         return {"rate": self.rate()}
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
-        rate = self.rate() if module.training else 0.0
+        if not module.training or self.cfg.p <= 0:
+            rate = 0.0
+        elif torch.compiler.is_compiling() and self._rate_tensor is not None:
+            # a compiled model reads the rate as a tensor: a Python number of the step would be guarded on and
+            # recompile the model at every step; heads are drawn even at rate 0 (all kept: factors of exactly 1)
+            rate = self._rate_tensor
+        else:
+            rate = self.rate()
         factors = None
-        if rate > 0:
+        if isinstance(rate, torch.Tensor) or rate > 0:
             factors = self.head_factors(query.shape[0], query.shape[1], rate, query.device)
             factors = factors.to(query.dtype)[:, :, None, None]
         if not has_probe(module):

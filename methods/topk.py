@@ -61,8 +61,9 @@ def topk_mask(s: torch.Tensor, valid: torch.Tensor, k: int | None, k_frac: float
         n = valid.sum(-1, keepdim=True).expand(*s.shape[:-1], 1)
         # the small offset keeps k_frac * n that is an integer in exact arithmetic (0.1 * 30) from rounding up
         k_row = torch.ceil(n.double() * k_frac - 1e-9).long().clamp(min=1).clamp(max=lk)
-        k_max = int(k_row.max())
-        threshold = torch.topk(s.detach(), k_max, dim=-1).values.gather(-1, k_row - 1)
+        # each row's k-th largest score from the sorted row: no host sync for the largest k (a topk of k_max
+        # would need it as a Python number), and a compiled model keeps one graph
+        threshold = torch.sort(s.detach(), dim=-1, descending=True).values.gather(-1, k_row - 1)
     return s < threshold
 
 

@@ -115,7 +115,7 @@ def fault_jobs(tiny_bert_dir, tmp_path) -> tuple[list[RunConfig], Path, Path]:
 def check_fault_outcome(result, dies: Path, raises: Path) -> None:
     (rec_ok,) = [rec for job, rec in result.done if job.method == "test_dies_once"]
     (job_failed, rec_failed), = result.failed
-    assert rec_ok.ok
+    assert rec_ok.ok and rec_ok.executor["attempts"] == 2  # the retry is in the record
     assert len(dies.read_text().splitlines()) == 2  # died once, ran again, finished
     assert job_failed.method == "test_raises" and "this method always fails" in rec_failed.error
     assert len(raises.read_text().splitlines()) == 1  # failed on its own: not retried
@@ -386,3 +386,92 @@ def test_the_stop_handlers_survive_a_library_that_replaces_them():
         assert signal.getsignal(signal.SIGTERM) is ours
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a GPU worker meets: a broken CUDA context, outputs that must come home, retries to report
+# ---------------------------------------------------------------------------------------------------------
+
+def test_pool_worker_with_a_broken_cuda_context_is_replaced(tiny_bert_dir, glue_dir, tmp_path):
+    """After an error that leaves CUDA unusable (faked on CPU) the worker exits; the job runs again on a fresh worker
+    and the next job is not sent to the broken one."""
+    import gpu_faults  # this folder is on sys.path under pytest (as conftest is); spawned workers inherit it
+
+    if "test_cuda_breaks_once" not in METHODS:  # again, if an earlier run of this test removed it
+        METHODS.add("test_cuda_breaks_once", gpu_faults.CudaBreaksOnce)
+    try:
+        marker = tmp_path / "cuda.attempts"
+        jobs = build_grid([tiny_bert_dir], ["rte"], ["test_cuda_breaks_once"], [1, 2], SETTINGS,
+                          [f"test_cuda_breaks_once.marker={marker}"])
+        result = run_grid(jobs, Store(tmp_path / "out"), glue_dir, executor="local", quiet=True,
+                          plan=LocalPlan(1, [{}], "cpu", 1))
+    finally:
+        METHODS.remove("test_cuda_breaks_once")  # keep it out of other tests' `--methods all`
+    assert len(result.done) == 2 and not result.failed
+    pids = marker.read_text().split()
+    assert len(pids) == 3 and pids[0] != pids[1] == pids[2]  # broken worker replaced; the new one ran both
+    attempts = sorted(rec.executor["attempts"] for _, rec in result.done)
+    assert attempts == [1, 2]
+
+
+def test_ray_ships_the_test_split_and_brings_every_output_home(ray_cluster, tiny_bert_dir, glue_dir, tmp_path):
+    """--predict-test and --save-model on workers without the driver's folders (ship=True, as for --address): the
+    test split travels with the data, and the model folder and test predictions come back into the driver's output
+    folder before the record is written, so the record's artifacts name files that exist."""
+    import dataclasses
+
+    from suite.run.outputs import RunOutputs
+
+    data = tmp_path / "glue"
+    shutil.copytree(glue_dir, data)
+    (data / "RTE" / "test.tsv").write_text("index\tsentence1\tsentence2\n"
+                                           + "".join(f"{i}\tthe cat sat\ta dog ran\n" for i in range(5)))
+    out = tmp_path / "out"
+    outputs = RunOutputs(str(out), save_model=True, predict_test=True)
+    job = dataclasses.replace(build_grid([tiny_bert_dir], ["rte"], ["vanilla"], [1], SETTINGS)[0], outputs=outputs)
+    result = run_grid([job], Store(out), data, executor="ray", quiet=True, ship=True)
+    (_, rec), = result.done
+    stem = job.filename[:-len(".json")]
+    assert rec.artifacts["model"] == f"{stem}.model" and "test_sets_absent" not in rec.artifacts
+    assert rec.artifacts["test_predictions"] == {"RTE": f"{stem}.test/RTE.tsv"}
+    runs = out / "runs"
+    assert (runs / f"{stem}.model" / "config.json").is_file()
+    assert len((runs / f"{stem}.test" / "RTE.tsv").read_text().splitlines()) == 6
+    assert rec.executor["outputs_returned"] == [f"runs/{stem}.model", f"runs/{stem}.test"]
+    assert json.loads((runs / job.filename).read_text())["artifacts"] == rec.artifacts
+
+
+def test_outputs_that_cannot_come_back_are_refused_before_running():
+    from suite.grid.executors.returned import check_outputs_can_come_back
+    from suite.run.outputs import RunOutputs
+
+    jobs = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS)
+    import dataclasses
+
+    tracked = [dataclasses.replace(jobs[0], outputs=RunOutputs("out", report_to=("mlflow",)))]
+    with pytest.raises(ExecutorError, match="MLFLOW_TRACKING_URI to a tracking server"):
+        check_outputs_can_come_back(tracked, env={})
+    with pytest.raises(ExecutorError, match="not a server"):
+        check_outputs_can_come_back(tracked, env={"MLFLOW_TRACKING_URI": "sqlite:///x.db"})
+    assert check_outputs_can_come_back(tracked, env={"MLFLOW_TRACKING_URI": "http://h:5000"}) == {
+        "MLFLOW_TRACKING_URI": "http://h:5000"}
+    assert check_outputs_can_come_back(jobs, env={}) == {}
+
+
+def test_returned_outputs_replace_an_earlier_copy(tmp_path):
+    from suite.grid.executors.returned import pack, unpack
+
+    worker, driver = tmp_path / "worker", tmp_path / "driver"
+    (worker / "runs" / "a.model").mkdir(parents=True)
+    (worker / "runs" / "a.model" / "w.bin").write_bytes(b"new")
+    (worker / "tracking" / "tensorboard" / "a").mkdir(parents=True)
+    (worker / "tracking" / "tensorboard" / "a" / "events").write_bytes(b"e")
+    (worker / "tracking" / "mlflow.db").write_bytes(b"one store for all runs: never copied over the driver's")
+    (driver / "runs" / "a.model").mkdir(parents=True)
+    (driver / "runs" / "a.model" / "stale.bin").write_bytes(b"old")
+    blob = pack(worker)
+    assert not worker.exists()
+    assert unpack(blob, driver) == ["runs/a.model", "tracking/tensorboard/a"]
+    assert (driver / "runs" / "a.model" / "w.bin").read_bytes() == b"new"
+    assert not (driver / "runs" / "a.model" / "stale.bin").exists()
+    assert not (driver / "tracking" / "mlflow.db").exists()

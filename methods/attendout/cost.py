@@ -17,8 +17,12 @@ from typing import Any
 class CostMeter:
     def __init__(self) -> None:
         self.pairs: list[tuple[float, float]] = []  # (AttendOut step s, vanilla step s) on the same batch
-        self.step_s: list[float] = []
+        self.step_s: list[float] = []  # timed steps only (the probe steps)
+        self.untimed = 0
         self.peak_memory_mb: float | None = None
+
+    def add_untimed_step(self) -> None:
+        self.untimed += 1
 
     def add_step(self, seconds: float) -> None:
         self.step_s.append(seconds)
@@ -32,7 +36,8 @@ class CostMeter:
             measured = sum(a for a, _ in self.pairs) / sum(v for _, v in self.pairs)
         return {
             "step_s": statistics.fmean(self.step_s) if self.step_s else None,
-            "steps": len(self.step_s),
+            "steps": len(self.step_s) + self.untimed,
+            "timed_steps": len(self.step_s),
             "paired_steps": len(self.pairs),
             "vanilla_step_s": statistics.fmean(v for _, v in self.pairs) if self.pairs else None,
             "measured_step_ratio": measured,
@@ -43,5 +48,6 @@ class CostMeter:
                    "and after AttendOut's step, plus that step's optimizer part; step_ratio = sum of AttendOut's "
                    "step times / sum of the paired vanilla times, floored at 1 (AttendOut does strictly more work). "
                    "Peak memory: CUDA max allocated during training steps, None on CPU; `suite bench` compares "
-                   "memory against vanilla.",
+                   "memory against vanilla. step_s is the mean over the timed (paired) steps: the other steps are "
+                   "not timed, since timing a GPU step needs host syncs that stall it.",
         }

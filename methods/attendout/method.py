@@ -91,6 +91,10 @@ class AttendOut(AttentionMethod):
                       "steps or 2,000 G updates (where a planted reward is learned), so it acts as scores dropout at "
                       "about 0.1 (results/attendout_placebo, results/attendout_longhorizon)")
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
+    # read by the runner under train.compile: it compiles anyway, and says why that does not pay
+    compile_warning = ("attendout does not compile well: its generator's masks, the hidden states it captures with "
+                       "hooks and its per-layer Python state break the graph at every layer (about 60 graphs for a "
+                       "2-layer model), and the look-ahead passes run outside the compiled forward; expect no speed-up")
     cost_target = 3.0
 
     Config = AttendOutConfig
@@ -252,18 +256,20 @@ class AttendOut(AttentionMethod):
         self._steps += 1
         every = self.cfg.cost_every
         probe = every > 0 and (self._steps - 1) % every == 0
-        before = probe and len(self.cost.pairs) % 2 == 0  # alternate the vanilla pass before / after the step
+        if not probe:  # timed only on probe steps: timing a GPU step needs host syncs, which stall the others
+            self.cost.add_untimed_step()
+            return self._step(ctx, batch, next_batch, timed=False)[0]
+        before = len(self.cost.pairs) % 2 == 0  # alternate the vanilla pass before / after the step
         vanilla_s = self._time_vanilla(ctx, batch) if before else None
         _sync(ctx.device)
         start = time.perf_counter()
-        loss, optimizer_s = self._step(ctx, batch, next_batch)
+        loss, optimizer_s = self._step(ctx, batch, next_batch, timed=True)
         _sync(ctx.device)
         elapsed = time.perf_counter() - start
-        if probe and not before:
+        if not before:
             vanilla_s = self._time_vanilla(ctx, batch)
         self.cost.add_step(elapsed)
-        if probe:
-            self.cost.add_pair(elapsed, vanilla_s, optimizer_s)
+        self.cost.add_pair(elapsed, vanilla_s, optimizer_s)
         if ctx.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(ctx.device) / 2**20
             self.cost.peak_memory_mb = max(self.cost.peak_memory_mb or 0.0, peak)
@@ -282,8 +288,8 @@ class AttendOut(AttentionMethod):
         state.restore()
         return elapsed
 
-    def _step(self, ctx, batch: dict, next_batch: dict | None) -> tuple[torch.Tensor, float]:
-        """(loss, seconds of the optimizer part) of one step; a reward and policy update when one is due."""
+    def _step(self, ctx, batch: dict, next_batch: dict | None, timed: bool) -> tuple[torch.Tensor, float | None]:
+        """(loss, seconds of the optimizer part when `timed`) of one step; a reward and policy update when due."""
         due = next_batch is not None and (self._steps - 1) % self.cfg.g_update_every == 0
         if due and ctx.lr == 0:  # warm-up's first step: the weights do not move, so no mask has consequences
             self._epoch["skipped_zero_lr"] += 1
@@ -294,17 +300,19 @@ class AttendOut(AttentionMethod):
         loss = losses.mean()
         if due:
             self._reward_and_update(ctx, batch, next_batch, losses.detach(), state)
-        return loss.detach(), self._apply(ctx, loss)
+        return loss.detach(), self._apply(ctx, loss, timed)
 
-    def _apply(self, ctx, loss: torch.Tensor) -> float:
-        """Backward of `loss`, then the runner's optimizer step; returns the seconds of the optimizer part alone."""
+    def _apply(self, ctx, loss: torch.Tensor, timed: bool) -> float | None:
+        """Backward of `loss`, then the runner's optimizer step; when `timed`, the seconds of the optimizer part."""
         loss.backward()
         with_grad = next(p for p in ctx.model.parameters() if p.grad is not None)
-        _sync(ctx.device)
+        if timed:
+            _sync(ctx.device)
         start = time.perf_counter()
         ctx.apply(with_grad.view(-1)[0] * 0.0)  # clip, step, schedule: the gradients are already in place
-        _sync(ctx.device)
-        return time.perf_counter() - start
+        if timed:
+            _sync(ctx.device)
+        return time.perf_counter() - start if timed else None
 
     def _reward_and_update(self, ctx, batch, next_batch, first_losses: torch.Tensor, state) -> None:
         """Rewards of K masks (the first is the training forward's) and of the Defender; one policy update."""

@@ -15,6 +15,7 @@ from suite.api.errors import BadInput
 from suite.api.tasks import get_task, select_tasks
 from suite.grid.plan import build_grid
 from suite.run.data import resolve_data_dir
+from suite.run.device import resolve_jobs_precision
 from suite.run.settings import PRESETS, canonical_model, preset_train
 
 GRID_KEYS = ("methods", "tasks", "model", "seeds")  # what an also: grid of a study file may give for itself
@@ -39,7 +40,8 @@ class GridPlan:
 def merge_study(args: argparse.Namespace) -> argparse.Namespace:
     """Fill what the command line left unset from the study file (if any), then the defaults."""
     args = argparse.Namespace(**vars(args))
-    args.study_train, args.also = {}, []
+    args.study_train, args.also, args.tune = {}, [], None
+    args.until_decided_section = args.study_report = None  # run --until-decided reads both (suite.grid.until_decided)
     args.cli = {k for k in GRID_KEYS if getattr(args, k) is not None}  # flags win over every grid of the file
     args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
     if args.study:
@@ -57,7 +59,12 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
                 setattr(args, key, value)
         sets, sweeps = study.assignments()
         args.sets, args.sweeps = sets + args.sets, sweeps + args.sweeps  # later assignments win
-        args.study_train, args.also = study.train_values(), study.also
+        args.study_train, args.also, args.tune = study.train_values(), study.also, study.tune
+        args.until_decided_section, args.study_report = study.until_decided, study.report
+        if study.tune is not None:  # the tuning split is carved in every run of the study (suite.grid.tuning)
+            from suite.grid.tuning import protocol_train
+
+            args.study_train = protocol_train(study.tune, args.study_train)
     for key, value in RUN_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -110,6 +117,8 @@ def plan_grid(args) -> GridPlan:
         models, tasks, methods, seeds = (list(dict.fromkeys(a + b)) for a, b in
                                          ((models, part.models), (tasks, part.tasks), (methods, part.methods),
                                           (seeds, part.seeds)))
+    # precision auto becomes what the runs will train in here, before hashing (CPU fp32, CUDA bf16: two records)
+    jobs = resolve_jobs_precision(jobs, args.device, args.executor, args.address)
     jobs = list({j.hash: j for j in jobs}.values())
     # a task with its own data folder reads local files whatever the grid's source; outputs travel with each job
     jobs = [dataclasses.replace(j, data_source="local" if get_task(j.task).data_dir else j.data_source,

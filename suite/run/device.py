@@ -33,11 +33,95 @@ def pick_device(requested: str = "auto") -> torch.device:
     return device
 
 
+def bf16_native(device: torch.device) -> bool:
+    """Whether this CUDA device computes bf16 in hardware (compute capability 8.0 and up: A100, A10, L4, H100...);
+    V100 and T4 only emulate it, slower than fp32."""
+    if device.type != "cuda":
+        return False
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # older torch without the argument
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def resolve_precision(precision: str, device_type: str, bf16_ok: bool = True) -> tuple[str, str | None]:
+    """(the precision a run with `precision` trains in on a `device_type` device, a message when `auto` had to step
+    down). `auto`: bf16 autocast on a CUDA GPU with native bf16, fp32 on one without (fp16 needs loss scaling and
+    not every method supports it, so it is left to be asked for), fp32 on CPU. Resolved before a job is hashed, so
+    that a CPU fp32 record and a CUDA bf16 record of one configuration never share a file name."""
+    if precision != "auto":
+        return precision, None
+    if device_type != "cuda":
+        return "fp32", None
+    if bf16_ok:
+        return "bf16", None
+    return "fp32", ("train.precision=auto: this GPU has no native bf16 (compute capability < 8.0), so runs train in "
+                    "fp32; --precision fp16 (loss scaling) is faster on it where the method supports it")
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype a run trains and evaluates in (None: plain fp32)."""
-    if precision == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
-    return AUTOCAST_DTYPES[precision]
+    """The autocast dtype a run trains and evaluates in (None: plain fp32); `auto` as `resolve_precision`."""
+    return AUTOCAST_DTYPES[resolve_precision(precision, device.type, bf16_native(device))[0]]
+
+
+def enable_tf32(device: torch.device) -> bool:
+    """fp32 matmuls and convolutions on CUDA use TF32 tensor cores (Ampere and later; 10-bit mantissa inputs, fp32
+    accumulation): the speed GPUs are bought for, at the precision of mixed-precision training. Returns whether it
+    is on, for the record; CPUs are left untouched."""
+    if device.type != "cuda":
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
+CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
+
+
+def make_deterministic(device: torch.device, on: bool) -> dict[str, Any] | None:
+    """train.deterministic: CUDA kernels that give the same bits on every run (deterministic algorithms, cuBLAS's
+    fixed workspace, cuDNN without autotuning), or an error naming an operation that has none. What it costs on a
+    GPU has not been measured by this project (no GPU was available): PyTorch's notes name slower scatter/index
+    backward passes (the embedding gradient) and cuDNN without benchmark mode. CPU runs are repeatable without it."""
+    if device.type != "cuda":
+        return None
+    import os
+
+    # set either way: a worker process runs many jobs, and the previous one may have asked for it
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.deterministic = on
+    if not on:
+        return None
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE)  # read when cuBLAS starts
+    torch.backends.cudnn.benchmark = False
+    return {"deterministic_algorithms": True, "cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"],
+            "cudnn_deterministic": True}
+
+
+def limit_gpu_memory(device: torch.device, fraction: float | None) -> float | None:
+    """Cap this process's share of the GPU's memory when runs share a GPU (`--gpus-per-run 0.5`, more workers than
+    GPUs), so one run's growth fails that run with an out-of-memory error instead of its neighbours. Returns the
+    cap set (None: none)."""
+    if device.type != "cuda" or fraction is None or not 0 < fraction < 1:
+        return None
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
+
+
+# Errors after which the CUDA context of the process is unusable: every later kernel fails too, so the process must
+# be replaced (an out-of-memory error is not one of them: the next run may fit).
+STICKY_CUDA_ERRORS = ("device-side assert", "illegal memory access", "unspecified launch failure",
+                      "misaligned address", "illegal instruction", "cudaErrorLaunchFailure", "CUDA error: an illegal",
+                      "uncorrectable ECC error", "CUDA error: unknown error")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def is_sticky_cuda_error(error: str | None) -> bool:
+    """A recorded error that leaves the process's CUDA context broken (see STICKY_CUDA_ERRORS)."""
+    return bool(error) and any(marker in error for marker in STICKY_CUDA_ERRORS)
 
 
 def precision_label(amp_dtype: torch.dtype | None, loss_scaling: bool = False) -> str:
@@ -99,3 +183,30 @@ def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def gpus_bf16_native(device: torch.device) -> bool:
+    """Native bf16 on the GPU a run will use (every visible one when no index is given: a pool spreads runs)."""
+    indices = [device.index] if device.index is not None else range(torch.cuda.device_count())
+    return all(torch.cuda.get_device_capability(i) >= (8, 0) for i in indices)
+
+
+def resolve_jobs_precision(jobs: list, device: str, executor: str = "local", address: str | None = None) -> list:
+    """The grid's jobs with `train.precision=auto` replaced by what they will train in on `device` (see
+    `resolve_precision`), so that the precision is part of each job's hash. A remote Ray cluster's GPUs cannot be
+    seen from the driver: there `auto` must be replaced by an explicit precision (or --device cpu)."""
+    import dataclasses
+    import sys
+
+    if not any(j.train.precision == "auto" for j in jobs):
+        return jobs
+    if executor == "ray" and address and device.split(":")[0] != "cpu":
+        raise BadInput("train.precision=auto with --executor ray --address: the driver cannot see which GPUs the "
+                       "cluster's workers have, and a job's precision is part of its record's name. Give "
+                       "--precision bf16 (GPUs of compute capability 8.0 and up), fp16 or fp32, or --device cpu")
+    dev = pick_device(device)
+    precision, message = resolve_precision("auto", dev.type, dev.type == "cuda" and gpus_bf16_native(dev))
+    if message:
+        print(f"note: {message}", file=sys.stderr)
+    return [dataclasses.replace(j, train=dataclasses.replace(j.train, precision=precision))
+            if j.train.precision == "auto" else j for j in jobs]

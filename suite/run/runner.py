@@ -9,6 +9,7 @@ import gc
 import math
 import time
 import traceback
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -22,7 +23,17 @@ from suite.run.analyses import run_analyses, selected
 from suite.run.baselines import baseline_scores
 from suite.run.cache import cached, tokenized_key
 from suite.run.data import Encoded, encode, load_splits, seeded_subset, task_data_dir
-from suite.run.device import autocast_dtype, environment, peak_memory_mb, pick_device, precision_label
+from suite.run.device import (
+    autocast_dtype,
+    enable_tf32,
+    environment,
+    is_out_of_memory,
+    limit_gpu_memory,
+    make_deterministic,
+    peak_memory_mb,
+    pick_device,
+    precision_label,
+)
 from suite.run.draws import dev_rows, draw_seed, draw_train
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
@@ -143,6 +154,8 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
     model, method, extra = load_model(job, spec)
     model.to(device)
     if t.compile:
+        if getattr(method, "compile_warning", None):  # a method that breaks the graph: compiled anyway, said so
+            warnings.warn(f"{job.label}: {method.compile_warning}", stacklevel=2)
         model.compile()  # in place: parameter names, hooks and the method's modules stay as they are
     amp_dtype = autocast_dtype(t.precision, device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -168,14 +181,40 @@ def provenance(job: RunConfig) -> dict[str, Any]:
     return {"method": METHODS.origin(job.method), "task": TASKS.origin(job.task)}
 
 
+OOM_RETRY_NOTE = ("out of memory twice, the second time after this process's cached memory was freed; it is run "
+                  "again when the same command is given again (failed runs are rerun), and fewer runs per GPU "
+                  "(--gpus-per-run, --workers) or a smaller --batch-size leave it more memory")
+
+
 def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = False,
-            on_epoch: Callable[[dict], None] | None = None, cache: TokenizedCache | None = None) -> RunRecord:
-    """Run one job and return its record: `status` is `ok`, or `failed` with the error.
+            on_epoch: Callable[[dict], None] | None = None, cache: TokenizedCache | None = None,
+            memory_fraction: float | None = None) -> RunRecord:
+    """Run one job and return its record: `status` is `ok`, or `failed` with the error. `memory_fraction`: this
+    process's cap on its GPU's memory when runs share a GPU. A run that runs out of memory is run once more after the
+    memory is freed (a neighbour on a shared GPU may have held it), then recorded as failed with the reason.
 
     Ctrl-C and SIGTERM (`suite.api.errors.Terminated`) are BaseExceptions: they propagate and nothing is recorded.
     """
     dev = pick_device(device)
+    gpu = {"tf32_matmul": enable_tf32(dev), "memory_fraction": limit_gpu_memory(dev, memory_fraction),
+           "deterministic": make_deterministic(dev, job.train.deterministic)}
+    rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu)
+    if rec.error and rec.error.startswith(OOM_ERROR):
+        release_memory(dev)
+        rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu)
+        rec.executor["oom_retries"] = 1
+        if rec.error and rec.error.startswith(OOM_ERROR):
+            rec.error += f" ({OOM_RETRY_NOTE})"
+    return rec
+
+
+OOM_ERROR = "OutOfMemoryError: "
+
+
+def _attempt(job: RunConfig, data_dir, dev: torch.device, quiet: bool, on_epoch, cache, gpu: dict) -> RunRecord:
     rec = RunRecord.started_now(job, environment(dev))
+    if dev.type == "cuda":
+        rec.environment.update({k: v for k, v in gpu.items() if v is not None})
     rec.provenance = provenance(job)
     start = time.perf_counter()
     hooks = RunHooks(job)  # tracking, saved model, test predictions: only when the job's outputs ask for them
@@ -185,7 +224,8 @@ def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = F
     except NonFiniteLoss as exc:
         rec.status, rec.error = "failed", f"NonFiniteLoss: {exc}"
     except Exception as exc:  # noqa: BLE001  a failing run is recorded; the grid goes on
-        rec.status, rec.error = "failed", f"{type(exc).__name__}: {exc}"
+        name = "OutOfMemoryError" if is_out_of_memory(exc) else type(exc).__name__
+        rec.status, rec.error = "failed", f"{name}: {exc}"
         rec.traceback = traceback.format_exc()[-4000:]
     rec.wall_s = time.perf_counter() - start
     rec.finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -91,8 +91,9 @@ class TrainSettings:
                                           "stratified for classification; scored each epoch as `tune` (none: no "
                                           "tuning split)", added=True)
     holdout_seed: int = setting(0, "seed of the tuning split's draw (train.holdout)", minimum=0, added=True)
-    precision: str = setting("auto", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32, bf16 or fp16 (with loss "
-                                     "scaling)", choices=PRECISIONS)
+    precision: str = setting("auto", "auto (bf16 autocast on a CUDA GPU with native bf16, else fp32; resolved "
+                                     "before the run is named), fp32, bf16 or fp16 (with loss scaling)",
+                             choices=PRECISIONS)
     stats_batches: int = setting(4, "dev batches used for attention statistics (0: none)", minimum=0)
     compile: bool = setting(False, "torch.compile the model (faster on GPUs; numbers may differ in the last digits)",
                             added=True)
@@ -109,6 +110,9 @@ class TrainSettings:
                                     + ", ".join(ANALYSES) + "; or none (they can take as long as a short run)",
                             added=True)
     analysis_examples: int = setting(64, "fixed dev examples the analyses read", minimum=1, added=True)
+    deterministic: bool = setting(False, "CUDA: deterministic kernels (torch.use_deterministic_algorithms, "
+                                         "CUBLAS_WORKSPACE_CONFIG, cuDNN deterministic), slower; GPU runs are not "
+                                         "bit-repeatable without it (CPU runs are)", added=True)
     batching: str = setting("length", "; ".join(f"{name}: {b.help}" for name, b in BATCHINGS.items()),
                             choices=tuple(BATCHINGS), added=True)
 

@@ -3,6 +3,7 @@ GPUs (or `workers=N`), a pool of spawned worker processes (see `pool`), one per 
 `CUDA_VISIBLE_DEVICES`."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -24,6 +25,7 @@ class LocalPlan:
     envs: list[dict[str, str]]
     device: str
     threads: int | None
+    memory_fraction: float | None = None  # each worker's share of its GPU's memory when workers share a GPU
 
 
 def visible_gpus(count: int, env: dict[str, str] | None = None) -> list[str]:
@@ -53,7 +55,8 @@ def local_plan(device: str = "auto", workers: int | None = None, gpu_count: int 
             return LocalPlan(0, [], device, None)
         # One GPU per worker, set before the worker starts, so torch in the worker only ever sees that GPU.
         envs = [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(n)]
-        return LocalPlan(n, envs, "cuda", max(1, cpu_count // n))
+        per_gpu = math.ceil(n / len(gpus))  # round-robin: the most workers any GPU gets
+        return LocalPlan(n, envs, "cuda", max(1, cpu_count // n), 1 / per_gpu if per_gpu > 1 else None)
     if device == "cuda":
         raise ExecutorError("--device cuda was asked for but no CUDA device is visible")
     n = workers or 1
@@ -85,7 +88,8 @@ def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], No
     if plan.workers == 0:
         _run_in_process(jobs, record, data_dir, device, quiet, status)
     else:
-        WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries).run()
+        WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries,
+                   plan.memory_fraction).run()
 
 
 def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
@@ -96,5 +100,5 @@ def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecor
     for job in jobs:
         status.started(job)
         rec = run_one(job, data_dir, device=device, quiet=quiet)
-        rec.executor = info
+        rec.executor = {**info, **rec.executor}
         record(job, rec)

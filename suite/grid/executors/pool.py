@@ -75,8 +75,10 @@ def _exit_with_driver() -> None:
 
 
 def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: int | None,
-                 modules: list[str]) -> None:
-    """A spawned local worker: run the jobs the driver sends until it sends None; send each record back."""
+                 modules: list[str], memory_fraction: float | None = None) -> None:
+    """A spawned local worker: run the jobs the driver sends until it sends None; send each record back. After an
+    error that breaks this process's CUDA context (`is_sticky_cuda_error`) it says so and exits: the driver starts a
+    fresh worker, since every later job here would fail too."""
     _exit_with_driver()
     try:
         import torch
@@ -84,17 +86,20 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
         if threads:
             torch.set_num_threads(threads)
         import_method_modules(modules)
+        from suite.run.device import is_sticky_cuda_error
         from suite.run.runner import run_one
 
-        info = executor_info("local", worker=worker_id)
         while True:
             item = inbox.get()
             if item is None:
                 return
-            index, job = item
-            rec = run_one(job, data_dir, device=device, quiet=True)
-            rec.executor = info
-            outbox.put((worker_id, index, rec))
+            index, attempt, job = item
+            rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction)
+            rec.executor = {**executor_info("local", worker=worker_id, attempts=attempt), **rec.executor}
+            broken = is_sticky_cuda_error(rec.error)
+            outbox.put((worker_id, index, rec, broken))
+            if broken:
+                return  # the queue's feeder thread still delivers the record before the process ends
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the driver reports it
         return
 
@@ -105,14 +110,14 @@ class WorkerPool:
 
     def __init__(self, jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir,
                  worker_envs: list[dict[str, str]], device: str, threads: int | None, status: GridStatus,
-                 max_retries: int):
+                 max_retries: int, memory_fraction: float | None = None):
         # spawn: fresh interpreters, so no CUDA state is inherited and CUDA_VISIBLE_DEVICES is honoured
         self.mp_context = mp.get_context("spawn")
         self.outbox = self.mp_context.Queue()
         self.modules = method_modules(jobs)
         self.jobs, self.record, self.data_dir = jobs, record, data_dir
         self.worker_envs, self.device, self.threads = worker_envs, device, threads
-        self.status, self.max_retries = status, max_retries
+        self.status, self.max_retries, self.memory_fraction = status, max_retries, memory_fraction
         self.todo = deque(enumerate(jobs))
         self.attempts = [0] * len(jobs)
         self.procs: dict[int, Any] = {}
@@ -145,7 +150,7 @@ class WorkerPool:
             proc = self.mp_context.Process(
                 target=_pool_worker, name=f"suite-worker-{worker_id}", daemon=True,
                 args=(worker_id, self.inboxes[worker_id], self.outbox, self.data_dir, self.device, self.threads,
-                      self.modules))
+                      self.modules, self.memory_fraction))
             proc.start()
         self.procs[worker_id] = proc
 
@@ -158,16 +163,34 @@ class WorkerPool:
         self.attempts[index] += 1
         self.running[worker_id] = index
         self.started_at[worker_id] = time.monotonic()
-        self.inboxes[worker_id].put((index, job))
+        self.inboxes[worker_id].put((index, self.attempts[index], job))
         self.status.started(job)
 
     def _handle(self, message) -> None:
-        worker_id, index, rec = message
+        worker_id, index, rec, broken = message
         if self.running.get(worker_id) != index:
             return  # a record that arrived after its job was given up on
         del self.running[worker_id]
+        if broken:  # the worker exits: its CUDA context is unusable
+            self._replace_broken_worker(worker_id, index, rec)
+            return
         self._assign(worker_id)  # the worker starts its next job while the driver writes this record
         self.record(self.jobs[index], rec)
+
+    def _replace_broken_worker(self, worker_id: int, index: int, rec: RunRecord) -> None:
+        """The job whose CUDA error broke its worker runs again on a fresh worker while retries are left (the error
+        may be the broken context's, not the job's); then its record, with the error, is kept."""
+        job = self.jobs[index]
+        if self.attempts[index] <= self.max_retries:
+            self.todo.appendleft((index, job))
+            self.status.retried(job, f"worker {worker_id} hit a CUDA error that breaks its process "
+                                     f"({(rec.error or '')[:200]}); running the job again on a fresh worker")
+        else:
+            self.record(job, rec)
+        self.procs[worker_id].join(timeout=30)
+        if self.todo:
+            self._spawn(worker_id)
+            self._assign(worker_id)
 
     def _worker_died(self, worker_id: int) -> None:
         """Run the dead worker's job again on a fresh worker, or record it as failed once its retries are spent."""

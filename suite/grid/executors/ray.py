@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from suite.api.errors import ExecutorError
+from suite.grid.executors.returned import check_outputs_can_come_back, in_private_folder, pack, unpack
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, import_method_modules, method_modules
 from suite.run.record import RunRecord
@@ -51,6 +52,10 @@ def ship_data(jobs: list[RunConfig], data_dir) -> dict[str, bytes] | None:
         for split in [spec.train_split, *spec.eval_splits.values()]:
             rel = f"{spec.local_dir}/{spec.local[split].file}"
             files[rel] = (root / rel).read_bytes()
+        if not spec.data_dir and any(j.outputs and j.outputs.predict_test for j in jobs if j.task == task):
+            for test_set in spec.test_sets:  # --predict-test: the test files the driver's preflight found
+                if (root / test_set.file).is_file():
+                    files[test_set.file] = (root / test_set.file).read_bytes()
     return files
 
 
@@ -74,9 +79,22 @@ def materialise_data(files: dict[str, bytes]) -> Path:
     return target
 
 
+def task_attempt() -> int | None:
+    """Which attempt at its task this Ray worker runs (1: the first; Ray retries a task whose worker died), or None
+    where this Ray version does not say (the call is Ray's internal one: no public API gives it)."""
+    try:
+        import ray
+
+        return int(ray._private.worker.global_worker.core_worker.get_current_task_attempt_number()) + 1
+    except Exception:  # noqa: BLE001  only a fact for the record
+        return None
+
+
 def _ray_job(job: RunConfig, data_dir, device: str, threads: int, modules: list[str],
-             files: dict[str, bytes] | None) -> RunRecord:
-    """Body of one Ray task: run the job on this worker and return its record (the driver writes it)."""
+             files: dict[str, bytes] | None, bring_back: bool = False,
+             memory_fraction: float | None = None) -> tuple[RunRecord, bytes | None]:
+    """Body of one Ray task: run the job on this worker; return its record (the driver writes it) and, with
+    `bring_back`, the files the run wrote (a tar: see `returned`), written here into a private folder."""
     import torch
 
     torch.set_num_threads(threads)
@@ -85,9 +103,12 @@ def _ray_job(job: RunConfig, data_dir, device: str, threads: int, modules: list[
 
     if files is not None:
         data_dir = materialise_data(files)
-    rec = run_one(job, data_dir, device=device, quiet=True)
-    rec.executor = executor_info("ray", host=platform.node())
-    return rec
+    folder = None
+    if bring_back:
+        job, folder = in_private_folder(job)
+    rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction)
+    rec.executor = {**executor_info("ray", host=platform.node(), attempts=task_attempt()), **rec.executor}
+    return rec, (pack(folder) if folder is not None else None)
 
 
 @dataclass
@@ -116,6 +137,11 @@ class TaskResources:
     def device(self) -> str:
         return "cuda" if self.num_gpus else "cpu"  # Ray sets CUDA_VISIBLE_DEVICES to the task's GPU(s)
 
+    @property
+    def memory_fraction(self) -> float | None:
+        """A run's share of its GPU's memory when runs share a GPU (--gpus-per-run below 1), else None."""
+        return self.num_gpus if 0 < self.num_gpus < 1 else None
+
     def slots(self, cluster: dict[str, float], pending: int) -> int:
         """How many such tasks the cluster's resources hold at once (`pending` when nothing limits them)."""
         slots = cluster.get("CPU", 0) / self.num_cpus if self.num_cpus else math.inf
@@ -128,12 +154,15 @@ def declared_task(ray, resources: "TaskResources"):
     return ray.remote(max_calls=1)(_ray_job) if resources.num_gpus else ray.remote(_ray_job)
 
 
-def remote_task(ray, resources: "TaskResources", max_retries: int):
+def remote_task(ray, resources: "TaskResources", max_retries: int, env: dict[str, str] | None = None):
     """The Ray task of one run. A GPU run gets a fresh worker process (max_calls=1): Ray applies that default only to
     functions declared with num_gpus, not to GPU options given later, and refuses max_calls in `.options`; a reused
-    process would keep the previous run's CUDA context and cached memory and ignore a changed CUDA_VISIBLE_DEVICES."""
+    process would keep the previous run's CUDA context and cached memory and ignore a changed CUDA_VISIBLE_DEVICES.
+    `env`: environment variables the workers need from the driver (an MLflow server's address)."""
+    extra = {"runtime_env": {"env_vars": env}} if env else {}
     return declared_task(ray, resources).options(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
-                                                 max_retries=max_retries, retry_exceptions=False, name="suite-run")
+                                                 max_retries=max_retries, retry_exceptions=False, name="suite-run",
+                                                 **extra)
 
 
 @contextlib.contextmanager
@@ -157,12 +186,16 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
     Without `address` a private local cluster is started (and shut down at the end); with it (`auto`, `host:port`,
     `ray://host:10001`) the existing cluster is used. When Ray is already initialised in this process, that
     connection is used and left open. `ship` (default: when connecting to an existing cluster) sends the grid's data
-    files through the object store, so workers need no shared filesystem; model folders must exist on every worker
-    (or use hub ids / the packaged `minilm`).
+    files (and test files for --predict-test) through the object store and brings every file a run writes back with
+    its record (`returned`), so workers need no shared filesystem; model folders must exist on every worker (or use
+    hub ids / the packaged `minilm`).
     """
     ray = import_ray()
     status = status or GridStatus(len(jobs), quiet=True)
     modules = method_modules(jobs)
+    if ship is None:
+        ship = address is not None
+    env = check_outputs_can_come_back(jobs) if ship else {}
     started_here = False
     if not ray.is_initialized():
         where = {"address": address} if address else {"address": "local", "include_dashboard": False}
@@ -172,13 +205,12 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
     refs: dict[Any, RunConfig] = {}
     try:
         resources = TaskResources.choose(ray.cluster_resources().get("GPU", 0), device, gpus_per_run, cpus_per_run)
-        if ship is None:
-            ship = address is not None
         files = ship_data(jobs, data_dir) if ship else None
         files_ref = ray.put(files) if files is not None else None
-        task = remote_task(ray, resources, max_retries)
+        task = remote_task(ray, resources, max_retries, env)
         for job in jobs:
-            refs[task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref)] = job
+            refs[task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref,
+                             bool(ship and job.outputs and job.outputs.active), resources.memory_fraction)] = job
         _collect(ray, refs, record, status, resources)
     finally:
         for ref in refs:  # interrupted: stop what still runs
@@ -198,9 +230,13 @@ def _collect(ray, refs: dict[Any, RunConfig], record: Callable[[RunConfig, RunRe
         for ref in ready:
             job = refs.pop(ref)
             try:
-                rec = ray.get(ref)
+                rec, returned = ray.get(ref)
             except ray.exceptions.RayError as exc:  # the worker died max_retries + 1 times, or could not start
-                rec = RunRecord.failed(job, f"{type(exc).__name__}: {str(exc)[:2000]}")
+                rec, returned = RunRecord.failed(job, f"{type(exc).__name__}: {str(exc)[:2000]}"), None
+            if returned is not None:  # before the record, so that its artifacts exist when it does
+                rec.executor["outputs_returned"] = unpack(returned, job.outputs.root)
+            if (rec.executor.get("attempts") or 1) > 1:
+                status.add_retries(rec.executor["attempts"] - 1)
             record(job, rec)
         if time.monotonic() - checked > RECHECK_CAPACITY_S:
             slots, checked = resources.slots(ray.cluster_resources(), len(refs)), time.monotonic()

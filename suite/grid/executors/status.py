@@ -19,6 +19,17 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
 
 
+def retry_note(rec: RunRecord) -> str:
+    """' (attempt 2; ...)' when the run was tried more than once (a dead worker, an out-of-memory error), else ''."""
+    facts = rec.executor or {}
+    notes = []
+    if (facts.get("attempts") or 1) > 1:
+        notes.append(f"attempt {facts['attempts']}")
+    if facts.get("oom_retries"):
+        notes.append("run again after an out-of-memory error")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 class GridStatus:
     """Counts of the runs of this invocation; a tqdm line on a terminal (unless quiet), one log line per finished run
     otherwise (a log file, --quiet).
@@ -73,6 +84,11 @@ class GridStatus:
         self._say(f"  RETRY {job.label}: {why}")
         self._refresh()
 
+    def add_retries(self, n: int) -> None:
+        """Retries an executor learns of only when the run comes back (Ray retries a task by itself)."""
+        self.retries += n
+        self._refresh()
+
     def finished_run(self, job: RunConfig, rec: RunRecord) -> None:
         self.running = max(0, self.running - 1)
         if rec.ok:
@@ -81,6 +97,7 @@ class GridStatus:
         else:
             self.failed += 1
             text = f"  FAILED {job.label}: {(rec.error or '')[:300]}"
+        text += retry_note(rec)
         if self._bar is not None:
             self._bar.update(1)
             self._say(text)
