@@ -1,0 +1,244 @@
+"""The tuning stage of a study (`tune:`, docs/protocol.md): every method gets the same budget of configurations,
+each trained on the tuning seeds and scored on the tuning split carved from the train set, never on dev. Each
+(model, task, method) keeps the configuration with the best mean tuning-split score; the final grid runs it on the
+study's own seeds (disjoint from the tuning seeds) and is scored on dev.
+
+Tuning records live in OUT/tuning/runs/, where no leaderboard looks; the selection, with every configuration's
+scores, in OUT/tuning/selection.json. A rerun skips the tuning runs that have records and selects again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from suite.api.attention import METHODS
+from suite.api.errors import BadInput, SuiteError
+from suite.api.tasks import get_task
+from suite.grid.plan import parse_assignment
+from suite.grid.store import Store, atomic_write
+from suite.run.settings import RunConfig, check_seeds
+
+TUNING_FOLDER = "tuning"          # OUT/tuning/runs/: tuning records, apart from the final grid's OUT/runs/
+SELECTION_FILE = "selection.json"
+DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)
+# settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
+FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "data_seed", "subset_draw", "max_eval_samples")
+
+Cell = tuple[str, str, str]  # (model, task, method): what one selection is made for
+
+
+class TuningIncomplete(SuiteError):
+    """Some (model, task, method) has no selected configuration (tuning runs missing or all failed): its final runs
+    cannot start."""
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) or value is None else str(value)
+
+
+def _assignment(key: str, values: list) -> str:
+    return f"{key}={','.join(_text(v) for v in values)}"
+
+
+def check_space(tune) -> None:
+    """The search space names registered methods, and each key is a training setting or the owning method's own
+    hyper-parameter (the default space: training settings only) with values of the right type."""
+    check_seeds(list(tune.seeds))
+    for owner, entries in tune.space.items():
+        method = None if owner == DEFAULT_SPACE else METHODS.canonical(owner)
+        if not entries:
+            raise BadInput(f"tune.space.{owner}: no keys; give KEY: [values], e.g. train.lr: [5.0e-5, 1.0e-4]")
+        for key, values in entries.items():
+            where = f"tune.space.{owner}.{key}"
+            if not values:
+                raise BadInput(f"{where}: no values to try")
+            try:
+                target, name, _ = parse_assignment(_assignment(key, values), sweep=True)
+            except BadInput as exc:
+                raise BadInput(f"{where}: {exc}") from None
+            if target == "train" and name in FIXED_BY_PROTOCOL:
+                raise BadInput(f"{where}: the protocol fixes which rows are tuned on and scored; "
+                               f"{', '.join('train.' + k for k in FIXED_BY_PROTOCOL)} cannot be searched")
+            if target != "train" and target != method:
+                own = f"train.KEY and {method}.KEY" if method else "training settings (train.KEY) only; a method's " \
+                                                                    "own hyper-parameters go under its name"
+                raise BadInput(f"{where}: the {owner} space holds {own}")
+
+
+def protocol_train(tune, train: dict[str, Any]) -> dict[str, Any]:
+    """A study's train: section with the tuning split declared by its tune: block (the final runs carve it too, so
+    that both stages train on the same rows and early stopping has a split to read)."""
+    given = train.get("holdout")
+    if given is not None and given != tune.holdout:
+        raise BadInput(f"train.holdout={given:g} and tune.holdout={tune.holdout:g} disagree: declare the tuning "
+                       "split once, in tune:")
+    protocol = {"holdout": tune.holdout}
+    if tune.holdout_seed is not None:
+        protocol["holdout_seed"] = tune.holdout_seed
+    return {**train, **protocol}
+
+
+def method_space(tune, method: str) -> dict[str, list]:
+    """The default space with the method's own entries added (an own entry for the same key replaces it)."""
+    space = dict(tune.space.get(DEFAULT_SPACE, {}))
+    for owner, entries in tune.space.items():
+        if owner != DEFAULT_SPACE and METHODS.canonical(owner) == method:
+            space.update(entries)
+    return space
+
+
+def configurations(tune, method: str) -> list[dict[str, Any]]:
+    """Exactly `tune.budget` configurations of the method's space: all of its points when it has that many, a seeded
+    draw of them when it has more; fewer is refused (the budget must be the same for every method)."""
+    space = method_space(tune, method)
+    if "train.lr" not in space:
+        raise BadInput(f"tune.space: {method} has no train.lr to search; give it in tune.space.default (every "
+                       "method) or tune.space.{method}")
+    keys = list(space)
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(list(dict.fromkeys(space[k])) for k in keys))]
+    if len(points) < tune.budget:
+        raise BadInput(f"tune.budget={tune.budget}: {method}'s space has only {len(points)} configuration(s) "
+                       f"({' x '.join(f'{len(set(space[k]))} {k}' for k in keys)}); every method gets the same "
+                       "budget, so lower the budget or give its space more values")
+    if len(points) > tune.budget:  # one draw per method, repeatable: the study's draw_seed and the method's name
+        rng = np.random.default_rng([tune.draw_seed, zlib.crc32(method.encode())])
+        points = [points[i] for i in sorted(rng.choice(len(points), size=tune.budget, replace=False))]
+    return points
+
+
+def apply_settings(job: RunConfig, settings: dict[str, Any]) -> RunConfig:
+    """The job with a configuration's training settings and method hyper-parameters, checked as the grid checks."""
+    train, hparams = {}, dict(job.hparams)
+    for key, value in settings.items():
+        target, name, (converted,) = parse_assignment(f"{key}={_text(value)}", sweep=False)
+        if target == "train":
+            train[name] = converted
+        elif target == job.method:
+            hparams[name] = converted
+    cls = METHODS.get(job.method)
+    cls(cls.Config(**hparams))  # validates
+    t = dataclasses.replace(job.train, **train)
+    t.validate()
+    return dataclasses.replace(job, hparams=hparams, train=t)
+
+
+@dataclasses.dataclass
+class Candidate:
+    settings: dict[str, Any]          # assignment key (train.lr, scores_dropout.p) -> value
+    jobs: dict[int, RunConfig]        # tuning seed -> its run
+
+
+@dataclasses.dataclass
+class TuningPlan:
+    tune: Any
+    store: Store
+    cells: dict[Cell, list[Candidate]]
+
+    @property
+    def jobs(self) -> list[RunConfig]:
+        found = {j.hash: j for cands in self.cells.values() for c in cands for j in c.jobs.values()}
+        return list(found.values())
+
+    @property
+    def selection_path(self) -> Path:
+        return self.store.root / SELECTION_FILE
+
+
+def plan_tuning(tune, final_jobs: list[RunConfig], final_seeds: list[int], out: str | Path) -> TuningPlan:
+    """The tuning runs of every (model, task, method) of the final grid: `budget` configurations x the tuning seeds,
+    each based on the cell's first final job (its grid's training settings, the tuning split included)."""
+    overlap = sorted(set(tune.seeds) & set(final_seeds))
+    if overlap:
+        raise BadInput(f"tune.seeds and the final grid's seeds share {', '.join(map(str, overlap))}: a configuration "
+                       "selected on a seed would be scored on it again. Give the final grid (seeds:, --seeds) seeds "
+                       "that tune.seeds does not list")
+    bases: dict[Cell, RunConfig] = {}
+    for job in final_jobs:
+        bases.setdefault((job.model, job.task, job.method), job)
+    points, errors = {}, []
+    for method in dict.fromkeys(cell[2] for cell in bases):
+        try:
+            points[method] = configurations(tune, method)
+        except BadInput as exc:
+            errors.append(str(exc))
+    if errors:
+        raise BadInput("\n".join(errors))
+    cells = {}
+    for cell, base in bases.items():
+        base = dataclasses.replace(base, outputs=None)  # tuning runs leave no model or test predictions
+        cells[cell] = [Candidate(settings, {seed: apply_settings(dataclasses.replace(base, seed=seed), settings)
+                                            for seed in tune.seeds})
+                       for settings in points[cell[2]]]
+    return TuningPlan(tune, Store(Path(out) / TUNING_FOLDER), cells)
+
+
+def _tune_score(store: Store, job: RunConfig) -> float | None:
+    """A tuning run's tuning-split score; nan when it failed; None when it has no record yet."""
+    rec = store.read(job.filename)
+    if rec is None:
+        return None
+    score = (rec.get("tune") or {}).get("score")
+    ok = rec.get("status") == "ok" and isinstance(score, (int, float)) and math.isfinite(score)
+    return float(score) if ok else math.nan
+
+
+def select(plan: TuningPlan) -> dict[str, Any]:
+    """Every configuration's tuning-split scores and each cell's choice by the mean over tuning seeds (dev is never
+    read). A configuration with a failed run cannot be chosen; a cell with runs still missing has no choice yet."""
+    cells = []
+    for (model, task, method), candidates in plan.cells.items():
+        sign = 1.0 if get_task(task).higher_is_better else -1.0
+        rows, missing = [], 0
+        for c in candidates:
+            scores = {seed: _tune_score(plan.store, job) for seed, job in c.jobs.items()}
+            missing += sum(v is None for v in scores.values())
+            complete = all(v is not None and not math.isnan(v) for v in scores.values())
+            rows.append({"settings": c.settings, "scores": {str(s): v for s, v in scores.items()},
+                         "mean": float(np.mean(list(scores.values()))) if complete else None})
+        eligible = [r for r in rows if r["mean"] is not None]
+        if missing:
+            selected, reason = None, f"{missing} tuning run(s) have no record yet"
+        elif not eligible:
+            selected, reason = None, "every configuration has a failed tuning run"
+        else:
+            best = max(eligible, key=lambda r: sign * r["mean"])  # ties: the first configuration
+            selected, reason = best["settings"], "best mean tuning-split score"
+        cells.append({"model": model, "task": task, "method": method, "higher_is_better": sign > 0,
+                      "configurations": rows, "selected": selected, "reason": reason})
+    tune = plan.tune
+    protocol = {"holdout": tune.holdout, "holdout_seed": tune.holdout_seed, "seeds": list(tune.seeds),
+                "budget": tune.budget, "draw_seed": tune.draw_seed,
+                "space": {method: method_space(tune, method) for method in dict.fromkeys(c[2] for c in plan.cells)},
+                "scored_on": "tuning split (train.holdout), never dev"}
+    return {"protocol": protocol, "cells": cells}
+
+
+def write_selection(plan: TuningPlan, selection: dict[str, Any]) -> Path:
+    path = plan.selection_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda fh: fh.write(json.dumps(selection, indent=1, default=str).encode()))
+    return path
+
+
+def selected_jobs(final_jobs: list[RunConfig], selection: dict[str, Any]) -> list[RunConfig]:
+    """The final grid with each cell's selected configuration; TuningIncomplete names the cells without one."""
+    chosen = {(c["model"], c["task"], c["method"]): c for c in selection["cells"]}
+    lacking = [c for c in chosen.values() if c["selected"] is None]
+    if lacking:
+        raise TuningIncomplete("no configuration selected for " + "; ".join(
+            f"{c['task']}/{c['method']} ({c['reason']})" for c in lacking)
+            + ". Give the same command again to run what is missing; a configuration whose tuning runs failed is "
+              "never selected")
+    jobs = [apply_settings(j, chosen[(j.model, j.task, j.method)]["selected"]) for j in final_jobs]
+    return list({j.hash: j for j in jobs}.values())
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_text(v)}" for k, v in settings.items())

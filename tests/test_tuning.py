@@ -1,0 +1,215 @@
+"""The tuning protocol (`tune:`): equal budgets, selection by the tuning split only (never dev), tuning records kept
+apart from the leaderboard, tuning seeds disjoint from the final ones, both stages on the command line."""
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.api.errors import BadInput
+from suite.commands import build_parser, main
+from suite.grid.resolve import merge_study, plan_grid
+from suite.grid.study import load_study
+from suite.grid.tuning import (
+    TuningIncomplete,
+    configurations,
+    plan_tuning,
+    select,
+    selected_jobs,
+    write_selection,
+)
+
+STUDY = """\
+methods: [vanilla, scores_dropout]
+tasks: [rte]
+seeds: [1, 2]
+out: {out}
+tune:
+  holdout: 6
+  seeds: [101, 102]
+  budget: 2
+  space:
+    default: {{train.lr: [1.0e-4, 3.0e-4, 1.0e-3]}}
+    scores_dropout: {{scores_dropout.p: [0.05, 0.2]}}
+"""
+
+
+def _study(tmp_path, text=STUDY, **fill) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(text.format(out=tmp_path / "out", **fill))
+    return path
+
+
+def _plans(path: Path, *flags):
+    args = merge_study(build_parser().parse_args(["run", "--study", str(path), *flags]))
+    plan = plan_grid(args)
+    return args, plan, plan_tuning(args.tune, plan.jobs, plan.seeds, args.out)
+
+
+def test_every_method_gets_the_same_budget_drawn_repeatably(tmp_path):
+    args, plan, tuning = _plans(_study(tmp_path))
+    per_method = {m: [c for (_, _, method), cands in tuning.cells.items() if method == m for c in cands]
+                  for m in ("vanilla", "scores_dropout")}
+    assert {m: len(c) for m, c in per_method.items()} == {"vanilla": 2, "scores_dropout": 2}
+    assert all(len(c.jobs) == 2 and set(c.jobs) == {101, 102} for cs in per_method.values() for c in cs)
+    # scores_dropout's space has 6 points: a seeded draw of 2, the same every time
+    assert [c.settings for c in per_method["scores_dropout"]] == configurations(args.tune, "scores_dropout")
+    assert all(set(c.settings) == {"train.lr", "scores_dropout.p"} for c in per_method["scores_dropout"])
+    assert all(j.train.holdout == 6 for j in tuning.jobs + plan.jobs)  # both stages carve the tuning split
+    assert tuning.store.runs == tmp_path / "out" / "tuning" / "runs"
+
+
+def test_a_space_smaller_than_the_budget_is_refused(tmp_path):
+    path = _study(tmp_path, STUDY.replace("budget: 2", "budget: 4"))
+    with pytest.raises(BadInput, match=r"tune.budget=4: vanilla's space has only 3 configuration"):
+        _plans(path)
+
+
+def test_tuning_seeds_must_differ_from_the_final_ones(tmp_path, capsys):
+    path = _study(tmp_path)
+    assert main(["run", "--study", str(path), "--seeds", "2,102", "--dry-run"]) == 2
+    assert "tune.seeds and the final grid's seeds share 102" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tune, message", [
+    ("{holdout: 6, seeds: [9], budget: 1, space: {default: {train.lr: [1]}}, budgte: 2}",
+     "unknown key 'tune.budgte' (did you mean 'budget'?)"),
+    ("{holdout: 6, seeds: [9], budget: 1, space: {default: {scores_dropout.p: [0.1]}}}",
+     "tune.space.default.scores_dropout.p: the default space holds training settings"),
+    ("{holdout: 6, seeds: [9], budget: 1, space: {vanila: {train.lr: [1]}}}", "vanila"),
+    ("{holdout: 6, seeds: [9], budget: 1, space: {default: {train.holdout: [3]}}}", "cannot be searched"),
+    ("{holdout: 6, seeds: [9], budget: 0, space: {default: {train.lr: [1]}}}", "tune.budget"),
+])
+def test_bad_tune_blocks_name_file_and_key(tmp_path, tune, message):
+    path = tmp_path / "study.yaml"
+    path.write_text(f"methods: [vanilla]\ntasks: [rte]\ntune: {tune}\n")
+    with pytest.raises(BadInput) as info:
+        load_study(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def _write_record(store, job, tune_score: float, dev_score: float, ok: bool = True):
+    from suite.run.record import RunRecord
+
+    rec = RunRecord.started_now(job)
+    if ok:
+        rec.status, rec.final, rec.tune = "ok", {"score": dev_score}, {"score": tune_score}
+        rec.history = [{"epoch": 1, "dev": rec.final, "tune": rec.tune}]
+    store.runs.mkdir(parents=True, exist_ok=True)
+    store.write(job.filename, rec)
+
+
+def test_selection_reads_the_tuning_split_never_dev(tmp_path):
+    """Planted: the configuration with the best dev score has the worst tuning score. The tuning score wins."""
+    _, plan, tuning = _plans(_study(tmp_path))
+    for cands in tuning.cells.values():
+        for i, c in enumerate(cands):  # configuration 0: best on the tuning split; the last: best on dev
+            for job in c.jobs.values():
+                _write_record(tuning.store, job, tune_score=0.9 - 0.1 * i, dev_score=0.1 + 0.2 * i)
+    selection = select(tuning)
+    for cell in selection["cells"]:
+        assert cell["selected"] == cell["configurations"][0]["settings"]
+        assert cell["configurations"][0]["mean"] == pytest.approx(0.9)
+    final = selected_jobs(plan.jobs, selection)
+    lrs = {j.method: j.train.lr for j in final}
+    assert lrs == {m: tuning.cells[("minilm", "rte", m)][0].settings["train.lr"] for m in lrs}
+    assert sorted({j.seed for j in final}) == [1, 2]
+    path = write_selection(tuning, selection)
+    assert json.loads(path.read_text())["protocol"]["scored_on"].startswith("tuning split")
+
+
+def test_failed_and_missing_tuning_runs(tmp_path):
+    _, plan, tuning = _plans(_study(tmp_path))
+    cands = tuning.cells[("minilm", "rte", "vanilla")]
+    for job in cands[0].jobs.values():  # the better configuration diverged on one seed: it cannot be selected
+        _write_record(tuning.store, job, 0.99, 0.5, ok=job.seed == 101)
+    for job in cands[1].jobs.values():
+        _write_record(tuning.store, job, 0.6, 0.5)
+    cells = {c["method"]: c for c in select(tuning)["cells"]}
+    assert cells["vanilla"]["selected"] == cands[1].settings
+    assert "have no record yet" in cells["scores_dropout"]["reason"]
+    with pytest.raises(TuningIncomplete, match="scores_dropout"):
+        selected_jobs(plan.jobs, select(tuning))
+
+
+def test_tuning_records_never_reach_the_leaderboard(tmp_path):
+    from suite.grid.store import Store
+    from suite.report.load import load
+    from tests.conftest import fake_ok_record
+
+    _, plan, tuning = _plans(_study(tmp_path))
+    for job in tuning.jobs:
+        _write_record(tuning.store, job, 0.7, 0.7)
+    final = Store(tmp_path / "out")
+    for job in plan.jobs:
+        final.write(job.filename, fake_ok_record(job))
+    frame = load([tmp_path / "out"]).frame
+    assert len(frame) == len(plan.jobs) and set(frame["seed"]) == {1, 2}
+
+
+def test_dry_run_shows_both_stages(tmp_path, capsys):
+    assert main(["run", "--study", str(_study(tmp_path)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "stage 1: tuning" in out and "stage 2: final grid, after tuning" in out
+    assert "8 tuning jobs (0 with ok records); 4 final jobs" in out
+
+
+def test_two_stages_run_end_to_end_and_resume(tmp_path, tiny_bert_dir, glue_dir, capsys):
+    path = tmp_path / "study.yaml"
+    path.write_text(f"""\
+methods: [vanilla]
+tasks: [rte]
+seeds: [1]
+model: null
+models: [{tiny_bert_dir}]
+data_dir: {glue_dir}
+out: {tmp_path / 'out'}
+train: {{epochs: 1, batch_size: 8, max_length: 32, train_eval_samples: 0, stats_batches: 0, analyses: none}}
+tune:
+  holdout: 6
+  seeds: [101]
+  budget: 2
+  space:
+    default: {{train.lr: [1.0e-4, 1.0e-3]}}
+""".replace("model: null\n", ""))
+    assert main(["run", "--study", str(path), "--quiet"]) == 0
+    out = tmp_path / "out"
+    assert len(list((out / "tuning" / "runs").glob("*.json"))) == 2
+    finals = [json.loads(p.read_text()) for p in (out / "runs").glob("*.json")]
+    selection = json.loads((out / "tuning" / "selection.json").read_text())
+    chosen = {c["method"]: c["selected"]["train.lr"] for c in selection["cells"]}
+    assert {r["config"]["method"]: r["config"]["train"]["lr"] for r in finals} == chosen
+    assert all(r["status"] == "ok" and r["config"]["seed"] == 1 and "tune" in r for r in finals)
+    capsys.readouterr()
+    assert main(["run", "--study", str(path), "--quiet"]) == 0  # resumes both stages: nothing runs again
+    assert "2 skipped" in capsys.readouterr().err
+    from suite.report.tuning_section import markdown
+
+    text = markdown([out])
+    assert "## Tuning" in text and text.count("✓") == 1 and "train.lr: 0.0001, 0.001" in text
+
+
+def test_early_stopping_and_the_best_epoch_read_the_tuning_split_never_dev(tiny_bert_dir, glue_dir, monkeypatch):
+    """Planted per-epoch scores: dev is best at epoch 1, the tuning split at epoch 2 and never again. The run stops
+    two epochs after epoch 2 and ends with epoch 2's model, whatever dev says."""
+    import dataclasses
+
+    from suite.run import training
+    from suite.run.runner import TokenizedCache, run_one
+    from suite.run.settings import RunConfig, TrainSettings
+
+    planted = {"tune": iter([0.2, 0.9, 0.5, 0.4, 0.3, 0.3]), "dev": iter([0.9, 0.1, 0.2, 0.3, 0.4, 0.5])}
+    real = training.evaluate
+
+    def scripted(model, enc, spec, *args):
+        e = real(model, enc, spec, *args)
+        kind = "tune" if len(enc) == 6 else "dev"  # glue_dir's RTE: 12 dev rows, a tuning split of 6
+        return dataclasses.replace(e, metrics={"accuracy": next(planted[kind])})
+
+    monkeypatch.setattr(training, "evaluate", scripted)
+    t = TrainSettings(epochs=6, batch_size=8, max_length=32, train_eval_samples=0, stats_batches=0, analyses="none",
+                      holdout=6, early_stopping_patience=2, select_epoch="best")
+    rec = run_one(RunConfig(tiny_bert_dir, "rte", "vanilla", {"p": 0.1}, 1, t), glue_dir, device="cpu", quiet=True,
+                  cache=TokenizedCache())
+    assert rec.ok, rec.error
+    assert [h["tune"]["score"] for h in rec.history] == [0.2, 0.9, 0.5, 0.4]
+    assert rec.final["score"] == 0.1 and rec.tune["score"] == 0.9
