@@ -105,8 +105,9 @@ def code_version_problem(df) -> str | None:
     dirty = {v: n for v, n in known.items() if v.endswith("+dirty")}
     if len(known) <= 1 and not dirty:
         return None
-    listed = ", ".join(f"{v[:12]}{'+dirty' if v.endswith('+dirty') else ''} ({plural(n)})"
-                       for v, n in sorted(known.items(), key=lambda kv: -kv[1]))
+    ranked = sorted(known.items(), key=lambda kv: -kv[1])
+    listed = ", ".join(f"{v[:12]}{'+dirty' if v.endswith('+dirty') else ''} ({plural(n)})" for v, n in ranked[:5])
+    listed += f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
     what = []
     if dirty:
         what.append(f"{plural(sum(dirty.values()))} from uncommitted (+dirty) code")

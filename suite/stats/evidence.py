@@ -37,7 +37,7 @@ used: resampling 3-5 seeds gives percentile intervals that cover 76-84% (the pub
 is conservative where the example part dominates (the bootstrap also re-counts each run's own prediction noise, which
 the seeds already show); that costs power, never error rate.
 
-Without predictions for the paired seeds (old records, `keep_predictions` off) the example part is unknown and left
+Without predictions for the paired seeds (old records, missing sidecars) the example part is unknown and left
 out: the evidence is over seeds only (example_se == 0), which the report says. Where only some paired seeds kept
 predictions, the example part is that of the mean over those seeds (larger than over all: conservative).
 
