@@ -143,3 +143,41 @@ def test_a_swept_method_or_a_missing_reference_is_refused_before_training():
     with pytest.raises(BadInput, match="start >= 2"):
         Schedule(start=1)
     assert seed_sequence([3, 1], 5) == [3, 1, 4, 5, 6]
+
+
+def write_study(path, glue_dir, model, out, until: str, extra: str = "") -> str:
+    path.write_text(f"methods: [vanilla, {', '.join(PLANTED)}]\ntasks: [sst2]\nseeds: [1, 2, 3]\nmodels: [{model}]\n"
+                    f"data_dir: {glue_dir}\nout: {out}\nuntil_decided: {until}\n{extra}")
+    return str(path)
+
+
+def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_states_it(
+        monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
+    from suite import commands
+    from suite.report import sequential_section
+
+    trained = []
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: trained.append(job) or planted_record(job))
+    out = tmp_path / "out"
+    study = write_study(tmp_path / "s.yaml", glue_dir, tiny_bert_dir, out, "{start: 3, step: 3, cap: 9}",
+                        "report: {primary: [no_dropout, topk]}\n")
+    assert commands.main(["run", "--study", study, "--until-decided", "--quiet"]) == 0
+    printed = capsys.readouterr()
+    assert "until decided: looks at 3, 6, 9 seeds" in printed.out and "over 2 primary comparison(s)" in printed.out
+    assert "sst2/no_dropout vs vanilla" in printed.out and "drophead vs" not in printed.out
+    assert "look 1 of 3: 12 run(s)" in printed.err
+    assert {j.seed for j in trained if j.method == "drophead"} == {1, 2, 3}  # exploratory: the starting seeds only
+    section = sequential_section.markdown([out])
+    assert "## Seeds added until decided" in section and "| sst2 | no_dropout vs vanilla |" in section
+    assert "efficacy (a difference) | **better**" in section
+
+
+def test_an_impossible_schedule_is_refused_before_training(monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
+    from suite import commands
+    from suite.api.errors import EXIT_BAD_INPUT
+
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: pytest.fail("trained"))
+    study = write_study(tmp_path / "s.yaml", glue_dir, tiny_bert_dir, tmp_path / "out", "{start: 1, cap: 9}")
+    assert commands.main(["run", "--study", study, "--until-decided"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "s.yaml: until_decided: the looks need start >= 2" in err and "Traceback" not in err

@@ -102,6 +102,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                               "metrics (local stores under OUT/tracking/; wandb offline)")
 
     control = p.add_argument_group("control")
+    control.add_argument("--until-decided", action="store_true",
+                         help="add seeds in rounds only to the primary comparisons still undecided, under a "
+                              "group-sequential rule that spends alpha across looks (the study's until_decided: "
+                              "start, step, cap; default 5, 5, 20 seeds); docs/sequential.md")
     control.add_argument("--force", action="store_true", help="rerun jobs whose records exist")
     control.add_argument("--quiet", action="store_true",
                          help="no progress bars, only a line per finished run with the grid's ETA (what a log "

@@ -79,16 +79,15 @@ class ReportSection(_Section):
     allow_uncommitted: Optional[bool] = None  # report records of uncommitted code or of several commits
 
 
-class TuneSection(_Section):
-    """The tuning protocol (docs/protocol.md): a tuning split carved from the train set, seeds kept for tuning, an
-    equal budget of configurations per method drawn from each method's search space."""
+class UntilDecidedSection(_Section):
+    """`run --until-decided` (suite.grid.until_decided): looks at start, start + step, ... seeds up to cap; the
+    alpha-spending function (obrien-fleming or pocock) and the futility threshold (conditional power; 0: never)."""
 
-    holdout: float                        # a fraction of the train split, or a count; the final runs keep it too
-    holdout_seed: Optional[int] = None
-    seeds: list[int]                      # tuning seeds: disjoint from the final grid's
-    budget: pydantic.PositiveInt          # configurations per method, the same for every method
-    space: dict[str, dict[str, list[Scalar]]]  # method (or default) -> KEY -> values, as --sweep writes them
-    draw_seed: int = 0                    # seed of the draw of `budget` configurations from a larger space
+    start: Optional[int] = None
+    step: Optional[int] = None
+    cap: Optional[int] = None
+    spending: Optional[str] = None
+    futility: Optional[float] = None
 
 
 class _Grid(_Section):
@@ -130,7 +129,7 @@ class Study(_Grid):
     outputs: OutputsSection = pydantic.Field(default_factory=OutputsSection)
     report: ReportSection = pydantic.Field(default_factory=ReportSection)
     also: list[AlsoGrid] = pydantic.Field(default_factory=list)  # further grids, written to the same folder
-    tune: Optional[TuneSection] = None  # tune every method on a held-out split first (suite.grid.tuning)
+    until_decided: Optional[UntilDecidedSection] = None  # run --until-decided: seeds in rounds where undecided
 
 
 def _text(value: Scalar) -> str:
@@ -197,11 +196,4 @@ def load_study(path: str | Path) -> Study:
                     parse_assignment(text, sweep=sweep)
                 except BadInput as exc:
                     raise BadInput(f"{path}: {where}{section}.{text.split('=', 1)[0]}: {exc}") from None
-    if study.tune is not None:
-        from suite.grid.tuning import check_space
-
-        try:
-            check_space(study.tune)
-        except BadInput as exc:
-            raise BadInput(f"{path}: {exc}") from None
     return study

@@ -27,6 +27,7 @@ from suite.stats.sequential import DEFAULT_FUTILITY, SPENDING, Design, family_al
 
 STATE_FILE = "until_decided.json"
 DEFAULT_START, DEFAULT_STEP, DEFAULT_CAP = 5, 5, 20
+DEFAULT_ALPHA, DEFAULT_REFERENCE = 0.05, "vanilla"  # the report's defaults (report.alpha, report.baseline)
 
 
 @dataclass(frozen=True)
@@ -244,15 +245,15 @@ def _write_state(path: Path, tracks: list[Track], schedule: Schedule, design: De
 
 
 def stopping_line(track: Track) -> str:
-    """`cola/no_dropout vs vanilla (minilm): 2 looks, 10 seeds: efficacy: better (p 0.0012 <= 0.0031)`."""
+    """`cola/no_dropout vs vanilla (minilm): 2 look(s), 10 seeds: stopped for efficacy, better (p 0.0012 < 0.0031)`."""
     last = track.looks[-1] if track.looks else {}
     why = {"efficacy": "stopped for efficacy", "equivalence": "stopped for equivalence",
            "futility": "stopped for futility", "cap": "reached the cap", "continue": "still open"}[track.reason]
     detail = ""
     if track.reason == "efficacy":
-        detail = f" (p {last['p']:.2g} <= {last['level']:.2g})"
+        detail = f" (p {last['p']:.2g} < {last['level']:.2g})"
     elif track.reason == "equivalence":
-        detail = f" (TOST p {last['p_equiv']:.2g} <= {last['level_equiv']:.2g}, margin ±{last['margin']:g})"
+        detail = f" (TOST p {last['p_equiv']:.2g} < {last['level_equiv']:.2g}, margin ±{last['margin']:g})"
     elif track.reason == "futility" and last.get("conditional_power") is not None:
         detail = f" (chance of a decision by the cap {last['conditional_power']:.0%})"
     elif last.get("note"):
@@ -266,3 +267,63 @@ def closing_lines(outcome: Outcome) -> str:
             f"{outcome.schedule.spending} spending, alpha {outcome.alpha:g} over {len(outcome.tracks)} primary "
             f"comparison(s); state in {outcome.state_path}")
     return "\n".join([head, *("  " + stopping_line(t) for t in outcome.tracks)])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# From a study and the command line to the loop
+# ---------------------------------------------------------------------------------------------------------
+
+def prepare(args):
+    """`run --until-decided`: the schedule from the study's `until_decided:` section (defaults otherwise), and the
+    grid's seeds extended to the cap, so that the plan holds every job a look may add (the first look runs only the
+    starting seeds)."""
+    section = getattr(args, "until_decided_section", None)
+    try:
+        args.schedule = Schedule(**(section.model_dump(exclude_none=True) if section is not None else {}))
+    except BadInput as exc:
+        raise BadInput(f"{args.study}: until_decided: {exc}" if section is not None else str(exc)) from None
+    args.seeds = seed_sequence(args.seeds, args.schedule.cap)
+    return args
+
+
+def run_planned(plan, store: Store, args, run_round: Callable[[list[RunConfig]], GridResult],
+                say: Callable[[str], None] = print) -> Outcome:
+    """The loop over a planned grid (`suite.grid.resolve.plan_grid` after `prepare`), with the study's report
+    section: its baseline is the reference, its alpha is spent, its primary list picks the comparisons (all against
+    the reference when it has none) and its margin is the equivalence margin."""
+    from suite.stats.families import is_primary
+
+    report = getattr(args, "study_report", None)
+    reference = getattr(report, "baseline", None) or DEFAULT_REFERENCE
+    alpha = getattr(report, "alpha", None) or DEFAULT_ALPHA
+    declared = list(getattr(report, "primary", None) or [])
+    if isinstance(declared, str):
+        declared = [x.strip() for x in declared.split(",") if x.strip()]
+    primary = comparisons(plan.jobs, reference, (lambda c: is_primary(c.method, c.task, declared)) if declared
+                          else None)
+    return run_until_decided(plan.jobs, store, args.schedule, args.seeds, primary,
+                             record_evaluator(store, getattr(report, "margin", None)), alpha, run_round, say)
+
+
+def margin_for(margin, task: str) -> float:
+    """The equivalence margin of a task: one number for every task, or task -> number (default 1 point)."""
+    from suite.stats.evidence import DEFAULT_MARGIN
+
+    if isinstance(margin, dict):
+        margin = margin.get(task)
+    return DEFAULT_MARGIN if margin is None else float(margin)
+
+
+def record_evaluator(store: Store, margin=None) -> Evaluate:
+    """A look's evidence from ok records: each run's dev score (x100) and its per-example predictions sidecar."""
+    from suite.stats.evidence import RunOutcome, compare_runs
+
+    def outcome(rec: dict) -> RunOutcome:
+        sidecar = rec.get("predictions")
+        return RunOutcome(rec["final"]["score"] * 100, store.path(sidecar) if sidecar else None)
+
+    def evaluate(cmp: Comparison, ours: dict[int, dict], theirs: dict[int, dict]):
+        return compare_runs(cmp.task, {s: outcome(r) for s, r in ours.items()},
+                            {s: outcome(r) for s, r in theirs.items()}, margin_for(margin, cmp.task))
+
+    return evaluate

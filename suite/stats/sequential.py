@@ -123,7 +123,7 @@ def family_alpha(alpha: float, primary: int) -> float:
 def plan_looks(start: int, step: int, cap: int) -> tuple[int, ...]:
     """Seed counts of the looks: start, start + step, ..., up to the cap (always the last look)."""
     if start < 2 or step < 1 or cap < start:
-        raise ValueError(f"until_decided needs start >= 2, step >= 1 and cap >= start (got start={start}, "
+        raise ValueError(f"the looks need start >= 2, step >= 1 and cap >= start (got start={start}, "
                          f"step={step}, cap={cap})")
     looks = list(range(start, cap + 1, step))
     if looks[-1] != cap:
