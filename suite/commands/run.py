@@ -70,6 +70,7 @@ def main(args) -> int:
     from suite.grid.executors import run_grid, status_table
     from suite.grid.resolve import merge_study, plan_grid
     from suite.grid.store import RecordNotSaved, Store
+    from suite.grid.tuning import TuningIncomplete
 
     if args.analyses:  # a shortcut for train.analyses, which leaves the run's hash as it is (settings.NOT_HASHED)
         args.sets = [*args.sets, f"train.analyses={args.analyses}"]
@@ -83,11 +84,12 @@ def main(args) -> int:
         from suite.run.tracking import with_grid_tags
 
         plan.jobs = with_grid_tags(plan.jobs, args.study)
+    tuning = plan_tuning(args, plan)  # None unless the study has a tune: block
     show_plugin_errors()
     store = Store(args.out)
     if args.dry_run:
         preflight.warn_grid(plan.jobs, args.device, args.sets, args.sweeps)  # what a real run would warn about
-        print_dry_run(plan, store)
+        print_tuning_dry_run(tuning, plan, store) if tuning else print_dry_run(plan, store)
         if args.until_decided:
             print(f"--until-decided: looks at {', '.join(map(str, args.schedule.looks))} seeds; the first runs every "
                   "job of its seeds, each later one only the undecided primary comparisons' (the list above is the "
@@ -104,6 +106,8 @@ def main(args) -> int:
     _write_command(store)
     try:
         with stop_signals():
+            if tuning is not None:  # first the tuning stage; the final grid runs the configurations it selects
+                plan.jobs = run_tuning(tuning, plan, args)
             _complete_finished_outputs(plan, store, args)
             def run_round(jobs):
                 return run_grid(jobs, store, plan.data_dir, executor=args.executor, force=args.force,
@@ -121,6 +125,9 @@ def main(args) -> int:
               "the interrupted run was not recorded and will run when the same command is given again",
               file=sys.stderr)
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except TuningIncomplete as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED_RUNS
     except RecordNotSaved as exc:  # unwritable or full disk after a run finished: stop, keep what was written
         print(f"error: {exc}\nthe grid stopped; records written before are kept; fix the disk and give the same "
               "command again to run the rest", file=sys.stderr)
@@ -130,6 +137,53 @@ def main(args) -> int:
     if args.until_decided:
         print("\n" + closing_lines(sequential))
     return 0 if not result.failed else EXIT_FAILED_RUNS
+
+
+def plan_tuning(args, plan: GridPlan):
+    """The study's tuning stage (suite.grid.tuning), or None when it declares none."""
+    if args.tune is None:
+        return None
+    from suite.grid.tuning import plan_tuning as plan_stage
+
+    return plan_stage(args.tune, plan.jobs, plan.seeds, args.out)
+
+
+def run_tuning(tuning, plan: GridPlan, args) -> list:
+    """Run the tuning jobs that have no record, write the selection, and return the final grid's jobs with it."""
+    from suite.grid.executors import run_grid, status_table
+    from suite.grid.tuning import select, selected_jobs, write_selection
+
+    tune = tuning.tune
+    print(f"tuning: {len(tuning.jobs)} runs ({tune.budget} configurations per method x {len(tune.seeds)} tuning "
+          f"seed(s)) -> {tuning.store.runs}", file=sys.stderr)
+    result = run_grid(tuning.jobs, tuning.store, plan.data_dir, executor=args.executor, force=args.force,
+                      quiet=args.quiet, device=args.device, **plan.executor_options)
+    print(status_table(result), file=sys.stderr)
+    selection = select(tuning)
+    print(f"tuning: selection written to {write_selection(tuning, selection)}", file=sys.stderr)
+    return selected_jobs(plan.jobs, selection)
+
+
+def print_tuning_dry_run(tuning, plan: GridPlan, store) -> None:
+    """Both stages: the tuning runs, then the final grid (its settings once tuning has selected them)."""
+    from tabulate import tabulate
+
+    from suite.grid.tuning import TuningIncomplete, select, selected_jobs, settings_text
+
+    rows = [[tuning.store.status(j.filename) or "", f"{j.label} [{settings_text(c.settings)}]",
+             f"tuning/runs/{j.filename}"]
+            for cands in tuning.cells.values() for c in cands for j in c.jobs.values()]
+    print("stage 1: tuning (scored on the tuning split)\n" + tabulate(rows, headers=["record", "job", "file"]))
+    try:
+        final = selected_jobs(plan.jobs, select(tuning))
+        rows = [[store.status(j.filename) or "", j.label, j.filename] for j in final]
+    except TuningIncomplete:
+        final, rows = plan.jobs, [["", j.label, "after tuning"] for j in plan.jobs]
+    print("\nstage 2: final grid, after tuning (scored on dev)\n"
+          + tabulate(rows, headers=["record", "job", "file"]))
+    done = sum(tuning.store.status(j.filename) == "ok" for j in tuning.jobs)
+    print(f"\n{len(tuning.jobs)} tuning jobs ({done} with ok records); {len(final)} final jobs "
+          f"({sum(r[0] == 'ok' for r in rows)} with ok records)")
 
 
 def _complete_finished_outputs(plan: GridPlan, store, args) -> None:

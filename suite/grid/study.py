@@ -90,6 +90,18 @@ class UntilDecidedSection(_Section):
     futility: Optional[float] = None
 
 
+class TuneSection(_Section):
+    """The tuning protocol (docs/protocol.md): a tuning split carved from the train set, seeds kept for tuning, an
+    equal budget of configurations per method drawn from each method's search space."""
+
+    holdout: float                        # a fraction of the train split, or a count; the final runs keep it too
+    holdout_seed: Optional[int] = None
+    seeds: list[int]                      # tuning seeds: disjoint from the final grid's
+    budget: pydantic.PositiveInt          # configurations per method, the same for every method
+    space: dict[str, dict[str, list[Scalar]]]  # method (or default) -> KEY -> values, as --sweep writes them
+    draw_seed: int = 0                    # seed of the draw of `budget` configurations from a larger space
+
+
 class _Grid(_Section):
     """What one grid of a study varies: models x tasks x methods x seeds, its training settings, sets and sweeps."""
 
@@ -129,6 +141,7 @@ class Study(_Grid):
     outputs: OutputsSection = pydantic.Field(default_factory=OutputsSection)
     report: ReportSection = pydantic.Field(default_factory=ReportSection)
     also: list[AlsoGrid] = pydantic.Field(default_factory=list)  # further grids, written to the same folder
+    tune: Optional[TuneSection] = None  # tune every method on a held-out split first (suite.grid.tuning)
     until_decided: Optional[UntilDecidedSection] = None  # run --until-decided: seeds in rounds where undecided
 
 
@@ -196,4 +209,11 @@ def load_study(path: str | Path) -> Study:
                     parse_assignment(text, sweep=sweep)
                 except BadInput as exc:
                     raise BadInput(f"{path}: {where}{section}.{text.split('=', 1)[0]}: {exc}") from None
+    if study.tune is not None:
+        from suite.grid.tuning import check_space
+
+        try:
+            check_space(study.tune)
+        except BadInput as exc:
+            raise BadInput(f"{path}: {exc}") from None
     return study

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from suite.api.errors import ReportError
-from suite.report import sequential_section
+from suite.report import sequential_section, tuning_section
 from suite.report.document import Options, Report
 from suite.report.exports import write_exports
 from suite.report.header import code_version_problem
@@ -80,7 +80,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
                       collapse_floor, allow_uncommitted)
     report = Report(loaded, out_dir, options, date_line())
     path = out_dir / "leaderboard.md"
-    path.write_text(report.build() + sequential_section.markdown(run_dirs))  # run --until-decided: looks, reasons
+    path.write_text(report.build() + tuning_section.markdown(run_dirs)  # the tuning stage's selection, if any
+                    + sequential_section.markdown(run_dirs))  # run --until-decided: looks and stopping reasons
     write_exports(out_dir, report.tables, {model: dict(f.comparisons) for model, f in report.facts.items()
                                            if baseline in f.sel.methods})
     if figures:
