@@ -94,6 +94,13 @@ def test_seeds_needed_is_the_fewest_with_enough_power_and_the_dev_set_can_be_the
     assert math.isnan(power.seeds_needed(evidence(0.0, 3), alpha))
 
 
+def test_effect_size_is_the_difference_over_one_seeds_total_sd():
+    # 4 seeds, seed sd 2, dev-example se 0.5 of the mean: one seed's total variance 4 + 4 * 0.25 = 5
+    ev = Evidence(4, 1.5, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, 1.0, seed_sd=2.0,
+                  example_se=0.5)
+    assert power.effect_size(ev) == pytest.approx(1.5 / math.sqrt(5))
+
+
 def test_aso_orders_clearly_separated_samples_and_not_identical_ones():
     better, worse = np.array([71.0, 72.0, 73.0, 74.0, 75.0]), np.array([60.0, 61.0, 62.0, 63.0, 64.0])
     assert sig.aso_epsilon(better, worse, 1) < 0.05

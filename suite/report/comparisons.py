@@ -20,7 +20,7 @@ from suite.report.formatting import SCALE
 from suite.report.registry_info import higher_is_better
 from suite.stats import collapse, families
 from suite.stats.evidence import DEFAULT_MARGIN, Evidence, RunOutcome, compare_runs, evidence_arrays, verdict
-from suite.stats.power import seeds_needed
+from suite.stats.power import effect_size, seeds_needed
 
 ASO_MIN_SEEDS = 5     # below this almost stochastic order is 0 whenever the two sets of scores do not overlap
 
@@ -46,6 +46,7 @@ class Comparison:
     # the observed one (inf: none up to 10,000; NaN: not estimable or already decided)
     seeds_needed: float = math.nan
     example_se: float = math.nan   # dev-example part of se (NaN: no predictions, evidence over seeds only)
+    effect_size: float = math.nan  # diff over one seed's sd with the dev-example noise included (suite.stats.power)
     aso: float = math.nan     # epsilon_min of "method better than reference", only where outcomes are bimodal
 
     @property
@@ -73,7 +74,8 @@ def outcomes(sub: pd.DataFrame) -> dict[int, RunOutcome]:
 
 def from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
     return Comparison(method, column, ev.n_seeds, ev.diff, ev.low, ev.high, ev.se, ev.df, ev.p, margin=ev.margin,
-                      p_equiv=ev.p_equiv, example_se=ev.example_se if ev.example_se > 0 else math.nan)
+                      p_equiv=ev.p_equiv, example_se=ev.example_se if ev.example_se > 0 else math.nan,
+                      effect_size=effect_size(ev))
 
 
 def seed_averages(cells: dict, method: str, tasks: list[str]) -> dict[float, float]:

@@ -225,17 +225,20 @@ def comparison_table(rep, facts: ModelFacts) -> None:
     comps = facts.comparisons
     rows = [[rep.method_label(c.method, facts.sel), task_display(c.column), str(c.n), fmt(c.diff, sign=True),
              f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
-             fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.p, 4), fmt(c.p_adj, 4),
+             fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.effect_size, sign=True),
+             fmt(c.p, 4), fmt(c.p_adj, 4),
              fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), c.verdict, c.family, seeds_text(c.seeds_needed),
              fmt(c.aso, 2)]
             for c in (comps[k] for k in sorted(comps))]
     if not rows:
         return
-    headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "p", "p adj", "p equiv",
-               "p equiv adj", "verdict", "family", "seeds needed", "ASO ε"]
+    headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",
+               "p equiv", "p equiv adj", "verdict", "family", "seeds needed", "ASO ε"]
     rep.tables[facts.sel.model, "comparisons"] = (headers, rows)
     rep.add(f"### Comparisons with `{rep.baseline}`", "", table(rows, headers), "",
-            "- p: two-sided test of no difference; p equiv: two one-sided tests of |Δ| ≥ the margin; \"adj\": "
+            "- Effect size: Δ over the standard deviation of one seed's difference, dev-example noise included "
+            "(each comparison's own). p: two-sided test of no difference; p equiv: two one-sided tests of |Δ| ≥ "
+            "the margin; \"adj\": "
             "within the comparison's family. Seeds needed: total seeds with which an undecided comparison would be "
             "decided (a difference or equivalence) with 80% power if the true difference were the observed one "
             "(\"never\": the dev set's own noise is the limit: more dev examples, not seeds). ASO ε: almost "
