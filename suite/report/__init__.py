@@ -20,10 +20,10 @@ Where things are
   registry_info.py   what the method and task registries say (defaults, display names, benchmark, averages)
   selection.py       which records the leaderboard and the ablation tables use
   cells.py           a table cell (per-seed values) and its text
-  significance.py    paired tests, bootstrap intervals, corrections, almost stochastic order, power
-  comparisons.py     every comparison with the reference in one table, corrected as one family
+  significance.py    the paired t-test of the data-efficiency table, almost stochastic order, tests against a
+                     constant predictor (the comparisons' statistics are `suite.stats`)
+  comparisons.py     every comparison with the reference: evidence over seeds and dev examples, families, verdicts
   baseline_scores.py majority / constant-mean / chance scores (from the records, or from the dev labels)
-  examples.py        example-level intervals from the per-example prediction sidecars
   costs.py           cost columns from `python -m suite bench --json`; in-run times as context
   figures.py         matplotlib figures (PNG and PDF)
   header.py, leaderboard.py, reference.py, details.py, data_efficiency.py, stability.py, figure_sections.py,
