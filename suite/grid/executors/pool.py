@@ -199,8 +199,8 @@ class WorkerPool:
                 self._handle(self.outbox.get_nowait())
             except queue.Empty:
                 break
-        if worker_id not in self.running:
-            return
+        if worker_id not in self.running or self.procs[worker_id].is_alive():
+            return  # its last record was its job's; or a fresh worker replaced it (a broken CUDA context)
         index = self.running.pop(worker_id)
         job, code = self.jobs[index], self.procs[worker_id].exitcode
         if self.attempts[index] <= self.max_retries:
