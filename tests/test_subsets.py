@@ -107,3 +107,11 @@ def test_a_run_records_its_draw_and_scores_its_tuning_split(tiny_bert_dir, glue_
     assert rec.data["draw"]["data_seed"] == 3 and rec.data["draw"]["tune_rows"] == 6
     assert all("tune" in h and "score" in h["tune"] for h in rec.history)
     assert rec.tune == rec.history[-1]["tune"] and rec.final == rec.history[-1]["dev"]
+
+
+def test_an_impossible_tuning_split_stops_the_grid_before_training(tiny_bert_dir, glue_dir, tmp_path, capsys):
+    from tests.conftest import run_cli
+
+    assert run_cli(tiny_bert_dir, glue_dir, tmp_path, "--set", "train.holdout=24") == 2  # RTE has 24 train rows
+    assert "RTE: train.holdout=24 gives a tuning split of 24 of the 24 training rows" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*.json"))

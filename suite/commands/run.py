@@ -36,8 +36,13 @@ def add_parser(sub) -> None:
 def check_inputs(plan: GridPlan) -> None:
     """Read every split now (a missing file or a malformed line stops the grid before training) and find the test
     sets when predictions are asked for (models are checked by `preflight`)."""
+    from suite.run.draws import check_holdouts
+
     for task in plan.tasks:
-        load_splits(get_task(task), plan.data_dir)
+        spec = get_task(task)
+        train = load_splits(spec, plan.data_dir)[spec.train_split]
+        check_holdouts(train["label"], [j.train for j in plan.jobs if j.task == task], not spec.is_regression,
+                       spec.display)
         if plan.outputs.predict_test:
             from suite.run.test_predictions import available_test_sets
 

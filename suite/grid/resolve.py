@@ -40,7 +40,7 @@ class GridPlan:
 def merge_study(args: argparse.Namespace) -> argparse.Namespace:
     """Fill what the command line left unset from the study file (if any), then the defaults."""
     args = argparse.Namespace(**vars(args))
-    args.study_train, args.also = {}, []
+    args.study_train, args.also, args.tune = {}, [], None
     args.until_decided_section = args.study_report = None  # run --until-decided reads both (suite.grid.until_decided)
     args.cli = {k for k in GRID_KEYS if getattr(args, k) is not None}  # flags win over every grid of the file
     args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
@@ -59,8 +59,12 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
                 setattr(args, key, value)
         sets, sweeps = study.assignments()
         args.sets, args.sweeps = sets + args.sets, sweeps + args.sweeps  # later assignments win
-        args.study_train, args.also = study.train_values(), study.also
+        args.study_train, args.also, args.tune = study.train_values(), study.also, study.tune
         args.until_decided_section, args.study_report = study.until_decided, study.report
+        if study.tune is not None:  # the tuning split is carved in every run of the study (suite.grid.tuning)
+            from suite.grid.tuning import protocol_train
+
+            args.study_train = protocol_train(study.tune, args.study_train)
     for key, value in RUN_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

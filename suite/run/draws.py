@@ -94,6 +94,16 @@ def draw_train(labels: Sequence, t, run_seed: int, classification: bool) -> Draw
     return Draw(train, tune, seed, t.subset_draw, t.holdout_seed)
 
 
+def check_holdouts(labels: Sequence, trains, classification: bool, task: str) -> None:
+    """Draw every distinct tuning split that runs with settings `trains` ask for, so that an impossible one (larger
+    than the train split, or a class too rare to stratify) stops a grid before anything trains."""
+    for holdout, seed in {(t.holdout, t.holdout_seed) for t in trains if t.holdout is not None}:
+        try:
+            tuning_split(labels, holdout_size(holdout, len(labels)), seed, classification)
+        except DataError as exc:
+            raise DataError(f"{task}: {exc}") from None
+
+
 def dev_rows(n: int, t) -> list[int]:
     """The dev subset: drawn with train.data_seed when it is fixed, else with 0 (never with the run seed)."""
     return seeded_subset(n, t.max_eval_samples, t.data_seed or 0)
