@@ -181,3 +181,24 @@ def test_an_impossible_schedule_is_refused_before_training(monkeypatch, tmp_path
     assert commands.main(["run", "--study", study, "--until-decided"]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "s.yaml: until_decided: the looks need start >= 2" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("report: {primary: [uniform]}\n", "found no primary comparison"),
+    ("report: {baseline: uniform}\n", "reference 'uniform'"),
+    ("sweep: {topk.k: [4, 8]}\n", "sst2/topk run several"),
+    ("report: {primary: [uniform]}\n"
+     "tune: {holdout: 0.2, seeds: [101], budget: 1, space: {default: {train.lr: [1.0e-4]}}}\n",
+     "found no primary comparison"),  # before the tuning stage too
+])
+def test_a_grid_the_loop_cannot_compare_is_refused_before_training(monkeypatch, tmp_path, glue_dir, tiny_bert_dir,
+                                                                   capsys, extra, message):
+    from suite import commands
+    from suite.api.errors import EXIT_BAD_INPUT
+
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: pytest.fail("trained"))
+    study = write_study(tmp_path / "s.yaml", glue_dir, tiny_bert_dir, tmp_path / "out", "{start: 3, cap: 9}", extra)
+    assert commands.main(["run", "--study", study, "--until-decided"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "runs").is_dir() or not list((tmp_path / "out" / "runs").glob("*.json"))

@@ -291,18 +291,24 @@ def run_planned(plan, store: Store, args, run_round: Callable[[list[RunConfig]],
     """The loop over a planned grid (`suite.grid.resolve.plan_grid` after `prepare`), with the study's report
     section: its baseline is the reference, its alpha is spent, its primary list picks the comparisons (all against
     the reference when it has none) and its margin is the equivalence margin."""
+    report = getattr(args, "study_report", None)
+    alpha = getattr(report, "alpha", None) or DEFAULT_ALPHA
+    return run_until_decided(plan.jobs, store, args.schedule, args.seeds, primary_comparisons(plan, args),
+                             record_evaluator(store, getattr(report, "margin", None)), alpha, run_round, say)
+
+
+def primary_comparisons(plan, args) -> list[Comparison]:
+    """The comparisons that get looks: the study's `report: primary:` entries (methods, tasks or METHOD:TASK), else
+    every method against `report: baseline:`. BadInput (exit 2) when there is none, a method runs several settings or
+    the reference is missing: the command calls this before anything trains."""
     from suite.stats.families import is_primary
 
     report = getattr(args, "study_report", None)
     reference = getattr(report, "baseline", None) or DEFAULT_REFERENCE
-    alpha = getattr(report, "alpha", None) or DEFAULT_ALPHA
-    declared = list(getattr(report, "primary", None) or [])
+    declared = getattr(report, "primary", None) or []
     if isinstance(declared, str):
         declared = [x.strip() for x in declared.split(",") if x.strip()]
-    primary = comparisons(plan.jobs, reference, (lambda c: is_primary(c.method, c.task, declared)) if declared
-                          else None)
-    return run_until_decided(plan.jobs, store, args.schedule, args.seeds, primary,
-                             record_evaluator(store, getattr(report, "margin", None)), alpha, run_round, say)
+    return comparisons(plan.jobs, reference, (lambda c: is_primary(c.method, c.task, declared)) if declared else None)
 
 
 def margin_for(margin, task: str) -> float:
