@@ -44,3 +44,11 @@ def test_a_misspelt_setting_gets_a_suggestion(assignment, hint, tmp_path, capsys
     argv = ["run", "--methods", "scores_dropout", "--tasks", "rte", "--out", str(tmp_path), "--dry-run"]
     assert main([*argv, "--set", assignment]) == 2
     assert hint in capsys.readouterr().err
+
+
+def test_a_wildcard_keeps_the_separators_it_spells_out():
+    from suite.api.attention import METHODS
+
+    variants = ["scores_dropout_dynamic", "scores_dropout_layerwise", "scores_dropout_naive"]
+    assert METHODS.select("scores_dropout_*") == METHODS.select("Scores-Dropout-*") == variants
+    assert METHODS.select("scores*") == ["scores_dropout", *variants]

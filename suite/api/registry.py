@@ -29,6 +29,17 @@ def normalise(name: str) -> str:
     return re.sub(r"[-_\s]", "", name.lower())
 
 
+def _wildcard_matches(name: str, pattern: str, key: Callable[[str], str]) -> bool:
+    """Case- and dash-insensitive, but a separator the pattern spells out must be there: `scores_dropout_*` (or
+    `Scores-Dropout-*`) selects the variants, not scores_dropout itself."""
+    def loose(text: str) -> str:
+        return re.sub(r"[-\s]", "_", text.lower())
+
+    if fnmatch.fnmatchcase(loose(name), loose(pattern)):
+        return True
+    return not re.search(r"[-_\s]", pattern) and fnmatch.fnmatchcase(key(name), key(pattern))
+
+
 def _same_definition(old: object, new: object) -> bool:
     """The same code registering again (a re-imported module, a re-run notebook cell): same module and name."""
     if old is new:
@@ -155,8 +166,7 @@ class Registry(Generic[T]):
             elif self._key(pattern) in groups:
                 found = [self.canonical(n) for n in groups[self._key(pattern)]]
             elif any(c in pattern for c in "*?["):
-                found = [n for n in self.names() if fnmatch.fnmatch(self._key(n), self._key(pattern))
-                         or fnmatch.fnmatch(n, pattern)]
+                found = [n for n in self.names() if _wildcard_matches(n, pattern, self._key)]
                 if not found:
                     raise UnknownNameError(
                         f"no {self.kind} matches {pattern!r}. Valid {self.kind}s: {', '.join(self.names())}")
