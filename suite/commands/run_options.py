@@ -98,8 +98,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                               f"{', '.join(ANALYSES)} (docs/analyses.md; off by default: they can take as long as a "
                               "short run; a study file asks for them with train: {analyses: ...})")
     outputs.add_argument("--report-to", metavar="TRACKERS",
-                         help="comma list of tensorboard, mlflow, wandb: log config, per-epoch curves and final "
-                              "metrics (local stores under OUT/tracking/; wandb offline)")
+                         help="comma list of tensorboard, mlflow, wandb: log config and tags, the training loss "
+                              "every 10 batches, per-epoch curves and final metrics (local stores under "
+                              "OUT/tracking/; wandb offline; experiment: $MLFLOW_EXPERIMENT_NAME, else the study's "
+                              "name; docs/tracking.md)")
 
     control = p.add_argument_group("control")
     control.add_argument("--until-decided", action="store_true",
