@@ -20,7 +20,7 @@ import dataclasses
 import math
 
 import torch
-from entmax import entmax15, sparsemax
+from entmax.activations import Entmax15Function, SparsemaxFunction
 from entmax.root_finding import EntmaxBisectFunction
 
 from suite.api.attention import (
@@ -45,11 +45,47 @@ def masked_scores_fp32(query, key, scaling, attention_mask) -> torch.Tensor:
     return s
 
 
+# The `entmax` package's three mappings declared again with static methods: torch.compile cannot bind the package's
+# classmethod `forward` and broke the graph at every layer. Each forward is the package's own; each backward is the
+# package's formula (entmax 1.3: activations.SparsemaxFunction / Entmax15Function, root_finding.EntmaxBisectFunction),
+# written out because a compiled graph cannot call another Function's backward.
+
+class _Sparsemax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, X, dim: int):
+        return SparsemaxFunction.forward(ctx, X, dim, None)
+
+    @staticmethod
+    def backward(ctx, dY):
+        supp_size, output = ctx.saved_tensors
+        dim = ctx.dim
+        grad = dY.masked_fill(output == 0, 0)
+        v_hat = (grad.sum(dim=dim) / supp_size.to(output.dtype).squeeze(dim)).unsqueeze(dim)
+        return torch.where(output != 0, grad - v_hat, grad), None
+
+
+class _Entmax15(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, X, dim: int):
+        return Entmax15Function.forward(ctx, X, dim, None)
+
+    @staticmethod
+    def backward(ctx, dY):
+        (Y,), dim = ctx.saved_tensors, ctx.dim
+        gppr = Y.sqrt()  # = 1 / g''(Y)
+        dX = dY * gppr
+        return dX - (dX.sum(dim) / gppr.sum(dim)).unsqueeze(dim) * gppr, None
+
+
+def sparsemax(X: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return _Sparsemax.apply(X, dim)
+
+
+def entmax15(X: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return _Entmax15.apply(X, dim)
+
+
 class _EntmaxBisect(torch.autograd.Function):
-    """The `entmax` package's alpha-entmax bisection declared with static methods: torch.compile cannot bind the
-    package's classmethod `forward` and broke the graph at every layer. The forward is the package's; the backward
-    is its formula (entmax.root_finding.EntmaxBisectFunction.backward, 1.3), written out because a compiled graph
-    cannot call another Function's backward."""
 
     @staticmethod
     def forward(ctx, X, alpha, dim: int, n_iter: int):

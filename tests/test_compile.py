@@ -1,5 +1,5 @@
 """`--compile`: methods whose per-step state used to recompile the model or break its graph (DropHead's scheduled
-rate read from the step number, top-k's `k_frac` read back to the host, entmax_alpha's bisection Function) now trace
+rate read from the step number, top-k's `k_frac` read back to the host, the entmax package's Functions) now trace
 into as many graphs as vanilla, with no graph break. Traced by dynamo with the `eager` backend (no code generation:
 seconds on CPU); counted with torch._dynamo's counters on a tiny BERT."""
 from __future__ import annotations
@@ -53,8 +53,9 @@ def vanilla_graphs() -> int:
 
 
 @pytest.mark.parametrize("name, hp", [("drophead", {"schedule": "linear"}), ("drophead", {}),
-                                      ("topk", {"k_frac": 0.5}), ("entmax_alpha", {})],
-                         ids=["drophead-linear", "drophead", "topk-k_frac", "entmax_alpha"])
+                                      ("topk", {"k_frac": 0.5}), ("entmax_alpha", {}), ("sparsemax", {}),
+                                      ("entmax15", {})],
+                         ids=["drophead-linear", "drophead", "topk-k_frac", "entmax_alpha", "sparsemax", "entmax15"])
 def test_method_compiles_like_vanilla(name, hp, vanilla_graphs):
     assert traced(name, **hp) == (vanilla_graphs, 0)
 
@@ -76,3 +77,30 @@ def test_compile_warns_for_a_method_that_does_not_compile_well(tiny_bert_dir, gl
         rec = run_one(job, glue_dir, device="cpu", quiet=True)
     assert rec.ok, rec.error
     assert compiled == ["BertForSequenceClassification"]
+
+
+def test_the_entmax_mappings_equal_the_packages():
+    """The statically declared Functions give the `entmax` package's values and gradients (alpha's too)."""
+    import entmax
+
+    from suite.methods import entmax_attention as ours
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 7, generator=g, dtype=torch.float64)
+    x[0, :, :, 5:] = torch.finfo(x.dtype).min  # padded keys, as the attention masks them
+    alpha = torch.full((1, 3, 1, 1), 1.3, dtype=torch.float64)
+    pairs = [(lambda t, a: ours.sparsemax(t), lambda t, a: entmax.sparsemax(t, dim=-1)),
+             (lambda t, a: ours.entmax15(t), lambda t, a: entmax.entmax15(t, dim=-1)),
+             (lambda t, a: ours.entmax_bisect(t, a, -1, 30),
+              lambda t, a: entmax.entmax_bisect(t, alpha=a, dim=-1, n_iter=30))]
+    weights = torch.randn(x.shape, generator=g, dtype=torch.float64)
+    for mine, theirs in pairs:
+        found = []
+        for fn in (mine, theirs):
+            xi, ai = x.clone().requires_grad_(), alpha.clone().requires_grad_()
+            y = fn(xi, ai)
+            (y * weights).sum().backward()
+            found.append((y.detach(), xi.grad, ai.grad))
+        (y1, gx1, ga1), (y2, gx2, ga2) = found
+        assert torch.allclose(y1, y2) and torch.allclose(gx1, gx2)
+        assert (ga1 is None and ga2 is None) or torch.allclose(ga1, ga2)
