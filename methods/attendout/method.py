@@ -354,8 +354,9 @@ class AttendOut(AttentionMethod):
                             "drop_share": torch.stack([sampled_drop_share(s) for s in samples]).cpu()}
         e = self._epoch
         e["rewards"] += 1
-        e["reward_sum"] += float(rewards.mean())
-        e["reward_sq_sum"] += float(rewards.mean()) ** 2
+        mean = float(rewards.mean())
+        e["reward_sum"] += mean
+        e["reward_sq_sum"] += mean ** 2
         if adv is not None:
             self.policy.update(samples, adv)
             e["g_updates"] += 1
