@@ -41,7 +41,8 @@ from tabulate import tabulate
 
 from suite.api import metrics
 from suite.api.tasks import get_task
-from suite.run.data import load_splits, seeded_subset
+from suite.run.data import load_splits
+from suite.run.draws import dev_rows, draw_train
 from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
 
 
@@ -115,8 +116,7 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
     start = time.perf_counter()
     splits = load_splits(spec, data_dir)
 
-    def subset(cols: dict, limit, seed) -> datasets.Dataset:
-        keep = seeded_subset(len(cols["label"]), limit, seed)  # the same rows the suite trains and evaluates on
+    def rows(cols: dict, keep) -> datasets.Dataset:
         return datasets.Dataset.from_dict({k: [cols[k][i] for i in keep] for k in (*spec.text_fields, "label")})
 
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -124,10 +124,13 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
     def tokenise(batch):
         return tokenizer(*[batch[f] for f in spec.text_fields], truncation=True, max_length=t.max_length)
 
-    train = subset(splits[spec.train_split], t.max_train_samples, t.data_seed).map(
+    # the same rows the suite trains and evaluates on: its draw for this seed (holdout, data draw) and its dev subset
+    train_cols = splits[spec.train_split]
+    train_keep = draw_train(train_cols["label"], t, cfg.seed, not spec.is_regression).train
+    train = rows(train_cols, train_keep).map(
         tokenise, batched=True, remove_columns=list(spec.text_fields))
     (dev_split,) = spec.eval_splits.values()
-    dev = subset(splits[dev_split], t.max_eval_samples, t.data_seed).map(
+    dev = rows(splits[dev_split], dev_rows(len(splits[dev_split]["label"]), t)).map(
         tokenise, batched=True, remove_columns=list(spec.text_fields))
 
     set_seed(cfg.seed)

@@ -318,3 +318,16 @@ def test_extra_parameters_are_what_prepare_adds(method, kernel_size):
     attached = METHODS.get(method)(METHODS.get(method).Config(kernel_size=kernel_size))
     attached.attach(model)
     assert sum(p.numel() for p in model.parameters()) - before == attached.extra_parameters(tiny_config())
+
+
+def test_constant_gold_scores_exit_2_before_training(no_training, tiny_bert_dir, glue_dir, tmp_path, capsys):
+    """STS-B dev scores that are all equal leave the correlation undefined: it used to train, then fail with a
+    diagnosis about constant predictions."""
+    shutil.copytree(Path(glue_dir) / "STS-B", tmp_path / "glue" / "STS-B")
+    dev = tmp_path / "glue" / "STS-B" / "dev.tsv"
+    header, *rows = dev.read_text().splitlines()
+    dev.write_text("\n".join([header, *(r.rsplit("\t", 1)[0] + "\t3.0" for r in rows)]) + "\n")
+    out = tmp_path / "out"
+    rc = commands.main(["run", "--methods", "vanilla", "--tasks", "stsb", "--seeds", "1", "--model", tiny_bert_dir,
+                        "--data-dir", str(tmp_path / "glue"), "--out", str(out), "--quiet"])
+    assert_refused(capsys, rc, out, f"every gold score of the dev examples used from {dev} is 3.0")

@@ -40,9 +40,12 @@ def check_inputs(plan: GridPlan) -> None:
 
     for task in plan.tasks:
         spec = get_task(task)
-        train = load_splits(spec, plan.data_dir)[spec.train_split]
+        splits = load_splits(spec, plan.data_dir)
+        train = splits[spec.train_split]
         check_holdouts(train["label"], [j.train for j in plan.jobs if j.task == task], not spec.is_regression,
                        spec.display)
+        if spec.is_regression:
+            _check_scores_vary(spec, splits, [j.train for j in plan.jobs if j.task == task], plan.data_dir)
         if plan.outputs.predict_test:
             from suite.run.test_predictions import available_test_sets
 
@@ -50,6 +53,23 @@ def check_inputs(plan: GridPlan) -> None:
             if not found:
                 raise BadInput(f"--predict-test: {get_task(task).display} has no test set here "
                                f"({', '.join(absent) or 'none declared'}); drop the task or the option")
+
+
+def _check_scores_vary(spec, splits: dict, trains, data_dir) -> None:
+    """A regression task is scored by correlation, which gold scores that are all equal leave undefined: such a dev
+    subset would train every run and then fail (or score nothing); stop before training and name the file."""
+    from suite.run.draws import dev_rows
+
+    for suffix, split in spec.eval_splits.items():
+        labels = splits[split]["label"]
+        for t in {(t.max_eval_samples, t.data_seed): t for t in trains}.values():
+            used = {labels[i] for i in dev_rows(len(labels), t)}
+            if len(used) < 2:
+                where, layout = task_data_dir(spec, data_dir), spec.local.get(split)
+                source = where / spec.local_dir / layout.file if where is not None and layout else f"hub split {split}"
+                raise BadInput(f"{spec.display}: every gold score of the dev examples used from {source} is "
+                               f"{next(iter(used), 'absent')!r}, so the correlation that scores the task is undefined; "
+                               "repair the file, or use more dev examples (--max-eval-samples)")
 
 
 def show_plugin_errors() -> None:

@@ -60,7 +60,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     train.add_argument("--batch-size", type=int, help="train.batch_size: " + setting_help("batch_size"))
     train.add_argument("--max-length", type=int, help="train.max_length: " + setting_help("max_length"))
     train.add_argument("--max-train-samples", type=int, help="train.max_train_samples: seeded train subset "
-                                                             "(the same for every method and seed)")
+                                                             "(drawn per run seed, the same for every method; "
+                                                             "train.data_seed fixes one draw)")
     train.add_argument("--max-eval-samples", type=int, help="train.max_eval_samples: seeded dev subset")
     train.add_argument("--precision", choices=PRECISIONS,
                        help="train.precision: " + setting_help("precision"))
