@@ -185,6 +185,9 @@ class EntmaxAlpha(AttentionMethod):
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise HyperParameterError(f"entmax_alpha.n_iter={n!r} is impossible: it must be an integer >= 1")
 
+    def extra_parameters(self, config) -> int:
+        return config.num_hidden_layers * config.num_attention_heads  # one alpha per head and layer
+
     def prepare(self, model: torch.nn.Module) -> None:
         self._attention_modules = sorted(attention_modules(model), key=lambda m: m.layer_idx)
         start = pre_from_alpha(self.cfg.alpha_init, self.cfg.alpha_lr_mult)

@@ -62,6 +62,9 @@ class ReLA(AttentionMethod):
         if not (math.isfinite(self.cfg.eps) and self.cfg.eps > 0):
             raise HyperParameterError(f"rela.eps={self.cfg.eps} is impossible: it must be > 0")
 
+    def extra_parameters(self, config) -> int:
+        return config.num_hidden_layers * 2 * config.hidden_size  # a scale and a gate per attention output unit
+
     def prepare(self, model: torch.nn.Module) -> None:
         for module in attention_modules(model):
             n = getattr(module, "all_head_size", None) or module.config.hidden_size

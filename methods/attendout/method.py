@@ -145,6 +145,13 @@ class AttendOut(AttentionMethod):
         self._reset_epoch()
 
     # -- model hooks ---------------------------------------------------------------------------------
+    def extra_parameters(self, config) -> int:
+        """G-Net's parameters (trained by its own optimizer): a query and a key projection and a bias per layer, or
+        one set shared by every layer plus a layer embedding."""
+        n = 1 if self.cfg.shared_generator else config.num_hidden_layers
+        shared = config.num_hidden_layers * config.hidden_size if self.cfg.shared_generator else 0
+        return n * (2 * config.hidden_size * self.cfg.d_g + 1) + shared
+
     def prepare(self, model: nn.Module) -> None:
         cfg = model.config
         self.num_layers = cfg.num_hidden_layers
