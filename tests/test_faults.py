@@ -377,3 +377,37 @@ def test_an_impossible_pool_time_limit_is_refused(value, monkeypatch):
     monkeypatch.setenv("SUITE_MAX_RUN_MINUTES", value)
     with pytest.raises(ExecutorError, match="SUITE_MAX_RUN_MINUTES"):
         max_run_seconds()
+
+
+def test_the_time_limit_flag_runs_even_one_worker_as_a_pool_and_stops_a_hung_run(tiny_bert_dir, glue_dir, tmp_path,
+                                                                                   monkeypatch):
+    """--max-run-minutes (the flag, no environment variable): with the default single worker the grid used to run
+    in its own process, where no run can be stopped; the limit makes it a pool of one."""
+    import executor_faults
+
+    from suite.api.attention import METHODS
+    from suite.grid.executors import run_grid
+    from suite.grid.plan import build_grid
+
+    for name, cls in executor_faults.METHOD_CLASSES.items():
+        if name not in METHODS:
+            METHODS.add(name, cls)
+    monkeypatch.delenv("SUITE_MAX_RUN_MINUTES", raising=False)
+    settings = TrainSettings(epochs=1, batch_size=8)
+    jobs = build_grid([tiny_bert_dir], ["rte"], ["test_hangs"], [1], settings,
+                      [f"test_hangs.marker={tmp_path / 'attempts'}"])
+    try:
+        result = run_grid(jobs, Store(tmp_path / "out"), glue_dir, executor="local", quiet=True, device="cpu",
+                          max_run_minutes=0.05)
+    finally:
+        for name in executor_faults.METHOD_CLASSES:
+            METHODS.remove(name)
+    assert [j.seed for j, _ in result.failed] == [1] and not result.done
+    assert "--max-run-minutes" in result.failed[0][1].error
+
+
+def test_an_impossible_time_limit_flag_exits_2(tiny_bert_dir, glue_dir, tmp_path, capsys):
+    from conftest import run_cli
+
+    assert run_cli(tiny_bert_dir, glue_dir, tmp_path / "out", "--max-run-minutes", "-1") == 2
+    assert "--max-run-minutes -1" in capsys.readouterr().err

@@ -83,6 +83,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--executor",
                        help="local (default: sequential; one worker process per GPU when several are visible) or ray")
     where.add_argument("--workers", type=int, help="local executor: worker processes (default: 1 on CPU, one per GPU)")
+    where.add_argument("--max-run-minutes", type=float, metavar="M",
+                       help="local executor: a run still going after M minutes (hung, stopped) is killed and recorded "
+                            "failed, and the grid goes on; runs each job in a worker process (default: "
+                            "$SUITE_MAX_RUN_MINUTES, else no limit)")
     where.add_argument("--address", help="ray executor: cluster to join (auto, HOST:PORT, ray://HOST:10001); "
                                          "default: start a local cluster")
     where.add_argument("--gpus-per-run", type=float, help="ray executor: GPUs per run (default 1; 0.5 packs two "

@@ -19,7 +19,7 @@ from suite.run.device import resolve_jobs_precision
 from suite.run.settings import PRESETS, canonical_model, preset_train
 
 GRID_KEYS = ("methods", "tasks", "model", "seeds")  # what an also: grid of a study file may give for itself
-EXECUTOR_OPTIONS = ("workers", "address", "gpus_per_run", "cpus_per_run")
+EXECUTOR_OPTIONS = ("workers", "max_run_minutes", "address", "gpus_per_run", "cpus_per_run")
 RUN_DEFAULTS = {"seeds": [1, 2, 3], "preset": "quick", "out": "runs", "device": "auto", "executor": "local"}
 
 

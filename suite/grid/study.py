@@ -57,6 +57,7 @@ TrainSection = _train_section()
 class ExecutorSection(_Section):
     name: Optional[str] = None            # local or ray
     workers: Optional[int] = None
+    max_run_minutes: Optional[float] = None  # local executor: a run past it is stopped and recorded failed
     address: Optional[str] = None
     gpus_per_run: Optional[float] = None
     cpus_per_run: Optional[float] = None

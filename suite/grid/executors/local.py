@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from suite.api.errors import ExecutorError
-from suite.grid.executors.pool import WorkerPool
+from suite.grid.executors.pool import WorkerPool, max_run_seconds
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info
 from suite.run.record import RunRecord
@@ -81,15 +81,20 @@ def _cpu_count() -> int:
 
 def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
               quiet: bool, status: GridStatus | None = None, workers: int | None = None,
-              max_retries: int = DEFAULT_MAX_RETRIES, plan: LocalPlan | None = None) -> None:
-    """Sequential in this process, or a spawned worker pool when the plan says so (several GPUs, or workers > 1)."""
+              max_retries: int = DEFAULT_MAX_RETRIES, plan: LocalPlan | None = None,
+              max_run_minutes: float | None = None) -> None:
+    """Sequential in this process, or a spawned worker pool when the plan says so (several GPUs, or workers > 1).
+    A time limit per run needs a process that can be killed: with one, even a single worker runs as a pool."""
     status = status or GridStatus(len(jobs), quiet=True)
     plan = plan or local_plan(device, workers)
+    limit_s = max_run_minutes * 60 if max_run_minutes else max_run_seconds()
+    if plan.workers == 0 and limit_s:
+        plan = LocalPlan(1, [{}], "cpu" if plan.device == "auto" else plan.device, None)
     if plan.workers == 0:
         _run_in_process(jobs, record, data_dir, device, quiet, status)
     else:
         WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries,
-                   plan.memory_fraction).run()
+                   plan.memory_fraction, limit_s).run()
 
 
 def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,

@@ -110,7 +110,7 @@ class WorkerPool:
 
     def __init__(self, jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir,
                  worker_envs: list[dict[str, str]], device: str, threads: int | None, status: GridStatus,
-                 max_retries: int, memory_fraction: float | None = None):
+                 max_retries: int, memory_fraction: float | None = None, max_run_s: float | None = None):
         # spawn: fresh interpreters, so no CUDA state is inherited and CUDA_VISIBLE_DEVICES is honoured
         self.mp_context = mp.get_context("spawn")
         self.outbox = self.mp_context.Queue()
@@ -123,7 +123,7 @@ class WorkerPool:
         self.procs: dict[int, Any] = {}
         self.inboxes: dict[int, Any] = {}
         self.running: dict[int, int] = {}  # worker -> index of the job it runs
-        self.max_run_s = max_run_seconds()
+        self.max_run_s = max_run_s if max_run_s is not None else max_run_seconds()
         self.started_at: dict[int, float] = {}  # worker -> when its current job was sent (time.monotonic)
 
     def run(self) -> None:
@@ -229,7 +229,8 @@ class WorkerPool:
         index = self.running.pop(worker_id)
         job, minutes = self.jobs[index], self.max_run_s / 60
         self.record(job, RunRecord.failed(job, f"TimeLimit: the run took longer than {minutes:g} minutes "
-                                               f"(${MAX_RUN_MINUTES_ENV}); its worker {worker_id} was stopped",
+                                               f"(--max-run-minutes or ${MAX_RUN_MINUTES_ENV}); its worker "
+                                               f"{worker_id} was stopped",
                                           wall_s=time.monotonic() - self.started_at[worker_id]))
         if self.todo:
             self._spawn(worker_id)

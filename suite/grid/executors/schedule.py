@@ -29,7 +29,7 @@ class Executor:
 
 
 EXECUTORS: Registry[Executor] = Registry("executor", "suite.grid.executors.schedule", "suite.executors")
-EXECUTORS.add("local", Executor(run_local, frozenset({"workers", "max_retries", "plan"})))
+EXECUTORS.add("local", Executor(run_local, frozenset({"workers", "max_run_minutes", "max_retries", "plan"})))
 EXECUTORS.add("ray", Executor(run_ray, frozenset({"address", "gpus_per_run", "cpus_per_run", "max_retries", "ship"})))
 
 
@@ -71,7 +71,7 @@ def check_executor(executor: str, options: dict[str, Any]) -> None:
         owners = {k: [e for e in EXECUTORS.names() if k in EXECUTORS.get(e).options] for k in wrong}
         hint = "; ".join(f"--{k.replace('_', '-')} is for --executor {'/'.join(v)}" for k, v in owners.items() if v)
         raise ExecutorError(f"{flags} does not apply to --executor {executor}" + (f" ({hint})" if hint else ""))
-    for key in ("gpus_per_run", "cpus_per_run"):
+    for key in ("gpus_per_run", "cpus_per_run", "max_run_minutes"):
         v = options.get(key)
         if v is not None and not v > 0:
             raise ExecutorError(f"--{key.replace('_', '-')} {v}: give a value > 0")
