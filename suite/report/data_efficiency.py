@@ -4,8 +4,9 @@ A task qualifies when at least three values of `train.max_train_samples` were ru
 training settings for that task (learning rate, batch size, ...) and each method's leaderboard hyper-parameters.
 The epochs may change with the size: a study that keeps the number of optimizer steps fixed trains small sets for
 more epochs, so that size is not confounded with how long the model trains; the table says which. Each
-method is compared with the reference at every size by the paired t-test over seeds; all those tests form one family,
-corrected together (Holm by default), separately from the leaderboard's.
+method is compared with the reference at every size with the leaderboard's test over seeds and dev examples
+(`suite.stats.evidence.compare_runs`); all those tests form one family, corrected together (the report's
+correction), separately from the leaderboard's.
 """
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ import pandas as pd
 
 from suite.report import significance as sig
 from suite.report.cells import Cell
+from suite.report.comparisons import outcomes
 from suite.report.facts import ModelFacts
 from suite.report.figures import band, grid, method_colors, method_styles, save
 from suite.report.formatting import fmt, table
 from suite.report.registry_info import task_display
 from suite.report.selection import Selection
+from suite.stats.evidence import compare_runs
 
 SIZE = "max_train_samples"
 MIN_SIZES = 3
@@ -73,15 +76,15 @@ def compare(rep, sel: Selection, curves: dict[str, pd.DataFrame]) -> dict[tuple[
     for task, sub in curves.items():
         for size in sorted(sub["size"].unique()):
             at = sub[sub["size"] == size]
-            ref = Cell.of(at[at["method"] == rep.baseline]).by_seed()
+            ref = outcomes(at[at["method"] == rep.baseline])
             for m in _methods(sel, sub):
                 if m == rep.baseline:
                     continue
-                a, b = sig.paired(Cell.of(at[at["method"] == m]).by_seed(), ref)
-                if len(a) >= 2:
+                ev = compare_runs(task, outcomes(at[at["method"] == m]), ref)
+                if ev.n_seeds >= 2 and math.isfinite(ev.p):
                     keys.append((task, m, int(size)))
-                    diffs.append(float(np.mean(a - b)))
-                    ps.append(float(sig.paired_t_p(a - b)))
+                    diffs.append(ev.diff)
+                    ps.append(ev.p)
     adjusted = sig.adjust(np.asarray(ps), rep.correction) if ps else []
     return {k: (d, float(p)) for k, d, p in zip(keys, diffs, adjusted)}
 
@@ -97,7 +100,8 @@ def section(rep, facts: ModelFacts, mslug: str) -> None:
             f"the other training settings of the leaderboard (the epochs, where they change with the size, in the "
             f"column headers). In brackets after a cell: the mean paired difference "
             f"to {rep.baseline} at that size; **bold**: significant after {rep.correction} correction over all "
-            f"{len(tests)} comparisons of this section (paired t-test over seeds, α = {rep.alpha}).", "")
+            f"{len(tests)} comparisons of this section (the leaderboard's test over seeds and dev examples, "
+            f"α = {rep.alpha}).", "")
     for task, sub in curves.items():
         sizes = sorted(int(s) for s in sub["size"].unique())
         rows = []
