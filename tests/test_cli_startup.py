@@ -52,3 +52,18 @@ def test_a_wildcard_keeps_the_separators_it_spells_out():
     variants = ["scores_dropout_dynamic", "scores_dropout_layerwise", "scores_dropout_naive"]
     assert METHODS.select("scores_dropout_*") == METHODS.select("Scores-Dropout-*") == variants
     assert METHODS.select("scores*") == ["scores_dropout", *variants]
+
+
+@pytest.mark.parametrize("argv", [["list"], ["run", "--methods", "vanilla,scores_dropout", "--tasks", "rte,stsb",
+                                            "--dry-run"]], ids=" ".join)
+def test_list_and_dry_runs_import_neither_transformers_nor_sklearn(argv, tmp_path):
+    """They need torch (every method's module imports it) but not the seconds transformers, scikit-learn and scipy
+    cost: a method registers with transformers when attached, a metric imports its library when computed."""
+    argv = argv + (["--out", str(tmp_path)] if "run" in argv else [])
+    code = ("import sys\nfrom suite.commands import main\n"
+            f"assert main({argv!r}) == 0\n"
+            "heavy = sorted(m for m in ('transformers', 'sklearn', 'scipy') if m in sys.modules)\n"
+            "assert not heavy, heavy")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip()

@@ -41,9 +41,13 @@ def test_register_requires_a_method_class_with_dataclass_config():
         suite.register_method("bad2")(NotDataclass)
 
 
-def test_registration_reaches_transformers_attention_and_mask_interfaces():
+def test_attaching_a_method_registers_it_with_transformers_attention_and_mask_interfaces():
+    """Registration is the suite's; transformers learns the implementation (and its mask function, without which
+    padding would be ignored) when the method is first attached to a model."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
+
+    from suite.testing import tiny_model
 
     @dataclasses.dataclass
     class Cfg:
@@ -54,9 +58,11 @@ def test_registration_reaches_transformers_attention_and_mask_interfaces():
         Config = Cfg
 
     try:
+        assert Tmp.name == "tmp_registered" and "tmp_registered" in suite.METHODS.names()
+        model = Tmp().attach(tiny_model())
+        assert model.config._attn_implementation == "suite_tmp_registered"
         assert "suite_tmp_registered" in AttentionInterface._global_mapping
         assert "suite_tmp_registered" in AttentionMaskInterface._global_mapping
-        assert Tmp.name == "tmp_registered" and "tmp_registered" in suite.METHODS.names()
     finally:
         suite.METHODS.remove("tmp_registered")
 

@@ -2,8 +2,9 @@
 
 A method is a subclass of `AttentionMethod` with a dataclass `Config`, registered with `@register_method(name)`.
 Its `attention()` has transformers' attention-interface signature (plus the method instance). Registration puts the
-method into the suite's registry and into transformers' `AttentionInterface` *and* `AttentionMaskInterface` under
-`suite_<name>`: without the mask function transformers passes `attention_mask=None` and padding is silently ignored.
+method into the suite's registry; attaching it to a model also registers it in transformers' `AttentionInterface`
+*and* `AttentionMaskInterface` under `suite_<name>` (without the mask function transformers passes
+`attention_mask=None` and padding is silently ignored).
 
 Masks arrive in the additive form of transformers' `eager_mask`: a float tensor (B, 1, Lq, Lk) with 0 where a key may
 be attended and `finfo(dtype).min` where not, or `None` when the batch has no padding.
@@ -17,8 +18,6 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry, normalise
@@ -200,6 +199,7 @@ class AttentionMethod:
         if n == 0:
             raise TypeError(f"{type(model).__name__} has no attention module that uses transformers' attention "
                             "interface (one with `layer_idx` and `config._attn_implementation`)")
+        _register_with_transformers(self.name)
         model.set_attn_implementation(self.implementation)
         self.prepare(model)
         return model
@@ -241,11 +241,20 @@ def register_method(name: str, description: str | None = None, replace: bool = F
             raise ValueError(f"method name {name!r}: use letters, digits, '_' and '-' only (it names record files)")
         METHODS.load()  # the built-ins first, so that a plugin imported before them cannot take a built-in's name
         METHODS.add(name, cls, replace=replace)
-        AttentionInterface.register(f"suite_{name}", _dispatch)
-        AttentionMaskInterface.register(f"suite_{name}", eager_mask)
         return cls
 
     return wrap
+
+
+def _register_with_transformers(name: str) -> None:
+    """Make `suite_NAME` an attention implementation transformers knows (with its mask function). Done when a method
+    is first attached, not when it is registered: importing transformers costs seconds, which `list`, `--help` and
+    dry runs do not need."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(f"suite_{name}", _dispatch)
+    AttentionMaskInterface.register(f"suite_{name}", eager_mask)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -5,17 +5,27 @@ import math
 from typing import Callable
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from suite.api.registry import Registry
 
 
-def _nan_if_constant(fn):
+# scikit-learn and scipy are imported when a metric is first computed, not with this module: they cost seconds,
+# which `list` and dry runs (they only check that a task's metrics exist) do not need.
+def _correlation(name: str):
     def wrapped(pred, gold):
         if np.std(pred) == 0 or np.std(gold) == 0:  # correlation undefined; scipy warns and returns nan
             return math.nan
-        return float(fn(pred, gold)[0])
+        import scipy.stats
+
+        return float(getattr(scipy.stats, name)(pred, gold)[0])
+    return wrapped
+
+
+def _sklearn(name: str, **kwargs):
+    def wrapped(pred, gold):
+        import sklearn.metrics
+
+        return float(getattr(sklearn.metrics, name)(gold, pred, **kwargs))
     return wrapped
 
 
@@ -43,12 +53,11 @@ def register_metric(name: str, fn: Callable[[np.ndarray, np.ndarray], float]) ->
     return METRICS.add(name, fn)
 
 
-register_metric("accuracy", lambda pred, gold: float(accuracy_score(gold, pred)))
-register_metric("f1", lambda pred, gold: float(f1_score(gold, pred, pos_label=1, average="binary",
-                                                        zero_division=0.0)))
-register_metric("mcc", lambda pred, gold: float(matthews_corrcoef(gold, pred)))
-register_metric("pearson", _nan_if_constant(pearsonr))
-register_metric("spearman", _nan_if_constant(spearmanr))
+register_metric("accuracy", _sklearn("accuracy_score"))
+register_metric("f1", _sklearn("f1_score", pos_label=1, average="binary", zero_division=0.0))
+register_metric("mcc", _sklearn("matthews_corrcoef"))
+register_metric("pearson", _correlation("pearsonr"))
+register_metric("spearman", _correlation("spearmanr"))
 
 
 def check_task_metrics(spec) -> None:
