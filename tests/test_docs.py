@@ -134,6 +134,12 @@ def test_every_relative_link_resolves(page):
     assert not broken_links(page)
 
 
+def test_every_docs_page_is_linked_from_the_readme():
+    _, prose = blocks_and_prose((ROOT / "README.md").read_text(encoding="utf-8"))
+    linked = {target.partition("#")[0] for target in LINK.findall("\n".join(prose))}
+    assert not [page.name for page in PAGES[1:] if f"docs/{page.name}" not in linked]
+
+
 def test_a_broken_link_or_anchor_is_reported(tmp_path):
     (tmp_path / "other.md").write_text("# Other page\n\n## Options of `run`\n\n<a id=\"kept\"></a>\n")
     page = tmp_path / "page.md"
