@@ -133,3 +133,33 @@ def test_the_key_follows_content_and_suite_version(tmp_path, tiny_bert_dir, glue
     assert reuse.tokenized_key(spec, tokenizer, data, t) == key
     monkeypatch.setattr(reuse, "__version__", "99.0")
     assert reuse.tokenized_key(spec, tokenizer, data, t) != key
+
+
+def test_a_fixed_data_seed_and_a_run_seed_of_the_same_value_do_not_share_dev_rows(cache, tiny_bert_dir, glue_dir):
+    """train.data_seed=5 draws the dev subset with seed 5; an unset data seed at run seed 5 draws it with 0. Their
+    disk entries shared a key (the draw seed is 5 in both), so the second run could be handed the first one's dev
+    rows."""
+    from transformers import AutoTokenizer
+
+    from suite.run.runner import TokenizedCache
+    from suite.run.settings import RunConfig
+
+    tokenizer, spec = AutoTokenizer.from_pretrained(tiny_bert_dir), get_task("rte")
+    fixed = RunConfig(tiny_bert_dir, "rte", "vanilla", {}, 5, TrainSettings(data_seed=5, max_eval_samples=4))
+    follows = RunConfig(tiny_bert_dir, "rte", "vanilla", {}, 5, TrainSettings(data_seed=None, max_eval_samples=4))
+    fixed_devs = TokenizedCache().get(fixed, spec, tokenizer, glue_dir).devs
+    cached = TokenizedCache().get(follows, spec, tokenizer, glue_dir).devs
+    with reuse_off():
+        fresh = TokenizedCache().get(follows, spec, tokenizer, glue_dir).devs
+    assert cached[""].index == fresh[""].index != fixed_devs[""].index
+
+
+class reuse_off:
+    """The disk cache switched off for a block."""
+
+    def __enter__(self):
+        self.before = os.environ.get(reuse.CACHE_ENV)
+        os.environ[reuse.CACHE_ENV] = "off"
+
+    def __exit__(self, *exc):
+        os.environ[reuse.CACHE_ENV] = self.before

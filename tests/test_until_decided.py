@@ -202,3 +202,29 @@ def test_a_grid_the_loop_cannot_compare_is_refused_before_training(monkeypatch, 
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "out" / "runs").is_dir() or not list((tmp_path / "out" / "runs").glob("*.json"))
+
+
+def test_a_first_look_without_any_paired_seed_spends_nothing_and_the_loop_goes_on(grid, monkeypatch):
+    """Every run of one arm failed at the starting seeds: that look has n = 0, and the next look's boundaries used
+    to raise (an information fraction of 0) instead of treating the empty look as one that spends nothing."""
+    from suite.run.record import RunRecord
+
+    def flaky(job, *a, **k):
+        if job.method == "topk" and job.seed <= 3:
+            return RunRecord.failed(job, "planted failure")
+        return planted_record(job)
+
+    monkeypatch.setattr("suite.run.runner.run_one", flaky)
+    primary = [Comparison("minilm", "sst2", "topk", "vanilla")]
+    outcome = run_until_decided(grid.jobs, grid.store, Schedule(3, 3, 12, futility=0.0), grid.seeds, primary,
+                                paired_t, 0.05, grid.run_round, say=lambda line: None)
+    looks = outcome.tracks[0].looks
+    assert looks[0]["n"] == 0 and "no new evidence" in looks[0]["note"]
+    assert len(looks) >= 2 and looks[1]["n"] == 3 and math.isfinite(looks[1]["level"])
+
+
+def test_boundaries_of_a_design_whose_first_look_had_no_seeds():
+    from suite.stats.sequential import boundaries
+
+    with_empty = boundaries((0.0, 0.5, 1.0), 0.05)
+    assert with_empty[0] == math.inf and with_empty[1:] == pytest.approx(boundaries((0.5, 1.0), 0.05), abs=1e-6)

@@ -101,3 +101,14 @@ def test_primary_comparisons_are_one_holm_family_and_the_rest_benjamini_hochberg
     assert len(rest) == 7
     assert rest["p_adj"].to_numpy() == pytest.approx(stats.false_discovery_control(rest["p"], method="bh"), rel=1e-4)
     assert set(rows["margin"]) == {0.5}
+
+
+def test_differences_without_any_spread_are_never_shown_equivalent():
+    """Three seeds that tie exactly (accuracy on a small dev set, no prediction sidecars) have a standard error of 0;
+    TOST then read any difference inside the margin as proven equivalent (p_equiv 0)."""
+    from suite.stats.evidence import Evidence, evidence_arrays, verdict
+
+    arr = evidence_arrays(np.array([0.36, 0.36, 0.36]), 0.0, margin=1.0)
+    assert np.isnan(arr["p_equiv"]) and np.isnan(arr["p"])
+    ev = Evidence(3, *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")), margin=1.0)
+    assert verdict(ev, 0.05) == "undecided"

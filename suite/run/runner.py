@@ -61,7 +61,8 @@ class TokenizedCache:
                t.max_eval_samples, t.train_eval_samples, t.data_seed, seed, t.subset_draw, t.holdout, t.holdout_seed)
         if key != self._key:  # other processes' work is reused through the disk cache (suite.run.cache)
             disk_key = tokenized_key(spec, tokenizer, data_dir, dataclasses.replace(t, data_seed=seed))
-            disk_key = disk_key and f"{disk_key}-{t.subset_draw}-{t.holdout}-{t.holdout_seed}"
+            # the dev subset is drawn with train.data_seed (0 when unset), never with the run seed: it joins the key
+            disk_key = disk_key and f"{disk_key}-{t.subset_draw}-{t.holdout}-{t.holdout_seed}-dev{t.data_seed or 0}"
             value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)))
             self._key, self._value = key, Tokenized(*value)  # the disk cache keeps plain tuples
         return self._value

@@ -118,10 +118,14 @@ def evidence_arrays(diffs: np.ndarray, example_var: np.ndarray | float = 0.0, ma
         p = 2 * stats.t.sf(np.abs(t), df)
         p_equiv = np.maximum(stats.t.sf((diff + margin) / se, df), stats.t.sf((margin - diff) / se, df))
     half = stats.t.ppf(0.5 + level / 2, df) * se
-    # no variance at all: identical differences say nothing about noise, so only an exact 0 is "no difference"
-    none = ~(se > 0)
-    p = np.where(none, np.where(diff == 0, 1.0, np.nan), p)
-    p_equiv = np.where(none, np.where(np.abs(diff) < margin, 0.0, 1.0), p_equiv)
+    # no variance at all: identical differences say nothing about noise (a few seeds of accuracy on a small dev set
+    # without prediction sidecars can tie exactly), so only an exact 0 is "no difference", and nothing is shown to
+    # be equivalent: a zero standard error would make any difference inside the margin "equivalent" by fiat
+    # (a tolerance, not == 0: differences that tie exactly leave a floating-point sd of ~1e-17, which read as
+    # p ~ 1e-32)
+    none = ~(se > 1e-9 * np.maximum(1.0, np.abs(diff)))
+    p = np.where(none, np.where(np.abs(diff) <= 1e-9, 1.0, np.nan), p)
+    p_equiv = np.where(none, np.nan, p_equiv)
     low, high = np.where(none, diff, diff - half), np.where(none, diff, diff + half)
     return {"diff": diff, "se": se, "df": df, "low": low, "high": high, "p": p, "p_equiv": p_equiv,
             "seed_sd": seed_sd}

@@ -89,8 +89,10 @@ def boundaries(fractions: tuple[float, ...], alpha: float, spending: str = "obri
     convolution (Armitage, McPherson & Rowe 1969), done here on a Simpson grid; each boundary solves
     P(first crossing at look k) = alpha(t_k) - alpha(t_{k-1})."""
     t = np.asarray(fractions, dtype=float)
-    if len(t) == 0 or (np.diff(t) < 0).any() or t[0] <= 0 or t[-1] > 1 + 1e-12:
-        raise ValueError(f"information fractions must increase within (0, 1]: {fractions}")
+    # a first look at fraction 0 (every run of an arm failed: no paired seed) spends nothing, like any look whose
+    # fraction does not grow
+    if len(t) == 0 or (np.diff(t) < 0).any() or t[0] < 0 or not 0 < t[-1] <= 1 + 1e-12:
+        raise ValueError(f"information fractions must not decrease and must end within (0, 1]: {fractions}")
     bounds: list[float] = []
     points, density = np.zeros(1), np.ones(1)  # S_0 = 0 with probability 1
     previous_t = previous_spent = 0.0
