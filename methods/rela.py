@@ -11,7 +11,7 @@ vector of n = H*d (gain 1). eps = 1e-8 as in the official code.
 `g_init` is the one fine-tuning knob: pre-trained W_o expects the scale of the softmax context, while the norm
 outputs a vector of RMS about 0.5 * g (sigmoid gate near 0.5 at init). A smaller g_init keeps the attention branch
 closer to the size the residual stream was trained with. Default 1.0 is the paper's. For MiniLM-L6-H384 the
-softmax context has an RMS of 0.22-0.30 per layer, and g_init=0.5 matches it (README: measured effect on SST-2).
+softmax context has an RMS of 0.22-0.30 per layer, and g_init=0.5 matches it (docs/results.md: its effect on SST-2).
 """
 from __future__ import annotations
 

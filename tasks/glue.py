@@ -87,8 +87,8 @@ TEST_SETS = {
 }
 
 # The `quick` preset's per-task budgets (over the preset's own settings): a measured vanilla MiniLM sweep on a 2-core
-# CPU (README, "Calibrating the quick preset"). Batch 16 doubles the optimizer steps where 32 learned too slowly
-# (STS-B, CoLA, MRPC); STS-B at lr 2e-4 swung between seeds (29-64 correlation), at 1e-4 it does not (71-76).
+# CPU (docs/results.md, "Calibrating the quick preset"). Batch 16 doubles the optimizer steps where 32 learned too
+# slowly (STS-B, CoLA, MRPC); STS-B at lr 2e-4 swung between seeds (29-64 correlation), at 1e-4 it does not (71-76).
 QUICK = {
     "sst2": {"max_train_samples": 1000, "epochs": 2, "lr": 1e-4, "train_eval_samples": 128},
     "stsb": {"max_train_samples": 1000, "epochs": 2, "lr": 1e-4, "batch_size": 16, "train_eval_samples": 128},

@@ -209,8 +209,8 @@ PRESETS: Registry[Preset] = Registry("preset", "suite.run.settings", "suite.pres
 
 # One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set; each task's
 # budget (train-set size, epochs, learning rate, batch) comes with the task (tasks/glue.py). bf16 autocast: 1.6-1.8x
-# faster than fp32 on CPUs with native bf16 (AVX512-BF16, AMX) at dev scores within seed noise (README); preflight
-# warns where the CPU would emulate it.
+# faster than fp32 on CPUs with native bf16 (AVX512-BF16, AMX) at dev scores within seed noise (docs/results.md);
+# preflight warns where the CPU would emulate it.
 PRESETS.add("quick", Preset((DEFAULT_MODEL,), {"precision": "bf16"}))
 # The usual GLUE fine-tuning recipe for base models (needs the hub for the weights).
 PRESETS.add("paper", Preset(("bert-base-uncased", "roberta-base"),
