@@ -245,8 +245,9 @@ def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
 
 def test_seeds_needed_from_each_comparisons_own_variance_and_comparisons_within_reach(tmp_path):
     """RTE: scores_dropout - vanilla = +4, +1, +5 points (mean 3.33, sd 2.08; p = 0.11 at 3 seeds); no_dropout equals
-    vanilla at every seed (no spread, so no test of equivalence: undecided). Seeds needed: statsmodels' paired t-test power at Holm's first step over the
-    4 tests with scores_dropout's own sd (not pooled with no_dropout's zeros, which would shrink it)."""
+    vanilla at every seed (no spread, so no test of equivalence: undecided). Seeds needed: statsmodels' paired t-test
+    power at Holm's first step over the 4 tests with scores_dropout's own sd (not pooled with no_dropout's zeros, which
+    would shrink it)."""
     from statsmodels.stats.power import TTestPower
 
     recs = []
