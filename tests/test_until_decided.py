@@ -117,18 +117,23 @@ def test_only_primary_comparisons_get_looks_and_the_family_shares_alpha(grid):
     assert json.loads((grid.store.root / STATE_FILE).read_text())["alpha_each"] == pytest.approx(0.05)
 
 
-def test_failed_runs_leave_a_look_without_new_evidence_and_spend_nothing(grid, monkeypatch):
+def topk_failing(grid, monkeypatch, fails):
+    """topk against vanilla until decided, with topk's runs failing at the seeds `fails` picks."""
     from suite.run.record import RunRecord
 
     def flaky(job, *a, **k):
-        if job.method == "topk" and job.seed > 3:
+        if job.method == "topk" and fails(job.seed):
             return RunRecord.failed(job, "planted failure")
         return planted_record(job)
 
     monkeypatch.setattr("suite.run.runner.run_one", flaky)
     primary = [Comparison("minilm", "sst2", "topk", "vanilla")]
-    outcome = run_until_decided(grid.jobs, grid.store, Schedule(3, 3, 12, futility=0.0), grid.seeds, primary,
-                                paired_t, 0.05, grid.run_round, say=lambda line: None)
+    return run_until_decided(grid.jobs, grid.store, Schedule(3, 3, 12, futility=0.0), grid.seeds, primary,
+                             paired_t, 0.05, grid.run_round, say=lambda line: None)
+
+
+def test_failed_runs_leave_a_look_without_new_evidence_and_spend_nothing(grid, monkeypatch):
+    outcome = topk_failing(grid, monkeypatch, lambda seed: seed > 3)
     looks = outcome.tracks[0].looks
     assert [lk["n"] for lk in looks] == [3, 3, 3, 3] and "no new evidence" in looks[1]["note"]
     assert outcome.tracks[0].reason == "cap" and len(outcome.result.failed) == 9
@@ -207,18 +212,7 @@ def test_a_grid_the_loop_cannot_compare_is_refused_before_training(monkeypatch, 
 def test_a_first_look_without_any_paired_seed_spends_nothing_and_the_loop_goes_on(grid, monkeypatch):
     """Every run of one arm failed at the starting seeds: that look has n = 0, and the next look's boundaries used
     to raise (an information fraction of 0) instead of treating the empty look as one that spends nothing."""
-    from suite.run.record import RunRecord
-
-    def flaky(job, *a, **k):
-        if job.method == "topk" and job.seed <= 3:
-            return RunRecord.failed(job, "planted failure")
-        return planted_record(job)
-
-    monkeypatch.setattr("suite.run.runner.run_one", flaky)
-    primary = [Comparison("minilm", "sst2", "topk", "vanilla")]
-    outcome = run_until_decided(grid.jobs, grid.store, Schedule(3, 3, 12, futility=0.0), grid.seeds, primary,
-                                paired_t, 0.05, grid.run_round, say=lambda line: None)
-    looks = outcome.tracks[0].looks
+    looks = topk_failing(grid, monkeypatch, lambda seed: seed <= 3).tracks[0].looks
     assert looks[0]["n"] == 0 and "no new evidence" in looks[0]["note"]
     assert len(looks) >= 2 and looks[1]["n"] == 3 and math.isfinite(looks[1]["level"])
 
