@@ -38,6 +38,17 @@ def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
     return out
 
 
+def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:
+    """The files called `name` at the output roots of the folders reported (a folder given as OUT/runs counts as OUT),
+    where a stage beside the records left one (the tuning selection, the until-decided state)."""
+    found = []
+    for d in map(Path, paths):
+        root = d.parent if d.name == "runs" and not (d / "runs").is_dir() else d
+        if (root / name).is_file():
+            found.append(root / name)
+    return found
+
+
 def _gap(rec: RunRecord) -> float:
     gap = num(rec.generalisation_gap)
     if math.isnan(gap) and rec.history:

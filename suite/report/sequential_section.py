@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from suite.report.load import output_files
+
 STATE = "until_decided.json"
 REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (within the margin)",
            "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
@@ -17,13 +19,8 @@ REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (w
 
 
 def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The state files of the output folders reported (a folder given as OUT/runs counts as OUT)."""
-    found = []
-    for d in map(Path, run_dirs):
-        root = d.parent if d.name == "runs" and not (d / "runs").is_dir() else d
-        if (root / STATE).is_file():
-            found.append(root / STATE)
-    return found
+    """The state files of the output folders reported."""
+    return output_files(run_dirs, STATE)
 
 
 def _num(x: Any, spec: str = ".2f") -> str:

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from suite.report.load import output_files
+
 SELECTION = Path("tuning") / "selection.json"
 
 
@@ -33,13 +35,8 @@ def _space(space: dict[str, list]) -> str:
 
 
 def selection_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
-    """The selection files of the output folders reported (a folder given as OUT/runs counts as OUT)."""
-    found = []
-    for d in map(Path, run_dirs):
-        root = d.parent if d.name == "runs" and not (d / "runs").is_dir() else d
-        if (root / SELECTION).is_file():
-            found.append(root / SELECTION)
-    return found
+    """The selection files of the output folders reported."""
+    return output_files(run_dirs, SELECTION)
 
 
 def markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
