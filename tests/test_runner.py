@@ -45,7 +45,8 @@ def test_fp16_run_records_loss_scaling(tiny_bert_dir, glue_dir, tmp_path):
 
 
 def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
-    """Records written into the checkout (results/, README) leave the commit clean; a changed or new module does not."""
+    """Records written into the checkout (results/, README), committed or not, and the report's code leave the code
+    version as it was; a changed or new module makes it dirty, and committing it makes a new version."""
     import subprocess
 
     from suite.run.device import git_commit
@@ -65,8 +66,21 @@ def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "run.json").write_text("{}")
     assert git_commit(tmp_path) == sha
+    git("add", ".")  # records and the report's code committed mid-study: still the same code version
+    (tmp_path / "suite" / "report").mkdir()
+    (tmp_path / "suite" / "report" / "table.py").write_text("t = 1\n")
+    assert git_commit(tmp_path) == sha
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "records")
+    assert git_commit(tmp_path) == sha
     (tmp_path / "suite" / "b.py").write_text("y = 2\n")
     assert git_commit(tmp_path) == sha + "+dirty"
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "code")
+    code_sha = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                              text=True).stdout.strip()
+    assert git_commit(tmp_path) == code_sha != sha
+    sha = code_sha
     (tmp_path / "suite" / "b.py").unlink()
     (tmp_path / "suite" / "a.py").write_text("x = 2\n")
     assert git_commit(tmp_path) == sha + "+dirty"

@@ -132,20 +132,27 @@ def precision_label(amp_dtype: torch.dtype | None, loss_scaling: bool = False) -
     return f"{name} autocast" + (", loss scaling" if loss_scaling else "")
 
 
-# What a run executes: a change elsewhere in the checkout (README, results/, studies/) leaves a run's code as committed,
-# so it does not mark records "+dirty" (a study writing its records into the repository stays clean).
+# What a run executes. A record names the newest commit that changed these paths, not HEAD: committing records,
+# docs or the report's code while a study runs leaves every later record on the same code version, and a change
+# elsewhere in the checkout (README, results/, studies/) does not mark records "+dirty". suite/report only reads
+# records (it never runs inside a training run), so its changes are not a new version of the records' code.
 CODE_PATHS = ("suite", "methods", "tasks", "pyproject.toml")
+NOT_RUN_CODE = ("suite/report",)
 
 
 def git_commit(root: Path | None = None) -> str | None:
-    """The suite's git commit, with '+dirty' when its code (CODE_PATHS, untracked files included) differs from it;
-    None outside a checkout."""
+    """The newest commit that changed the code a run executes (CODE_PATHS less NOT_RUN_CODE), with '+dirty' when that
+    code (untracked files included) differs from it; HEAD where no commit touched it; None outside a checkout."""
     here = root or Path(__file__).resolve().parent.parent
+    spec = ["--", *CODE_PATHS, *(f":(exclude){p}" for p in NOT_RUN_CODE)]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+
     try:
-        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", *CODE_PATHS],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = git("log", "-1", "--format=%H", *spec) or git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", *spec)
         return (sha + ("+dirty" if dirty else "")) if sha else None
     except (OSError, subprocess.SubprocessError):
         return None
