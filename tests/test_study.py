@@ -19,19 +19,29 @@ def _write(tmp_path, text: str) -> Path:
 
 def test_committed_studies_load_and_plan_their_records():
     """Each studies/*.yaml is valid, and every committed record in results/ is a job the results study plans (found
-    by hash, so the study resumes instead of running it again)."""
+    by hash, so the study resumes instead of running it again): a tuning record is one of its tuning runs, a final
+    record one of its final jobs (up to the until-decided cap) with one of the cell's tuning configurations."""
     from suite.commands import build_parser
     from suite.grid.resolve import merge_study, plan_grid
+    from suite.grid.tuning import apply_settings, plan_tuning
+    from suite.grid.until_decided import prepare
 
     studies = sorted((ROOT / "studies").glob("*.yaml"))
     assert studies
     for path in studies:
         load_study(path)
-    args = merge_study(build_parser().parse_args(["run", "--study", str(ROOT / "studies" / "glue-minilm.yaml")]))
-    planned = {j.hash: j for j in plan_grid(args).jobs}
-    records = [json.loads(p.read_text()) for p in (ROOT / "results" / "runs").glob("*.json")]
-    assert records
-    assert not [r["label"] for r in records if r["hash"] not in planned]
+    args = prepare(merge_study(build_parser().parse_args(
+        ["run", "--study", str(ROOT / "studies" / "glue-minilm.yaml"), "--until-decided"])))
+    plan = plan_grid(args)
+    tuning = plan_tuning(args.tune, plan.jobs, plan.seeds, ROOT / "results")
+    assert tuning.jobs and len(plan.seeds) >= 20
+    possible = {apply_settings(j, c.settings).hash for j in plan.jobs
+                for c in tuning.cells[j.model, j.task, j.method]}
+    runs = ROOT / "results"
+    tuned = [json.loads(p.read_text()) for p in (runs / "tuning" / "runs").glob("*.json")]
+    final = [json.loads(p.read_text()) for p in (runs / "runs").glob("*.json")]
+    assert not [r["label"] for r in tuned if r["hash"] not in {j.hash for j in tuning.jobs}]
+    assert not [r["label"] for r in final if r["hash"] not in possible]
 
 
 @pytest.mark.parametrize("text, message", [

@@ -117,6 +117,36 @@ def test_only_primary_comparisons_get_looks_and_the_family_shares_alpha(grid):
     assert json.loads((grid.store.root / STATE_FILE).read_text())["alpha_each"] == pytest.approx(0.05)
 
 
+def test_a_cells_other_settings_run_in_the_first_round_and_never_enter_a_look(grid, monkeypatch):
+    """A data-efficiency curve on the same cells (another train-set size, seeds of its own, one outside the starting
+    seeds) is not a sweep: it runs once, in the first round, and its scores (planted 20 points lower) never reach a
+    look, which would otherwise pair them with the main grid's at the same seeds."""
+    def planted(job, *a, **k):
+        rec = planted_record(job)
+        if job.train.max_train_samples == 250:
+            rec.final = {"score": rec.final["score"] - 0.2, "accuracy": rec.final["score"] - 0.2}
+        return grid.trained.append(job) or rec
+
+    monkeypatch.setattr("suite.run.runner.run_one", planted)
+    curve = build_grid(["minilm"], ["sst2"], ["vanilla", "no_dropout"], [1, 2, 30],
+                       TrainSettings(max_train_samples=250))
+    jobs = grid.jobs + curve
+    primary = comparisons(jobs, "vanilla", seeds=grid.seeds)
+    assert [c.method for c in primary] == list(PLANTED)
+    outcome = run_until_decided(jobs, grid.store, grid.schedule, grid.seeds, primary, paired_t, 0.05,
+                                grid.run_round, say=lambda line: None)
+    curve_hashes = {j.hash for j in curve}
+    assert sorted(j.seed for j in grid.trained if j.hash in curve_hashes) == [1, 1, 2, 2, 30, 30]
+    first_round = grid.trained[:next(i for i, j in enumerate(grid.trained) if j.seed > grid.schedule.start
+                                     and j.hash not in curve_hashes)]
+    assert curve_hashes <= {j.hash for j in first_round}
+    tracks = {t.comparison.method: t for t in outcome.tracks}
+    assert 2 < tracks["no_dropout"].looks[0]["diff"] < 4 and tracks["no_dropout"].verdict == "better"
+    with pytest.raises(BadInput, match="run several at every seed"):  # a curve at every seed is a sweep
+        comparisons(grid.jobs + build_grid(["minilm"], ["sst2"], ["vanilla"], grid.seeds,
+                                           TrainSettings(max_train_samples=250)), "vanilla", seeds=grid.seeds)
+
+
 def topk_failing(grid, monkeypatch, fails):
     """topk against vanilla until decided, with topk's runs failing at the seeds `fails` picks."""
     from suite.run.record import RunRecord

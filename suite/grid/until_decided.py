@@ -110,19 +110,40 @@ class Outcome:
     state_path: Path
 
 
-def comparisons(jobs: list[RunConfig], reference: str, primary: Callable[[Comparison], bool] | None = None
-                ) -> list[Comparison]:
-    """The primary comparisons of a grid: each method other than the reference against it, per model and task
-    (all of them unless `primary` picks). BadInput when a method runs several settings on one model and task (a
-    sweep): a comparison needs one."""
-    settings: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+def _setting(job: RunConfig) -> str:
+    return json.dumps([job.hparams, dataclasses.asdict(job.train)], sort_keys=True, default=str)
+
+
+def compared_jobs(jobs: list[RunConfig], seeds: list[int] | None = None
+                  ) -> tuple[list[RunConfig], list[RunConfig]]:
+    """(the jobs the looks compare, the rest). Per model, task and method the looks compare the one setting planned at
+    every seed of the sequence (`seeds`; default every seed of the jobs): the study's own grid, extended to the cap.
+    Other settings of the same cell planned at fewer seeds (a data-efficiency curve, a grid with seeds of its own)
+    are the rest: they run in the first round and never enter a look. BadInput when a cell runs several settings at
+    every seed (a sweep): a comparison needs one."""
+    wanted = set(seeds if seeds is not None else (j.seed for j in jobs))
+    by_cell: dict[tuple[str, str, str], dict[str, list[RunConfig]]] = defaultdict(lambda: defaultdict(list))
     for job in jobs:
-        settings[job.model, job.task, job.method].add(json.dumps([job.hparams, dataclasses.asdict(job.train)],
-                                                                 sort_keys=True, default=str))
-    several = sorted(f"{t}/{m}" for (_, t, m), s in settings.items() if len(s) > 1)
+        by_cell[job.model, job.task, job.method][_setting(job)].append(job)
+    compared, rest, several = [], [], []
+    for (_, task, method), settings in by_cell.items():
+        full = [s for s, js in settings.items() if wanted <= {j.seed for j in js}]
+        if len(full) > 1:
+            several.append(f"{task}/{method}")
+        for s, js in settings.items():
+            (compared if full and s == full[0] else rest).extend(js)
     if several:
-        raise BadInput(f"--until-decided compares one setting per method and task, but {', '.join(several)} run "
-                       "several (a sweep): fix the setting with --set, or drop --until-decided")
+        raise BadInput(f"--until-decided compares one setting per method and task, but {', '.join(sorted(several))} "
+                       "run several at every seed (a sweep): fix the setting with --set, or drop --until-decided")
+    return compared, rest
+
+
+def comparisons(jobs: list[RunConfig], reference: str, primary: Callable[[Comparison], bool] | None = None,
+                seeds: list[int] | None = None) -> list[Comparison]:
+    """The primary comparisons of a grid: each method other than the reference against it, per model and task
+    (all of them unless `primary` picks), over the settings `compared_jobs` picks. BadInput when a method runs
+    several settings at every seed (a sweep) or the reference is missing."""
+    settings = dict.fromkeys((j.model, j.task, j.method) for j in compared_jobs(jobs, seeds)[0])
     out = []
     for model, task, method in settings:
         if method == reference:
@@ -156,13 +177,14 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
     design = Design(schedule.looks, family_alpha(alpha, len(primary)), spending=schedule.spending,
                     futility=schedule.futility)
     tracks = [Track(c) for c in primary]
+    jobs, rest = compared_jobs(jobs, seeds)  # the rest (other settings of a cell) run in full in the first round
     merged = GridResult()
     state_path = store.root / STATE_FILE
     planned = 0
     for look, n in enumerate(design.looks):
         wanted = set(seeds[planned:n])
         if look == 0:
-            todo = [j for j in jobs if j.seed in wanted]
+            todo = [j for j in jobs if j.seed in wanted] + rest
         else:
             arms = {a for t in tracks if t.open for a in _arms(t.comparison)}
             todo = [j for j in jobs if j.seed in wanted and (j.model, j.task, j.method) in arms]
@@ -308,7 +330,8 @@ def primary_comparisons(plan, args) -> list[Comparison]:
     declared = getattr(report, "primary", None) or []
     if isinstance(declared, str):
         declared = [x.strip() for x in declared.split(",") if x.strip()]
-    return comparisons(plan.jobs, reference, (lambda c: is_primary(c.method, c.task, declared)) if declared else None)
+    return comparisons(plan.jobs, reference, (lambda c: is_primary(c.method, c.task, declared)) if declared else None,
+                       seeds=args.seeds)
 
 
 def margin_for(margin, task: str) -> float:
