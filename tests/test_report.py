@@ -456,3 +456,30 @@ def test_data_efficiency_at_fixed_optimizer_steps(tmp_path):
     rows = parse_table(md, "### Data efficiency")
     assert list(rows["vanilla"])[1:] == ["16 examples × 12 epochs", "32 examples × 6 epochs", "64 examples × 3 epochs"]
     assert rows["vanilla"]["16 examples × 12 epochs"] == "53.60 ± 1.00 (3)"
+
+
+def test_data_efficiency_with_fixed_draws_pairs_runs_by_draw_and_seed(tmp_path):
+    """A curve of two fixed data draws crossed with two seeds: each (draw, seed) is one paired unit (4 per size), and
+    the leaderboard's own runs, drawn per seed, stay out of the curve even at a size the curve also ran."""
+    store = Store(tmp_path)
+    vanilla = {(0, 1): 0.50, (0, 2): 0.52, (1, 1): 0.60, (1, 2): 0.62}  # the draw moves both methods by 10 points
+    dropout = {(0, 1): 0.51, (0, 2): 0.54, (1, 1): 0.61, (1, 2): 0.62}  # +1, +2, +1, 0
+    for size in (16, 32, 64):
+        for (draw, seed), v in vanilla.items():
+            train = {"max_train_samples": size, "data_seed": draw}
+            store.write(*make_record("rte", "vanilla", seed, {"accuracy": v}, hparams={"p": 0.1}, train=train))
+            store.write(*make_record("rte", "scores_dropout", seed, {"accuracy": dropout[draw, seed]},
+                                     hparams={"p": 0.1}, train=train))
+    for seed in (1, 2, 3, 4, 5):  # the leaderboard: its own draw per seed
+        for method in ("vanilla", "scores_dropout"):
+            store.write(*make_record("rte", method, seed, {"accuracy": 0.9}, hparams={"p": 0.1},
+                                     train={"max_train_samples": 32}))
+    md = build_report([tmp_path], figures=False).read_text()
+    rows = parse_table(md, "### Data efficiency")
+    p = stats.ttest_1samp([1, 2, 1, 0], 0).pvalue
+    assert rows["vanilla"]["32 examples"] == "56.00 ± 5.89 (4)"
+    assert rows["scores_dropout"]["32 examples"].startswith("57.00 ± ") and "[+1.00, p " in rows["scores_dropout"][
+        "32 examples"]
+    holm_bound = min(1.0, 3 * p)
+    shown = float(rows["scores_dropout"]["32 examples"].split("p ")[1].rstrip("]*"))
+    assert shown == pytest.approx(holm_bound, rel=0.05)

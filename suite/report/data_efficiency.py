@@ -7,6 +7,10 @@ more epochs, so that size is not confounded with how long the model trains; the 
 method is compared with the reference at every size with the leaderboard's test over seeds and dev examples
 (`suite.stats.evidence.compare_runs`); all those tests form one family, corrected together (the report's
 correction), separately from the leaderboard's.
+
+A curve may fix its data draws (`train.data_seed`, e.g. two draws crossed with three seeds): where a task's curve
+runs have fixed draws, only those are used (the leaderboard's runs, drawn per seed, are a different design), and runs
+are paired by (draw, seed), each pair one unit of the test.
 """
 from __future__ import annotations
 
@@ -21,20 +25,21 @@ from suite.report.cells import Cell
 from suite.report.comparisons import outcomes
 from suite.report.facts import ModelFacts
 from suite.report.figures import band, grid, method_colors, method_styles, save
-from suite.report.formatting import fmt, table
+from suite.report.formatting import SCALE, fmt, table
 from suite.report.registry_info import task_display
 from suite.report.selection import Selection
-from suite.stats.evidence import compare_runs
+from suite.stats.evidence import RunOutcome, compare_runs
 
 SIZE = "max_train_samples"
+DRAW = "data_seed"
 MIN_SIZES = 3
 
 
 def _rest(train_key: str) -> str:
-    """A training-settings key without the train-set size and the epochs (which may scale with it)."""
+    """A training-settings key without the train-set size, the epochs (which may scale with it) and the data draw."""
     d = json.loads(train_key)
-    d.pop(SIZE, None)
-    d.pop("epochs", None)
+    for key in (SIZE, "epochs", DRAW):
+        d.pop(key, None)
     return json.dumps(d, sort_keys=True)
 
 
@@ -59,8 +64,11 @@ def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
             continue
         sub = sub[sub["train"].map(_rest) == _rest(sel.train_by_task[task])]
         sizes = sub["train_dict"].map(lambda d: d.get(SIZE))
-        sub = sub.assign(size=sizes, epochs=sub["train_dict"].map(lambda d: d.get("epochs")))
+        sub = sub.assign(size=sizes, epochs=sub["train_dict"].map(lambda d: d.get("epochs")),
+                         draw=sub["train_dict"].map(lambda d: d.get(DRAW)))
         sub = sub[sizes.notna()]  # `null` (the whole train set) has no place on the axis
+        if sub["draw"].notna().any():  # a curve with fixed draws: the runs drawn per seed are another design
+            sub = sub[sub["draw"].notna()]
         if sub["size"].nunique() >= MIN_SIZES:
             found[task] = _one_epochs_per_size(sub, json.loads(sel.train_by_task[task]).get("epochs"))
     return found
@@ -70,17 +78,26 @@ def _methods(sel: Selection, sub: pd.DataFrame) -> list[str]:
     return [m for m in sel.methods if sub[sub["method"] == m]["size"].nunique() >= 2]
 
 
+def paired_outcomes(sub: pd.DataFrame) -> dict:
+    """Runs keyed by seed, or by (draw, seed) where the draw is fixed: the units the test pairs."""
+    if "draw" not in sub or sub["draw"].isna().all():
+        return outcomes(sub)
+    ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
+    return {(int(r.draw), int(r.seed)): RunOutcome(float(r.score) * SCALE, r.predictions or None)
+            for r in ok.itertuples()}
+
+
 def compare(rep, sel: Selection, curves: dict[str, pd.DataFrame]) -> dict[tuple[str, str, int], tuple[float, float]]:
     """{(task, method, size): (mean paired difference to the reference x100, corrected p)}."""
     keys, diffs, ps = [], [], []
     for task, sub in curves.items():
         for size in sorted(sub["size"].unique()):
             at = sub[sub["size"] == size]
-            ref = outcomes(at[at["method"] == rep.baseline])
+            ref = paired_outcomes(at[at["method"] == rep.baseline])
             for m in _methods(sel, sub):
                 if m == rep.baseline:
                     continue
-                ev = compare_runs(task, outcomes(at[at["method"] == m]), ref)
+                ev = compare_runs(task, paired_outcomes(at[at["method"] == m]), ref)
                 if ev.n_seeds >= 2 and math.isfinite(ev.p):
                     keys.append((task, m, int(size)))
                     diffs.append(ev.diff)
@@ -96,9 +113,9 @@ def section(rep, facts: ModelFacts, mslug: str) -> None:
         return
     tests = compare(rep, sel, curves)
     rep.add("### Data efficiency", "",
-            f"Dev headline metric x100 (mean ± std over seeds, seeds in brackets) at each training-set size, with "
+            f"Dev headline metric x100 (mean ± std over runs, runs in brackets) at each training-set size, with "
             f"the other training settings of the leaderboard (the epochs, where they change with the size, in the "
-            f"column headers). In brackets after a cell: the mean paired difference "
+            f"column headers).{draws_note(curves)} In brackets after a cell: the mean paired difference "
             f"to {rep.baseline} at that size; **bold**: significant after {rep.correction} correction over all "
             f"{len(tests)} comparisons of this section (the leaderboard's test over seeds and dev examples, "
             f"α = {rep.alpha}).", "")
@@ -124,6 +141,17 @@ def section(rep, facts: ModelFacts, mslug: str) -> None:
     if rep.draw:  # --no-figures: tables only
         plot(rep, facts, curves, path)
         rep.link(path, "dev score against training-set size")
+
+
+def draws_note(curves: dict[str, pd.DataFrame]) -> str:
+    """Which tasks' curves fix their data draws, and what a run is then."""
+    fixed = {task: sorted(int(d) for d in sub["draw"].dropna().unique()) for task, sub in curves.items()
+             if sub["draw"].notna().any()}
+    if not fixed:
+        return ""
+    named = "; ".join(f"{task_display(t)}: draws {', '.join(map(str, d))}" for t, d in fixed.items())
+    return (f" Fixed data draws ({named}) crossed with seeds: a run is one (draw, seed), and the test pairs the "
+            "methods' runs by it; the leaderboard's runs (a draw per seed) are not on these curves.")
 
 
 def size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:
