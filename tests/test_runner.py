@@ -84,6 +84,10 @@ def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
     (tmp_path / "suite" / "b.py").unlink()
     (tmp_path / "suite" / "a.py").write_text("x = 2\n")
     assert git_commit(tmp_path) == sha + "+dirty"
+    assert git_commit(tmp_path / "suite") == sha + "+dirty"  # from the package's folder, as a run calls it
+    (tmp_path / "suite" / "a.py").write_text("x = 1\n")
+    (tmp_path / "suite" / "b.py").write_text("y = 2\n")
+    assert git_commit(tmp_path / "suite") == sha
     assert git_commit(tmp_path / "missing") is None
 
 

@@ -144,7 +144,8 @@ def git_commit(root: Path | None = None) -> str | None:
     """The newest commit that changed the code a run executes (CODE_PATHS less NOT_RUN_CODE), with '+dirty' when that
     code (untracked files included) differs from it; HEAD where no commit touched it; None outside a checkout."""
     here = root or Path(__file__).resolve().parent.parent
-    spec = ["--", *CODE_PATHS, *(f":(exclude){p}" for p in NOT_RUN_CODE)]
+    # pathspecs from the repository's top: `here` is the package folder when no root is given
+    spec = ["--", *(f":(top){p}" for p in CODE_PATHS), *(f":(top,exclude){p}" for p in NOT_RUN_CODE)]
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
