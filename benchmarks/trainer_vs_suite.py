@@ -134,7 +134,8 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
         tokenise, batched=True, remove_columns=list(spec.text_fields))
 
     set_seed(cfg.seed)
-    model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=spec.num_labels)
+    model = AutoModelForSequenceClassification.from_pretrained(  # the suite's vanilla.p is this config value
+        path, num_labels=spec.num_labels, attention_probs_dropout_prob=cfg.hparams["p"])
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
 
     def compute_metrics(pred):
@@ -188,6 +189,11 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--dropout", type=float, default=0.1,
+                   help="attention-probability dropout (vanilla.p; Trainer: the model config's attention dropout)")
+    p.add_argument("--holdout", type=float,
+                   help="carve the suite's tuning split from train first (train.holdout), as a study's final runs do; "
+                        "both runners train on the rows left")
     p.add_argument("--seeds", default="1,2", help="one suite run and one Trainer run per seed, interleaved")
     p.add_argument("--device", default="auto")
     p.add_argument("--precisions", default="auto",
@@ -211,11 +217,11 @@ def main(argv=None) -> int:
     def settings(precision: str, batching: str, like_for_like: bool) -> TrainSettings:
         t = TrainSettings(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, precision=precision,
                           max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                          batching=batching)
+                          batching=batching, holdout=args.holdout)
         return dataclasses.replace(t, train_eval_samples=0, stats_batches=0) if like_for_like else t
 
     def job(seed: int, t: TrainSettings) -> RunConfig:
-        return RunConfig(args.model, args.task, "vanilla", {"p": 0.1}, seed, t)
+        return RunConfig(args.model, args.task, "vanilla", {"p": args.dropout}, seed, t)
 
     runners = {}  # name -> ((precision, batching), run(seed))
     for prec in precisions:
@@ -266,7 +272,8 @@ def main(argv=None) -> int:
                     + ([" ; ".join(r["tokens"] for r in runs)] if args.count_tokens else []))
     spec = get_task(args.task)
     print(f"**{spec.display}, {args.model}, vanilla, {args.max_train_samples or 'all'} train examples, "
-          f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.lr}, seeds {args.seeds}**  ")
+          f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.lr}, attention dropout {args.dropout}"
+          f"{f', tuning split {args.holdout:g} held out' if args.holdout else ''}, seeds {args.seeds}**  ")
     print("command: `python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]) + "`  ")
     print(f"machine: {machine(args.device)}; load average {load_before:.1f} before, {load_after:.1f} after  \n")
     print(tabulate(rows, headers=["runner", "wall s (per seed)", "mean wall s", "wall speed-up",

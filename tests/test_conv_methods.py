@@ -340,21 +340,19 @@ def test_less_attention_records_keep_their_hash():
     assert same.hash == old.hash and lit.hash != old.hash
 
 
-def test_committed_dynamicconv_records_are_found_under_the_query_version():
-    """The published records (made before kernel_input existed) recompute to their own hash, and to the same hash
-    with kernel_input="query" filled in as `with_added_defaults` does for older records."""
-    import json
-    from pathlib import Path
+def test_older_dynamicconv_records_are_found_under_the_query_version():
+    """A record made before kernel_input existed (no such key) recomputes to the same hash with kernel_input="query"
+    filled in as `with_added_defaults` does for older records, and not to today's default ("input")."""
+    import dataclasses
 
-    from suite.run.settings import RunConfig, with_added_defaults
+    from suite.run.settings import RunConfig, TrainSettings, with_added_defaults
 
-    records = sorted(Path(__file__).resolve().parents[1].glob("results/runs/*__dynamicconv__*.json"))
-    if not records:
-        pytest.skip("no committed dynamicconv records")
-    for path in records[:3]:
-        rec = json.loads(path.read_text())
-        assert "kernel_input" not in rec["config"]["hparams"]
-        assert RunConfig.from_dict(rec["config"]).hash == rec["hash"]
-        hparams, train = with_added_defaults("dynamicconv", rec["config"]["hparams"], rec["config"]["train"])
-        assert hparams["kernel_input"] == "query"
-        assert RunConfig.from_dict(rec["config"] | {"hparams": hparams, "train": train}).hash == rec["hash"]
+    config = RunConfig("minilm", "sst2", "dynamicconv", {"kernel_size": 0, "p_weight": 0.1}, 1,
+                       TrainSettings()).to_dict()
+    assert "kernel_input" not in config["hparams"]
+    hparams, train = with_added_defaults("dynamicconv", config["hparams"], config["train"])
+    assert hparams["kernel_input"] == "query"
+    old = RunConfig.from_dict(config)
+    assert RunConfig.from_dict(config | {"hparams": hparams, "train": train}).hash == old.hash
+    today = dataclasses.replace(old, hparams={**hparams, "kernel_input": "input"})
+    assert today.hash != old.hash
