@@ -13,6 +13,7 @@ from suite.report.exports import write_exports
 from suite.report.header import code_version_problem
 from suite.report.load import load
 from suite.report.significance import CORRECTIONS
+from suite.report.tuned import fold_selected
 
 COMMAND = "report"
 DEFAULT_BASELINE = "vanilla"
@@ -66,6 +67,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
         raise ReportError(f"--costs {costs}: no such file (write one with `python -m suite bench --json FILE`)")
     reference_tasks = tuple(_task_names(reference_tasks))
     loaded = load(run_dirs)
+    loaded.frame = fold_selected(loaded.frame, run_dirs)  # a tuned study: each cell's selected runs, one row
     problem = code_version_problem(loaded.frame) if len(loaded.frame) else None
     if problem and not allow_uncommitted:
         raise ReportError(f"the records come from {problem}. A published table should come from one committed "

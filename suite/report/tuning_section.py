@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.report.load import output_files
-
-SELECTION = Path("tuning") / "selection.json"
+from suite.report.tuned import SELECTION
 
 
 def _value(v: Any) -> str:
