@@ -43,6 +43,7 @@ def test_each_cell_reports_its_selected_configuration_on_one_leaderboard_row(tmp
     assert board["scores_dropout"]["RTE"] == "**63.00 ± 2.00** (3)" and board["scores_dropout"]["SST-2"] == (
         "80.00 ± 1.00 (3)")
     assert "## Runs outside the leaderboard settings" not in md and "## Tuning" in md
+    assert "Tuned per task and method, each cell's values in the Tuning section below: `train.lr`, " in md
 
 
 def test_a_run_of_another_configuration_stays_off_the_leaderboard(tmp_path):

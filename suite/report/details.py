@@ -11,6 +11,7 @@ from suite.report.formatting import DASH, key_of, num, sort_key, table, value_te
 from suite.report.leaderboard import difference_text
 from suite.report.registry_info import metric_order, task_display
 from suite.report.selection import Selection, lookup, setting_text, train_diff, varying_keys
+from suite.report.tuned import setup_note
 
 
 def setup(rep, sel: Selection, board: pd.DataFrame) -> None:
@@ -29,7 +30,7 @@ def setup(rep, sel: Selection, board: pd.DataFrame) -> None:
                      f"{data['train_subset']:,}" if "train_subset" in data else DASH,
                      *[value_text(trains[t].get(k)) for k in varying]])
     rep.add("### Setup", "", "Training settings of the leaderboard runs: "
-            + ", ".join(f"{k}={value_text(v)}" for k, v in common.items()) + ".", "",
+            + ", ".join(f"{k}={value_text(v)}" for k, v in common.items()) + "." + setup_note(board), "",
             table(rows, ["task", "train examples", "dev examples", "train subset (gap)", *varying]), "")
 
 

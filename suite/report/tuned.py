@@ -22,6 +22,7 @@ from suite.report.load import output_files
 
 SELECTION = Path("tuning") / "selection.json"
 TRAIN = "train."
+FOLDED = "tuned"  # the frame's column naming, per folded row, the keys its cell's tuning chose
 
 
 def selections(paths: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -54,7 +55,7 @@ def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd
     chosen = selections(paths)
     if not chosen or not len(frame):
         return frame
-    frame = frame.copy()
+    frame = frame.assign(**{FOLDED: [()] * len(frame)})
     for i, row in frame.iterrows():
         selected = chosen.get((row["model"], row["task"], row["method"]))
         if selected is None:
@@ -68,4 +69,16 @@ def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd
         kept_hp = {k: v for k, v in hp_dict.items() if k not in own}
         frame.at[i, "train_dict"], frame.at[i, "train"] = kept_train, key_of(kept_train)
         frame.at[i, "hp_dict"], frame.at[i, "hp"] = kept_hp, key_of(kept_hp)
+        frame.at[i, FOLDED] = tuple(selected)
     return frame
+
+
+def setup_note(board: pd.DataFrame) -> str:
+    """The Setup section's sentence on what was tuned per cell ('' for an untuned study)."""
+    if FOLDED not in board or not len(board):
+        return ""
+    keys = sorted({k for ks in board[FOLDED] for k in ks}, key=lambda k: (not k.startswith(TRAIN), k))
+    if not keys:
+        return ""
+    return (" Tuned per task and method, each cell's values in the Tuning section below: "
+            + ", ".join(f"`{k}`" for k in keys) + ".")
