@@ -47,10 +47,18 @@ def test_each_cell_reports_its_selected_configuration_on_one_leaderboard_row(tmp
 
 
 def test_a_run_of_another_configuration_stays_off_the_leaderboard(tmp_path):
+    """Not rte/vanilla's selected p, nor (the method's default p) sst2/vanilla's: both stay in the ablation table,
+    where the selected runs read "tuned"."""
     store = write_tuned_study(tmp_path)
     store.write(*make_record("rte", "vanilla", 4, {"accuracy": 0.99}, hparams={"p": 0.2},
-                             train={"lr": 1e-4, "holdout": 50.0}))  # not rte/vanilla's selected p
+                             train={"lr": 1e-4, "holdout": 50.0}))
+    store.write(*make_record("sst2", "vanilla", 4, {"accuracy": 0.10}, hparams={"p": 0.1},
+                             train={"lr": 1e-4, "holdout": 50.0}))
     md = build_report([tmp_path], figures=False).read_text()
-    assert parse_table(md, "### Leaderboard")["vanilla"]["RTE"] == "62.00 ± 2.00 (3)"
-    ablation = md[md.index("#### vanilla"):]
-    assert "| 0.2  | 0.0001     | –                | 99.00 ± – (1)    |                  |" in ablation
+    board = parse_table(md, "### Leaderboard")
+    assert board["vanilla"]["RTE"] == "62.00 ± 2.00 (3)" and board["vanilla"]["SST-2"] == "**81.00 ± 1.00** (3)"
+    assert "no runs with its default" not in md
+    ablation = parse_table(md, "#### vanilla")
+    assert ablation["tuned"] == {"p": "tuned", "train.lr": "tuned", "SST-2": "81.00 ± 1.00 (3)",
+                                 "RTE": "62.00 ± 2.00 (3)", "in leaderboard": "✓"}
+    assert ablation["0.2"]["RTE"] == "99.00 ± – (1)" and ablation["0.1"]["SST-2"] == "10.00 ± – (1)"

@@ -8,9 +8,11 @@ method is compared with the reference at every size with the leaderboard's test 
 (`suite.stats.evidence.compare_runs`); all those tests form one family, corrected together (the report's
 correction), separately from the leaderboard's.
 
-A curve may fix its data draws (`train.data_seed`, e.g. two draws crossed with three seeds): where a task's curve
-runs have fixed draws, only those are used (the leaderboard's runs, drawn per seed, are a different design), and runs
-are paired by (draw, seed), each pair one unit of the test.
+A curve may fix its data draws (`train.data_seed`): where a task's curve runs have fixed draws, only those are used
+(the leaderboard's runs, drawn per seed, are a different design), and runs are paired by (draw, seed), each pair one
+unit of the test, whose inference is then about those draws. Give each draw seeds of its own (draw 0 seeds 1-3,
+draw 1 seeds 4-6): with the same seeds under every draw (crossed), pairs sharing a seed share an initialisation and
+are not independent, and the test's p-values come out too small.
 """
 from __future__ import annotations
 
@@ -150,8 +152,8 @@ def draws_note(curves: dict[str, pd.DataFrame]) -> str:
     if not fixed:
         return ""
     named = "; ".join(f"{task_display(t)}: draws {', '.join(map(str, d))}" for t, d in fixed.items())
-    return (f" Fixed data draws ({named}) crossed with seeds: a run is one (draw, seed), and the test pairs the "
-            "methods' runs by it; the leaderboard's runs (a draw per seed) are not on these curves.")
+    return (f" Fixed data draws ({named}): a run is one (draw, seed), the test pairs the methods' runs by it and "
+            "speaks of these draws; the leaderboard's runs (a draw per seed) are not on these curves.")
 
 
 def size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from suite.report.formatting import key_of
 from suite.report.registry_info import default_hparams, task_order
+from suite.report.tuned import FOLDED
 from suite.run.settings import changed_settings, setting_value
 
 
@@ -35,6 +36,12 @@ class Selection:
 
 
 def _hparams_used(sub: pd.DataFrame, method: str) -> tuple[str, bool]:
+    """The method's leaderboard setting and whether it counts as the method's own (no brackets in its label): the runs
+    its tuning selected (suite.report.tuned), else its defaults, else its most-run setting."""
+    if FOLDED in sub:
+        selected = sub[sub[FOLDED].map(bool)]
+        if len(selected):
+            return selected["hp"].value_counts().index[0], True
     default = default_hparams(method)
     if default is not None and default in set(sub["hp"]):
         return default, True
@@ -78,6 +85,10 @@ def setting_text(hp: dict, method: str) -> str:
 
 
 def lookup(row, key: str):
+    """A run's value of an ablation key (`train.*` or a hyper-parameter's name); "tuned" where its cell's tuning
+    chose it (the value per cell is in the Tuning section)."""
+    if (key if key.startswith("train.") else f"{row['method']}.{key}") in (row.get(FOLDED) or ()):
+        return "tuned"
     if key.startswith("train."):
         return row["train_dict"].get(key[len("train."):])
     return row["hp_dict"].get(key)
