@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from test_report import MODEL, make_record, parse_table
+
 from suite.grid.store import Store
 from suite.report import build_report
-from test_report import MODEL, make_record, parse_table
 
 # (task, method) -> the selected configuration and the dev accuracy of seeds 1-3
 SELECTED = {
