@@ -63,3 +63,13 @@ def test_a_run_of_another_configuration_stays_off_the_leaderboard(tmp_path):
     assert ablation["tuned"] == {"p": "tuned", "train.lr": "tuned", "SST-2": "81.00 ± 1.00 (3)",
                                  "RTE": "62.00 ± 2.00 (3)", "in leaderboard": "✓"}
     assert ablation["0.2"]["RTE"] == "99.00 ± – (1)" and ablation["0.1"]["SST-2"] == "10.00 ± – (1)"
+
+
+def test_the_tuning_section_tabulates_each_cells_selection_by_method_and_task(tmp_path):
+    write_tuned_study(tmp_path)
+    md = build_report([tmp_path], figures=False).read_text()
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
+            for line in md.split("Selected per task", 1)[1].split("### Every configuration")[0].splitlines()
+            if line.startswith(f"| {MODEL} ")}
+    assert rows == {"vanilla": ["lr=0.0001, p=0.05 (70.00)", "lr=5e-05, p=0.2 (70.00)"],
+                    "scores_dropout": ["lr=0.0002, p=0.2 (70.00)", "lr=0.0001, p=0.05 (70.00)"]}

@@ -33,6 +33,28 @@ def _space(space: dict[str, list]) -> str:
     return "; ".join(f"{k}: " + ", ".join(map(_value, values)) for k, values in space.items())
 
 
+def _short(settings: dict[str, Any], method: str) -> str:
+    """Selected settings without the method's own prefix (`vanilla.p` -> `p`, `train.lr` -> `lr`)."""
+    def key(k: str) -> str:
+        return k.split(".", 1)[1] if k.startswith((f"{method}.", "train.")) else k
+    return ", ".join(f"{key(k)}={_value(v)}" for k, v in settings.items()) or "defaults"
+
+
+def _selected_table(cells: list[dict]) -> list[str]:
+    """One row per method, one column per task: each cell's selected settings and its tuning-split score."""
+    tasks = list(dict.fromkeys(c["task"] for c in cells))
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for c in cells:
+        best = next((x["mean"] for x in c["configurations"] if x["settings"] == c["selected"]), None)
+        rows.setdefault((c["model"], c["method"]), {})[c["task"]] = (
+            f"{_short(c['selected'], c['method'])} ({_score(best)})" if c["selected"] is not None
+            else "none selected")
+    lines = ["| model | method | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    lines += [f"| {model} | {method} | " + " | ".join(by_task.get(t, "–") for t in tasks) + " |"
+              for (model, method), by_task in rows.items()]
+    return lines
+
+
 def selection_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     """The selection files of the output folders reported."""
     return output_files(run_dirs, SELECTION)
@@ -53,6 +75,8 @@ def markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
                   "| method | search space | points | budget |", "|---|---|---:|---:|"]
         lines += [f"| {m} | {_space(space)} | {math.prod(len(set(v)) for v in space.values())} | {p['budget']} |"
                   for m, space in p["space"].items()]
+        lines += ["", "Selected per task (tuning-split score x 100 in brackets):", "",
+                  *_selected_table(data["cells"]), "", "### Every configuration tried"]
         for cell in data["cells"]:
             lines += ["", f"**{cell['task']} / {cell['method']}** (`{cell['model']}`; tuning-split score x 100, "
                       f"{'higher' if cell['higher_is_better'] else 'lower'} is better): "
