@@ -73,3 +73,17 @@ def test_the_tuning_section_tabulates_each_cells_selection_by_method_and_task(tm
             if line.startswith(f"| {MODEL} ")}
     assert rows == {"vanilla": ["lr=0.0001, p=0.05 (70.00)", "lr=5e-05, p=0.2 (70.00)"],
                     "scores_dropout": ["lr=0.0002, p=0.2 (70.00)", "lr=0.0001, p=0.05 (70.00)"]}
+
+
+def test_a_quoted_number_in_the_search_space_still_folds(tmp_path):
+    """A space written `train.lr: ["1e-4"]` keeps the text in selection.json while the run trained on 0.0001."""
+    write_tuned_study(tmp_path)
+    path = tmp_path / "tuning" / "selection.json"
+    data = json.loads(path.read_text())
+    for cell in data["cells"]:
+        cell["selected"] = {k: (f"{v:g}" if k == "train.lr" else v) for k, v in cell["selected"].items()}
+    path.write_text(json.dumps(data))
+    md = build_report([tmp_path], figures=False).read_text()
+    board = parse_table(md, "### Leaderboard")
+    assert board["vanilla"]["RTE"] == "62.00 ± 2.00 (3)" and board["scores_dropout"]["SST-2"] == "80.00 ± 1.00 (3)"
+    assert "## Runs outside the leaderboard settings" not in md

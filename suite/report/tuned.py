@@ -44,9 +44,22 @@ def _split(method: str, selected: dict[str, Any]) -> tuple[dict[str, Any], dict[
     return train, own
 
 
+def _number(x: Any) -> float | None:
+    """A number, or a number written as text (a search space may quote "1e-4"; the run trained on the float)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    try:
+        return float(x) if isinstance(x, str) else None
+    except ValueError:
+        return None
+
+
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
-        return float(a) == float(b)
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None and (not isinstance(a, str) or not isinstance(b, str)):
+        return na == nb
     return a == b
 
 
