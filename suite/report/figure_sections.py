@@ -66,15 +66,39 @@ def attention_table(rep, sel: Selection, with_stats: pd.DataFrame, columns: list
     return table(rows, ["method", *columns, "runs"])
 
 
+def common_runs(with_stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The runs on the (task, seed) pairs every method ran, and those tasks.
+
+    Methods get different seeds per task (a sequential design extends some comparisons) and some run fewer tasks;
+    pooled over everything, a method's mean would weight the tasks differently from another's, and the statistics
+    differ far more between tasks (sequence lengths) than between methods. Empty when no pair is shared."""
+    pairs = None
+    for _, sub in with_stats.groupby("method", sort=False):
+        own = set(zip(sub["task"], sub["seed"]))
+        pairs = own if pairs is None else pairs & own
+    keep = with_stats[[pair in (pairs or set()) for pair in zip(with_stats["task"], with_stats["seed"])]]
+    return keep, sorted(set(keep["task"]))
+
+
 def attention_blocks(rep, sel: Selection, with_stats: pd.DataFrame, mslug: str, model: str) -> list[str]:
+    shared, tasks = common_runs(with_stats)
+    if len(shared):
+        seeds = shared.groupby("task")["seed"].nunique()
+        scope = ("mean over layers and over the tasks and seeds every method shown ran (" + ", ".join(
+            f"{task_display(t)}: {seeds[t]} seed(s)" for t in tasks) + "), so that no method's mean weights the "
+            "tasks differently")
+        with_stats = shared
+    else:
+        scope = ("mean over layers, tasks and seeds; the methods share no (task, seed) run, so each mean covers "
+                 "its own runs and the rows are not comparable")
     names = sorted({k for a in with_stats["attention"] for k in a["per_layer"]})
     ordered = [s for s in ATTENTION_ORDER if s in names] + [s for s in names if s not in ATTENTION_ORDER]
     shape = [s for s in ordered if not s.startswith("mass_")]
     mass = [s for s in ordered if s.startswith("mass_")]
     getter = lambda r, s: r["attention"]["per_layer"].get(s)  # noqa: E731
     colors = method_colors(sel.methods)
-    blocks = ["Attention statistics of the fine-tuned models on dev batches (see `suite/stats.py`), mean "
-              "over layers, tasks and seeds:", "", attention_table(rep, sel, with_stats, shape + mass), ""]
+    blocks = [f"Attention statistics of the fine-tuned models on dev batches (see `suite/stats.py`), {scope}:",
+              "", attention_table(rep, sel, with_stats, shape + mass), ""]
     path = rep.figure(f"attention_{mslug}.png")
     axes = {s: ATTENTION_AXES.get(s, (s, (-math.inf, math.inf))) for s in shape} | {s: MASS_AXIS for s in mass}
     labels, clips = {s: a[0] for s, a in axes.items()}, {s: a[1] for s, a in axes.items()}
