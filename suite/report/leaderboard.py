@@ -83,7 +83,7 @@ def leaderboard(rep, facts: ModelFacts) -> None:
     rows += baseline_rows(sel, bases, len(avgs), len(cost_headers) + 2)
     rep.tables[sel.model, "leaderboard"] = (headers, rows)
     rep.add("### Leaderboard", "", table(rows, headers), "")
-    notes = leaderboard_notes(rep, sel, board, avgs, bases) + [cost_note]
+    notes = leaderboard_notes(rep, sel, board, avgs, bases) + reference_note(rep, sel, cells, bases) + [cost_note]
     rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel)], "")
     if rep.baseline not in sel.methods:
         rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
@@ -117,6 +117,27 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
         text += " Baseline unavailable for " + ", ".join(
             f"{task_display(t)} ({b.source})" for t, b in bases.items() if not b.available) + "."
     return text
+
+
+def reference_note(rep, sel: Selection, cells: dict, bases: dict[str, Baseline]) -> list[str]:
+    """Whether the reference learned each task at all: a comparison against a reference that does not beat the
+    majority class says nothing about the methods."""
+    if rep.baseline not in sel.methods:
+        return []
+    parts = []
+    for t in sel.tasks:
+        cell, base = cells[rep.baseline, t], bases[t]
+        if not cell.n or not base.available:
+            continue
+        p = sig.beats_level_p(cell.values, base.constant, higher_is_better(t))
+        gap = cell.mean - base.constant
+        parts.append(f"{task_display(t)} {gap:+.2f} points ({cell.n} seeds, "
+                     + (f"p = {p:.2g})" if math.isfinite(p) else "no test)")
+                     + ("" if math.isfinite(p) and p < rep.alpha else f" — not above it at p < {rep.alpha:g}"))
+    if not parts:
+        return []
+    return [f"The reference `{rep.baseline}` against the majority / constant predictor (mean difference, one-sided "
+            f"one-sample t-test over seeds): " + "; ".join(parts) + "."]
 
 
 def average_notes(avgs: list[Average]) -> list[str]:
