@@ -488,3 +488,5 @@ def test_data_efficiency_with_fixed_draws_pairs_runs_by_draw_and_seed(tmp_path):
     holm_bound = min(1.0, 3 * p)
     shown = float(rows["scores_dropout"]["32 examples"].split("p ")[1].rstrip("]*"))
     assert shown == pytest.approx(holm_bound, rel=0.05)
+    # the curve's runs are shown by the curve: they are no ablation of the leaderboard's setting
+    assert "### Ablations" not in md and "Methods with several settings" not in md

@@ -76,6 +76,12 @@ def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return found
 
 
+def curve_runs(sel: Selection, df: pd.DataFrame) -> pd.Index:
+    """The index of the records some data-efficiency curve shows (the ablation tables leave them to the curves)."""
+    curves = size_curves(sel, df)
+    return pd.Index([]) if not curves else pd.concat(curves.values()).index
+
+
 def _methods(sel: Selection, sub: pd.DataFrame) -> list[str]:
     return [m for m in sel.methods if sub[sub["method"] == m]["size"].nunique() >= 2]
 
@@ -161,7 +167,7 @@ def size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:
     epochs = {int(s): int(sub.loc[sub["size"] == s, "epochs"].iloc[0]) for s in sizes}
     if len(set(epochs.values())) == 1:
         return [f"{s} examples" for s in sizes]
-    return [f"{s} examples × {epochs[s]} epochs" for s in sizes]
+    return [f"{s} examples × {epochs[s]} epoch{'' if epochs[s] == 1 else 's'}" for s in sizes]
 
 
 def plot(rep, facts: ModelFacts, curves: dict[str, pd.DataFrame], path) -> None:

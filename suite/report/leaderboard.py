@@ -11,11 +11,13 @@ from suite.report.baseline_scores import Baseline
 from suite.report.cells import Average, Cell
 from suite.report.comparisons import Comparison, family_sizes, floors, within_reach
 from suite.report.costs import cost_columns
+from suite.report.data_efficiency import curve_runs
 from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, table, unique
 from suite.report.registry_info import average_note, higher_is_better, metric_order, reconstruction_note, task_display
 from suite.report.selection import Selection, has_variation, setting_text
 from suite.report.significance import ASO_THRESHOLD
+from suite.report.tuned import FOLDED
 from suite.stats.families import CORRECTIONS
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
@@ -84,7 +86,7 @@ def leaderboard(rep, facts: ModelFacts) -> None:
     rep.tables[sel.model, "leaderboard"] = (headers, rows)
     rep.add("### Leaderboard", "", table(rows, headers), "")
     notes = leaderboard_notes(rep, sel, board, avgs, bases) + reference_note(rep, sel, cells, bases) + [cost_note]
-    rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel)], "")
+    rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel, facts.records)], "")
     if rep.baseline not in sel.methods:
         rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
                 f"(choose another reference with --baseline).", "")
@@ -152,18 +154,21 @@ def average_notes(avgs: list[Average]) -> list[str]:
     return notes
 
 
-def method_notes(rep, sel: Selection) -> list[str]:
+def method_notes(rep, sel: Selection, records: pd.DataFrame) -> list[str]:
     notes = ["Extra params: parameters the method adds to the model (saved with it); training-only params: "
              "parameters used only while training (e.g. a generator network)."]
     for m in sel.methods:
         if not sel.hp_is_default[m]:
             text = setting_text(json.loads(sel.hp_by_method[m]), m) or "(as recorded)"
             notes.append(f"`{m}`: no runs with its default hyper-parameters; the row shows {text}.")
-    swept = [m for m in sel.methods if has_variation(rep.df, sel.model, m)]
+    ablated = records.drop(index=curve_runs(sel, records))   # a data-efficiency curve is not an ablation
+    swept = [m for m in sel.methods if has_variation(ablated, sel.model, m)]
     if swept:
+        tuned = FOLDED in records and records[FOLDED].map(bool).any()
         notes.append("Methods with several settings (see the ablation tables): "
-                     + ", ".join(f"`{m}`" for m in swept)
-                     + "; the leaderboard uses their default hyper-parameters where present.")
+                     + ", ".join(f"`{m}`" for m in swept) + "; the leaderboard uses "
+                     + ("the setting each cell's tuning selected." if tuned
+                        else "their default hyper-parameters where present."))
     notes += [f"† `{m}`: {reconstruction_note(m).rstrip('.')}." for m in sel.methods if reconstruction_note(m)]
     return notes
 
