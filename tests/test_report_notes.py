@@ -1,6 +1,11 @@
-"""The attention table compares methods on the same tasks and seeds, whatever extra runs one of them has."""
+"""Report sections that must not mislead on uneven designs: the attention table compares methods on the same tasks
+and seeds, the reference's margin over the majority class counts every run, and a data-efficiency curve's runs are
+left to the curve, not shown as ablations."""
 from __future__ import annotations
 
+import math
+
+from scipy import stats
 from test_report import attention_stats, make_record, parse_table
 
 from suite.grid.store import Store
@@ -34,3 +39,45 @@ def test_attention_without_shared_runs_says_the_rows_are_not_comparable(tmp_path
     att = parse_table(md, "### Attention")
     assert att["vanilla"]["sparsity"] == "0.150" and att["scores_dropout"]["sparsity"] == "1.150"
     assert "the rows are not comparable" in md
+
+
+def reference_line(md: str) -> str:
+    return next(line for line in md.splitlines() if line.startswith("- The reference `vanilla` against"))
+
+
+def test_reference_margin_counts_runs_without_a_score_and_a_single_seed_as_the_leaderboard_does(tmp_path):
+    base = {"majority": {"pearson": 0.0, "spearman": 0.0, "score": 0.0}, "chance": {"score": 0.0}}
+    store = Store(tmp_path)
+    for seed, r in zip((1, 2, 3, 4, 5), (0.8, 0.82, 0.84, math.nan, math.nan)):  # two runs predicted a constant
+        store.write(*make_record("stsb", "vanilla", seed, {"pearson": r, "spearman": r}, baselines=base))
+    rte = {"majority": {"accuracy": 0.5, "score": 0.5}, "chance": {"accuracy": 0.5, "score": 0.5}}
+    store.write(*make_record("rte", "vanilla", 1, {"accuracy": 0.7}, baselines=rte))
+    line = reference_line(build_report([tmp_path], figures=False).read_text())
+    p = stats.ttest_1samp([80, 82, 84, 0, 0], 0, alternative="greater").pvalue
+    assert f"STS-B +49.20 (5 seeds, 2 without a score, p = {p:.2g});" in line   # 3 seeds alone: p = 1e-4
+    assert "RTE +20.00 (1 seed, no test);" in line or line.endswith("RTE +20.00 (1 seed, no test).")
+
+
+def test_curve_runs_are_left_to_the_curve_and_everything_else_stays_in_the_report(tmp_path):
+    store = Store(tmp_path)
+    whole = {"max_train_samples": None}   # the leaderboard trains on the whole train set, which is no curve point
+    for seed in (1, 2, 3):
+        for m in ("vanilla", "scores_dropout", "drophead"):
+            store.write(*make_record("rte", m, seed, {"accuracy": 0.6}, hparams={"p": 0.1}, train=whole))
+        store.write(*make_record("rte", "vanilla", seed, {"accuracy": 0.62}, hparams={"p": 0.2}, train=whole))
+        for size in (16, 32, 64):
+            for m in ("vanilla", "scores_dropout"):
+                store.write(*make_record("rte", m, seed, {"accuracy": 0.5 + size / 1000}, hparams={"p": 0.1},
+                                         train={"max_train_samples": size}))
+    store.write(*make_record("rte", "vanilla", 4, hparams={"p": 0.1}, train={"max_train_samples": 32},
+                             status="failed"))                 # a failed run of the curve: no ablation row
+    store.write(*make_record("rte", "drophead", 1, {"accuracy": 0.55}, hparams={"p": 0.1},
+                             train={"max_train_samples": 16}))   # one size: no curve, so an ablation
+    md = build_report([tmp_path], figures=False).read_text()
+    assert set(parse_table(md, "### Data efficiency")) == {"vanilla", "scores_dropout"}
+    ablations = md.split("### Ablations")[1].split("\n### ")[0]
+    vanilla = ablations.split("#### vanilla")[1].split("####")[0]
+    assert "| p " in vanilla and "max_train_samples" not in vanilla and "failed" not in vanilla
+    assert "max_train_samples" in ablations.split("#### drophead")[1] and "#### scores_dropout" not in ablations
+    assert "Methods with several settings (see the ablation tables): `vanilla`, `drophead`;" in md
+    assert "## Runs outside the leaderboard settings" not in md   # every run is in some table

@@ -25,7 +25,6 @@ import pandas as pd
 from suite.report import significance as sig
 from suite.report.cells import Cell
 from suite.report.comparisons import outcomes
-from suite.report.facts import ModelFacts
 from suite.report.figures import band, grid, method_colors, method_styles, save
 from suite.report.formatting import SCALE, fmt, table
 from suite.report.registry_info import task_display
@@ -77,9 +76,15 @@ def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def curve_runs(sel: Selection, df: pd.DataFrame) -> pd.Index:
-    """The index of the records some data-efficiency curve shows (the ablation tables leave them to the curves)."""
-    curves = size_curves(sel, df)
-    return pd.Index([]) if not curves else pd.concat(curves.values()).index
+    """The index of the records the data-efficiency section shows, failed runs included (the ablation tables leave
+    them to it): per curve task, the runs of each method the curve draws at a training setting its curve has."""
+    keep = []
+    for task, sub in size_curves(sel, df).items():
+        for m in _methods(sel, sub):
+            settings = set(sub.loc[sub["method"] == m, "train"])
+            keep.append(df.index[(df["task"] == task) & (df["method"] == m) & (df["hp"] == sel.hp_by_method[m])
+                                 & df["train"].isin(settings)])
+    return keep[0].append(keep[1:]) if keep else pd.Index([])
 
 
 def _methods(sel: Selection, sub: pd.DataFrame) -> list[str]:
@@ -114,7 +119,8 @@ def compare(rep, sel: Selection, curves: dict[str, pd.DataFrame]) -> dict[tuple[
     return {k: (d, float(p)) for k, d, p in zip(keys, diffs, adjusted)}
 
 
-def section(rep, facts: ModelFacts, mslug: str) -> None:
+def section(rep, facts, mslug: str) -> None:
+    """`facts`: the model's `suite.report.facts.ModelFacts` (not imported: facts imports this module)."""
     sel = facts.sel
     curves = size_curves(sel, facts.records)
     if not curves:
@@ -170,7 +176,7 @@ def size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:
     return [f"{s} examples × {epochs[s]} epoch{'' if epochs[s] == 1 else 's'}" for s in sizes]
 
 
-def plot(rep, facts: ModelFacts, curves: dict[str, pd.DataFrame], path) -> None:
+def plot(rep, facts, curves: dict[str, pd.DataFrame], path) -> None:
     sel = facts.sel
     methods = list(dict.fromkeys(m for sub in curves.values() for m in _methods(sel, sub)))
     colors, styles = method_colors(methods), method_styles(methods)

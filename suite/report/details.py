@@ -6,7 +6,6 @@ import json
 import pandas as pd
 
 from suite.report.cells import Cell
-from suite.report.data_efficiency import curve_runs
 from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, key_of, num, sort_key, table, value_text
 from suite.report.leaderboard import difference_text
@@ -82,14 +81,9 @@ def ablation_block(rep, sel: Selection, method: str, sub: pd.DataFrame, keys: li
             table(rows, [*keys, *[task_display(t) for t in tasks], "in leaderboard"]), ""]
 
 
-def ablation_records(sel: Selection, df: pd.DataFrame) -> pd.DataFrame:
-    """The model's records the ablation tables show: all but those a data-efficiency curve shows."""
-    return df.drop(index=curve_runs(sel, df))
-
-
 def ablations(rep, sel: Selection, df: pd.DataFrame) -> None:
+    """`df`: the records the ablation tables draw from (`ModelFacts.ablation`: a curve's runs are left to it)."""
     blocks = []
-    df = ablation_records(sel, df)
     for m in sel.methods:
         sub = df[df["method"] == m]
         keys = varying_keys(sub)

@@ -100,7 +100,7 @@ class Report:
             self.add(*costs.in_run_context(self, sel, board))
         details.setup(self, sel, board)
         details.per_task(self, facts)
-        details.ablations(self, sel, facts.records)
+        details.ablations(self, sel, facts.ablation)
         data_efficiency.section(self, facts, mslug)
         stability.stability(self, facts, mslug)
         figure_sections.overfitting(self, sel, board, mslug)

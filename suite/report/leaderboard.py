@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 
 from suite.report import significance as sig
@@ -11,7 +12,6 @@ from suite.report.baseline_scores import Baseline
 from suite.report.cells import Average, Cell
 from suite.report.comparisons import Comparison, family_sizes, floors, within_reach
 from suite.report.costs import cost_columns
-from suite.report.data_efficiency import curve_runs
 from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, table, unique
 from suite.report.registry_info import average_note, higher_is_better, metric_order, reconstruction_note, task_display
@@ -86,7 +86,7 @@ def leaderboard(rep, facts: ModelFacts) -> None:
     rep.tables[sel.model, "leaderboard"] = (headers, rows)
     rep.add("### Leaderboard", "", table(rows, headers), "")
     notes = leaderboard_notes(rep, sel, board, avgs, bases) + reference_note(rep, sel, cells, bases) + [cost_note]
-    rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel, facts.records)], "")
+    rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel, facts.ablation)], "")
     if rep.baseline not in sel.methods:
         rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
                 f"(choose another reference with --baseline).", "")
@@ -123,7 +123,8 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
 
 def reference_note(rep, sel: Selection, cells: dict, bases: dict[str, Baseline]) -> list[str]:
     """Whether the reference learned each task at all: a comparison against a reference that does not beat the
-    majority class says nothing about the methods."""
+    majority class says nothing about the methods. The same test as the leaderboard's mark; runs without a score
+    (constant predictions) count at the constant predictor's score."""
     if rep.baseline not in sel.methods:
         return []
     parts = []
@@ -131,15 +132,23 @@ def reference_note(rep, sel: Selection, cells: dict, bases: dict[str, Baseline])
         cell, base = cells[rep.baseline, t], bases[t]
         if not cell.n or not base.available:
             continue
-        p = sig.beats_level_p(cell.values, base.constant, higher_is_better(t))
-        gap = cell.mean - base.constant
-        parts.append(f"{task_display(t)} {gap:+.2f} points ({cell.n} seeds, "
-                     + (f"p = {p:.2g})" if math.isfinite(p) else "no test)")
-                     + ("" if math.isfinite(p) and p < rep.alpha else f" — not above it at p < {rep.alpha:g}"))
+        higher = higher_is_better(t)
+        values = np.concatenate([cell.values, np.full(cell.no_score, base.constant)])
+        margin = (values.mean() - base.constant) * (1 if higher else -1)
+        if len(values) > 1:
+            p = sig.beats_level_p(values, base.constant, higher)
+            test, better = f"p = {p:.2g}", p < rep.alpha
+        else:
+            test, better = "no test", margin > 0
+        runs = f"{len(values)} seed{'s' if len(values) != 1 else ''}" + (
+            f", {cell.no_score} without a score" if cell.no_score else "")
+        parts.append(f"{task_display(t)} {margin:+.2f} ({runs}, {test})"
+                     + ("" if better else f" — not better at p < {rep.alpha:g}"))
     if not parts:
         return []
-    return [f"The reference `{rep.baseline}` against the majority / constant predictor (mean difference, one-sided "
-            f"one-sample t-test over seeds): " + "; ".join(parts) + "."]
+    return [f"The reference `{rep.baseline}` against the majority / constant predictor (its margin in points, "
+            "positive = better; one-sided one-sample t-test over seeds, runs without a score counted at the "
+            "predictor's score): " + "; ".join(parts) + "."]
 
 
 def average_notes(avgs: list[Average]) -> list[str]:
@@ -154,21 +163,21 @@ def average_notes(avgs: list[Average]) -> list[str]:
     return notes
 
 
-def method_notes(rep, sel: Selection, records: pd.DataFrame) -> list[str]:
+def method_notes(rep, sel: Selection, ablation: pd.DataFrame) -> list[str]:
     notes = ["Extra params: parameters the method adds to the model (saved with it); training-only params: "
              "parameters used only while training (e.g. a generator network)."]
     for m in sel.methods:
         if not sel.hp_is_default[m]:
             text = setting_text(json.loads(sel.hp_by_method[m]), m) or "(as recorded)"
             notes.append(f"`{m}`: no runs with its default hyper-parameters; the row shows {text}.")
-    ablated = records.drop(index=curve_runs(sel, records))   # a data-efficiency curve is not an ablation
-    swept = [m for m in sel.methods if has_variation(ablated, sel.model, m)]
+    swept = [m for m in sel.methods if has_variation(ablation, sel.model, m)]
     if swept:
-        tuned = FOLDED in records and records[FOLDED].map(bool).any()
+        tuned = FOLDED in ablation and ablation[FOLDED].map(bool).any()
         notes.append("Methods with several settings (see the ablation tables): "
                      + ", ".join(f"`{m}`" for m in swept) + "; the leaderboard uses "
-                     + ("the setting each cell's tuning selected." if tuned
-                        else "their default hyper-parameters where present."))
+                     + ("the setting each cell's tuning selected where it has one (the Tuning section), else"
+                        if tuned else "")
+                     + " their default hyper-parameters where present.")
     notes += [f"† `{m}`: {reconstruction_note(m).rstrip('.')}." for m in sel.methods if reconstruction_note(m)]
     return notes
 
