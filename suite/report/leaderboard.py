@@ -175,9 +175,9 @@ def method_notes(rep, sel: Selection, ablation: pd.DataFrame) -> list[str]:
         tuned = FOLDED in ablation and ablation[FOLDED].map(bool).any()
         notes.append("Methods with several settings (see the ablation tables): "
                      + ", ".join(f"`{m}`" for m in swept) + "; the leaderboard uses "
-                     + ("the setting each cell's tuning selected where it has one (the Tuning section), else"
+                     + ("the setting each cell's tuning selected where it has one (the Tuning section), else "
                         if tuned else "")
-                     + " their default hyper-parameters where present.")
+                     + "their default hyper-parameters where present.")
     notes += [f"† `{m}`: {reconstruction_note(m).rstrip('.')}." for m in sel.methods if reconstruction_note(m)]
     return notes
 
