@@ -58,6 +58,20 @@ def test_reference_margin_counts_runs_without_a_score_and_a_single_seed_as_the_l
     assert "RTE +20.00 (1 seed, no test);" in line or line.endswith("RTE +20.00 (1 seed, no test).")
 
 
+def test_the_mark_and_the_reference_note_count_runs_without_a_score_alike(tmp_path):
+    # two scored seeds far above the constant, three that predicted a constant: scored runs alone would beat the
+    # predictor (p ~ 0.003); all five do not (p ~ 0.09), so the cell is marked and the note says so
+    base = {"majority": {"pearson": 0.0, "spearman": 0.0, "score": 0.0}, "chance": {"score": 0.0}}
+    store = Store(tmp_path)
+    for seed, r in zip((1, 2, 3, 4, 5), (0.8, 0.81, math.nan, math.nan, math.nan)):
+        store.write(*make_record("stsb", "vanilla", seed, {"pearson": r, "spearman": r}, baselines=base))
+    md = build_report([tmp_path], figures=False).read_text()
+    p = stats.ttest_1samp([80, 81, 0, 0, 0], 0, alternative="greater").pvalue
+    assert 0.05 < p < 0.1
+    assert "80.50 ± 0.71° (2), no score (3)" in parse_table(md, "### Leaderboard")["vanilla"]["STS-B"]
+    assert f"STS-B +32.20 (5 seeds, 3 without a score, p = {p:.2g}) — not better at p < 0.05" in reference_line(md)
+
+
 def test_curve_runs_are_left_to_the_curve_and_everything_else_stays_in_the_report(tmp_path):
     store = Store(tmp_path)
     whole = {"max_train_samples": None}   # the leaderboard trains on the whole train set, which is no curve point

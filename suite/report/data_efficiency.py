@@ -75,11 +75,12 @@ def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return found
 
 
-def curve_runs(sel: Selection, df: pd.DataFrame) -> pd.Index:
+def curve_runs(sel: Selection, df: pd.DataFrame, curves: dict[str, pd.DataFrame]) -> pd.Index:
     """The index of the records the data-efficiency section shows, failed runs included (the ablation tables leave
-    them to it): per curve task, the runs of each method the curve draws at a training setting its curve has."""
+    them to it): per curve task, the runs of each method the curve draws at a training setting its curve has.
+    `curves`: `size_curves(sel, df)`."""
     keep = []
-    for task, sub in size_curves(sel, df).items():
+    for task, sub in curves.items():
         for m in _methods(sel, sub):
             settings = set(sub.loc[sub["method"] == m, "train"])
             keep.append(df.index[(df["task"] == task) & (df["method"] == m) & (df["hp"] == sel.hp_by_method[m])
@@ -121,8 +122,7 @@ def compare(rep, sel: Selection, curves: dict[str, pd.DataFrame]) -> dict[tuple[
 
 def section(rep, facts, mslug: str) -> None:
     """`facts`: the model's `suite.report.facts.ModelFacts` (not imported: facts imports this module)."""
-    sel = facts.sel
-    curves = size_curves(sel, facts.records)
+    sel, curves = facts.sel, facts.curves
     if not curves:
         return
     tests = compare(rep, sel, curves)

@@ -16,7 +16,7 @@ import pandas as pd
 from suite.report.baseline_scores import Baseline, task_baselines
 from suite.report.cells import Average, Cell, averages
 from suite.report.comparisons import Comparison, compare_model
-from suite.report.data_efficiency import curve_runs
+from suite.report.data_efficiency import curve_runs, size_curves
 from suite.report.selection import Selection, varying_keys
 
 
@@ -35,6 +35,7 @@ class ModelFacts:
     shown: frozenset[str]                         # hashes of the records a table shows (leaderboard, references,
                                                   # ablations, curves); the rest is listed as outside the leaderboard
     ablation: pd.DataFrame                        # the records the ablation tables draw from: all but the curves'
+    curves: Mapping[str, pd.DataFrame]            # task -> its data-efficiency curve's ok records (none: empty)
 
 
 def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: dict) -> ModelFacts:
@@ -49,11 +50,13 @@ def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: 
     reference_board = sel.board(records, sel.reference_tasks) if sel.reference_tasks else board.iloc[:0]
     reference_bases = (task_baselines(reference_board, sel.reference_tasks, sel.train_by_task, options.data_dir,
                                       baseline_cache) if sel.reference_tasks else {})
-    curves = curve_runs(sel, records)
-    ablation = records.drop(index=curves)   # a data-efficiency curve's runs are shown by it, not as an ablation
+    curves = size_curves(sel, records)
+    in_curves = curve_runs(sel, records, curves)
+    ablation = records.drop(index=in_curves)   # a data-efficiency curve's runs are shown by it, not as an ablation
     ablated = [ablation.loc[ablation["method"] == m, "hash"] for m in sel.methods
                if varying_keys(ablation[ablation["method"] == m])]
     shown = frozenset(board["hash"]) | frozenset(reference_board["hash"]) | frozenset(
-        h for hashes in ablated for h in hashes) | frozenset(records.loc[curves, "hash"])
+        h for hashes in ablated for h in hashes) | frozenset(records.loc[in_curves, "hash"])
     return ModelFacts(sel.model, sel, records, board, MappingProxyType(cells), avgs, MappingProxyType(bases),
-                      MappingProxyType(comps), reference_board, MappingProxyType(reference_bases), shown, ablation)
+                      MappingProxyType(comps), reference_board, MappingProxyType(reference_bases), shown, ablation,
+                      MappingProxyType(curves))

@@ -1,6 +1,7 @@
 """The leaderboard table with its baseline rows and notes, and the table of differences to the reference method."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -23,13 +24,32 @@ from suite.stats.families import CORRECTIONS
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
 
 
+@dataclasses.dataclass(frozen=True)
+class VsConstant:
+    """A cell against the majority-class (or constant-mean) predictor."""
+    margin: float      # mean points above the predictor (below it for lower-is-better tasks)
+    runs: int          # runs counted, those without a score included
+    p: float           # one-sided one-sample t-test over seeds; nan for a single run
+    better: bool       # p < alpha (a single run: its sign)
+
+
+def vs_constant(cell: Cell, base: Baseline, higher: bool, alpha: float) -> VsConstant | None:
+    """The one test behind the leaderboard's mark and the reference's note. A run without a score predicted a
+    constant, so it counts at the constant predictor's score; a single run gives no test, only its sign."""
+    if not (cell.n + cell.no_score) or not base.available:
+        return None
+    values = np.concatenate([cell.values, np.full(cell.no_score, base.constant)])
+    margin = float(values.mean() - base.constant) * (1 if higher else -1)
+    if len(values) == 1:
+        return VsConstant(margin, 1, math.nan, margin > 0)
+    p = sig.beats_level_p(values, base.constant, higher)
+    return VsConstant(margin, len(values), p, p < alpha)
+
+
 def near_majority(cell: Cell, base: Baseline, higher: bool, alpha: float) -> bool:
-    """True when the seeds give no evidence (one-sided t-test at alpha) that the cell beats the constant predictor."""
-    if not cell.n or not base.available:
-        return False
-    if cell.n == 1:
-        return not (cell.mean > base.constant if higher else cell.mean < base.constant)
-    return not sig.beats_level_p(cell.values, base.constant, higher) < alpha
+    """True when the seeds give no evidence that the cell beats the constant predictor (`vs_constant`)."""
+    v = vs_constant(cell, base, higher, alpha)
+    return v is not None and not v.better
 
 
 def best_key(means: dict[str, float], higher: bool, excluded: set[str] = frozenset()) -> str | None:
@@ -112,9 +132,9 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
     text = (f"Baseline rows: a predictor that always outputs the dev set's majority class (classification) or the "
             f"dev mean (regression; its correlations are undefined and count as 0), and uniformly random "
             f"predictions (chance, mean of 100 seeded draws), {where}. {NEAR_MAJORITY}: not distinguishable from "
-            f"the majority / constant predictor (one-sided one-sample t-test over seeds, p ≥ {rep.alpha:g}; a single "
-            "seed: not above it). Bold: the best mean of a column, only when no other mean ties it at the shown "
-            f"precision and it is not marked {NEAR_MAJORITY}.")
+            f"the majority / constant predictor (one-sided one-sample t-test over seeds, p ≥ {rep.alpha:g}, runs "
+            "without a score counted at the predictor's score; a single seed: not above it). Bold: the best mean of "
+            f"a column, only when no other mean ties it at the shown precision and it is not marked {NEAR_MAJORITY}.")
     if missing:
         text += " Baseline unavailable for " + ", ".join(
             f"{task_display(t)} ({b.source})" for t, b in bases.items() if not b.available) + "."
@@ -123,27 +143,20 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
 
 def reference_note(rep, sel: Selection, cells: dict, bases: dict[str, Baseline]) -> list[str]:
     """Whether the reference learned each task at all: a comparison against a reference that does not beat the
-    majority class says nothing about the methods. The same test as the leaderboard's mark; runs without a score
-    (constant predictions) count at the constant predictor's score."""
+    majority class says nothing about the methods. The same test as the leaderboard's mark (`vs_constant`)."""
     if rep.baseline not in sel.methods:
         return []
     parts = []
     for t in sel.tasks:
-        cell, base = cells[rep.baseline, t], bases[t]
-        if not cell.n or not base.available:
+        cell = cells[rep.baseline, t]
+        v = vs_constant(cell, bases[t], higher_is_better(t), rep.alpha)
+        if v is None:
             continue
-        higher = higher_is_better(t)
-        values = np.concatenate([cell.values, np.full(cell.no_score, base.constant)])
-        margin = (values.mean() - base.constant) * (1 if higher else -1)
-        if len(values) > 1:
-            p = sig.beats_level_p(values, base.constant, higher)
-            test, better = f"p = {p:.2g}", p < rep.alpha
-        else:
-            test, better = "no test", margin > 0
-        runs = f"{len(values)} seed{'s' if len(values) != 1 else ''}" + (
+        test = "no test" if v.runs == 1 else f"p = {v.p:.2g}"
+        runs = f"{v.runs} seed{'s' if v.runs != 1 else ''}" + (
             f", {cell.no_score} without a score" if cell.no_score else "")
-        parts.append(f"{task_display(t)} {margin:+.2f} ({runs}, {test})"
-                     + ("" if better else f" — not better at p < {rep.alpha:g}"))
+        parts.append(f"{task_display(t)} {v.margin:+.2f} ({runs}, {test})"
+                     + ("" if v.better else f" — not better at p < {rep.alpha:g}"))
     if not parts:
         return []
     return [f"The reference `{rep.baseline}` against the majority / constant predictor (its margin in points, "
