@@ -286,3 +286,22 @@ def test_bimodal_cells_show_the_median_and_collapse_counts_use_the_declared_floo
     # a floor 12 points above the majority class (62.5) makes three of vanilla's five runs collapsed
     md = build_report([root], figures=False, aso=False, collapse_floor=12.0).read_text()
     assert parse_table(md, "### Stability across seeds")["vanilla"]["RTE"].startswith("3/5 ·")
+
+
+def test_a_method_named_primary_covers_its_tasks_and_the_average_only_when_named(tmp_path):
+    # the sequential design spends alpha over methods x tasks; the benchmark average is derived from those cells
+    from suite.report.comparisons import family_of
+
+    assert family_of("topk", "rte", ["topk"], {"GLUE avg"}) == "primary"
+    assert family_of("topk", "GLUE avg", ["topk"], {"GLUE avg"}) == "exploratory"
+    assert family_of("topk", "GLUE avg", ["topk", "GLUE avg"], {"GLUE avg"}) == "primary"
+    assert family_of("topk", "GLUE avg", ["topk:GLUE avg"], {"GLUE avg"}) == "primary"
+    assert family_of("topk", "rte", None, {"GLUE avg"}) == "all"
+    recs = [make_record(t, m, s, {"accuracy": 0.6 + 0.01 * s + (0.003 * s * s if m == "topk" else 0.0)},
+                        hparams={"k": 8})
+            for t in ("rte", "wnli") for m in ("vanilla", "topk") for s in (1, 2, 3)]
+    md = build_report([write(tmp_path, recs)], aso=False, figures=False, primary=["topk"]).read_text()
+    rows = comparison_rows(md)
+    assert rows["topk", "RTE"]["family"] == rows["topk", "WNLI"]["family"] == "primary"
+    assert rows["topk", "GLUE avg"]["family"] == "exploratory"
+    assert "the 2 primary comparisons" in md

@@ -110,16 +110,29 @@ def compare_model(options, sel, board, cells: dict, avgs: list, bases: Mapping) 
                           seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
                           example_shared_se=math.sqrt(shared))
             evidence[m, a_.header], out[m, a_.header] = ev, from_evidence(m, a_.header, ev)
-    decide(out, evidence, options.primary, options.correction, options.alpha)
+    decide(out, evidence, options.primary, options.correction, options.alpha, {a_.header for a_ in avgs})
     if options.aso:
         add_aso(out, sel, cells, bases, options.collapse_floor, base)
     return out
 
 
-def decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: float) -> None:
-    """Families, adjusted p-values, verdicts, and seeds needed for the undecided."""
+def family_of(method: str, column: str, primary, averages) -> str:
+    """A method or task named primary covers its task comparisons. A benchmark average is derived from those, so it
+    is primary only where the list names the column itself (or METHOD:column): the family is the one `run
+    --until-decided` spends its alpha over."""
+    family = families.family_of(method, column, primary)
+    if family == families.PRIMARY and column in averages and not any(
+            entry in (column, f"{method}:{column}") for entry in primary):
+        return families.EXPLORATORY
+    return family
+
+
+def decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: float,
+           averages: set[str] = frozenset()) -> None:
+    """Families, adjusted p-values, verdicts, and seeds needed for the undecided. `averages`: the headers of the
+    benchmark-average columns."""
     for c in comparisons.values():
-        c.family = families.family_of(c.method, c.column, primary)
+        c.family = family_of(c.method, c.column, primary, averages)
     for family in {c.family for c in comparisons.values()}:
         keys = sorted(k for k, c in comparisons.items() if c.family == family)
         how = families.correction_of(family, correction)
