@@ -16,7 +16,7 @@ FIGURES = "figures"
 # Column/panel order of the attention statistics (others follow alphabetically); mass_* go to their own figure.
 ATTENTION_ORDER = ("sparsity", "entropy", "null_rows", "attended_keys", "head_diversity",
                    "mass_cls", "mass_sep", "mass_punct")
-# y-axis label (with unit) and valid range of each statistic (see suite/stats.py); others: no unit, no bound
+# y-axis label (with unit) and valid range of each statistic (suite/run/attention_stats.py); others: no unit, no bound
 ATTENTION_AXES = {"sparsity": ("share of exactly-zero probabilities", (0.0, 1.0)),
                   "entropy": ("entropy per row (nats)", (0.0, math.inf)),
                   "null_rows": ("share of all-zero rows", (0.0, 1.0)),
@@ -97,7 +97,8 @@ def attention_blocks(rep, sel: Selection, with_stats: pd.DataFrame, mslug: str, 
     mass = [s for s in ordered if s.startswith("mass_")]
     getter = lambda r, s: r["attention"]["per_layer"].get(s)  # noqa: E731
     colors = method_colors(sel.methods)
-    blocks = [f"Attention statistics of the fine-tuned models on dev batches (see `suite/stats.py`), {scope}:",
+    blocks = [f"Attention statistics of the fine-tuned models on dev batches (`suite/run/attention_stats.py`; "
+              f"definitions in docs/reports.md), {scope}:",
               "", attention_table(rep, sel, with_stats, shape + mass), ""]
     path = rep.figure(f"attention_{mslug}.png")
     axes = {s: ATTENTION_AXES.get(s, (s, (-math.inf, math.inf))) for s in shape} | {s: MASS_AXIS for s in mass}
