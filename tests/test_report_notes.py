@@ -54,7 +54,8 @@ def test_reference_margin_counts_runs_without_a_score_and_a_single_seed_as_the_l
     store.write(*make_record("rte", "vanilla", 1, {"accuracy": 0.7}, baselines=rte))
     line = reference_line(build_report([tmp_path], figures=False).read_text())
     p = stats.ttest_1samp([80, 82, 84, 0, 0], 0, alternative="greater").pvalue
-    assert f"STS-B +49.20 (5 seeds, 2 without a score, p = {p:.2g});" in line   # 3 seeds alone: p = 1e-4
+    # (3 seeds alone: p = 1e-4; a regression task's constant has no correlation to resample: over seeds only)
+    assert f"STS-B +49.20 (5 seeds, 2 without a score, p = {p:.2g}, over seeds only);" in line
     assert "RTE +20.00 (1 seed, no test);" in line or line.endswith("RTE +20.00 (1 seed, no test).")
 
 
@@ -69,7 +70,8 @@ def test_the_mark_and_the_reference_note_count_runs_without_a_score_alike(tmp_pa
     p = stats.ttest_1samp([80, 81, 0, 0, 0], 0, alternative="greater").pvalue
     assert 0.05 < p < 0.1
     assert "80.50 ± 0.71° (2), no score (3)" in parse_table(md, "### Leaderboard")["vanilla"]["STS-B"]
-    assert f"STS-B +32.20 (5 seeds, 3 without a score, p = {p:.2g}) — not better at p < 0.05" in reference_line(md)
+    assert f"STS-B +32.20 (5 seeds, 3 without a score, p = {p:.2g}, over seeds only) — not better at p < 0.05" in (
+        reference_line(md))
 
 
 def test_curve_runs_are_left_to_the_curve_and_everything_else_stays_in_the_report(tmp_path):
@@ -95,3 +97,46 @@ def test_curve_runs_are_left_to_the_curve_and_everything_else_stays_in_the_repor
     assert "max_train_samples" in ablations.split("#### drophead")[1] and "#### scores_dropout" not in ablations
     assert "Methods with several settings (see the ablation tables): `vanilla`, `drophead`;" in md
     assert "## Runs outside the leaderboard settings" not in md   # every run is in some table
+
+
+def test_beating_the_majority_class_counts_the_dev_examples_noise(tmp_path):
+    # 200 dev examples, 60% in class 1. vanilla is right on 65-65.5% at every seed: over seeds alone it beats the
+    # majority class beyond doubt, but a 5-point lead on 200 examples is within the dev set's own noise
+    # (se ~ 4.5 points), so the cell is marked and the note says so. scores_dropout, right on 95%, is not marked.
+    import numpy as np
+
+    from suite.report.above_constant import majority_predictions
+    from suite.run.baselines import constant_scores
+    from suite.run.record import save_predictions
+
+    rng = np.random.default_rng(0)
+    n = 200
+    labels = (np.arange(n) < 120).astype(int)
+    base = {"majority": {"accuracy": 0.6, "score": 0.6}, "chance": {"accuracy": 0.5, "score": 0.5}}
+    store = Store(tmp_path)
+    store.runs.mkdir(parents=True, exist_ok=True)
+    seeds_only = []
+    for method, share in (("vanilla", 0.65), ("scores_dropout", 0.95)):
+        for seed in (1, 2, 3, 4, 5):
+            right = rng.permutation(n) < round(share * n) + seed % 2   # 65-65.5% right, different examples per seed
+            pred = np.where(right, labels, 1 - labels)
+            name, rec = make_record("rte", method, seed, {"accuracy": float(right.mean())}, hparams={"p": 0.1},
+                                    baselines=base)
+            sidecar = name.replace(".json", ".predictions.npz")
+            arrays = {"": {"index": np.arange(n), "label": labels, "logits": np.eye(2)[pred].astype(np.float32)}}
+            save_predictions(store.runs / sidecar, arrays)
+            rec["predictions"] = sidecar
+            store.write(name, rec)
+            if method == "vanilla":
+                seeds_only.append(100 * right.mean())
+                constant = majority_predictions(arrays)[""]
+                assert constant_scores(["accuracy"], {"": labels}, 2, False, ["accuracy"])["score"] == (
+                    constant["logits"].argmax(-1) == labels).mean() == 0.6   # the runner's majority predictor
+    assert stats.ttest_1samp(seeds_only, 60, alternative="greater").pvalue < 1e-4
+    md = build_report([tmp_path], aso=False, figures=False).read_text()
+    board = parse_table(md, "### Leaderboard")
+    assert board["vanilla"]["RTE"].startswith("65.30 ± 0.27°") and "°" not in board["scores_dropout"]["RTE"]
+    line = reference_line(md)
+    assert "RTE +5.30 (5 seeds, p = " in line and ", over seeds only)" not in line and "not better at p < 0.05" in line
+    p = float(line.split("p = ")[1].split(")")[0])
+    assert 0.05 < p < 0.3   # one-sided, z ~ 5.3 / 4.5 -> p ~ 0.12

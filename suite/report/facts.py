@@ -13,6 +13,7 @@ from typing import Mapping
 
 import pandas as pd
 
+from suite.report.above_constant import VsConstant, vs_constant
 from suite.report.baseline_scores import Baseline, task_baselines
 from suite.report.cells import Average, Cell, averages
 from suite.report.comparisons import Comparison, compare_model
@@ -36,6 +37,8 @@ class ModelFacts:
                                                   # ablations, curves); the rest is listed as outside the leaderboard
     ablation: pd.DataFrame                        # the records the ablation tables draw from: all but the curves'
     curves: Mapping[str, pd.DataFrame]            # task -> its data-efficiency curve's ok records (none: empty)
+    above: Mapping[tuple[str, str], VsConstant]   # (method, leaderboard or reference task) -> vs the constant
+                                                  # predictor (absent: no finished run or no baseline)
 
 
 def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: dict) -> ModelFacts:
@@ -50,6 +53,13 @@ def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: 
     reference_board = sel.board(records, sel.reference_tasks) if sel.reference_tasks else board.iloc[:0]
     reference_bases = (task_baselines(reference_board, sel.reference_tasks, sel.train_by_task, options.data_dir,
                                       baseline_cache) if sel.reference_tasks else {})
+    above = {}
+    for tasks, runs, task_bases in ((sel.tasks, board, bases), (sel.reference_tasks, reference_board, reference_bases)):
+        for m in sel.methods:
+            for t in tasks:
+                found = vs_constant(t, runs[(runs["method"] == m) & (runs["task"] == t)], task_bases[t], options.alpha)
+                if found is not None:
+                    above[m, t] = found
     curves = size_curves(sel, records)
     in_curves = curve_runs(sel, records, curves)
     ablation = records.drop(index=in_curves)   # a data-efficiency curve's runs are shown by it, not as an ablation
@@ -59,4 +69,4 @@ def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: 
         h for hashes in ablated for h in hashes) | frozenset(records.loc[in_curves, "hash"])
     return ModelFacts(sel.model, sel, records, board, MappingProxyType(cells), avgs, MappingProxyType(bases),
                       MappingProxyType(comps), reference_board, MappingProxyType(reference_bases), shown, ablation,
-                      MappingProxyType(curves))
+                      MappingProxyType(curves), MappingProxyType(above))

@@ -1,16 +1,13 @@
 """The leaderboard table with its baseline rows and notes, and the table of differences to the reference method."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 
-import numpy as np
 import pandas as pd
 
-from suite.report import significance as sig
 from suite.report.baseline_scores import Baseline
-from suite.report.cells import Average, Cell
+from suite.report.cells import Average
 from suite.report.comparisons import Comparison, family_sizes, floors, within_reach
 from suite.report.costs import cost_columns
 from suite.report.facts import ModelFacts
@@ -22,34 +19,6 @@ from suite.report.tuned import FOLDED
 from suite.stats.families import CORRECTIONS
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
-
-
-@dataclasses.dataclass(frozen=True)
-class VsConstant:
-    """A cell against the majority-class (or constant-mean) predictor."""
-    margin: float      # mean points above the predictor (below it for lower-is-better tasks)
-    runs: int          # runs counted, those without a score included
-    p: float           # one-sided one-sample t-test over seeds; nan for a single run
-    better: bool       # p < alpha (a single run: its sign)
-
-
-def vs_constant(cell: Cell, base: Baseline, higher: bool, alpha: float) -> VsConstant | None:
-    """The one test behind the leaderboard's mark and the reference's note. A run without a score predicted a
-    constant, so it counts at the constant predictor's score; a single run gives no test, only its sign."""
-    if not (cell.n + cell.no_score) or not base.available:
-        return None
-    values = np.concatenate([cell.values, np.full(cell.no_score, base.constant)])
-    margin = float(values.mean() - base.constant) * (1 if higher else -1)
-    if len(values) == 1:
-        return VsConstant(margin, 1, math.nan, margin > 0)
-    p = sig.beats_level_p(values, base.constant, higher)
-    return VsConstant(margin, len(values), p, p < alpha)
-
-
-def near_majority(cell: Cell, base: Baseline, higher: bool, alpha: float) -> bool:
-    """True when the seeds give no evidence that the cell beats the constant predictor (`vs_constant`)."""
-    v = vs_constant(cell, base, higher, alpha)
-    return v is not None and not v.better
 
 
 def best_key(means: dict[str, float], higher: bool, excluded: set[str] = frozenset()) -> str | None:
@@ -86,8 +55,7 @@ def baseline_rows(sel: Selection, bases: dict[str, Baseline], n_avgs: int, n_res
 
 def leaderboard(rep, facts: ModelFacts) -> None:
     sel, board, cells, avgs, bases = facts.sel, facts.board, facts.cells, list(facts.averages), facts.baselines
-    marked = {(m, t) for m in sel.methods for t in sel.tasks
-              if near_majority(cells[m, t], bases[t], higher_is_better(t), rep.alpha)}
+    marked = {(m, t) for m in sel.methods for t in sel.tasks if (m, t) in facts.above and not facts.above[m, t].better}
     best = {t: best_key({m: cells[m, t].mean for m in sel.methods}, higher_is_better(t),
                         {m for m in sel.methods if (m, t) in marked}) for t in sel.tasks}
     best_avg = {a.benchmark: best_key({m: a.values[m][0] for m in a.full(sel.methods)}, True) for a in avgs}
@@ -105,7 +73,7 @@ def leaderboard(rep, facts: ModelFacts) -> None:
     rows += baseline_rows(sel, bases, len(avgs), len(cost_headers) + 2)
     rep.tables[sel.model, "leaderboard"] = (headers, rows)
     rep.add("### Leaderboard", "", table(rows, headers), "")
-    notes = leaderboard_notes(rep, sel, board, avgs, bases) + reference_note(rep, sel, cells, bases) + [cost_note]
+    notes = leaderboard_notes(rep, sel, board, avgs, bases) + reference_note(rep, facts) + [cost_note]
     rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel, facts.ablation)], "")
     if rep.baseline not in sel.methods:
         rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
@@ -132,8 +100,8 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
     text = (f"Baseline rows: a predictor that always outputs the dev set's majority class (classification) or the "
             f"dev mean (regression; its correlations are undefined and count as 0), and uniformly random "
             f"predictions (chance, mean of 100 seeded draws), {where}. {NEAR_MAJORITY}: not distinguishable from "
-            f"the majority / constant predictor (one-sided one-sample t-test over seeds, p ≥ {rep.alpha:g}, runs "
-            "without a score counted at the predictor's score; a single seed: not above it). Bold: the best mean of "
+            f"the majority / constant predictor (one-sided test over seeds and dev examples, p ≥ {rep.alpha:g}; the "
+            "reference's note below says how; a single seed: not above it). Bold: the best mean of "
             f"a column, only when no other mean ties it at the shown precision and it is not marked {NEAR_MAJORITY}.")
     if missing:
         text += " Baseline unavailable for " + ", ".join(
@@ -141,27 +109,30 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
     return text
 
 
-def reference_note(rep, sel: Selection, cells: dict, bases: dict[str, Baseline]) -> list[str]:
+def reference_note(rep, facts: ModelFacts) -> list[str]:
     """Whether the reference learned each task at all: a comparison against a reference that does not beat the
-    majority class says nothing about the methods. The same test as the leaderboard's mark (`vs_constant`)."""
+    majority class says nothing about the methods. The same test as the leaderboard's mark
+    (`suite.report.above_constant`)."""
+    sel = facts.sel
     if rep.baseline not in sel.methods:
         return []
     parts = []
     for t in sel.tasks:
-        cell = cells[rep.baseline, t]
-        v = vs_constant(cell, bases[t], higher_is_better(t), rep.alpha)
+        v = facts.above.get((rep.baseline, t))
         if v is None:
             continue
-        test = "no test" if v.runs == 1 else f"p = {v.p:.2g}"
-        runs = f"{v.runs} seed{'s' if v.runs != 1 else ''}" + (
-            f", {cell.no_score} without a score" if cell.no_score else "")
+        no_score = facts.cells[rep.baseline, t].no_score
+        test = "no test" if v.runs == 1 else f"p = {v.p:.2g}" + (", over seeds only" if v.seeds_only else "")
+        runs = f"{v.runs} seed{'s' if v.runs != 1 else ''}" + (f", {no_score} without a score" if no_score else "")
         parts.append(f"{task_display(t)} {v.margin:+.2f} ({runs}, {test})"
                      + ("" if v.better else f" — not better at p < {rep.alpha:g}"))
     if not parts:
         return []
     return [f"The reference `{rep.baseline}` against the majority / constant predictor (its margin in points, "
-            "positive = better; one-sided one-sample t-test over seeds, runs without a score counted at the "
-            "predictor's score): " + "; ".join(parts) + "."]
+            "positive = better; one-sided test over seeds and dev examples, the constant predictor re-scored on "
+            "the same resampled examples; over seeds only where the runs kept no predictions or the constant's "
+            "correlation is undefined; runs without a score counted at the predictor's score): "
+            + "; ".join(parts) + "."]
 
 
 def average_notes(avgs: list[Average]) -> list[str]:

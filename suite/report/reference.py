@@ -5,8 +5,8 @@ from __future__ import annotations
 from suite.report.cells import Cell
 from suite.report.facts import ModelFacts
 from suite.report.formatting import DASH, fmt, table
-from suite.report.leaderboard import NEAR_MAJORITY, near_majority
-from suite.report.registry_info import higher_is_better, task_display
+from suite.report.leaderboard import NEAR_MAJORITY
+from suite.report.registry_info import task_display
 
 
 def section(rep, facts: ModelFacts) -> None:
@@ -20,7 +20,7 @@ def section(rep, facts: ModelFacts) -> None:
         row = [rep.method_label(m, sel)]
         for t in tasks:
             cell = Cell.of(board[(board["method"] == m) & (board["task"] == t)])
-            near = near_majority(cell, bases[t], higher_is_better(t), rep.alpha)
+            near = (m, t) in facts.above and not facts.above[m, t].better
             row.append(cell.text(mark=NEAR_MAJORITY if near else ""))
         rows.append(row)
     rows.append(["*majority class / constant mean (baseline)*",
@@ -28,5 +28,5 @@ def section(rep, facts: ModelFacts) -> None:
     rep.add("### Reference tasks", "",
             f"Run for context and left out of the comparisons, differences and averages above: "
             f"{', '.join(task_display(t) for t in tasks)}. Cells as in the leaderboard; {NEAR_MAJORITY}: not "
-            f"distinguishable from the majority / constant predictor (one-sided t-test over seeds, p ≥ "
+            f"distinguishable from the majority / constant predictor (the leaderboard's one-sided test, p ≥ "
             f"{rep.alpha:g}).", "", table(rows, ["method", *[task_display(t) for t in tasks]]), "")
