@@ -1,10 +1,11 @@
 """Report sections that must not mislead on uneven designs: the attention table compares methods on the same tasks
-and seeds, the reference's margin over the majority class counts every run, and a data-efficiency curve's runs are
-left to the curve, not shown as ablations."""
+and seeds, the test against the majority class counts every run and the dev examples' noise, and a data-efficiency
+curve's runs are left to the curve, not shown as ablations."""
 from __future__ import annotations
 
 import math
 
+import pytest
 from scipy import stats
 from test_report import attention_stats, make_record, parse_table
 
@@ -140,3 +141,43 @@ def test_beating_the_majority_class_counts_the_dev_examples_noise(tmp_path):
     assert "RTE +5.30 (5 seeds, p = " in line and ", over seeds only)" not in line and "not better at p < 0.05" in line
     p = float(line.split("p = ")[1].split(")")[0])
     assert 0.05 < p < 0.3   # one-sided, z ~ 5.3 / 4.5 -> p ~ 0.12
+
+
+def test_the_test_against_the_constant_follows_the_metric_direction_and_survives_bad_sidecars(tmp_path):
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+
+    from suite.api.tasks import TASKS, get_task, register_task
+    from suite.report.above_constant import vs_constant
+    from suite.report.baseline_scores import Baseline
+    from suite.run.record import save_predictions
+
+    rng = np.random.default_rng(1)
+    n = 200
+    labels = (np.arange(n) < 120).astype(int)
+    paths = []
+    for seed, share in enumerate((0.66, 0.7, 0.64)):
+        pred = np.where(rng.permutation(n) < share * n, labels, 1 - labels)
+        paths.append(str(tmp_path / f"run{seed}.npz"))
+        save_predictions(paths[-1], {"": {"index": np.arange(n), "label": labels,
+                                          "logits": np.eye(2)[pred].astype(np.float32)}})
+    runs = pd.DataFrame({"status": "ok", "score": [0.66, 0.7, 0.64], "predictions": paths})
+    base = Baseline("majority", 60.0, 50.0, "records")
+    up = vs_constant("rte", runs, base, 0.05)
+    spec = register_task(dataclasses.replace(get_task("rte"), name="rte_lower", higher_is_better=False))
+    try:
+        down = vs_constant("rte_lower", runs, base, 0.05)
+    finally:
+        TASKS.remove(spec.name)
+    # the same runs read in the other direction: the same two-sided evidence, the other tail
+    assert up.margin == pytest.approx(6.67, abs=0.01) and down.margin == pytest.approx(-6.67, abs=0.01)
+    assert down.p == pytest.approx(1 - up.p) and up.p < 0.5 and not down.better
+    assert not up.seeds_only and not down.seeds_only
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    for broken in (runs.assign(predictions=[str(tmp_path / "bad.npz")] * 3), runs.drop(columns="predictions"),
+                   runs.assign(predictions=[math.nan] * 3)):
+        v = vs_constant("rte", broken, base, 0.05)   # no readable predictions: over seeds only, no crash
+        p = stats.ttest_1samp([66, 70, 64], 60, alternative="greater").pvalue
+        assert v.seeds_only and v.p == pytest.approx(p)

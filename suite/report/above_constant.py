@@ -6,9 +6,9 @@ the seeds' spread plus the dev examples resampled, the constant predictor re-sco
 stays the dev set's majority; its share of the resample moves). One-sided, in the task's direction: a dev set of a
 few hundred examples can leave a model a few points above the majority class without evidence that it beats it on
 the task's examples. A run without a score (constant predictions: an undefined correlation) counts at the predictor's
-score. Over seeds only (a one-sample t-test) where the runs kept no predictions, or where the constant's metric is
-undefined on every resample (a correlation: regression tasks); the text says which. A single run gives no test,
-only its sign.
+score. Over seeds only (a one-sample t-test) on regression tasks (the constant mean's correlation is undefined on
+every resample; other regression metrics are treated alike) and where the runs kept no readable predictions or were
+scored on different examples; the text says which. A single run gives no test, only its sign.
 """
 from __future__ import annotations
 
@@ -46,12 +46,18 @@ def majority_predictions(preds: dict) -> dict:
 
 
 def _loaded(path) -> dict | None:
+    """A run's sidecar with the arrays this test reads; None for no path or an unreadable or incomplete file."""
     from suite.run.record import load_predictions
 
-    try:
-        return load_predictions(path) if path else None
-    except (OSError, ValueError):
+    if not isinstance(path, str) or not path:
         return None
+    try:
+        preds = load_predictions(path)
+    except (OSError, ValueError, KeyError):
+        return None
+    ok = preds and all({"index", "label", "logits"} <= set(arrays) and np.ndim(arrays["logits"]) == 2
+                       for arrays in preds.values())
+    return preds if ok else None
 
 
 def vs_constant(task: str, runs: pd.DataFrame, base: Baseline, alpha: float) -> VsConstant | None:
@@ -65,7 +71,8 @@ def vs_constant(task: str, runs: pd.DataFrame, base: Baseline, alpha: float) -> 
     margin = float(scores.mean() - base.constant) * (1 if higher else -1)
     if len(scores) == 1:
         return VsConstant(margin, 1, math.nan, margin > 0, True)
-    preds = [None] * len(ok) if is_regression(task) else [_loaded(p) for p in ok["predictions"]]
+    paths = ok["predictions"] if "predictions" in ok else [None] * len(ok)
+    preds = [None] * len(ok) if is_regression(task) else [_loaded(p) for p in paths]
     if all(p is None for p in preds):
         p = sig.beats_level_p(scores, base.constant, higher)
         return VsConstant(margin, len(scores), p, p < alpha, True)
@@ -76,4 +83,7 @@ def vs_constant(task: str, runs: pd.DataFrame, base: Baseline, alpha: float) -> 
         p = sig.beats_level_p(scores, base.constant, higher)
     else:
         p = ev.p / 2 if (ev.diff > 0) == higher else 1 - ev.p / 2
-    return VsConstant(margin, len(scores), float(p), bool(p < alpha), ev.example_se == 0)
+    # no dev-example variance although runs kept predictions: the examples could not be resampled (e.g. runs scored
+    # on different examples), unless the runs predicted the constant exactly (no difference on any example)
+    seeds_only = ev.example_se == 0 and abs(ev.diff) > 0
+    return VsConstant(margin, len(scores), float(p), bool(p < alpha), seeds_only)

@@ -100,9 +100,10 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
     text = (f"Baseline rows: a predictor that always outputs the dev set's majority class (classification) or the "
             f"dev mean (regression; its correlations are undefined and count as 0), and uniformly random "
             f"predictions (chance, mean of 100 seeded draws), {where}. {NEAR_MAJORITY}: not distinguishable from "
-            f"the majority / constant predictor (one-sided test over seeds and dev examples, p ≥ {rep.alpha:g}; the "
-            "reference's note below says how; a single seed: not above it). Bold: the best mean of "
-            f"a column, only when no other mean ties it at the shown precision and it is not marked {NEAR_MAJORITY}.")
+            f"the majority / constant predictor (one-sided test over seeds and dev examples, p ≥ {rep.alpha:g}; over "
+            "seeds only on regression tasks and for runs without predictions; a single seed: not above it). Bold: "
+            "the best mean of a column, only when no other mean ties it at the shown precision and it is not marked "
+            f"{NEAR_MAJORITY}.")
     if missing:
         text += " Baseline unavailable for " + ", ".join(
             f"{task_display(t)} ({b.source})" for t, b in bases.items() if not b.available) + "."
@@ -130,8 +131,8 @@ def reference_note(rep, facts: ModelFacts) -> list[str]:
         return []
     return [f"The reference `{rep.baseline}` against the majority / constant predictor (its margin in points, "
             "positive = better; one-sided test over seeds and dev examples, the constant predictor re-scored on "
-            "the same resampled examples; over seeds only where the runs kept no predictions or the constant's "
-            "correlation is undefined; runs without a score counted at the predictor's score): "
+            "the same resampled examples; over seeds only on regression tasks and where the runs kept no "
+            "predictions; runs without a score counted at the predictor's score): "
             + "; ".join(parts) + "."]
 
 
