@@ -158,6 +158,8 @@ def test_exports_hold_the_markdown_tables(collapsed):
     row = comparisons[(comparisons["method"] == "scores_dropout") & (comparisons["column"] == "rte")].iloc[0]
     assert row["diff"] == pytest.approx(11.5) and row["n"] == 3           # 62 - 50.5 at every seed
     assert (root / "leaderboard_stability.csv").is_file() and (root / "leaderboard_differences.tex").is_file()
+    for path in root.glob("*.tex"):   # every symbol the tables use is escaped: plain pdflatex compiles them
+        assert all(ord(ch) < 128 for ch in path.read_text()), path.name
 
 
 def test_benjamini_hochberg_option(collapsed):

@@ -15,7 +15,8 @@ TABLES = {"leaderboard": "leaderboard", "differences": "leaderboard_differences"
 LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
                  "±": r"$\pm$", "×": r"$\times$", "–": "--", "°": r"$^\circ$", "†": r"$^\dagger$",
-                 "Δ": r"$\Delta$"}
+                 "Δ": r"$\Delta$", "‡": r"$^\ddagger$", "ˢ": r"$^{s}$", "ε": r"$\varepsilon$", "·": r"$\cdot$",
+                 "≥": r"$\geq$", "≤": r"$\leq$", "→": r"$\rightarrow$", "α": r"$\alpha$"}
 
 
 def plain(text: str) -> str:
