@@ -181,3 +181,34 @@ def test_the_test_against_the_constant_follows_the_metric_direction_and_survives
         v = vs_constant("rte", broken, base, 0.05)   # no readable predictions: over seeds only, no crash
         p = stats.ttest_1samp([66, 70, 64], 60, alternative="greater").pvalue
         assert v.seeds_only and v.p == pytest.approx(p)
+
+
+def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tmp_path):
+    # topk is 4-6 points above vanilla at 3 seeds: alone, a fixed-sample "better". The study's sequential design
+    # stopped the comparison for futility at its first look, undecided: that verdict, whose error rate holds over
+    # the looks, is the one reported; the fixed-sample one is kept beside it.
+    import json
+
+    import pandas as pd
+    from test_report import MODEL, comparison_rows
+
+    store = Store(tmp_path)
+    for seed in (1, 2, 3):
+        store.write(*make_record("rte", "vanilla", seed, {"accuracy": 0.60 + 0.01 * seed}, hparams={"p": 0.1}))
+        store.write(*make_record("rte", "topk", seed, {"accuracy": 0.65 + 0.001 * seed * seed}, hparams={"k": 8}))
+    look = {"look": 1, "n": 3, "reason": "futility", "verdict": "undecided", "diff": 4.4, "low": 1.0, "high": 7.8,
+            "p": 0.01, "level": 1e-5}
+    state = {"looks": [3, 6], "rule": "test rule", "alpha": 0.05, "primary": 1, "alpha_each": 0.05,
+             "comparisons": [{"model": MODEL, "task": "rte", "method": "topk", "reference": "vanilla",
+                              "reason": "futility", "verdict": "undecided", "looks": [look]}]}
+    (tmp_path / "until_decided.json").write_text(json.dumps(state))
+    md = build_report([tmp_path], aso=False, figures=False, primary=["topk"]).read_text()
+    assert parse_table(md, "### Difference to `vanilla`")["topk"]["RTE"].startswith("undecided‡ +")
+    assert comparison_rows(md)["topk", "RTE"]["verdict"] == "undecided‡"
+    assert "the fixed-sample verdict differs for topk on RTE (better)" in md
+    csv = pd.read_csv(tmp_path / "comparisons.csv")
+    row = csv[csv["column"] == "rte"].iloc[0]
+    assert (row["verdict"], row["fixed_verdict"], row["sequential"]) == ("undecided", "better", "futility")
+    (tmp_path / "until_decided.json").unlink()   # without the state file: the fixed-sample verdict, unmarked
+    md = build_report([tmp_path], aso=False, figures=False, primary=["topk"]).read_text()
+    assert comparison_rows(md)["topk", "RTE"]["verdict"] == "better" and "‡" not in md

@@ -80,7 +80,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     options = Options(baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
                       str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
                       collapse_floor, allow_uncommitted)
-    report = Report(loaded, out_dir, options, date_line())
+    report = Report(loaded, out_dir, options, date_line(), sequential_section.verdicts(run_dirs))
     path = out_dir / "leaderboard.md"
     path.write_text(report.build() + tuning_section.markdown(run_dirs)  # the tuning stage's selection, if any
                     + sequential_section.markdown(run_dirs))  # run --until-decided: looks and stopping reasons

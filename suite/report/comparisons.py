@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
@@ -48,6 +49,10 @@ class Comparison:
     example_se: float = math.nan   # dev-example part of se (NaN: no predictions, evidence over seeds only)
     effect_size: float = math.nan  # diff over one seed's sd with the dev-example noise included (suite.stats.power)
     aso: float = math.nan     # epsilon_min of "method better than reference", only where outcomes are bimodal
+    # a study run with --until-decided: `verdict` is its sequential design's (whose error rate holds over the looks)
+    # and `sequential` the reason it stopped; `fixed_verdict` treats all the seeds as one fixed-size sample
+    sequential: str = ""
+    fixed_verdict: str = "undecided"
 
     @property
     def tested(self) -> bool:
@@ -87,8 +92,10 @@ def seed_averages(cells: dict, method: str, tasks: list[str]) -> dict[float, flo
     return {s: float(np.mean([d[s] for d in per_task_])) for s in seeds}
 
 
-def compare_model(options, sel, board, cells: dict, avgs: list, bases: Mapping) -> dict[tuple[str, str], Comparison]:
-    """{(method, task or average header): Comparison} for every method except the reference."""
+def compare_model(options, sel, board, cells: dict, avgs: list, bases: Mapping,
+                  sequential: Mapping = MappingProxyType({})) -> dict[tuple[str, str], Comparison]:
+    """{(method, task or average header): Comparison} for every method except the reference. `sequential`:
+    `suite.report.sequential_section.verdicts` of the folders reported."""
     base = options.baseline
     out: dict[tuple[str, str], Comparison] = {}
     evidence: dict[tuple[str, str], Evidence] = {}
@@ -110,7 +117,8 @@ def compare_model(options, sel, board, cells: dict, avgs: list, bases: Mapping) 
                           seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
                           example_shared_se=math.sqrt(shared))
             evidence[m, a_.header], out[m, a_.header] = ev, from_evidence(m, a_.header, ev)
-    decide(out, evidence, options.primary, options.correction, options.alpha, {a_.header for a_ in avgs})
+    ran = {(m, t): found for (model, m, t, ref), found in sequential.items() if model == sel.model and ref == base}
+    decide(out, evidence, options.primary, options.correction, options.alpha, {a_.header for a_ in avgs}, ran)
     if options.aso:
         add_aso(out, sel, cells, bases, options.collapse_floor, base)
     return out
@@ -128,9 +136,10 @@ def family_of(method: str, column: str, primary, averages) -> str:
 
 
 def decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: float,
-           averages: set[str] = frozenset()) -> None:
+           averages: set[str] = frozenset(), sequential: Mapping = MappingProxyType({})) -> None:
     """Families, adjusted p-values, verdicts, and seeds needed for the undecided. `averages`: the headers of the
-    benchmark-average columns."""
+    benchmark-average columns; `sequential`: {(method, task): (verdict, stopping reason)} of a sequential design,
+    whose verdict replaces the fixed-sample one (kept as `fixed_verdict`)."""
     for c in comparisons.values():
         c.family = family_of(c.method, c.column, primary, averages)
     for family in {c.family for c in comparisons.values()}:
@@ -142,7 +151,9 @@ def decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: f
         for k, p, pe in zip(keys, p_adj, p_equiv_adj):
             c, ev = comparisons[k], evidence[k]
             c.p_adj, c.p_equiv_adj = float(p), float(pe)
-            c.verdict = verdict(dataclasses.replace(ev, p=float(p), p_equiv=float(pe)), alpha)
+            c.verdict = c.fixed_verdict = verdict(dataclasses.replace(ev, p=float(p), p_equiv=float(pe)), alpha)
+            if k in sequential:
+                c.verdict, c.sequential = sequential[k]
             if c.verdict == "undecided" and tested:
                 # the level the correction tests the first (Holm: alpha / m) or the last (BH: alpha) step at
                 c.seeds_needed = seeds_needed(ev, alpha / tested if how == "holm" else alpha)

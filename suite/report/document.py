@@ -6,6 +6,8 @@ import dataclasses
 import json
 import re
 from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
 
 from suite.report import (
     analysis_sections,
@@ -44,8 +46,10 @@ class Options:
 
 
 class Report:
-    def __init__(self, loaded: Loaded, out: Path, options: Options, date_line: str):
+    def __init__(self, loaded: Loaded, out: Path, options: Options, date_line: str,
+                 sequential: Mapping = MappingProxyType({})):
         self.df = loaded.frame
+        self.sequential = sequential   # the verdicts of a study run with --until-decided
         self.loaded = loaded
         self.out = out
         self.fig_dir = out / FIGURES
@@ -112,7 +116,7 @@ class Report:
         for model in unique(self.df["model"]):
             records = self.df[self.df["model"] == model]
             sel = select(self.df, model, self.baseline, self.reference_tasks)
-            self.facts[model] = model_facts(records, sel, self.options, cache)
+            self.facts[model] = model_facts(records, sel, self.options, cache, self.sequential)
         header.header(self)
         for facts in self.facts.values():
             self.model_section(facts)

@@ -41,15 +41,18 @@ class ModelFacts:
                                                   # predictor (absent: no finished run or no baseline)
 
 
-def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: dict) -> ModelFacts:
+def model_facts(records: pd.DataFrame, sel: Selection, options, baseline_cache: dict,
+                sequential: Mapping = MappingProxyType({})) -> ModelFacts:
     """The facts of one model's records under the report's `options` (reference method, alpha, correction, ASO,
-    data folder for baselines); `baseline_cache` only avoids reading a dev set twice."""
+    data folder for baselines); `baseline_cache` only avoids reading a dev set twice; `sequential`: the verdicts of
+    a study run with --until-decided (`suite.report.sequential_section.verdicts`), which the comparisons report."""
     board = sel.board(records)
     cells = {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)])
              for m in sel.methods for t in sel.tasks}
     avgs = tuple(averages(sel, cells))
     bases = task_baselines(board, sel.tasks, sel.train_by_task, options.data_dir, baseline_cache)
-    comps = (compare_model(options, sel, board, cells, list(avgs), bases) if options.baseline in sel.methods else {})
+    comps = (compare_model(options, sel, board, cells, list(avgs), bases, sequential)
+             if options.baseline in sel.methods else {})
     reference_board = sel.board(records, sel.reference_tasks) if sel.reference_tasks else board.iloc[:0]
     reference_bases = (task_baselines(reference_board, sel.reference_tasks, sel.train_by_task, options.data_dir,
                                       baseline_cache) if sel.reference_tasks else {})

@@ -180,10 +180,15 @@ def difference_text(c: Comparison | None) -> str:
         text += f" [{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]"
     if not math.isfinite(c.example_se) and c.tested:
         text += SEEDS_ONLY
-    return f"{c.verdict} {text}"
+    return f"{verdict_text(c)} {text}"
 
 
 SEEDS_ONLY = "ˢ"   # no per-example predictions: the interval covers seed noise only
+SEQUENTIAL = "‡"   # the verdict of the study's sequential design (run --until-decided)
+
+
+def verdict_text(c: Comparison) -> str:
+    return c.verdict + (SEQUENTIAL if c.sequential else "")
 
 
 def differences(rep, facts: ModelFacts) -> None:
@@ -223,6 +228,18 @@ def difference_notes(rep, comps: dict, avgs: list[Average]) -> list[str]:
              "**undecided**: neither, so the data do not say whether the methods differ. Families: "
              + family_text(rep, comps) + ". No test with fewer than 2 paired seeds; "
              f"{SEEDS_ONLY}: runs without per-example predictions, the interval covers seed noise only."]
+    sequential = [c for c in comps.values() if c.sequential]
+    if sequential:
+        differ = sorted((c for c in sequential if c.verdict != c.fixed_verdict), key=lambda c: (c.method, c.column))
+        notes.append(
+            f"{SEQUENTIAL}: the verdict of the study's sequential design (`run --until-decided`; its looks and "
+            "stopping reasons in \"Seeds added until decided\"), the one whose error rate holds over the looks, for "
+            f"{len(sequential)} primary comparisons. The interval and p-values beside it treat all the seeds as one "
+            "fixed-size sample; "
+            + ("the fixed-sample verdict differs for " + ", ".join(
+                f"{c.method} on {task_display(c.column)} ({c.fixed_verdict})" for c in differ)
+               if differ else "the fixed-sample verdicts agree with them")
+            + " (`fixed_verdict` in comparisons.csv).")
     if avgs:
         notes.append(" and ".join(a.header for a in avgs) + ": the same on each seed's average over the "
                      "averaged tasks (seeds that ran all of them for both methods).")
@@ -247,7 +264,7 @@ def comparison_table(rep, facts: ModelFacts) -> None:
              f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
              fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.effect_size, sign=True),
              fmt(c.p, 4), fmt(c.p_adj, 4),
-             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), c.verdict, c.family, seeds_text(c.seeds_needed),
+             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), verdict_text(c), c.family, seeds_text(c.seeds_needed),
              fmt(c.aso, 2)]
             for c in (comps[k] for k in sorted(comps))]
     if not rows:

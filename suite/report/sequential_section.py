@@ -23,6 +23,15 @@ def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     return output_files(run_dirs, STATE)
 
 
+def verdicts(run_dirs: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str, str], tuple[str, str]]:
+    """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold."""
+    found = {}
+    for path in state_files(run_dirs):
+        for c in json.loads(path.read_text())["comparisons"]:
+            found[c["model"], c["method"], c["task"], c["reference"]] = (c["verdict"], c["reason"])
+    return found
+
+
 def _num(x: Any, spec: str = ".2f") -> str:
     return "—" if x is None else format(x, spec)
 
@@ -49,9 +58,9 @@ def markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
                   f"`run --until-decided` looked at the primary comparisons at {looks} seeds and gave further seeds "
                   f"only to those still undecided. Rule: {state['rule']}; alpha {state['alpha']:g} over "
                   f"{state['primary']} primary comparison(s), {state['alpha_each']:.3g} each (`{path}`).", "",
-                  "A comparison's verdict here is the one whose error rate holds over the looks; the difference "
-                  "table's verdicts treat the same seeds as one fixed-size sample and do not account for the "
-                  "looks.", "",
+                  "A comparison's verdict here is the one whose error rate holds over the looks, and the one the "
+                  "difference and comparison tables report (marked ‡); their intervals and p-values treat the same "
+                  "seeds as one fixed-size sample and do not account for the looks.", "",
                   "| task | comparison | looks | paired seeds per look | stopped for | verdict | diff [95% interval] "
                   "| p (look's level) | TOST p (level, margin) |",
                   "|---|---|---:|---|---|---|---|---|---|"]
