@@ -73,16 +73,15 @@ def vs_constant(task: str, runs: pd.DataFrame, base: Baseline, alpha: float) -> 
         return VsConstant(margin, 1, math.nan, margin > 0, True)
     paths = ok["predictions"] if "predictions" in ok else [None] * len(ok)
     preds = [None] * len(ok) if is_regression(task) else [_loaded(p) for p in paths]
-    if all(p is None for p in preds):
+    ev = None
+    if any(p is not None for p in preds):
+        model = {i: RunOutcome(float(s), p) for i, (s, p) in enumerate(zip(scores, preds))}   # paired by run
+        constant = {i: RunOutcome(base.constant, majority_predictions(p) if p else None) for i, p in enumerate(preds)}
+        ev = compare_runs(task, model, constant, higher_is_better=higher)
+    if ev is None or not math.isfinite(ev.p):
         p = sig.beats_level_p(scores, base.constant, higher)
         return VsConstant(margin, len(scores), p, p < alpha, True)
-    model = {i: RunOutcome(float(s), p) for i, (s, p) in enumerate(zip(scores, preds))}   # paired by run
-    constant = {i: RunOutcome(base.constant, majority_predictions(p) if p else None) for i, p in enumerate(preds)}
-    ev = compare_runs(task, model, constant, higher_is_better=higher)
-    if not math.isfinite(ev.p):
-        p = sig.beats_level_p(scores, base.constant, higher)
-    else:
-        p = ev.p / 2 if (ev.diff > 0) == higher else 1 - ev.p / 2
+    p = ev.p / 2 if (ev.diff > 0) == higher else 1 - ev.p / 2
     # no dev-example variance although runs kept predictions: the examples could not be resampled (e.g. runs scored
     # on different examples), unless the runs predicted the constant exactly (no difference on any example)
     seeds_only = ev.example_se == 0 and abs(ev.diff) > 0
