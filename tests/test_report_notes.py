@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 from scipy import stats
 from test_report import attention_stats, make_record, parse_table
@@ -212,3 +213,12 @@ def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tm
     (tmp_path / "until_decided.json").unlink()   # without the state file: the fixed-sample verdict, unmarked
     md = build_report([tmp_path], aso=False, figures=False, primary=["topk"]).read_text()
     assert comparison_rows(md)["topk", "RTE"]["verdict"] == "better" and "‡" not in md
+
+
+def test_the_header_sums_the_records_wall_time():
+    from suite.report.header import compute_note
+
+    df = pd.DataFrame({"wall_s": [3600.0, 1800.0, float("nan")]})
+    note = compute_note(df)
+    assert "1.5 run-hours" in note and "2 records'" in note
+    assert compute_note(pd.DataFrame({"wall_s": [float("nan")]})) == ""

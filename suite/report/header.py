@@ -41,7 +41,18 @@ def runs_line(loaded, df) -> str:
     return (f"- **Runs:** {len(df)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
             + (f"; {len(loaded.unreadable)} unreadable record files skipped: " + ", ".join(loaded.unreadable)
                if loaded.unreadable else "")
-            + (f"; {loaded.duplicates} duplicate records of the same job ignored" if loaded.duplicates else ""))
+            + (f"; {loaded.duplicates} duplicate records of the same job ignored" if loaded.duplicates else "")
+            + compute_note(df))
+
+
+def compute_note(df) -> str:
+    """The records' summed wall time: what the tables cost to make (tuning runs, kept elsewhere, not included)."""
+    wall = df["wall_s"].dropna() if "wall_s" in df else []
+    if not len(wall):
+        return ""
+    hours = float(wall.sum()) / 3600
+    return (f"; {hours:,.1f} run-hours of wall time ({len(wall)} records' own times summed: runs that ran side by "
+            "side overlap on the clock)")
 
 
 def machine_keys(df) -> list[tuple]:

@@ -75,7 +75,7 @@ def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
         "score": num(final.get("score")) if ok else math.nan,
         "final": final if ok else {}, "best": rec.best or {},
         "gap": _gap(rec) if ok else math.nan,
-        "step_s": num(timing.get("step_s")), "peak_mb": num(timing.get("peak_memory_mb")),
+        "wall_s": num(rec.wall_s), "step_s": num(timing.get("step_s")), "peak_mb": num(timing.get("peak_memory_mb")),
         "peak_kind": timing.get("peak_memory_kind"),
         "total_params": num(params.get("total")), "extra": num(params.get("extra")),
         "training_only": num(params.get("training_only")),
