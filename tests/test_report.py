@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -204,6 +205,11 @@ def test_missing_and_failed_cells(report):
     outside = parse_table(md, "## Runs outside the leaderboard settings")
     assert outside["tiny-bert"]["method"] == "no_dropout" and "train.lr=0.0001" in outside["tiny-bert"]["setting"]
     assert "1 unreadable record files skipped: broken.json" in md
+    # a cell without runs is compared with nothing: no row says "undecided" at 0 seeds, in the table or the CSV
+    root, _ = report
+    assert ("no_dropout", "STS-B") not in comparison_rows(md) and ("no_dropout", "RTE") in comparison_rows(md)
+    csv = pd.read_csv(root / "comparisons.csv")
+    assert (csv["n"] > 0).all() and not ((csv["method"] == "no_dropout") & (csv["column"] == "stsb")).any()
 
 
 def test_verdicts_and_intervals_without_predictions(report):

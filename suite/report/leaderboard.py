@@ -266,7 +266,7 @@ def comparison_table(rep, facts: ModelFacts) -> None:
              fmt(c.p, 4), fmt(c.p_adj, 4),
              fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), verdict_text(c), c.family, seeds_text(c.seeds_needed),
              fmt(c.aso, 2)]
-            for c in (comps[k] for k in sorted(comps))]
+            for c in (comps[k] for k in sorted(comps)) if c.n]  # no paired seed: a "–" in the differences
     if not rows:
         return
     headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",
