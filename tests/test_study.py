@@ -142,7 +142,7 @@ def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
     sizes = {("mrpc", m, s, 2, 1e-4, n, p) for m, p in (("vanilla", 0.1), ("scores_dropout", 0.2))
              for s in (1, 2) for n in (100, 200)}
     assert jobs == first | more_seeds | sizes  # vanilla seeds 1-2 on RTE appear once, not twice
-    # a flag replaces what the grids inherit; a grid that gives the key itself keeps what both name, or drops out
+    # --seeds replaces what the grids inherit; a grid that gives the key itself keeps what both name, or drops out
     flagged = plan("--seeds", "7", "--set", "scores_dropout.p=0.3")
     assert {j.seed for j in flagged.jobs} == {7}
     assert {j.hparams["p"] for j in flagged.jobs if j.method == "scores_dropout"} == {0.3}
@@ -152,6 +152,33 @@ def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
                                                           ("scores_dropout", 2), ("vanilla", 3))}
     one_method = {(j.task, j.method, j.seed) for j in plan("--methods", "scores_dropout", "--seeds", "2").jobs}
     assert one_method == {("rte", "scores_dropout", 2), ("mrpc", "scores_dropout", 2)}
+
+
+def test_name_flags_pick_from_every_grid_of_a_study_with_its_own_settings(tmp_path, capsys):
+    """`--tasks mrpc` runs the study's MRPC grid at its own 3 epochs, not the top grid moved to MRPC at 2; a name that
+    no grid gives stops with the study's names."""
+    from suite.commands import build_parser
+    from suite.grid.resolve import merge_study, plan_grid
+
+    path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\ntrain: {epochs: 2}\n"
+                            "also:\n"
+                            "  - {tasks: [mrpc], train: {epochs: 3}}\n"
+                            "  - {methods: [sparsemax]}\n")
+
+    def plan(*flags):
+        return plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path), *flags])))
+
+    assert {(j.task, j.method, j.train.epochs) for j in plan("--tasks", "mrpc").jobs} == {
+        ("mrpc", "vanilla", 3), ("mrpc", "scores_dropout", 3)}
+    assert {(j.task, j.method) for j in plan("--methods", "sparsemax").jobs} == {("rte", "sparsemax")}
+    assert {(j.task, j.method, j.seed) for j in plan("--methods", "vanilla", "--tasks", "rte", "--seeds", "3").jobs} \
+        == {("rte", "vanilla", 3)}
+    with pytest.raises(BadInput, match=r"--tasks sst2: .* runs no sst2 \(its tasks: rte, mrpc\)"):
+        plan("--tasks", "sst2")
+    with pytest.raises(BadInput, match="no grid of .* runs that combination"):
+        plan("--methods", "sparsemax", "--tasks", "mrpc")
+    assert main(["run", "--study", str(path), "--methods", "rela", "--dry-run"]) == 2
+    assert "runs no rela (its methods: vanilla, scores_dropout, sparsemax)" in capsys.readouterr().err
 
 
 def test_also_grid_errors_name_the_grid(tmp_path):

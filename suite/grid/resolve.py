@@ -1,8 +1,10 @@
 """What a command asks for, resolved in one place: a study file (with its `also:` grids), the flags and the defaults,
 into the grid of jobs that `run` trains, or the options of `report`.
 
-Precedence everywhere: the command line, then the study file, then the preset and the defaults. In an `also:` grid a
-flag replaces a key the grid inherits but only narrows a key the grid gives itself.
+Precedence everywhere: the command line, then the study file, then the preset and the defaults. With a study file,
+`--methods`, `--tasks` and `--model` pick from its grids: every grid keeps the names both it and the flag give (a grid
+left with none drops out), so `--tasks stsb` runs the study's STS-B jobs with their own grid's settings. `--seeds`
+replaces the seeds a grid inherits and narrows those a grid gives itself.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from suite.run.device import resolve_jobs_precision
 from suite.run.settings import PRESETS, canonical_model, preset_train
 
 GRID_KEYS = ("methods", "tasks", "model", "seeds")  # what an also: grid of a study file may give for itself
+NAME_KEYS = ("methods", "tasks", "model")  # a flag picks from what the study gives (seeds: it replaces)
 EXECUTOR_OPTIONS = ("workers", "max_run_minutes", "address", "gpus_per_run", "cpus_per_run")
 RUN_DEFAULTS = {"seeds": [1, 2, 3], "preset": "quick", "out": "runs", "device": "auto", "executor": "local"}
 
@@ -42,7 +45,7 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
     args = argparse.Namespace(**vars(args))
     args.study_train, args.also, args.tune = {}, [], None
     args.until_decided_section = args.study_report = None  # run --until-decided reads both (suite.grid.until_decided)
-    args.cli = {k for k in GRID_KEYS if getattr(args, k) is not None}  # flags win over every grid of the file
+    args.cli = {k: getattr(args, k) for k in GRID_KEYS if getattr(args, k) is not None}  # the flags as given
     args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
     if args.study:
         from suite.grid.study import load_study, names
@@ -57,6 +60,10 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
         for key, value in from_file.items():
             if getattr(args, key) is None:
                 setattr(args, key, value)
+            elif key in NAME_KEYS and value is not None:  # the flag picks from the file's top grid
+                _check_picked(args.study, key, args.cli[key], [value, *(names(getattr(g, _GRID_ATTR[key]))
+                                                                         for g in study.also)])
+                setattr(args, key, _shared(key, value, args.cli[key]))
         sets, sweeps = study.assignments()
         args.sets, args.sweeps = sets + args.sets, sweeps + args.sweeps  # later assignments win
         args.study_train, args.also, args.tune = study.train_values(), study.also, study.tune
@@ -69,10 +76,29 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     for flag in ("methods", "tasks"):
-        if not getattr(args, flag):
+        if not getattr(args, flag) and flag not in args.cli:  # "" when the flag picked nothing from the top grid
             raise BadInput(f"no {flag} given: pass --{flag} (see `python -m suite list`) or a --study file that "
                            f"has a {flag}: entry")
     return args
+
+
+_GRID_ATTR = {"methods": "methods", "tasks": "tasks", "model": "models"}
+
+
+def _check_picked(study: str, key: str, flag_value: str, given: list[str | None]) -> None:
+    """BadInput when a name the flag picks is in none of the study's grids (with the names it has)."""
+    resolve = {"methods": METHODS.select, "tasks": select_tasks, "model": select_models}[key]
+    have = list(dict.fromkeys(n for value in given if value for n in resolve(value)))
+    missing = [n for n in resolve(flag_value) if n not in have]
+    if missing:
+        raise BadInput(f"--{key} {flag_value}: {study} runs no {', '.join(missing)} (its {key}: {', '.join(have)}). "
+                       f"With a study file, --{key} picks from the file's grids; to run other {key}, add them to the "
+                       "file (an also: grid keeps its own settings)")
+
+
+def top_grid_empty(args) -> bool:
+    """The flags picked nothing from the study's top grid (its also: grids may still run)."""
+    return any(getattr(args, key) == "" for key in NAME_KEYS)
 
 
 def train_settings(args, tasks: list[str]) -> dict:
@@ -98,16 +124,19 @@ def plan_grid(args) -> GridPlan:
     args.preset = PRESETS.canonical(args.preset)  # unknown: an error naming the valid ones
     executor_options = {k: getattr(args, k) for k in EXECUTOR_OPTIONS}
     check_executor(args.executor, executor_options)
-    methods, tasks = METHODS.select(args.methods), select_tasks(args.tasks)
-    for task in tasks:
-        check_task_metrics(get_task(task))
-    models = select_models(args.model or ",".join(PRESETS.get(args.preset).models))
     data_dir = resolve_data_dir(args.data_dir)
     outputs = RunOutputs(args.out, bool(args.save_model), bool(args.predict_test),
                          check_trackers((args.report_to or "").split(",")))
-    jobs = build_grid(models, tasks, methods, args.seeds, train_settings(args, tasks), args.sets, args.sweeps,
-                      data_source="local" if data_dir else "hub")
-    seeds = list(dict.fromkeys(args.seeds))
+    if top_grid_empty(args):  # the flags picked only from the study's also: grids
+        models, tasks, methods, seeds, jobs = [], [], [], [], []
+    else:
+        methods, tasks = METHODS.select(args.methods), select_tasks(args.tasks)
+        for task in tasks:
+            check_task_metrics(get_task(task))
+        models = select_models(args.model or ",".join(PRESETS.get(args.preset).models))
+        jobs = build_grid(models, tasks, methods, args.seeds, train_settings(args, tasks), args.sets, args.sweeps,
+                          data_source="local" if data_dir else "hub")
+        seeds = list(dict.fromkeys(args.seeds))
     for grid in args.also:  # a study's further grids: their jobs join the first grid's (a job given twice runs once)
         grid_args = also_arguments(args, grid)
         if grid_args is None:  # the flags leave this grid nothing to run
@@ -117,6 +146,10 @@ def plan_grid(args) -> GridPlan:
         models, tasks, methods, seeds = (list(dict.fromkeys(a + b)) for a, b in
                                          ((models, part.models), (tasks, part.tasks), (methods, part.methods),
                                           (seeds, part.seeds)))
+    if not jobs:
+        picked = ", ".join(f"--{k} {v}" for k, v in args.cli.items() if k in NAME_KEYS)
+        raise BadInput(f"{picked or 'the flags'}: no grid of {args.study or 'the command'} runs that combination; "
+                       "`--dry-run` without them lists what the study runs")
     # precision auto becomes what the runs will train in here, before hashing (CPU fp32, CUDA bf16: two records)
     jobs = resolve_jobs_precision(jobs, args.device, args.executor, args.address)
     jobs = list({j.hash: j for j in jobs}.values())
@@ -127,9 +160,10 @@ def plan_grid(args) -> GridPlan:
 
 
 def also_arguments(args, grid) -> argparse.Namespace | None:
-    """The arguments of one `also:` grid: its own keys, the rest inherited from the top level. A flag replaces an
-    inherited key but only narrows a key the grid gives itself (`--tasks cola` runs the study's CoLA jobs, not the
-    SST-2 grid's jobs moved to CoLA); None when the flag and the grid share nothing."""
+    """The arguments of one `also:` grid: its own keys, the rest inherited from the top level (as the flags left
+    them). A flag narrows a key the grid gives itself (`--tasks cola` runs the study's CoLA jobs, not the SST-2
+    grid's jobs moved to CoLA); None when the flag and the grid share nothing, or the grid inherits a key the flags
+    emptied at the top level."""
     from suite.grid.study import names
 
     part = argparse.Namespace(**vars(args))
@@ -138,9 +172,12 @@ def also_arguments(args, grid) -> argparse.Namespace | None:
            "seeds": grid.seeds}
     for key, value in own.items():
         if value is None:
+            if getattr(args, key) == "":  # inherited from a top level the flags emptied
+                return None
             continue
         if key in args.cli:
-            value = _shared(key, value, getattr(args, key))
+            # names: the flag as given (the top level's may be narrowed); seeds: as --until-decided extended them
+            value = _shared(key, value, args.cli[key] if key in NAME_KEYS else getattr(args, key))
             if not value:
                 return None
         setattr(part, key, value)
