@@ -213,3 +213,21 @@ def test_early_stopping_and_the_best_epoch_read_the_tuning_split_never_dev(tiny_
     assert rec.ok, rec.error
     assert [h["tune"]["score"] for h in rec.history] == [0.2, 0.9, 0.5, 0.4]
     assert rec.final["score"] == 0.1 and rec.tune["score"] == 0.9
+
+
+def test_a_run_narrowed_to_some_methods_keeps_the_others_selections(tmp_path):
+    """`--methods vanilla` then `--methods scores_dropout`: the selection file holds both cells, each from its own
+    run; a changed protocol (another tuning split) replaces the file."""
+    path = _study(tmp_path)
+    for method in ("vanilla", "scores_dropout"):
+        _, _, tuning = _plans(path, "--methods", method)
+        for job in tuning.jobs:
+            _write_record(tuning.store, job, 0.7, 0.7)
+        written = write_selection(tuning, select(tuning))
+    data = json.loads(written.read_text())
+    assert [(c["method"], c["selected"] is not None) for c in data["cells"]] == [("vanilla", True),
+                                                                               ("scores_dropout", True)]
+    assert set(data["protocol"]["space"]) == {"vanilla", "scores_dropout"}
+    _, _, tuning = _plans(_study(tmp_path, STUDY.replace("holdout: 6", "holdout: 8")), "--methods", "vanilla")
+    assert [c["method"] for c in json.loads(write_selection(tuning, select(tuning)).read_text())["cells"]] == [
+        "vanilla"]

@@ -71,9 +71,9 @@ def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd
         return frame
     missing = sorted({f"{t}/{m}" for t, m in zip(frame["task"], frame["method"])}
                      - {f"{t}/{m}" for _, t, m in chosen})
-    if missing:  # e.g. the last run was narrowed with --methods: its selection file holds only its own cells
+    if missing:  # runs of cells whose tuning stage never ran, or a selection file written before they were tuned
         print(f"warning: no tuning selection for {', '.join(missing)}: their runs are reported as they ran; give "
-              "the study's whole command again (it writes every cell's selection) to fold them", file=sys.stderr)
+              "the study's command again (it writes every cell's selection) to fold them", file=sys.stderr)
     frame = frame.assign(**{FOLDED: [()] * len(frame)})
     for i, row in frame.iterrows():
         selected = chosen.get((row["model"], row["task"], row["method"]))
