@@ -252,3 +252,15 @@ def test_boundaries_of_a_design_whose_first_look_had_no_seeds():
 
     with_empty = boundaries((0.0, 0.5, 1.0), 0.05)
     assert with_empty[0] == math.inf and with_empty[1:] == pytest.approx(boundaries((0.5, 1.0), 0.05), abs=1e-6)
+
+
+def test_a_primary_cell_without_a_setting_at_every_seed_is_named_not_dropped_silently(grid):
+    """A task that only a data-efficiency curve runs (3 seeds of a 12-seed sequence) has no comparison to extend:
+    the command says so before training instead of leaving it out unannounced."""
+    curve = build_grid(["minilm"], ["mrpc"], ["vanilla", "no_dropout"], [1, 2, 3], TrainSettings(max_train_samples=250))
+    heard = []
+    primary = comparisons(grid.jobs + curve, "vanilla", seeds=grid.seeds, note=heard.append)
+    assert [(c.task, c.method) for c in primary] == [("sst2", m) for m in PLANTED]
+    assert len(heard) == 1 and "not compared" in heard[0] and "mrpc/no_dropout vs vanilla (minilm)" in heard[0]
+    comparisons(grid.jobs + curve, "vanilla", primary=lambda c: c.task == "sst2", seeds=grid.seeds, note=heard.append)
+    assert len(heard) == 1  # a cell outside the primary family is not announced

@@ -108,7 +108,7 @@ def main(args) -> int:
     if args.until_decided:  # no primary comparison, a sweep or a missing reference: exit 2 before any training
         from suite.grid.until_decided import primary_comparisons
 
-        primary_comparisons(plan, args)
+        primary_comparisons(plan, args, note=lambda line: print(line, file=sys.stderr))
     if plan.outputs.report_to:  # trackers group the runs by study and grid
         from suite.run.tracking import with_grid_tags
 

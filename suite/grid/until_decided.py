@@ -139,11 +139,18 @@ def compared_jobs(jobs: list[RunConfig], seeds: list[int] | None = None
 
 
 def comparisons(jobs: list[RunConfig], reference: str, primary: Callable[[Comparison], bool] | None = None,
-                seeds: list[int] | None = None) -> list[Comparison]:
+                seeds: list[int] | None = None, note: Callable[[str], None] | None = None) -> list[Comparison]:
     """The primary comparisons of a grid: each method other than the reference against it, per model and task
     (all of them unless `primary` picks), over the settings `compared_jobs` picks. BadInput when a method runs
-    several settings at every seed (a sweep) or the reference is missing."""
+    several settings at every seed (a sweep) or the reference is missing. `note` hears of the primary cells left out
+    because no setting of theirs runs at every seed (a task with only a data-efficiency curve, say)."""
     settings = dict.fromkeys((j.model, j.task, j.method) for j in compared_jobs(jobs, seeds)[0])
+    left_out = [Comparison(*cell, reference) for cell in dict.fromkeys((j.model, j.task, j.method) for j in jobs)
+                if cell not in settings and cell[2] != reference]
+    left_out = [c for c in left_out if primary is None or primary(c)]
+    if left_out and note is not None:
+        note(f"--until-decided: not compared, no setting runs at every seed up to the cap: "
+             f"{', '.join(c.label for c in left_out)} (their runs go ahead in the first look only)")
     out = []
     for model, task, method in settings:
         if method == reference:
@@ -319,7 +326,7 @@ def run_planned(plan, store: Store, args, run_round: Callable[[list[RunConfig]],
                              record_evaluator(store, getattr(report, "margin", None)), alpha, run_round, say)
 
 
-def primary_comparisons(plan, args) -> list[Comparison]:
+def primary_comparisons(plan, args, note: Callable[[str], None] | None = None) -> list[Comparison]:
     """The comparisons that get looks: the study's `report: primary:` entries (methods, tasks or METHOD:TASK), else
     every method against `report: baseline:`. BadInput (exit 2) when there is none, a method runs several settings or
     the reference is missing: the command calls this before anything trains."""
@@ -331,7 +338,7 @@ def primary_comparisons(plan, args) -> list[Comparison]:
     if isinstance(declared, str):
         declared = [x.strip() for x in declared.split(",") if x.strip()]
     return comparisons(plan.jobs, reference, (lambda c: is_primary(c.method, c.task, declared)) if declared else None,
-                       seeds=args.seeds)
+                       seeds=args.seeds, note=note)
 
 
 def margin_for(margin, task: str) -> float:
