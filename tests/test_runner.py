@@ -91,6 +91,35 @@ def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
     assert git_commit(tmp_path / "missing") is None
 
 
+def test_git_commit_names_no_version_it_cannot_know(tmp_path):
+    """A repository without commits has no version (not the word 'HEAD'); a shallow clone whose history does not
+    reach before the code's last change names its oldest commit with '+shallow', a deep enough one the true commit."""
+    import subprocess
+
+    from suite.run.device import git_commit
+
+    def git(where, *args):
+        return subprocess.run(["git", "-C", str(where), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    src = tmp_path / "src"
+    (src / "suite").mkdir(parents=True)
+    git(src, "init", "-q")
+    assert git_commit(src) is None
+    for message, code in (("first", "x = 1"), ("code", "x = 2"), ("docs", "x = 2")):
+        (src / "suite" / "a.py").write_text(code)
+        (src / f"{message}.md").write_text(message)
+        git(src, "add", ".")
+        git(src, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+    code = git(src, "rev-parse", "HEAD~1")
+    assert git_commit(src) == code
+    # depth 2 ends at the code's commit itself: its change cannot be told from the graft's, so it is marked too
+    for depth, expected in ((1, git(src, "rev-parse", "HEAD") + "+shallow"), (2, code + "+shallow"), (3, code)):
+        clone = tmp_path / f"depth{depth}"
+        git(tmp_path, "clone", "-q", "--depth", str(depth), f"file://{src}", str(clone))
+        assert git_commit(clone) == expected
+
+
 def test_a_finished_run_leaves_no_model_behind_even_without_the_cyclic_collector(tiny_bert_dir, glue_dir):
     """DropHead's step context points back at the model (a reference cycle): with automatic garbage collection off,
     the run's model and optimizer state would otherwise survive into the next run of the process."""

@@ -117,7 +117,8 @@ def code_version_problem(df) -> str | None:
     if len(known) <= 1 and not dirty:
         return None
     ranked = sorted(known.items(), key=lambda kv: -kv[1])
-    listed = ", ".join(f"{v[:12]}{'+dirty' if v.endswith('+dirty') else ''} ({plural(n)})" for v, n in ranked[:5])
+    # a short commit with its marks (+shallow, +dirty): the same commit with and without them is two versions here
+    listed = ", ".join(f"{v[:12]}{v.partition('+')[1]}{v.partition('+')[2]} ({plural(n)})" for v, n in ranked[:5])
     listed += f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
     what = []
     if dirty:

@@ -142,19 +142,28 @@ NOT_RUN_CODE = ("suite/report",)
 
 def git_commit(root: Path | None = None) -> str | None:
     """The newest commit that changed the code a run executes (CODE_PATHS less NOT_RUN_CODE), with '+dirty' when that
-    code (untracked files included) differs from it; HEAD where no commit touched it; None outside a checkout."""
+    code (untracked files included) differs from it; HEAD where no commit touched it; None outside a checkout, in a
+    repository without commits, or when git fails. In a shallow clone whose history stops before that commit, the
+    oldest commit it has is named, with '+shallow' (the version is that commit or an earlier one)."""
     here = root or Path(__file__).resolve().parent.parent
     # pathspecs from the repository's top: `here` is the package folder when no root is given
     spec = ["--", *(f":(top){p}" for p in CODE_PATHS), *(f":(top,exclude){p}" for p in NOT_RUN_CODE)]
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True,
-                              timeout=5).stdout.strip()
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5)
+        return done.stdout.strip() if done.returncode == 0 else None
 
     try:
-        sha = git("log", "-1", "--format=%H", *spec) or git("rev-parse", "HEAD")
+        found = git("log", "-1", "--format=%H %P", *spec)
+        if found is None:  # not a checkout, or no commit yet
+            return None
+        sha, *parents = found.split() or [git("rev-parse", "HEAD") or ""]
         dirty = git("status", "--porcelain", *spec)
-        return (sha + ("+dirty" if dirty else "")) if sha else None
+        if not sha or dirty is None:
+            return None
+        if not parents and git("rev-parse", "--is-shallow-repository") == "true":
+            sha += "+shallow"  # a grafted boundary: the history that would name the version is not here
+        return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
 
