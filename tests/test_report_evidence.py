@@ -108,6 +108,15 @@ def test_provenance_warning_counts_versions_dirty_trees_and_machines(tmp_path):
     assert "> **Warning" not in clean and "**Code version of every table:** `bbb` (all 2 runs)" in clean
 
 
+def test_a_shallow_clones_version_is_listed_with_its_mark(tmp_path):
+    """The same commit from a full and a shallow clone: two labels, and the listing shows which is which."""
+    full, shallow = "a" * 40, "a" * 40 + "+shallow"
+    recs = [make_record("rte", "vanilla", s, {"accuracy": 0.6}, env={"git_commit": v})
+            for s, v in ((1, full), (2, shallow))]
+    with pytest.raises(ReportError, match=r"2 code versions: aaaaaaaaaaaa \(1 run\), aaaaaaaaaaaa\+shallow \(1 run\)"):
+        build_report([write(tmp_path, recs)], aso=False, figures=False)
+
+
 def test_allow_uncommitted_from_the_study_file_and_the_command_line(tmp_path):
     from suite import commands
 

@@ -181,6 +181,60 @@ def test_name_flags_pick_from_every_grid_of_a_study_with_its_own_settings(tmp_pa
     assert "runs no rela (its methods: vanilla, scores_dropout, sparsemax)" in capsys.readouterr().err
 
 
+def test_wildcards_and_groups_pick_what_the_study_has_and_empty_flags_are_no_flags(tmp_path, capsys):
+    from suite.commands import build_parser
+    from suite.grid.resolve import merge_study, plan_grid
+
+    path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1]\n"
+                            "also:\n  - {tasks: [mrpc], methods: [sparsemax]}\n")
+
+    def plan(*flags):
+        return {(j.task, j.method) for j in plan_grid(merge_study(build_parser().parse_args(
+            ["run", "--study", str(path), *flags]))).jobs}
+
+    assert plan("--methods", "scores_*") == {("rte", "scores_dropout")}
+    assert plan("--tasks", "glue", "--methods", "all") == plan() == {
+        ("rte", "vanilla"), ("rte", "scores_dropout"), ("mrpc", "sparsemax")}
+    assert plan("--methods", "") == plan()
+    assert main(["run", "--methods", "", "--tasks", "rte", "--dry-run"]) == 2
+    assert "no methods given" in capsys.readouterr().err
+
+
+def test_a_picked_plan_is_part_of_the_whole_study_so_it_resumes_into_it(glue_dir):
+    """The property resuming depends on: the jobs (and tuning jobs) a picked command plans are jobs of the whole
+    study, found by hash, up to the until-decided cap."""
+    from suite.commands import build_parser
+    from suite.grid.resolve import merge_study, plan_grid
+    from suite.grid.tuning import plan_tuning
+    from suite.grid.until_decided import prepare
+
+    def hashes(*flags):
+        args = prepare(merge_study(build_parser().parse_args(
+            ["run", "--study", str(ROOT / "studies" / "glue-minilm.yaml"), "--data-dir", glue_dir,
+             "--until-decided", *flags])))
+        plan = plan_grid(args)
+        return {j.hash for j in plan.jobs}, {j.hash for j in plan_tuning(args.tune, plan.jobs, plan.seeds,
+                                                                          args.out).jobs}
+
+    whole = hashes()
+    for flags in (("--tasks", "stsb"), ("--methods", "vanilla,topk"), ("--methods", "sparsemax", "--tasks", "cola"),
+                  ("--tasks", "sst2", "--seeds", "1,2")):
+        finals, tuning = hashes(*flags)
+        assert finals and tuning and finals <= whole[0] and tuning <= whole[1], flags
+
+
+def test_until_decided_refuses_flags_that_leave_out_primary_comparisons(tmp_path, capsys):
+    """Alpha is split over the study's whole primary family: a picked part would test at a looser level."""
+    path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte, mrpc]\nseeds: [1, 2]\n"
+                            "report: {primary: [scores_dropout]}\nalso:\n  - {methods: [vanilla, sparsemax]}\n")
+    assert main(["run", "--study", str(path), "--until-decided", "--tasks", "rte", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "whole primary family (2 comparisons), but --tasks rte leaves out 1" in err and "mrpc/scores_dropout" in err
+    # picking away only what is not primary keeps the family: allowed
+    assert main(["run", "--study", str(path), "--until-decided", "--methods", "vanilla,scores_dropout",
+                 "--dry-run"]) == 0
+
+
 def test_also_grid_errors_name_the_grid(tmp_path):
     with pytest.raises(BadInput) as info:
         load_study(_write(tmp_path, "methods: [vanilla]\nalso:\n  - {methodz: [vanilla]}\n"))

@@ -215,19 +215,26 @@ def test_early_stopping_and_the_best_epoch_read_the_tuning_split_never_dev(tiny_
     assert rec.final["score"] == 0.1 and rec.tune["score"] == 0.9
 
 
-def test_a_run_narrowed_to_some_methods_keeps_the_others_selections(tmp_path):
-    """`--methods vanilla` then `--methods scores_dropout`: the selection file holds both cells, each from its own
-    run; a changed protocol (another tuning split) replaces the file."""
-    path = _study(tmp_path)
-    for method in ("vanilla", "scores_dropout"):
-        _, _, tuning = _plans(path, "--methods", method)
-        for job in tuning.jobs:
-            _write_record(tuning.store, job, 0.7, 0.7)
-        written = write_selection(tuning, select(tuning))
-    data = json.loads(written.read_text())
-    assert [(c["method"], c["selected"] is not None) for c in data["cells"]] == [("vanilla", True),
-                                                                               ("scores_dropout", True)]
-    assert set(data["protocol"]["space"]) == {"vanilla", "scores_dropout"}
-    _, _, tuning = _plans(_study(tmp_path, STUDY.replace("holdout: 6", "holdout: 8")), "--methods", "vanilla")
-    assert [c["method"] for c in json.loads(write_selection(tuning, select(tuning)).read_text())["cells"]] == [
-        "vanilla"]
+def test_a_run_narrowed_to_some_methods_writes_every_cells_selection(tmp_path, glue_dir, monkeypatch, capsys):
+    """`--methods vanilla` then `--methods scores_dropout`: the selection file is made from the whole study's tuning
+    records each time, so it names scores_dropout's cell as waiting after the first run and holds both after the
+    second (neither dropped, nor kept from an older file)."""
+    from conftest import fake_ok_record
+
+    def fake(job, *args, **kwargs):
+        rec = fake_ok_record(job)
+        rec.tune = {"score": 0.6 + job.train.lr}
+        return rec
+
+    monkeypatch.setattr("suite.run.runner.run_one", fake)
+    path = _study(tmp_path, STUDY + f"data_dir: {glue_dir}\n")
+    selection = tmp_path / "out" / "tuning" / "selection.json"
+    assert main(["run", "--study", str(path), "--methods", "vanilla", "--quiet"]) == 0
+    cells = {c["method"]: c for c in json.loads(selection.read_text())["cells"]}
+    assert cells["vanilla"]["selected"]["train.lr"] == 1e-3 and cells["scores_dropout"]["selected"] is None
+    assert "have no record yet" in cells["scores_dropout"]["reason"]
+    finals = {p.name for p in (tmp_path / "out" / "runs").glob("*.json")}
+    assert finals and all("vanilla" in name for name in finals)
+    assert main(["run", "--study", str(path), "--methods", "scores_dropout", "--quiet"]) == 0
+    cells = {c["method"]: c for c in json.loads(selection.read_text())["cells"]}
+    assert cells["vanilla"]["selected"]["train.lr"] == 1e-3 and cells["scores_dropout"]["selected"] is not None

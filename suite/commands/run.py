@@ -25,9 +25,10 @@ def add_parser(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Runs every job of the grid whose record is not already in OUT/runs/.\n"
                                    "The grid comes from --study FILE and/or the flags; --methods and --tasks are\n"
-                                   "needed one way or the other. A flag replaces the file's value; in a grid under\n"
-                                   "also: that names its own, it keeps only what both name (--tasks cola: the\n"
-                                   "study's CoLA jobs).",
+                                   "needed one way or the other. With a study, --methods, --tasks and --model\n"
+                                   "pick from its grids, each keeping its own settings (--tasks cola: the study's\n"
+                                   "CoLA jobs); --seeds replaces the seeds a grid inherits; other flags replace the\n"
+                                   "file's value.",
                        epilog="training settings, with their defaults (--set train.KEY=VALUE, --sweep "
                               "train.KEY=V1,V2,\nor a study's train: section):\n" + train_keys_help())
     add_run_options(p)
@@ -93,27 +94,28 @@ def print_dry_run(plan: GridPlan, store) -> None:
 def main(args) -> int:
     from suite.grid import preflight
     from suite.grid.executors import run_grid, status_table
-    from suite.grid.resolve import merge_study, plan_grid
+    from suite.grid.resolve import merge_study, whole_study
     from suite.grid.store import RecordNotSaved, Store
     from suite.grid.tuning import TuningIncomplete
 
     if args.analyses:  # a shortcut for train.analyses, which leaves the run's hash as it is (settings.NOT_HASHED)
         args.sets = [*args.sets, f"train.analyses={args.analyses}"]
-    args = merge_study(args)
-    if args.until_decided:  # the study's until_decided: schedule; the plan holds every seed up to its cap
-        from suite.grid.until_decided import prepare
-
-        args = prepare(args)
-    plan = plan_grid(args)
+    raw, args = args, merge_study(args)
+    args, plan = _planned(args)
+    whole = whole_study(raw, args)  # the study unpicked: its tuning cells and primary family stay the study's
+    whole_args, whole_plan = _planned(merge_study(whole)) if whole is not None else (args, plan)
     if args.until_decided:  # no primary comparison, a sweep or a missing reference: exit 2 before any training
-        from suite.grid.until_decided import primary_comparisons
+        from suite.grid.until_decided import primary_comparisons, same_family
 
-        primary_comparisons(plan, args, note=lambda line: print(line, file=sys.stderr))
+        primary = primary_comparisons(plan, args, note=lambda line: print(line, file=sys.stderr))
+        if whole is not None:
+            same_family(primary, primary_comparisons(whole_plan, whole_args), args.cli, args.picked)
     if plan.outputs.report_to:  # trackers group the runs by study and grid
         from suite.run.tracking import with_grid_tags
 
         plan.jobs = with_grid_tags(plan.jobs, args.study)
     tuning = plan_tuning(args, plan)  # None unless the study has a tune: block
+    whole_tuning = plan_tuning(whole_args, whole_plan) if whole is not None else tuning  # for the selection file
     show_plugin_errors()
     store = Store(args.out)
     if args.dry_run:
@@ -136,7 +138,7 @@ def main(args) -> int:
     try:
         with stop_signals():
             if tuning is not None:  # first the tuning stage; the final grid runs the configurations it selects
-                plan.jobs = run_tuning(tuning, plan, args)
+                plan.jobs = run_tuning(tuning, plan, args, whole_tuning)
             _complete_finished_outputs(plan, store, args)
             def run_round(jobs):
                 return run_grid(jobs, store, plan.data_dir, executor=args.executor, force=args.force,
@@ -177,8 +179,21 @@ def plan_tuning(args, plan: GridPlan):
     return plan_stage(args.tune, plan.jobs, plan.seeds, args.out)
 
 
-def run_tuning(tuning, plan: GridPlan, args) -> list:
-    """Run the tuning jobs that have no record, write the selection, and return the final grid's jobs with it."""
+def _planned(args):
+    """(args, their grid plan), the seeds extended to the cap first under --until-decided."""
+    from suite.grid.resolve import plan_grid
+
+    if args.until_decided:  # the study's until_decided: schedule; the plan holds every seed up to its cap
+        from suite.grid.until_decided import prepare
+
+        args = prepare(args)
+    return args, plan_grid(args)
+
+
+def run_tuning(tuning, plan: GridPlan, args, whole=None) -> list:
+    """Run the tuning jobs that have no record, write the selection, and return the final grid's jobs with it.
+    `whole`: the tuning plan of the whole study when the flags picked part of it: the selection file is made from
+    its records (every cell's, so a narrowed run neither drops nor keeps stale selections of the others)."""
     from suite.grid.executors import run_grid, status_table
     from suite.grid.tuning import select, selected_jobs, write_selection
 
@@ -188,9 +203,10 @@ def run_tuning(tuning, plan: GridPlan, args) -> list:
     result = run_grid(tuning.jobs, tuning.store, plan.data_dir, executor=args.executor, force=args.force,
                       quiet=args.quiet, device=args.device, **plan.executor_options)
     print(status_table(result), file=sys.stderr)
-    selection = select(tuning)
-    print(f"tuning: selection written to {write_selection(tuning, selection)}", file=sys.stderr)
-    return selected_jobs(plan.jobs, selection)
+    whole = whole or tuning
+    written = write_selection(whole, select(whole))
+    print(f"tuning: selection written to {written}", file=sys.stderr)
+    return selected_jobs(plan.jobs, select(tuning))
 
 
 def print_tuning_dry_run(tuning, plan: GridPlan, store) -> None:

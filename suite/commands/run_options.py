@@ -43,7 +43,8 @@ def _ints(text: str) -> list[int]:
 def add_run_options(p: argparse.ArgumentParser) -> None:
     what = p.add_argument_group("what to run")
     what.add_argument("--study", metavar="FILE", help="a study file (studies/*.yaml) that declares the whole grid; "
-                                                      "the flags below override it")
+                                                      "--methods/--tasks/--model pick from it, other flags "
+                                                      "override it")
     what.add_argument("--methods", help="comma list of names, wildcards ('scores_*') or 'all'")
     what.add_argument("--tasks", help="comma list of task names (case/dash-insensitive) or a group ('glue')")
     what.add_argument("--seeds", type=_ints, help="comma list (default 1,2,3)")

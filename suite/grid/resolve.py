@@ -45,7 +45,11 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
     args = argparse.Namespace(**vars(args))
     args.study_train, args.also, args.tune = {}, [], None
     args.until_decided_section = args.study_report = None  # run --until-decided reads both (suite.grid.until_decided)
+    for key in GRID_KEYS:  # an empty flag (`--methods ""`) is no flag
+        if getattr(args, key) in ("", []):
+            setattr(args, key, None)
     args.cli = {k: getattr(args, k) for k in GRID_KEYS if getattr(args, k) is not None}  # the flags as given
+    args.picked, args.top_empty = set(), False
     args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
     if args.study:
         from suite.grid.study import load_study, names
@@ -64,6 +68,8 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
                 _check_picked(args.study, key, args.cli[key], [value, *(names(getattr(g, _GRID_ATTR[key]))
                                                                          for g in study.also)])
                 setattr(args, key, _shared(key, value, args.cli[key]))
+                args.picked.add(key)
+                args.top_empty = args.top_empty or not getattr(args, key)
         sets, sweeps = study.assignments()
         args.sets, args.sweeps = sets + args.sets, sweeps + args.sweeps  # later assignments win
         args.study_train, args.also, args.tune = study.train_values(), study.also, study.tune
@@ -76,7 +82,7 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     for flag in ("methods", "tasks"):
-        if not getattr(args, flag) and flag not in args.cli:  # "" when the flag picked nothing from the top grid
+        if not getattr(args, flag) and not args.top_empty:
             raise BadInput(f"no {flag} given: pass --{flag} (see `python -m suite list`) or a --study file that "
                            f"has a {flag}: entry")
     return args
@@ -86,19 +92,35 @@ _GRID_ATTR = {"methods": "methods", "tasks": "tasks", "model": "models"}
 
 
 def _check_picked(study: str, key: str, flag_value: str, given: list[str | None]) -> None:
-    """BadInput when a name the flag picks is in none of the study's grids (with the names it has)."""
+    """BadInput when a name the flag spells out is in none of the study's grids (with the names it has); a wildcard,
+    group or `all` picks what the study has of it."""
     resolve = {"methods": METHODS.select, "tasks": select_tasks, "model": select_models}[key]
     have = list(dict.fromkeys(n for value in given if value for n in resolve(value)))
-    missing = [n for n in resolve(flag_value) if n not in have]
+    explicit = [token.strip() for token in flag_value.split(",") if token.strip()
+                and token.strip().lower() != "all" and not any(c in token for c in "*?[")]
+    missing = [n for token in explicit if len(found := resolve(token)) == 1 for n in found if n not in have]
     if missing:
-        raise BadInput(f"--{key} {flag_value}: {study} runs no {', '.join(missing)} (its {key}: {', '.join(have)}). "
-                       f"With a study file, --{key} picks from the file's grids; to run other {key}, add them to the "
-                       "file (an also: grid keeps its own settings)")
+        what = "models" if key == "model" else key
+        raise BadInput(f"--{key} {flag_value}: {study} runs no {', '.join(missing)} (its {what}: "
+                       f"{', '.join(have)}). With a study file, --{key} picks from the file's grids; to run other "
+                       f"{what}, add them to the file (an also: grid keeps its own settings)")
 
 
 def top_grid_empty(args) -> bool:
     """The flags picked nothing from the study's top grid (its also: grids may still run)."""
-    return any(getattr(args, key) == "" for key in NAME_KEYS)
+    return getattr(args, "top_empty", False)
+
+
+def whole_study(raw: argparse.Namespace, merged: argparse.Namespace) -> argparse.Namespace | None:
+    """The command's arguments (before `merge_study`) without the flags that picked from the study (`merged.picked`):
+    the whole study, whose primary family and tuning cells a narrowed run must not redefine. None when nothing was
+    picked."""
+    if not getattr(merged, "picked", None):
+        return None
+    whole = argparse.Namespace(**vars(raw))
+    for key in merged.picked:
+        setattr(whole, key, None)
+    return whole
 
 
 def train_settings(args, tasks: list[str]) -> dict:
@@ -167,12 +189,12 @@ def also_arguments(args, grid) -> argparse.Namespace | None:
     from suite.grid.study import names
 
     part = argparse.Namespace(**vars(args))
-    part.also = []
+    part.also, part.top_empty = [], False
     own = {"methods": names(grid.methods), "tasks": names(grid.tasks), "model": names(grid.models),
            "seeds": grid.seeds}
     for key, value in own.items():
         if value is None:
-            if getattr(args, key) == "":  # inherited from a top level the flags emptied
+            if getattr(args, key) == "":  # inherited from a top level the flags emptied (picked nothing)
                 return None
             continue
         if key in args.cli:

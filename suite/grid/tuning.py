@@ -220,31 +220,9 @@ def select(plan: TuningPlan) -> dict[str, Any]:
     return {"protocol": protocol, "cells": cells}
 
 
-def _merged(path: Path, selection: dict[str, Any]) -> dict[str, Any]:
-    """The selection with the cells of an earlier one under the same protocol that this run did not plan (a run
-    narrowed with --methods or --tasks keeps the others' selections); a changed protocol replaces the file."""
-    try:
-        old = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return selection
-    same = {k: v for k, v in old.get("protocol", {}).items() if k != "space"} == {
-        k: v for k, v in json.loads(json.dumps(selection["protocol"], default=str)).items() if k != "space"}
-    if not same:
-        return selection
-
-    def key(cell: dict) -> Cell:
-        return cell["model"], cell["task"], cell["method"]
-
-    new = {key(c): c for c in selection["cells"]}
-    cells = [new.pop(key(c), c) for c in old.get("cells", [])] + list(new.values())
-    space = {**old["protocol"].get("space", {}), **selection["protocol"]["space"]}
-    return {"protocol": {**selection["protocol"], "space": space}, "cells": cells}
-
-
 def write_selection(plan: TuningPlan, selection: dict[str, Any]) -> Path:
     path = plan.selection_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    selection = _merged(path, selection)
     atomic_write(path, lambda fh: fh.write(json.dumps(selection, indent=1, default=str).encode()))
     return path
 

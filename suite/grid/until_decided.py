@@ -341,6 +341,19 @@ def primary_comparisons(plan, args, note: Callable[[str], None] | None = None) -
                        seeds=args.seeds, note=note)
 
 
+def same_family(picked: list[Comparison], whole: list[Comparison], flags: dict, keys) -> None:
+    """BadInput when flags that pick part of a study leave out some of its primary comparisons: the looks would
+    spend alpha over a smaller family than the study's, and the state file would hold only part of it."""
+    left_out = [c for c in whole if c not in set(picked)]
+    if left_out:
+        given = " ".join(f"--{k} {flags[k]}" for k in sorted(keys))
+        raise BadInput(f"--until-decided spends alpha over the study's whole primary family ({len(whole)} "
+                       f"comparisons), but {given} leaves out {len(left_out)} of them (e.g. {left_out[0].label}): "
+                       "its looks would test at a looser level and rewrite the state file with part of the family. "
+                       "Run that part without --until-decided (its first seeds are the same jobs as the first "
+                       "look's), or give --until-decided with flags that keep every primary comparison")
+
+
 def margin_for(margin, task: str) -> float:
     """The equivalence margin of a task: one number for every task, or task -> number (default 1 point)."""
     from suite.stats.evidence import DEFAULT_MARGIN
