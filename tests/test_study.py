@@ -235,6 +235,24 @@ def test_until_decided_refuses_flags_that_leave_out_primary_comparisons(tmp_path
                  "--dry-run"]) == 0
 
 
+def test_until_decided_checks_only_the_primary_family_of_the_whole_study(tmp_path, capsys):
+    """A sweep or a missing reference outside the primary family blocks neither the whole study nor a picked part;
+    `--model` picks too (from an also: grid's models) and cannot shrink the family unnoticed."""
+    path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
+                            "report: {primary: [scores_dropout]}\nalso:\n"
+                            "  - {methods: [sparsemax], sweep: {train.lr: [1.0e-4, 3.0e-4]}}\n"
+                            "  - {tasks: [mrpc], methods: [sparsemax]}\n"
+                            "  - {model: [bert-base-uncased]}\n".replace("model:", "models:"))
+    for flags in ((), ("--methods", "vanilla,scores_dropout"), ("--tasks", "rte", "--methods", "vanilla,scores_*")):
+        assert main(["run", "--study", str(path), "--until-decided", *flags, "--dry-run"]) == 0, flags
+    capsys.readouterr()
+    assert main(["run", "--study", str(path), "--until-decided", "--model", "minilm", "--dry-run"]) == 2
+    assert "--model minilm leaves out 1 of them (e.g. rte/scores_dropout vs vanilla (bert-base-uncased))" in (
+        capsys.readouterr().err)
+    assert main(["run", "--study", str(path), "--model", "all", "--dry-run"]) == 2
+    assert "runs no all (its models: minilm, bert-base-uncased)" in capsys.readouterr().err
+
+
 def test_also_grid_errors_name_the_grid(tmp_path):
     with pytest.raises(BadInput) as info:
         load_study(_write(tmp_path, "methods: [vanilla]\nalso:\n  - {methodz: [vanilla]}\n"))

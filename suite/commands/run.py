@@ -102,20 +102,23 @@ def main(args) -> int:
         args.sets = [*args.sets, f"train.analyses={args.analyses}"]
     raw, args = args, merge_study(args)
     args, plan = _planned(args)
-    whole = whole_study(raw, args)  # the study unpicked: its tuning cells and primary family stay the study's
-    whole_args, whole_plan = _planned(merge_study(whole)) if whole is not None else (args, plan)
+    # a run that picks part of a study: its primary family and its tuning selections stay the whole study's
+    whole = whole_study(raw, args) if args.until_decided or args.tune is not None else None
+    if whole is not None:
+        whole_args, whole_plan = _whole_planned(whole, args)
     if args.until_decided:  # no primary comparison, a sweep or a missing reference: exit 2 before any training
         from suite.grid.until_decided import primary_comparisons, same_family
 
         primary = primary_comparisons(plan, args, note=lambda line: print(line, file=sys.stderr))
         if whole is not None:
-            same_family(primary, primary_comparisons(whole_plan, whole_args), args.cli, args.picked)
+            same_family(primary, _for_whole(lambda: primary_comparisons(whole_plan, whole_args), args),
+                        args.cli, args.picked)
     if plan.outputs.report_to:  # trackers group the runs by study and grid
         from suite.run.tracking import with_grid_tags
 
         plan.jobs = with_grid_tags(plan.jobs, args.study)
     tuning = plan_tuning(args, plan)  # None unless the study has a tune: block
-    whole_tuning = plan_tuning(whole_args, whole_plan) if whole is not None else tuning  # for the selection file
+    whole_tuning = _for_whole(lambda: plan_tuning(whole_args, whole_plan), args) if whole is not None else None
     show_plugin_errors()
     store = Store(args.out)
     if args.dry_run:
@@ -190,12 +193,29 @@ def _planned(args):
     return args, plan_grid(args)
 
 
+def _for_whole(make, args):
+    """`make()`, whose BadInput names the whole study it came from."""
+    try:
+        return make()
+    except BadInput as exc:
+        picked = " ".join(f"--{k} {args.cli[k]}" for k in sorted(args.picked))
+        raise BadInput(f"{args.study} as a whole (this run, with {picked}, is part of it and is checked against "
+                       f"it): {exc}") from None
+
+
+def _whole_planned(whole, args):
+    from suite.grid.resolve import merge_study
+
+    return _for_whole(lambda: _planned(merge_study(whole)), args)
+
+
 def run_tuning(tuning, plan: GridPlan, args, whole=None) -> list:
     """Run the tuning jobs that have no record, write the selection, and return the final grid's jobs with it.
-    `whole`: the tuning plan of the whole study when the flags picked part of it: the selection file is made from
-    its records (every cell's, so a narrowed run neither drops nor keeps stale selections of the others)."""
+    `whole`: the tuning plan of the study's own command when the flags picked part of it: the selection file holds
+    this run's cells and, beside them, the study's other cells as its records select them (none dropped, none kept
+    from an older file)."""
     from suite.grid.executors import run_grid, status_table
-    from suite.grid.tuning import select, selected_jobs, write_selection
+    from suite.grid.tuning import select, selected_jobs, with_other_cells, write_selection
 
     tune = tuning.tune
     print(f"tuning: {len(tuning.jobs)} runs ({tune.budget} configurations per method x {len(tune.seeds)} tuning "
@@ -203,10 +223,10 @@ def run_tuning(tuning, plan: GridPlan, args, whole=None) -> list:
     result = run_grid(tuning.jobs, tuning.store, plan.data_dir, executor=args.executor, force=args.force,
                       quiet=args.quiet, device=args.device, **plan.executor_options)
     print(status_table(result), file=sys.stderr)
-    whole = whole or tuning
-    written = write_selection(whole, select(whole))
+    own = select(tuning)
+    written = write_selection(tuning, with_other_cells(own, select(whole)) if whole is not None else own)
     print(f"tuning: selection written to {written}", file=sys.stderr)
-    return selected_jobs(plan.jobs, select(tuning))
+    return selected_jobs(plan.jobs, own)
 
 
 def print_tuning_dry_run(tuning, plan: GridPlan, store) -> None:

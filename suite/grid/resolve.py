@@ -62,13 +62,17 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
                      "save_model": study.outputs.save_model, "predict_test": study.outputs.predict_test,
                      "report_to": names(study.outputs.report_to)}
         for key, value in from_file.items():
+            in_grids = [names(getattr(g, _GRID_ATTR[key])) for g in study.also] if key in NAME_KEYS else []
+            if key in NAME_KEYS and key in args.cli and any(v is not None for v in in_grids + [value]):
+                args.picked.add(key)  # the flag picks from the study (an also: grid it narrows, at least)
+                if key == "model" and value is None:  # the top grid's models are then the preset's
+                    preset = args.preset or study.preset or RUN_DEFAULTS["preset"]
+                    value = ",".join(PRESETS.get(preset).models)
             if getattr(args, key) is None:
                 setattr(args, key, value)
             elif key in NAME_KEYS and value is not None:  # the flag picks from the file's top grid
-                _check_picked(args.study, key, args.cli[key], [value, *(names(getattr(g, _GRID_ATTR[key]))
-                                                                         for g in study.also)])
+                _check_picked(args.study, key, args.cli[key], [value, *in_grids])
                 setattr(args, key, _shared(key, value, args.cli[key]))
-                args.picked.add(key)
                 args.top_empty = args.top_empty or not getattr(args, key)
         sets, sweeps = study.assignments()
         args.sets, args.sweeps = sets + args.sets, sweeps + args.sweeps  # later assignments win
@@ -96,8 +100,8 @@ def _check_picked(study: str, key: str, flag_value: str, given: list[str | None]
     group or `all` picks what the study has of it."""
     resolve = {"methods": METHODS.select, "tasks": select_tasks, "model": select_models}[key]
     have = list(dict.fromkeys(n for value in given if value for n in resolve(value)))
-    explicit = [token.strip() for token in flag_value.split(",") if token.strip()
-                and token.strip().lower() != "all" and not any(c in token for c in "*?[")]
+    explicit = [token.strip() for token in flag_value.split(",") if token.strip()  # models: names only
+                and (key == "model" or (token.strip().lower() != "all" and not any(c in token for c in "*?[")))]
     missing = [n for token in explicit if len(found := resolve(token)) == 1 for n in found if n not in have]
     if missing:
         what = "models" if key == "model" else key
@@ -111,15 +115,22 @@ def top_grid_empty(args) -> bool:
     return getattr(args, "top_empty", False)
 
 
+# the flags that say where a study runs, not what: the whole study keeps them (device and executor decide what
+# `precision: auto` resolves to, and so the jobs' hashes)
+PLACE_FLAGS = ("data_dir", "out", "device", "executor", "address", "until_decided")
+
+
 def whole_study(raw: argparse.Namespace, merged: argparse.Namespace) -> argparse.Namespace | None:
-    """The command's arguments (before `merge_study`) without the flags that picked from the study (`merged.picked`):
-    the whole study, whose primary family and tuning cells a narrowed run must not redefine. None when nothing was
-    picked."""
+    """When the flags picked part of a study (`merged.picked`), the arguments of the study's own command: the file
+    alone, with the command's place flags. A picked run is checked against its primary family and writes its
+    tuning selections beside the whole study's. None when nothing was picked."""
     if not getattr(merged, "picked", None):
         return None
-    whole = argparse.Namespace(**vars(raw))
-    for key in merged.picked:
-        setattr(whole, key, None)
+    from suite.commands import build_parser
+
+    whole = build_parser().parse_args(["run", "--study", str(raw.study)])
+    for key in PLACE_FLAGS:
+        setattr(whole, key, getattr(raw, key))
     return whole
 
 
@@ -168,10 +179,10 @@ def plan_grid(args) -> GridPlan:
         models, tasks, methods, seeds = (list(dict.fromkeys(a + b)) for a, b in
                                          ((models, part.models), (tasks, part.tasks), (methods, part.methods),
                                           (seeds, part.seeds)))
-    if not jobs:
-        picked = ", ".join(f"--{k} {v}" for k, v in args.cli.items() if k in NAME_KEYS)
-        raise BadInput(f"{picked or 'the flags'}: no grid of {args.study or 'the command'} runs that combination; "
-                       "`--dry-run` without them lists what the study runs")
+    if not jobs and getattr(args, "picked", None):  # (a grid without picking: preflight says what is empty)
+        picked = ", ".join(f"--{k} {args.cli[k]}" for k in sorted(args.picked))
+        raise BadInput(f"{picked}: no grid of {args.study} runs that combination; `--dry-run` without them lists "
+                       "what the study runs")
     # precision auto becomes what the runs will train in here, before hashing (CPU fp32, CUDA bf16: two records)
     jobs = resolve_jobs_precision(jobs, args.device, args.executor, args.address)
     jobs = list({j.hash: j for j in jobs}.values())

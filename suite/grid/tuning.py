@@ -220,6 +220,18 @@ def select(plan: TuningPlan) -> dict[str, Any]:
     return {"protocol": protocol, "cells": cells}
 
 
+def with_other_cells(own: dict[str, Any], whole: dict[str, Any]) -> dict[str, Any]:
+    """A picked run's selection with the whole study's other cells after its own (its own win: they are what it
+    ran), and the search spaces of both."""
+    def key(cell: dict) -> Cell:
+        return cell["model"], cell["task"], cell["method"]
+
+    mine = {key(c) for c in own["cells"]}
+    space = {**whole["protocol"]["space"], **own["protocol"]["space"]}
+    return {"protocol": {**own["protocol"], "space": space},
+            "cells": own["cells"] + [c for c in whole["cells"] if key(c) not in mine]}
+
+
 def write_selection(plan: TuningPlan, selection: dict[str, Any]) -> Path:
     path = plan.selection_path
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -114,24 +114,26 @@ def _setting(job: RunConfig) -> str:
     return json.dumps([job.hparams, dataclasses.asdict(job.train)], sort_keys=True, default=str)
 
 
-def compared_jobs(jobs: list[RunConfig], seeds: list[int] | None = None
-                  ) -> tuple[list[RunConfig], list[RunConfig]]:
+def compared_jobs(jobs: list[RunConfig], seeds: list[int] | None = None,
+                  arms: set[tuple[str, str, str]] | None = None) -> tuple[list[RunConfig], list[RunConfig]]:
     """(the jobs the looks compare, the rest). Per model, task and method the looks compare the one setting planned at
     every seed of the sequence (`seeds`; default every seed of the jobs): the study's own grid, extended to the cap.
     Other settings of the same cell planned at fewer seeds (a data-efficiency curve, a grid with seeds of its own)
-    are the rest: they run in the first round and never enter a look. BadInput when a cell runs several settings at
-    every seed (a sweep): a comparison needs one."""
+    are the rest: they run in the first round and never enter a look. BadInput when an arm of a primary comparison
+    (`arms`; default every cell) runs several settings at every seed (a sweep): a comparison needs one; another
+    cell's sweep runs at the first look's seeds."""
     wanted = set(seeds if seeds is not None else (j.seed for j in jobs))
     by_cell: dict[tuple[str, str, str], dict[str, list[RunConfig]]] = defaultdict(lambda: defaultdict(list))
     for job in jobs:
         by_cell[job.model, job.task, job.method][_setting(job)].append(job)
     compared, rest, several = [], [], []
-    for (_, task, method), settings in by_cell.items():
+    for cell, settings in by_cell.items():
         full = [s for s, js in settings.items() if wanted <= {j.seed for j in js}]
-        if len(full) > 1:
-            several.append(f"{task}/{method}")
+        checked = arms is None or cell in arms
+        if len(full) > 1 and checked:
+            several.append(f"{cell[1]}/{cell[2]}")
         for s, js in settings.items():
-            (compared if full and s == full[0] else rest).extend(js)
+            (compared if s in (full[:1] if checked else full) else rest).extend(js)
     if several:
         raise BadInput(f"--until-decided compares one setting per method and task, but {', '.join(sorted(several))} "
                        "run several at every seed (a sweep): fix the setting with --set, or drop --until-decided")
@@ -141,27 +143,27 @@ def compared_jobs(jobs: list[RunConfig], seeds: list[int] | None = None
 def comparisons(jobs: list[RunConfig], reference: str, primary: Callable[[Comparison], bool] | None = None,
                 seeds: list[int] | None = None, note: Callable[[str], None] | None = None) -> list[Comparison]:
     """The primary comparisons of a grid: each method other than the reference against it, per model and task
-    (all of them unless `primary` picks), over the settings `compared_jobs` picks. BadInput when a method runs
+    (all of them unless `primary` picks), over the settings `compared_jobs` picks. BadInput when an arm of one runs
     several settings at every seed (a sweep) or the reference is missing. `note` hears of the primary cells left out
     because no setting of theirs runs at every seed (a task with only a data-efficiency curve, say)."""
-    settings = dict.fromkeys((j.model, j.task, j.method) for j in compared_jobs(jobs, seeds)[0])
-    left_out = [Comparison(*cell, reference) for cell in dict.fromkeys((j.model, j.task, j.method) for j in jobs)
-                if cell not in settings and cell[2] != reference]
-    left_out = [c for c in left_out if primary is None or primary(c)]
+    cells = dict.fromkeys((j.model, j.task, j.method) for j in jobs)
+    chosen = [c for c in (Comparison(*cell, reference) for cell in cells if cell[2] != reference)
+              if primary is None or primary(c)]
+    settings = dict.fromkeys((j.model, j.task, j.method) for j in compared_jobs(
+        jobs, seeds, {arm for c in chosen for arm in _arms(c)})[0])
+    left_out = [c for c in chosen if (c.model, c.task, c.method) not in settings]
     if left_out and note is not None:
         note(f"--until-decided: not compared, no setting runs at every seed up to the cap: "
              f"{', '.join(c.label for c in left_out)} (their runs go ahead in the first look only)")
     out = []
-    for model, task, method in settings:
-        if method == reference:
+    for c in chosen:
+        if (c.model, c.task, c.method) not in settings:
             continue
-        if (model, task, reference) not in settings:
+        if (c.model, c.task, reference) not in settings:
             raise BadInput(f"--until-decided compares every method with the reference {reference!r}, which the grid "
-                           f"does not run on {task}: add it to the methods or name another reference "
+                           f"does not run on {c.task}: add it to the methods or name another reference "
                            "(the study's report.baseline)")
-        cmp = Comparison(model, task, method, reference)
-        if primary is None or primary(cmp):
-            out.append(cmp)
+        out.append(c)
     if not out:
         raise BadInput("--until-decided found no primary comparison in this grid (a method besides the reference on "
                        "a task the study's primary list names)")
@@ -184,7 +186,8 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
     design = Design(schedule.looks, family_alpha(alpha, len(primary)), spending=schedule.spending,
                     futility=schedule.futility)
     tracks = [Track(c) for c in primary]
-    jobs, rest = compared_jobs(jobs, seeds)  # the rest (other settings of a cell) run in full in the first round
+    # the rest (other settings of a cell) run in full in the first round
+    jobs, rest = compared_jobs(jobs, seeds, {arm for c in primary for arm in _arms(c)})
     merged = GridResult()
     state_path = store.root / STATE_FILE
     planned = 0
