@@ -94,7 +94,7 @@ def print_dry_run(plan: GridPlan, store) -> None:
 def main(args) -> int:
     from suite.grid import preflight
     from suite.grid.executors import run_grid, status_table
-    from suite.grid.resolve import merge_study, whole_study
+    from suite.grid.resolve import merge_study
     from suite.grid.store import RecordNotSaved, Store
     from suite.grid.tuning import TuningIncomplete
 
@@ -201,6 +201,25 @@ def _for_whole(make, args):
         picked = " ".join(f"--{k} {args.cli[k]}" for k in sorted(args.picked))
         raise BadInput(f"{args.study} as a whole (this run, with {picked}, is part of it and is checked against "
                        f"it): {exc}") from None
+
+
+# the flags that say where a study runs, not what: the whole study keeps them (device and executor decide what
+# `precision: auto` resolves to, and so the jobs' hashes)
+PLACE_FLAGS = ("data_dir", "out", "device", "executor", "address", "until_decided")
+
+
+def whole_study(raw: argparse.Namespace, merged: argparse.Namespace) -> argparse.Namespace | None:
+    """When the flags picked part of a study (`merged.picked`), the arguments of the study's own command: the file
+    alone, with the command's place flags. A picked run is checked against its primary family and writes its
+    tuning selections beside the whole study's. None when nothing was picked."""
+    if not getattr(merged, "picked", None):
+        return None
+    from suite.commands import build_parser
+
+    whole = build_parser().parse_args(["run", "--study", str(raw.study)])
+    for key in PLACE_FLAGS:
+        setattr(whole, key, getattr(raw, key))
+    return whole
 
 
 def _whole_planned(whole, args):

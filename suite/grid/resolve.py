@@ -115,25 +115,6 @@ def top_grid_empty(args) -> bool:
     return getattr(args, "top_empty", False)
 
 
-# the flags that say where a study runs, not what: the whole study keeps them (device and executor decide what
-# `precision: auto` resolves to, and so the jobs' hashes)
-PLACE_FLAGS = ("data_dir", "out", "device", "executor", "address", "until_decided")
-
-
-def whole_study(raw: argparse.Namespace, merged: argparse.Namespace) -> argparse.Namespace | None:
-    """When the flags picked part of a study (`merged.picked`), the arguments of the study's own command: the file
-    alone, with the command's place flags. A picked run is checked against its primary family and writes its
-    tuning selections beside the whole study's. None when nothing was picked."""
-    if not getattr(merged, "picked", None):
-        return None
-    from suite.commands import build_parser
-
-    whole = build_parser().parse_args(["run", "--study", str(raw.study)])
-    for key in PLACE_FLAGS:
-        setattr(whole, key, getattr(raw, key))
-    return whole
-
-
 def train_settings(args, tasks: list[str]) -> dict:
     """Per task: the preset's settings, then the study's train: section, then the flags."""
     flags = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "max_length": args.max_length,
