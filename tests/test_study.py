@@ -217,10 +217,12 @@ def test_a_picked_plan_is_part_of_the_whole_study_so_it_resumes_into_it(glue_dir
                                                                           args.out).jobs}
 
     whole = hashes()
-    for flags in (("--tasks", "stsb"), ("--methods", "vanilla,topk"), ("--methods", "sparsemax", "--tasks", "cola"),
+    for flags in (("--tasks", "stsb"), ("--methods", "vanilla,topk"), ("--methods", "sparsemax", "--tasks", "stsb"),
                   ("--tasks", "sst2", "--seeds", "1,2")):
         finals, tuning = hashes(*flags)
         assert finals and tuning and finals <= whole[0] and tuning <= whole[1], flags
+    with pytest.raises(BadInput, match="no grid of .* runs that combination"):  # the secondary family skips CoLA
+        hashes("--methods", "sparsemax", "--tasks", "cola")
 
 
 def test_until_decided_refuses_flags_that_leave_out_primary_comparisons(tmp_path, capsys):
@@ -233,6 +235,24 @@ def test_until_decided_refuses_flags_that_leave_out_primary_comparisons(tmp_path
     # picking away only what is not primary keeps the family: allowed
     assert main(["run", "--study", str(path), "--until-decided", "--methods", "vanilla,scores_dropout",
                  "--dry-run"]) == 0
+
+
+def test_a_flag_that_gives_the_top_grid_its_methods_is_part_of_the_whole_study(tmp_path, capsys):
+    """A top grid without `methods:` takes the flag's, also when an also: grid names methods: the study's own
+    command (planned for tuning and until-decided) keeps the flag instead of failing for want of methods."""
+    path = _write(tmp_path, "tasks: [rte]\nseeds: [1, 2]\n"
+                            "tune: {holdout: 6, seeds: [101], budget: 1, space: {default: {train.lr: [1.0e-4]}}}\n"
+                            "also:\n  - {methods: [sparsemax]}\n")
+    assert main(["run", "--study", str(path), "--methods", "vanilla,sparsemax", "--dry-run"]) == 0, \
+        capsys.readouterr().err
+    assert "rte/vanilla/seed101" in capsys.readouterr().out
+
+
+def test_until_decided_names_a_pick_that_leaves_no_primary_comparison(tmp_path, capsys):
+    path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
+                            "report: {primary: [scores_dropout]}\n")
+    assert main(["run", "--study", str(path), "--until-decided", "--methods", "vanilla", "--dry-run"]) == 2
+    assert "but --methods vanilla leaves out 1 of them" in capsys.readouterr().err
 
 
 def test_until_decided_checks_only_the_primary_family_of_the_whole_study(tmp_path, capsys):

@@ -236,5 +236,7 @@ def test_a_run_narrowed_to_some_methods_writes_every_cells_selection(tmp_path, g
     finals = {p.name for p in (tmp_path / "out" / "runs").glob("*.json")}
     assert finals and all("vanilla" in name for name in finals)
     assert main(["run", "--study", str(path), "--methods", "scores_dropout", "--quiet"]) == 0
+    order = [c["method"] for c in json.loads(selection.read_text())["cells"]]
     cells = {c["method"]: c for c in json.loads(selection.read_text())["cells"]}
     assert cells["vanilla"]["selected"]["train.lr"] == 1e-3 and cells["scores_dropout"]["selected"] is not None
+    assert order == ["vanilla", "scores_dropout"]  # the study's order, whichever part ran last

@@ -109,10 +109,16 @@ def main(args) -> int:
     if args.until_decided:  # no primary comparison, a sweep or a missing reference: exit 2 before any training
         from suite.grid.until_decided import primary_comparisons, same_family
 
-        primary = primary_comparisons(plan, args, note=lambda line: print(line, file=sys.stderr))
-        if whole is not None:
-            same_family(primary, _for_whole(lambda: primary_comparisons(whole_plan, whole_args), args),
-                        args.cli, args.picked)
+        whole_primary = (_for_whole(lambda: primary_comparisons(whole_plan, whole_args), args)
+                         if whole is not None else None)
+        try:
+            primary = primary_comparisons(plan, args, note=lambda line: print(line, file=sys.stderr))
+        except BadInput:
+            if whole_primary is None:
+                raise
+            primary = []  # the pick left no primary comparison: same_family says which of the study's it drops
+        if whole_primary is not None:
+            same_family(primary, whole_primary, args.cli, args.picked)
     if plan.outputs.report_to:  # trackers group the runs by study and grid
         from suite.run.tracking import with_grid_tags
 
@@ -217,7 +223,7 @@ def whole_study(raw: argparse.Namespace, merged: argparse.Namespace) -> argparse
     from suite.commands import build_parser
 
     whole = build_parser().parse_args(["run", "--study", str(raw.study)])
-    for key in PLACE_FLAGS:
+    for key in (*PLACE_FLAGS, *getattr(merged, "defines", ())):  # a top grid without methods/tasks takes the flag's
         setattr(whole, key, getattr(raw, key))
     return whole
 

@@ -50,6 +50,7 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
             setattr(args, key, None)
     args.cli = {k: getattr(args, k) for k in GRID_KEYS if getattr(args, k) is not None}  # the flags as given
     args.picked, args.top_empty = set(), False
+    args.defines = set()  # flags that give the file's top grid what it lacks: part of the study, not a pick
     args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
     if args.study:
         from suite.grid.study import load_study, names
@@ -63,6 +64,8 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
                      "report_to": names(study.outputs.report_to)}
         for key, value in from_file.items():
             in_grids = [names(getattr(g, _GRID_ATTR[key])) for g in study.also] if key in NAME_KEYS else []
+            if key in ("methods", "tasks") and key in args.cli and value is None:
+                args.defines.add(key)
             if key in NAME_KEYS and key in args.cli and any(v is not None for v in in_grids + [value]):
                 args.picked.add(key)  # the flag picks from the study (an also: grid it narrows, at least)
                 if key == "model" and value is None:  # the top grid's models are then the preset's

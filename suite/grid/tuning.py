@@ -221,15 +221,18 @@ def select(plan: TuningPlan) -> dict[str, Any]:
 
 
 def with_other_cells(own: dict[str, Any], whole: dict[str, Any]) -> dict[str, Any]:
-    """A picked run's selection with the whole study's other cells after its own (its own win: they are what it
-    ran), and the search spaces of both."""
+    """A picked run's selection merged into the whole study's: its own cells replace the study's (they are what it
+    ran), in the study's order, so that the file and the report's tuning section read the same whichever part ran
+    last; cells only the run has come after. Search spaces of both, in the study's order."""
     def key(cell: dict) -> Cell:
         return cell["model"], cell["task"], cell["method"]
 
-    mine = {key(c) for c in own["cells"]}
+    mine = {key(c): c for c in own["cells"]}
+    theirs = {key(c) for c in whole["cells"]}
     space = {**whole["protocol"]["space"], **own["protocol"]["space"]}
     return {"protocol": {**own["protocol"], "space": space},
-            "cells": own["cells"] + [c for c in whole["cells"] if key(c) not in mine]}
+            "cells": [mine.get(key(c), c) for c in whole["cells"]]
+            + [c for c in own["cells"] if key(c) not in theirs]}
 
 
 def write_selection(plan: TuningPlan, selection: dict[str, Any]) -> Path:

@@ -353,8 +353,8 @@ def same_family(picked: list[Comparison], whole: list[Comparison], flags: dict, 
         raise BadInput(f"--until-decided spends alpha over the study's whole primary family ({len(whole)} "
                        f"comparisons), but {given} leaves out {len(left_out)} of them (e.g. {left_out[0].label}): "
                        "its looks would test at a looser level and rewrite the state file with part of the family. "
-                       "Run that part without --until-decided (its first seeds are the same jobs as the first "
-                       "look's), or give --until-decided with flags that keep every primary comparison")
+                       "Run that part without --until-decided (at the study's seeds its jobs are the same as the whole "
+                       "study's), or give --until-decided with flags that keep every primary comparison")
 
 
 def margin_for(margin, task: str) -> float:
