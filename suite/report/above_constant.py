@@ -22,7 +22,7 @@ from suite.report import significance as sig
 from suite.report.baseline_scores import Baseline
 from suite.report.formatting import SCALE
 from suite.report.registry_info import higher_is_better, is_regression
-from suite.stats.evidence import RunOutcome, compare_runs
+from suite.stats.evidence import RunOutcome, compare_runs, loaded_predictions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,14 +47,9 @@ def majority_predictions(preds: dict) -> dict:
 
 def _loaded(path) -> dict | None:
     """A run's sidecar with the arrays this test reads; None for no path or an unreadable or incomplete file."""
-    from suite.run.record import load_predictions
-
     if not isinstance(path, str) or not path:
         return None
-    try:
-        preds = load_predictions(path)
-    except (OSError, ValueError, KeyError):
-        return None
+    preds = loaded_predictions(path)
     ok = preds and all({"index", "label", "logits"} <= set(arrays) and np.ndim(arrays["logits"]) == 2
                        for arrays in preds.values())
     return preds if ok else None

@@ -131,7 +131,8 @@ def evidence_arrays(diffs: np.ndarray, example_var: np.ndarray | float = 0.0, ma
             "seed_sd": seed_sd}
 
 
-def _loaded(predictions):
+def loaded_predictions(predictions):
+    """A run's predictions: a sidecar path loaded, a mapping as it is; None for none or a missing or damaged file."""
     from suite.run.record import load_predictions
 
     if predictions is None or isinstance(predictions, Mapping):
@@ -153,8 +154,8 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
     d = np.array([method[s].score - reference[s].score for s in seeds], dtype=float)
     ex_var = shared = 0.0
     if len(seeds) > 1:
-        a = {s: _loaded(method[s].predictions) for s in seeds}
-        b = {s: _loaded(reference[s].predictions) for s in seeds}
+        a = {s: loaded_predictions(method[s].predictions) for s in seeds}
+        b = {s: loaded_predictions(reference[s].predictions) for s in seeds}
         kept = [s for s in seeds if a[s] is not None and b[s] is not None]
         if kept:
             with warnings.catch_warnings():
