@@ -121,3 +121,27 @@ def test_compare_runs_without_predictions_is_a_paired_t_test():
     ref = stats.ttest_rel([m[s].score for s in seeds], [r[s].score for s in seeds])
     assert ev.n_seeds == 4 and ev.example_se == 0
     assert ev.p == pytest.approx(ref.pvalue, rel=1e-6) and ev.df == pytest.approx(3)
+
+
+@pytest.mark.parametrize("name", ["accuracy", "f1", "mcc", "pearson", "spearman"])
+def test_each_closed_form_equals_the_metric_on_the_resampled_arrays(name):
+    """The all-resamples-at-once forms give what the official metric gives on each resample drawn out (ties
+    included: rounded predictions and labels), so the bootstrap's speed changes none of its numbers."""
+    from suite.api import metrics
+    from suite.stats.examples import _counts, _weighted
+
+    rng = np.random.default_rng(3)
+    n = 200
+    if name in ("pearson", "spearman"):
+        pred = np.round(rng.normal(size=n), 1)
+        gold = np.round(pred + rng.normal(size=n))
+    else:
+        gold = rng.integers(0, 2, n)
+        pred = np.where(rng.random(n) < 0.8, gold, 1 - gold)
+    w = _counts(rng, n, 40)
+    fast = _weighted(name, pred, gold, w)
+    slow = np.array([metrics.METRICS.get(name)(np.repeat(pred, row.astype(int)), np.repeat(gold, row.astype(int)))
+                     for row in w])
+    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
+    if name == "spearman":  # a constant resample has no correlation, as the metric says
+        assert np.isnan(_weighted(name, np.ones(n), gold, w)).all()

@@ -4,8 +4,9 @@ resampled, from the per-example predictions a run keeps next to its record (the 
 Every resample draws the same dev examples for both methods and all seeds (they were scored on the same examples) and
 re-scores each run with the task's official metric, so metrics that are not means over examples (F1, Matthews
 correlation, Pearson/Spearman) are resampled as they are computed. Accuracy, binary F1 and MCC (from the confusion
-counts) and Pearson (from weighted moments) are computed for all resamples at once from how often each example was
-drawn; other metrics (Spearman, plugin metrics) are computed on each resample.
+counts), Pearson (from weighted moments) and Spearman (Pearson of each resample's ranks) are computed for all
+resamples at once from how often each example was drawn; other metrics (plugin ones, multi-class F1 / MCC) are
+computed on each resample.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _task_spec(task: str):
 
 def _weighted(name: str, pred: np.ndarray, gold: np.ndarray, w: np.ndarray) -> np.ndarray | None:
     """A built-in metric on every resample at once: w (resamples, examples) counts how often each example was drawn.
-    None where no closed form applies here (Spearman, plugin metrics, multi-class F1 / MCC)."""
+    None where no closed form applies here (plugin metrics, multi-class F1 / MCC)."""
     n = w.sum(axis=1)
     if name == "accuracy":
         return w @ (pred == gold).astype(float) / n
@@ -45,14 +46,33 @@ def _weighted(name: str, pred: np.ndarray, gold: np.ndarray, w: np.ndarray) -> n
                 return np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), 0.0)
             denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
             return np.where(denominator > 0, (tp * tn - fp * fn) / denominator, 0.0)   # scikit-learn: 0
-    if name == "pearson":
+    if name in ("pearson", "spearman"):
         x, y = pred.astype(float), gold.astype(float)
-        mx, my = w @ x / n, w @ y / n
-        cov = w @ (x * y) / n - mx * my
-        vx, vy = w @ (x * x) / n - mx ** 2, w @ (y * y) / n - my ** 2
+        if name == "spearman":  # Pearson of the ranks each resample gives its examples (ties averaged, as scipy)
+            x, y = _resample_ranks(x, w), _resample_ranks(y, w)
+        mx, my = (w * x).sum(axis=1) / n, (w * y).sum(axis=1) / n
+        cov = (w * x * y).sum(axis=1) / n - mx * my
+        vx, vy = (w * x * x).sum(axis=1) / n - mx ** 2, (w * y * y).sum(axis=1) / n - my ** 2
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where((vx > 1e-12) & (vy > 1e-12), cov / np.sqrt(vx * vy), np.nan)
+            # ranks' moments are ~n^2: the floor that tells a constant resample is relative to them
+            tiny = 1e-12 * (np.maximum(mx ** 2, my ** 2) if name == "spearman" else 1.0)
+            return np.where((vx > tiny) & (vy > tiny), cov / np.sqrt(np.maximum(vx * vy, 0.0)), np.nan)
     return None
+
+
+def _resample_ranks(v: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(resamples, examples): the average rank an example's copies get in each resample (w: how often each example
+    was drawn), i.e. what ranking the resampled array would give it; examples not drawn get a rank nobody weighs."""
+    order = np.argsort(v, kind="stable")
+    sv = v[order]
+    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])        # first sorted position of each distinct value
+    group = np.cumsum(np.r_[True, sv[1:] != sv[:-1]]) - 1            # distinct-value index of each sorted position
+    ws = w[:, order]
+    total = np.add.reduceat(ws, starts, axis=1)                     # copies of each distinct value
+    below = np.cumsum(total, axis=1) - total                        # copies of smaller values
+    ranks = np.empty_like(w, dtype=float)
+    ranks[:, order] = (below + (total + 1) / 2)[:, group]
+    return ranks
 
 
 def resampled_headline(spec, preds: dict, weights: dict[str, np.ndarray]) -> np.ndarray:
