@@ -21,7 +21,8 @@ from suite.run.device import resolve_jobs_precision
 from suite.run.settings import PRESETS, canonical_model, preset_train
 
 GRID_KEYS = ("methods", "tasks", "model", "seeds")  # what an also: grid of a study file may give for itself
-NAME_KEYS = ("methods", "tasks", "model")  # a flag picks from what the study gives (seeds: it replaces)
+_GRID_ATTR = {"methods": "methods", "tasks": "tasks", "model": "models"}  # flag -> a grid's attribute in the study
+NAME_KEYS = tuple(_GRID_ATTR)  # a flag picks from what the study gives (seeds: it replaces)
 EXECUTOR_OPTIONS = ("workers", "max_run_minutes", "address", "gpus_per_run", "cpus_per_run")
 RUN_DEFAULTS = {"seeds": [1, 2, 3], "preset": "quick", "out": "runs", "device": "auto", "executor": "local"}
 
@@ -93,9 +94,6 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
             raise BadInput(f"no {flag} given: pass --{flag} (see `python -m suite list`) or a --study file that "
                            f"has a {flag}: entry")
     return args
-
-
-_GRID_ATTR = {"methods": "methods", "tasks": "tasks", "model": "models"}
 
 
 def _check_picked(study: str, key: str, flag_value: str, given: list[str | None]) -> None:

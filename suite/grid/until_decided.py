@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from suite.api.errors import BadInput
 from suite.grid.executors import GridResult
@@ -150,7 +150,7 @@ def comparisons(jobs: list[RunConfig], reference: str, primary: Callable[[Compar
     chosen = [c for c in (Comparison(*cell, reference) for cell in cells if cell[2] != reference)
               if primary is None or primary(c)]
     settings = dict.fromkeys((j.model, j.task, j.method) for j in compared_jobs(
-        jobs, seeds, {arm for c in chosen for arm in _arms(c)})[0])
+        jobs, seeds, _arm_set(chosen))[0])
     left_out = [c for c in chosen if (c.model, c.task, c.method) not in settings]
     if left_out and note is not None:
         note(f"--until-decided: not compared, no setting runs at every seed up to the cap: "
@@ -187,7 +187,7 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
                     futility=schedule.futility)
     tracks = [Track(c) for c in primary]
     # the rest (other settings of a cell) run in full in the first round
-    jobs, rest = compared_jobs(jobs, seeds, {arm for c in primary for arm in _arms(c)})
+    jobs, rest = compared_jobs(jobs, seeds, _arm_set(primary))
     merged = GridResult()
     state_path = store.root / STATE_FILE
     planned = 0
@@ -196,7 +196,7 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
         if look == 0:
             todo = [j for j in jobs if j.seed in wanted] + rest
         else:
-            arms = {a for t in tracks if t.open for a in _arms(t.comparison)}
+            arms = _arm_set(t.comparison for t in tracks if t.open)
             todo = [j for j in jobs if j.seed in wanted and (j.model, j.task, j.method) in arms]
         planned = n
         if todo:
@@ -215,6 +215,11 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
 
 def _arms(c: Comparison) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
     return (c.model, c.task, c.method), (c.model, c.task, c.reference)
+
+
+def _arm_set(comparisons: Iterable[Comparison]) -> set[tuple[str, str, str]]:
+    """The (model, task, method) cells that the comparisons' two arms run."""
+    return {arm for c in comparisons for arm in _arms(c)}
 
 
 def _records(jobs: list[RunConfig], store: Store, seeds: set[int]) -> dict[tuple[str, str, str], dict[int, dict]]:

@@ -117,8 +117,7 @@ def code_version_problem(df) -> str | None:
     if len(known) <= 1 and not dirty:
         return None
     ranked = sorted(known.items(), key=lambda kv: -kv[1])
-    # a short commit with its marks (+shallow, +dirty): the same commit with and without them is two versions here
-    listed = ", ".join(f"{v[:12]}{v.partition('+')[1]}{v.partition('+')[2]} ({plural(n)})" for v, n in ranked[:5])
+    listed = ", ".join(f"{_short(v)} ({plural(n)})" for v, n in ranked[:5])
     listed += f" and {len(ranked) - 5} more" if len(ranked) > 5 else ""
     what = []
     if dirty:
@@ -126,6 +125,12 @@ def code_version_problem(df) -> str | None:
     if len(known) > 1:
         what.append(f"{len(known)} code versions")
     return f"{' and '.join(what)}: {listed}"
+
+
+def _short(version: str) -> str:
+    """A short commit with its marks (+shallow, +dirty): the same commit with and without them is two versions here."""
+    sha, plus, marks = version.partition("+")
+    return f"{sha[:12]}{plus}{marks}"
 
 
 def code_version_line(df) -> str:

@@ -65,8 +65,9 @@ def _resample_ranks(v: np.ndarray, w: np.ndarray) -> np.ndarray:
     was drawn), i.e. what ranking the resampled array would give it; examples not drawn get a rank nobody weighs."""
     order = np.argsort(v, kind="stable")
     sv = v[order]
-    starts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])        # first sorted position of each distinct value
-    group = np.cumsum(np.r_[True, sv[1:] != sv[:-1]]) - 1            # distinct-value index of each sorted position
+    first = np.r_[True, sv[1:] != sv[:-1]]                          # a sorted position that starts a new value
+    starts = np.flatnonzero(first)
+    group = np.cumsum(first) - 1                                    # distinct-value index of each sorted position
     ws = w[:, order]
     total = np.add.reduceat(ws, starts, axis=1)                     # copies of each distinct value
     below = np.cumsum(total, axis=1) - total                        # copies of smaller values
