@@ -104,7 +104,9 @@ def limit_gpu_memory(device: torch.device, fraction: float | None) -> float | No
     cap set (None: none)."""
     if device.type != "cuda" or fraction is None or not 0 < fraction < 1:
         return None
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    # torch wants an index here: a bare `cuda` (the runner's default device) raises ValueError on a real GPU
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
 
 
