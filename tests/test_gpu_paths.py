@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch.cuda._utils import _get_device_index
 
 import suite
 from suite.api.errors import BadInput
@@ -59,7 +60,12 @@ def test_tf32_deterministic_and_memory_cap_on_cuda_only(monkeypatch):
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
              torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic)
     caps = []
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d=None: caps.append((f, d)))
+
+    def set_fraction(fraction, device=None):  # torch's own rule: an index, or a device that names one
+        caps.append((fraction, _get_device_index(device)))
+
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", set_fraction)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     try:
         assert dev.enable_tf32(cpu) is False and torch.backends.cuda.matmul.allow_tf32 is saved[0]
@@ -68,9 +74,11 @@ def test_tf32_deterministic_and_memory_cap_on_cuda_only(monkeypatch):
         facts = dev.make_deterministic(cuda, True)
         assert facts["cublas_workspace_config"] == ":4096:8" and torch.are_deterministic_algorithms_enabled()
         assert dev.make_deterministic(cuda, False) is None and not torch.are_deterministic_algorithms_enabled()
-        assert dev.limit_gpu_memory(cuda, 0.5) == 0.5 and caps == [(0.5, cuda)]
+        assert dev.limit_gpu_memory(cuda, 0.5) == 0.5 and caps == [(0.5, 0)]
+        # a pool worker's device is a bare `cuda` (no index): on a real GPU that raised ValueError in every worker
+        assert dev.limit_gpu_memory(torch.device("cuda"), 0.5) == 0.5 and caps[-1] == (0.5, 0)
         assert dev.limit_gpu_memory(cuda, None) is None and dev.limit_gpu_memory(cpu, 0.5) is None
-        assert dev.limit_gpu_memory(cuda, 1.0) is None and len(caps) == 1  # a whole GPU: no cap
+        assert dev.limit_gpu_memory(cuda, 1.0) is None and len(caps) == 2  # a whole GPU: no cap
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
         torch.use_deterministic_algorithms(saved[2])
