@@ -139,6 +139,21 @@ def test_out_of_memory_runs_once_more(fails, tiny_bert_dir, glue_dir, monkeypatc
         assert "run again when the same command is given again" in rec.error
 
 
+def test_a_device_set_up_error_is_recorded_with_its_reason(monkeypatch):
+    """The GPU set-up before a run (TF32, the memory cap of a shared GPU) failing is that run's failure, named: in a
+    pool worker it used to end the process, and the record said only that the worker died."""
+    from suite.run import runner
+
+    def broken(device, fraction):
+        raise ValueError("Expected a torch.device with a specified index or an integer, but got:cuda")
+
+    monkeypatch.setattr(runner, "limit_gpu_memory", broken)
+    job = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS)[0]
+    rec = runner.run_one(job, device="cpu", quiet=True, memory_fraction=0.5)
+    assert rec.status == "failed" and rec.error.startswith("ValueError while setting up cpu: Expected a torch.device")
+    assert "limit_gpu_memory" not in rec.error and "broken" in rec.traceback
+
+
 def test_drophead_keeps_all_heads_of_a_sample_without_a_host_sync():
     method = suite.METHODS.get("drophead")()
     torch.manual_seed(0)

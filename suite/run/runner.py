@@ -197,8 +197,13 @@ def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = F
     Ctrl-C and SIGTERM (`suite.api.errors.Terminated`) are BaseExceptions: they propagate and nothing is recorded.
     """
     dev = pick_device(device)
-    gpu = {"tf32_matmul": enable_tf32(dev), "memory_fraction": limit_gpu_memory(dev, memory_fraction),
-           "deterministic": make_deterministic(dev, job.train.deterministic)}
+    try:
+        gpu = {"tf32_matmul": enable_tf32(dev), "memory_fraction": limit_gpu_memory(dev, memory_fraction),
+               "deterministic": make_deterministic(dev, job.train.deterministic)}
+    except Exception as exc:  # noqa: BLE001  recorded with its reason: in a pool worker it would end the process,
+        # and the record would only say that the worker died
+        return RunRecord.failed(job, f"{type(exc).__name__} while setting up {dev}: {exc}",
+                                traceback=traceback.format_exc()[-4000:])
     rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu)
     if rec.error and rec.error.startswith(OOM_ERROR):
         release_memory(dev)
