@@ -23,6 +23,19 @@ SHARED_GLUE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "
 from suite.testing import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: E402,F401
 
 
+def set_cpu_bf16(monkeypatch, native: bool) -> None:
+    """Make this CPU look as if it had (or lacked) bf16 instructions, which decide what precision `auto` trains in."""
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, check, lambda: native)
+
+
+@pytest.fixture(autouse=True)
+def cpu_without_native_bf16(monkeypatch):
+    """Every test sees a CPU without bf16 instructions, so `auto` means fp32 on every machine that runs the tests
+    (run hashes and the precision a test trains in would otherwise differ between an AVX2 and an AMX machine)."""
+    set_cpu_bf16(monkeypatch, False)
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> str:
     """A saved tiny BERT with a WordPiece tokenizer: a complete local model folder for end-to-end runs."""

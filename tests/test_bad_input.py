@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import fake_ok_record, run_cli
+from conftest import fake_ok_record, run_cli, set_cpu_bf16
 
 from suite import commands
 from suite.api.attention import METHODS, attention_modules
@@ -256,7 +256,7 @@ def test_emulated_bf16_is_warned_about(monkeypatch, capsys, native, precision, w
 
     from suite.grid.preflight import warn_emulated_bf16
 
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: native)
+    set_cpu_bf16(monkeypatch, native)
     job = RunConfig("minilm", "rte", "vanilla", {}, 1, dataclasses.replace(TrainSettings(), precision=precision))
     warn_emulated_bf16([job], "cpu")
     err = capsys.readouterr().err

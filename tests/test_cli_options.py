@@ -85,7 +85,9 @@ def test_dry_run_reads_no_data_and_marks_existing_records(tmp_path, capsys):
             "--model", str(tmp_path / "no-model"), "--out", str(tmp_path), "--dry-run"]
     assert main(args) == 0
     capsys.readouterr()
-    quick = TrainSettings(precision="bf16")  # the quick preset (the default) has no per-task values for RTE
+    # the quick preset (the default) has no per-task values for RTE; its precision `auto` is fp32 on a CPU without
+    # bf16 instructions (conftest)
+    quick = TrainSettings(precision="fp32")
     job = RunConfig(str(tmp_path / "no-model"), "rte", "vanilla", {"p": 0.1}, 1, quick, "local")
     Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5},
                                                   history=[{"epoch": 1}]))

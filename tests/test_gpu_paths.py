@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+from conftest import set_cpu_bf16
 from torch.cuda._utils import _get_device_index
 
 import suite
@@ -44,7 +45,25 @@ def test_auto_precision_avoids_emulated_bf16(monkeypatch, capsys):
     assert "no native bf16" in capsys.readouterr().err
     assert dev.resolve_precision("auto", "cuda", bf16_ok=False)[0] == "fp32"
     assert dev.resolve_precision("auto", "cuda", bf16_ok=True) == ("bf16", None)
-    assert dev.autocast_dtype("auto", torch.device("cpu")) is None
+    assert dev.autocast_dtype("auto", torch.device("cpu")) is None  # conftest: a CPU without bf16 instructions
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["amx-or-avx512-bf16", "avx2"])
+def test_auto_precision_on_cpu_is_bf16_only_where_native(monkeypatch, capsys, native):
+    """Emulated bf16 (no AVX512-BF16 or AMX) made a MiniLM-sized matmul 7-90x slower than fp32 on an AVX2 CPU: `auto`
+    (the quick preset's precision) trains in bf16 only where the CPU computes it natively, and says nothing."""
+    set_cpu_bf16(monkeypatch, native)
+    want = "bf16" if native else "fp32"
+    (job,) = dev.resolve_jobs_precision(build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS), "cpu")
+    assert job.train.precision == want and capsys.readouterr().err == ""
+    assert dev.autocast_dtype("auto", torch.device("cpu")) == dev.AUTOCAST_DTYPES[want]
+    # the CPUs of a remote Ray cluster cannot be seen from the driver: fp32 there, whatever the driver has
+    (remote,) = dev.resolve_jobs_precision(build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS), "cpu",
+                                           executor="ray", address="10.0.0.1:6379")
+    assert remote.train.precision == "fp32"
+    from suite.run.settings import PRESETS
+
+    assert PRESETS.get("quick").train["precision"] == "auto"
 
 
 def test_auto_precision_on_a_remote_ray_cluster_must_be_explicit():

@@ -22,7 +22,7 @@ import torch
 
 from suite.api.errors import BadInput
 from suite.grid.plan import parse_assignment, target_method
-from suite.run.device import pick_device
+from suite.run.device import cpu_bf16_native, pick_device
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
@@ -124,9 +124,10 @@ def machine_memory(device: str = "cpu") -> tuple[int, str]:
 def warn_emulated_bf16(jobs: Sequence[RunConfig], device: str) -> None:
     """bf16 autocast on a CPU without bf16 instructions is emulated: correct, but slower than fp32."""
     if any(job.train.precision == "bf16" for job in jobs) and not device.startswith("cuda") \
-            and pick_device(device).type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            and pick_device(device).type == "cpu" and not cpu_bf16_native():
         print("warning: train.precision=bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX) is emulated "
-              "and slower than fp32: add --precision fp32", file=sys.stderr)
+              "and many times slower than fp32: add --precision fp32 (or auto, which picks bf16 only where it is "
+              "native)", file=sys.stderr)
 
 
 def check_device(device: str, executor: str = "local") -> None:

@@ -33,9 +33,19 @@ def pick_device(requested: str = "auto") -> torch.device:
     return device
 
 
+def cpu_bf16_native() -> bool:
+    """Whether this CPU computes bf16 matrix products in hardware (AVX512-BF16 or AMX). Without them autocast
+    emulates bf16 at a fraction of fp32's speed (a MiniLM-sized matmul 7-90x slower on an AVX2 AMD EPYC, see
+    docs/results.md#bf16-against-fp32)."""
+    return any(getattr(torch.cpu, check, lambda: False)()
+               for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+
+
 def bf16_native(device: torch.device) -> bool:
-    """Whether this CUDA device computes bf16 in hardware (compute capability 8.0 and up: A100, A10, L4, H100...);
-    V100 and T4 only emulate it, slower than fp32."""
+    """Whether this device computes bf16 in hardware: a CPU as `cpu_bf16_native`, a CUDA GPU of compute capability
+    8.0 and up (A100, A10, L4, H100...); V100 and T4 only emulate it, slower than fp32."""
+    if device.type == "cpu":
+        return cpu_bf16_native()
     if device.type != "cuda":
         return False
     try:
@@ -46,15 +56,16 @@ def bf16_native(device: torch.device) -> bool:
 
 def resolve_precision(precision: str, device_type: str, bf16_ok: bool = True) -> tuple[str, str | None]:
     """(the precision a run with `precision` trains in on a `device_type` device, a message when `auto` had to step
-    down). `auto`: bf16 autocast on a CUDA GPU with native bf16, fp32 on one without (fp16 needs loss scaling and
-    not every method supports it, so it is left to be asked for), fp32 on CPU. Resolved before a job is hashed, so
-    that a CPU fp32 record and a CUDA bf16 record of one configuration never share a file name."""
+    down on a GPU). `auto`: bf16 autocast where the device computes bf16 natively (`bf16_ok`: a CUDA GPU of compute
+    capability 8.0 and up, a CPU with AVX512-BF16 or AMX), else fp32 (fp16 needs loss scaling and not every method
+    supports it, so it is left to be asked for). Resolved before a job is hashed, so that an fp32 record and a bf16
+    record of one configuration never share a file name."""
     if precision != "auto":
         return precision, None
-    if device_type != "cuda":
-        return "fp32", None
     if bf16_ok:
         return "bf16", None
+    if device_type != "cuda":
+        return "fp32", None
     return "fp32", ("train.precision=auto: this GPU has no native bf16 (compute capability < 8.0), so runs train in "
                     "fp32; --precision fp16 (loss scaling) is faster on it where the method supports it")
 
@@ -213,7 +224,8 @@ def gpus_bf16_native(device: torch.device) -> bool:
 def resolve_jobs_precision(jobs: list, device: str, executor: str = "local", address: str | None = None) -> list:
     """The grid's jobs with `train.precision=auto` replaced by what they will train in on `device` (see
     `resolve_precision`), so that the precision is part of each job's hash. A remote Ray cluster's GPUs cannot be
-    seen from the driver: there `auto` must be replaced by an explicit precision (or --device cpu)."""
+    seen from the driver: there `auto` must be replaced by an explicit precision; on its CPUs (--device cpu) `auto`
+    is fp32, since the driver cannot tell whether they compute bf16 natively either."""
     import dataclasses
     import sys
 
@@ -224,7 +236,9 @@ def resolve_jobs_precision(jobs: list, device: str, executor: str = "local", add
                        "cluster's workers have, and a job's precision is part of its record's name. Give "
                        "--precision bf16 (GPUs of compute capability 8.0 and up), fp16 or fp32, or --device cpu")
     dev = pick_device(device)
-    precision, message = resolve_precision("auto", dev.type, dev.type == "cuda" and gpus_bf16_native(dev))
+    remote = executor == "ray" and address
+    native = gpus_bf16_native(dev) if dev.type == "cuda" else not remote and cpu_bf16_native()
+    precision, message = resolve_precision("auto", dev.type, native)
     if message:
         print(f"note: {message}", file=sys.stderr)
     return [dataclasses.replace(j, train=dataclasses.replace(j.train, precision=precision))

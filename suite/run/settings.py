@@ -208,10 +208,10 @@ class Preset:
 PRESETS: Registry[Preset] = Registry("preset", "suite.run.settings", "suite.presets")
 
 # One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set; each task's
-# budget (train-set size, epochs, learning rate, batch) comes with the task (tasks/glue.py). bf16 autocast: 1.6-1.8x
-# faster than fp32 on CPUs with native bf16 (AVX512-BF16, AMX) at dev scores within seed noise (docs/results.md);
-# preflight warns where the CPU would emulate it.
-PRESETS.add("quick", Preset((DEFAULT_MODEL,), {"precision": "bf16"}))
+# budget (train-set size, epochs, learning rate, batch) comes with the task (tasks/glue.py). Precision `auto`: bf16
+# autocast where the device computes it natively, 1.6-1.8x faster than fp32 on CPUs with AVX512-BF16 or AMX at dev
+# scores within seed noise; fp32 elsewhere, since emulated bf16 is many times slower (docs/results.md).
+PRESETS.add("quick", Preset((DEFAULT_MODEL,), {"precision": "auto"}))
 # The usual GLUE fine-tuning recipe for base models (needs the hub for the weights).
 PRESETS.add("paper", Preset(("bert-base-uncased", "roberta-base"),
                             {"lr": 2e-5, "batch_size": 32, "epochs": 3, "max_length": 128, "warmup_ratio": 0.1,
