@@ -42,6 +42,7 @@ from tabulate import tabulate
 from suite.api import metrics
 from suite.api.tasks import get_task
 from suite.run.data import load_splits
+from suite.run.device import autocast_dtype, pick_device
 from suite.run.draws import dev_rows, draw_train
 from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
 
@@ -137,6 +138,8 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
     model = AutoModelForSequenceClassification.from_pretrained(  # the suite's vanilla.p is this config value
         path, num_labels=spec.num_labels, attention_probs_dropout_prob=cfg.hparams["p"])
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    # the suite's own resolution of `auto` (bf16 where the device computes it natively), so both runners match
+    bf16 = autocast_dtype(t.precision, pick_device(device)) == torch.bfloat16
 
     def compute_metrics(pred):
         found = metrics.compute(spec.metrics, np.asarray(pred.predictions), np.asarray(pred.label_ids),
@@ -158,7 +161,7 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
             train_sampling_strategy="group_by_length" if t.batching in ("length", "trainer_length") else "random",
             eval_strategy="epoch", save_strategy="no",
             logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
-            bf16=t.precision == "bf16" or (t.precision == "auto" and cuda), disable_tqdm=True,
+            bf16=bf16, disable_tqdm=True,
             dataloader_num_workers=0)
         trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev,
                           data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics,
@@ -174,7 +177,6 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
 
 def machine(device: str) -> str:
     from suite.run.device import machine as device_name
-    from suite.run.device import pick_device
 
     return f"{device_name(pick_device(device))}, {os.cpu_count()} cores, torch {torch.__version__}"
 
@@ -197,8 +199,9 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="1,2", help="one suite run and one Trainer run per seed, interleaved")
     p.add_argument("--device", default="auto")
     p.add_argument("--precisions", default="auto",
-                   help="comma-separated; each runner runs at each (auto: bf16 autocast on CUDA, fp32 on CPU; fp32; "
-                        "bf16 autocast, which CPUs with AVX512-BF16 or AMX run natively)")
+                   help="comma-separated; each runner runs at each (auto: bf16 autocast where the device computes it "
+                        "natively, a GPU of compute capability 8.0+ or a CPU with AVX512-BF16 or AMX, else fp32; "
+                        "fp32; bf16)")
     p.add_argument("--batching", default="length",
                    help="comma-separated: length (the suite's default; Trainer's group_by_length) and/or random "
                         "(plain shuffle, Trainer's default); each runner runs at each")

@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
                    help="up to this share of each sequence is padding, drawn per row (default 0: full rows)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
-                   help="auto: bf16 autocast on CUDA, fp32 on CPU")
+                   help="auto: bf16 autocast where the device computes it natively (a GPU of compute capability "
+                        "8.0+, a CPU with AVX512-BF16 or AMX), else fp32")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="M.KEY=V",
                    help="a method's hyper-parameter (as in `run`)")
     p.add_argument("--no-memory", action="store_true", help="skip the memory pass")
