@@ -2,24 +2,31 @@
 
     python benchmarks/gpu_check.py --data-dir ../shared/data/glue --out gpu_check.json
 
-NEVER RUN ON A GPU BY THIS PROJECT. No GPU has been available to the suite's developers: every CUDA path was read and
-its logic tested on CPU with stand-ins, but this script itself has only been checked to refuse to run without CUDA.
-Its tolerances below are first guesses from the precisions' rounding, not measured margins. Please send the JSON
-report (and the console output) of a run, passing or failing.
+Run by this project on one GPU so far: an NVIDIA H200 (2026-11-26; results/gpu/README.md has its report and what
+it found, a bug that killed every run sharing a GPU, fixed since). The tolerances below are set from that run's
+margins; other GPUs, several GPUs and Ray have not been run. Please send the JSON report (and the console output) of
+a run, passing or failing.
 
 What it checks, each step reported as pass / fail with its numbers:
 1. every registered method against the CPU: the packaged MiniLM with the method attached (the same seed on both
    devices), on 16 real dev examples of RTE, in eval mode (dropout of every kind off, so both devices compute the
-   same function): the logits and the gradient of the loss, CUDA fp32 (TF32 matmuls, as runs use) and CUDA bf16
-   autocast against CPU fp32. Tolerances: fp32, max |logit difference| <= 1e-2 and relative L2 gradient difference
-   <= 1e-2; bf16, 1e-1 and 1e-1. Then a few training steps on CUDA in each precision (training draws its random
-   masks on the GPU, which no CPU run can reproduce): the loss stays finite and the weights move.
+   same function): the logits and the gradient of the loss, CUDA fp32 (TF32 off: the arithmetic itself is compared;
+   runs turn TF32 on) and CUDA bf16 autocast against CPU fp32. Tolerances: fp32, max |logit difference| <= 1e-4 and
+   relative L2 gradient difference <= 1e-3 (the H200: at most 3.1e-7 and 2.4e-5); bf16, 2e-2 and 1e-1 (the H200: at
+   most 3.3e-3, and 0.016 for every method but the three below). Sparsemax, ReLA and top-k get a bf16 gradient
+   tolerance of 0.3 (`SPARSE_BF16_GRAD`): their attention's derivative jumps where a score crosses the support's
+   threshold, so a bf16 rounding that moves a score across it changes the gradient, and their bf16 gradients are
+   far from fp32's on any device (the H200: 0.13, 0.12 and 0.049; bf16 autocast on the CPU against CPU fp32: 0.15,
+   0.12 and 0.050, results/gpu/cpu_bf16_vs_fp32.json). The entmaxes are sparse too, but continuously
+   differentiable at that threshold, and stay within 0.1 (0.016).
+   Then a few training steps on CUDA in each precision (training draws its random masks on the GPU, which no CPU
+   run can reproduce): the loss stays finite and the weights move.
 2. a 2-worker local pool on the GPU(s) (two runs sharing a GPU get a memory cap of half of it);
 3. the Ray executor with --gpus-per-run 0.5 (skipped, and said so, when Ray is not installed);
 4. one AttendOut run: its generator must take optimizer steps (g_updates > 0; a device comparison bug once reset it
    at every step on CUDA);
 5. the MFU of vanilla BERT-base-shaped training on real padded GLUE batches (benchmarks/mfu.py), bf16.
-The report (--out) holds every number, the GPU, the versions, and `never_run_by_project: true`.
+The report (--out) holds every number, each method's tolerances, the GPU and the versions.
 """
 from __future__ import annotations
 
@@ -35,10 +42,12 @@ from pathlib import Path
 
 import torch
 
-NOTICE = ("gpu_check.py has NEVER been run on a GPU by the suite's developers (none was available): its tolerances "
-          "are first guesses; please report the JSON output whether it passes or fails")
-TOLERANCES = {"fp32": {"logits_max_abs": 1e-2, "grad_rel_l2": 1e-2}, "bf16": {"logits_max_abs": 1e-1,
+NOTICE = ("gpu_check.py has run on one GPU model so far (an NVIDIA H200); please report the JSON output whether it "
+          "passes or fails")
+TOLERANCES = {"fp32": {"logits_max_abs": 1e-4, "grad_rel_l2": 1e-3}, "bf16": {"logits_max_abs": 2e-2,
                                                                              "grad_rel_l2": 1e-1}}
+SPARSE_ATTENTION = ("sparsemax", "rela", "topk")  # exact zeros in the attention: bf16 moves the support
+SPARSE_BF16_GRAD = 0.3
 NO_CUDA = 3  # exit code without a CUDA device
 DEVICE = "cuda"  # what is checked against the CPU (a CPU smoke test of the script itself sets "cpu")
 
@@ -99,6 +108,12 @@ def train_steps(method_name: str, batch: dict, device: torch.device, amp, steps:
             "passed": all(math.isfinite(x) for x in losses) and moved > 0}
 
 
+def tolerance(method_name: str, precision: str) -> dict:
+    if precision == "bf16" and method_name in SPARSE_ATTENTION:
+        return {**TOLERANCES["bf16"], "grad_rel_l2": SPARSE_BF16_GRAD}
+    return TOLERANCES[precision]
+
+
 def check_methods(data_dir: str, steps: int) -> dict:
     from suite.api.attention import METHODS
 
@@ -111,7 +126,7 @@ def check_methods(data_dir: str, steps: int) -> dict:
                 logits, grad = logits_and_grad(name, batch, cuda, amp)
                 diff = float((logits - ref_logits).abs().max())
                 rel = float((grad - ref_grad).norm() / ref_grad.norm().clamp_min(1e-12))
-                tol = TOLERANCES[precision]
+                tol = tolerance(name, precision)
                 entry[precision] = {"logits_max_abs": diff, "grad_rel_l2": rel, "tolerance": tol,
                                     "training": train_steps(name, batch, cuda, amp, steps)}
                 entry[precision]["passed"] = (diff <= tol["logits_max_abs"] and rel <= tol["grad_rel_l2"]
@@ -203,7 +218,7 @@ def main(argv=None) -> int:
     import suite  # noqa: F401  registers the methods
     from suite.run.device import environment
 
-    report = {"never_run_by_project": True, "notice": NOTICE, "tolerances": TOLERANCES,
+    report = {"notice": NOTICE, "tolerances": TOLERANCES, "sparse_bf16_grad": SPARSE_BF16_GRAD,
               "environment": environment(torch.device("cuda")), "host": platform.node(), "checks": {}}
     checks = [("methods", lambda: check_methods(args.data_dir, args.steps)),
               ("pool_2_workers", lambda: grid_check(args.data_dir, "local", workers=2)),

@@ -165,7 +165,7 @@ def plan_grid(args) -> GridPlan:
         picked = ", ".join(f"--{k} {args.cli[k]}" for k in sorted(args.picked))
         raise BadInput(f"{picked}: no grid of {args.study} runs that combination; `--dry-run` without them lists "
                        "what the study runs")
-    # precision auto becomes what the runs will train in here, before hashing (CPU fp32, CUDA bf16: two records)
+    # precision auto becomes what the runs will train in here, before hashing (fp32 and bf16: two records)
     jobs = resolve_jobs_precision(jobs, args.device, args.executor, args.address)
     jobs = list({j.hash: j for j in jobs}.values())
     # a task with its own data folder reads local files whatever the grid's source; outputs travel with each job

@@ -35,7 +35,7 @@ def pick_device(requested: str = "auto") -> torch.device:
 
 def cpu_bf16_native() -> bool:
     """Whether this CPU computes bf16 matrix products in hardware (AVX512-BF16 or AMX). Without them autocast
-    emulates bf16 at a fraction of fp32's speed (a MiniLM-sized matmul 7-90x slower on an AVX2 AMD EPYC, see
+    emulates bf16 at a fraction of fp32's speed (a MiniLM-sized matmul 8-95x slower on an AVX2 AMD EPYC, see
     docs/results.md#bf16-against-fp32)."""
     return any(getattr(torch.cpu, check, lambda: False)()
                for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
@@ -54,7 +54,7 @@ def bf16_native(device: torch.device) -> bool:
         return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-def resolve_precision(precision: str, device_type: str, bf16_ok: bool = True) -> tuple[str, str | None]:
+def resolve_precision(precision: str, device_type: str, bf16_ok: bool) -> tuple[str, str | None]:
     """(the precision a run with `precision` trains in on a `device_type` device, a message when `auto` had to step
     down on a GPU). `auto`: bf16 autocast where the device computes bf16 natively (`bf16_ok`: a CUDA GPU of compute
     capability 8.0 and up, a CPU with AVX512-BF16 or AMX), else fp32 (fp16 needs loss scaling and not every method

@@ -91,7 +91,8 @@ class TrainSettings:
                                           "stratified for classification; scored each epoch as `tune` (none: no "
                                           "tuning split)", added=True)
     holdout_seed: int = setting(0, "seed of the tuning split's draw (train.holdout)", minimum=0, added=True)
-    precision: str = setting("auto", "auto (bf16 autocast on a CUDA GPU with native bf16, else fp32; resolved "
+    precision: str = setting("auto", "auto (bf16 autocast where the device computes bf16 natively: a CUDA GPU "
+                                     "of compute capability 8.0+, a CPU with AVX512-BF16 or AMX; else fp32; resolved "
                                      "before the run is named), fp32, bf16 or fp16 (with loss scaling)",
                              choices=PRECISIONS)
     stats_batches: int = setting(4, "dev batches used for attention statistics (0: none)", minimum=0)
