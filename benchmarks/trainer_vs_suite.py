@@ -137,9 +137,9 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
     set_seed(cfg.seed)
     model = AutoModelForSequenceClassification.from_pretrained(  # the suite's vanilla.p is this config value
         path, num_labels=spec.num_labels, attention_probs_dropout_prob=cfg.hparams["p"])
-    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    on = pick_device(device)  # (`dev` is the dev split here)
     # the suite's own resolution of `auto` (bf16 where the device computes it natively), so both runners match
-    bf16 = autocast_dtype(t.precision, pick_device(device)) == torch.bfloat16
+    bf16 = autocast_dtype(t.precision, on) == torch.bfloat16
 
     def compute_metrics(pred):
         found = metrics.compute(spec.metrics, np.asarray(pred.predictions), np.asarray(pred.label_ids),
@@ -160,7 +160,7 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
             weight_decay=t.weight_decay, max_grad_norm=t.grad_clip, lr_scheduler_type="linear",
             train_sampling_strategy="group_by_length" if t.batching in ("length", "trainer_length") else "random",
             eval_strategy="epoch", save_strategy="no",
-            logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=not cuda,
+            logging_strategy="no", report_to="none", seed=cfg.seed, data_seed=cfg.seed, use_cpu=on.type != "cuda",
             bf16=bf16, disable_tqdm=True,
             dataloader_num_workers=0)
         trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev,

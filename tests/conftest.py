@@ -25,7 +25,9 @@ from suite.testing import WORDS, padded_batch, tiny_config, tiny_model, tiny_tok
 
 def set_cpu_bf16(monkeypatch, native: bool) -> None:
     """Make this CPU look as if it had (or lacked) bf16 instructions, which decide what precision `auto` trains in."""
-    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+    from suite.run.device import CPU_BF16_CHECKS
+
+    for check in CPU_BF16_CHECKS:
         monkeypatch.setattr(torch.cpu, check, lambda: native, raising=False)  # older torch: absent, read as False
 
 

@@ -33,12 +33,14 @@ def pick_device(requested: str = "auto") -> torch.device:
     return device
 
 
+CPU_BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's; absent: False
+
+
 def cpu_bf16_native() -> bool:
     """Whether this CPU computes bf16 matrix products in hardware (AVX512-BF16 or AMX). Without them autocast
     emulates bf16 at a fraction of fp32's speed (a MiniLM-sized matmul 8-95x slower on an AVX2 AMD EPYC, see
     docs/results.md#bf16-against-fp32)."""
-    return any(getattr(torch.cpu, check, lambda: False)()
-               for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return any(getattr(torch.cpu, check, lambda: False)() for check in CPU_BF16_CHECKS)
 
 
 def bf16_native(device: torch.device) -> bool:
