@@ -86,8 +86,8 @@ def test_dry_run_reads_no_data_and_marks_existing_records(tmp_path, capsys):
     assert main(args) == 0
     capsys.readouterr()
     # the quick preset (the default) has no per-task values for RTE; its precision `auto` is fp32 on a CPU without
-    # bf16 instructions (conftest)
-    quick = TrainSettings(precision="fp32")
+    # bf16 instructions (conftest), and its padding `auto` the longest row on a CPU
+    quick = TrainSettings(precision="fp32", pad_to="longest")
     job = RunConfig(str(tmp_path / "no-model"), "rte", "vanilla", {"p": 0.1}, 1, quick, "local")
     Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5},
                                                   history=[{"epoch": 1}]))

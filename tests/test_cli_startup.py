@@ -1,8 +1,10 @@
 """A fast command line: `--help`, `--version` and `run --help` import neither torch nor transformers (each command
-module is imported only when its command runs); method names are case- and dash-insensitive like task names; a
-misspelt setting gets a "did you mean"."""
+module is imported only when its command runs), nor do `list` and dry runs once the methods' catalog is written;
+method names are case- and dash-insensitive like task names; a misspelt setting gets a "did you mean"."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,7 +65,48 @@ def test_a_wildcard_keeps_the_separators_it_spells_out():
 @pytest.mark.parametrize("argv", [["list"], ["run", "--methods", "vanilla,scores_dropout", "--tasks", "rte,stsb",
                                             "--dry-run"]], ids=" ".join)
 def test_list_and_dry_runs_import_neither_transformers_nor_sklearn(argv, tmp_path):
-    """They need torch (every method's module imports it) but not the seconds transformers, scikit-learn and scipy
-    cost: a method registers with transformers when attached, a metric imports its library when computed."""
+    """Not even when they import the methods (and torch) to write their catalog: they never need the seconds
+    transformers, scikit-learn and scipy cost (a method registers with transformers when attached, a metric imports
+    its library when computed)."""
     argv = argv + (["--out", str(tmp_path)] if "run" in argv else [])
     assert_imports_none_of(argv, ("transformers", "sklearn", "scipy"))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_fresh(argv: list[str], cache: str | Path, **env: str) -> tuple[str, bool]:
+    """(what the command printed, whether it imported torch), run in a fresh interpreter from the repository's root
+    with SUITE_CACHE_DIR=`cache`."""
+    code = ("import sys\nfrom suite.commands import main\n"
+            f"assert main({argv!r}) == 0\n"
+            "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, **env, "SUITE_CACHE_DIR": str(cache)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, "torch imported: True" in done.stderr
+
+
+def without_torch(argv: list[str], cache: str | Path, **env: str) -> str:
+    """What the command prints once it runs without torch. The first run in an empty cache imports the methods and
+    writes their catalog; a run while a file of the code is being edited (changed within seconds) imports them again
+    without writing one, so a few runs are allowed."""
+    for _ in range(4):
+        out, imported = run_fresh(argv, cache, **env)
+        if not imported:
+            return out
+    raise AssertionError(f"{argv}: every run imported torch")
+
+
+@pytest.mark.parametrize("argv", [["list"], ["run", "--methods", "all", "--tasks", "glue", "--dry-run"],
+                                  ["run", "--methods", "vanilla", "--tasks", "sst2", "--dry-run", "--data-dir"]],
+                         ids=["list", "all-glue", "sst2-data-dir"])
+def test_list_and_dry_runs_import_no_torch_and_print_what_the_classes_say(argv, tmp_path, glue_dir):
+    """`list` and dry runs read the methods' facts from their catalog (suite.api.method_facts) and whether the CPU
+    computes bf16 (which decides what precision=auto hashes as) from what torch said before; what they print, the
+    record names (hashes) included, is what the method classes and torch give (SUITE_CACHE_DIR=off)."""
+    if "run" in argv:
+        argv = argv + ([glue_dir] if argv[-1] == "--data-dir" else []) + ["--out", str(tmp_path / "out")]
+    reference, imported = run_fresh(argv, "off")
+    assert imported  # without a catalog: the classes, which import torch
+    assert without_torch(argv, tmp_path / "cache") == reference

@@ -104,3 +104,83 @@ def test_the_entmax_mappings_equal_the_packages():
         (y1, gx1, ga1), (y2, gx2, ga2) = found
         assert torch.allclose(y1, y2) and torch.allclose(gx1, gx2)
         assert (ga1 is None and ga2 is None) or torch.allclose(ga1, ga2)
+
+
+CAPTURED = [n for n in sorted(suite.METHODS.names()) if not getattr(suite.METHODS.get(n), "compile_warning", None)]
+
+
+def captured_step(name: str, backend: str | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(losses, parameters after the steps) of two training steps of a tiny BERT in train mode (dropout on),
+    compiled with `backend` (None: eager), from the same seeds."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from suite.run.settings import TrainSettings
+    from suite.run.training import build_context
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    model = BertForSequenceClassification(config)
+    method = suite.METHODS.get(name)()
+    method.attach(model)
+    model.train()
+    if backend:
+        model.compile(backend=backend)
+    ctx = build_context(model, method, TrainSettings(grad_clip=1.0), 4, torch.device("cpu"), None)
+    mask = torch.ones(4, 16, dtype=torch.long)
+    mask[0, 10:], mask[1, 1:] = 0, 0  # a padded row and a one-token row
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(1)  # the steps' own draws (dropout masks) from one state in both
+    losses = []
+    for _ in range(2):  # two steps: state a capture could bake in as a constant (a step number, a rate) must move
+        batch = {"input_ids": torch.randint(5, 100, (4, 16), generator=g), "attention_mask": mask,
+                 "labels": torch.randint(0, 2, (4,), generator=g)}
+        ctx.step += 1
+        losses.append(method.training_step(ctx, batch, None))
+    return torch.stack(losses), {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("name", CAPTURED)
+def test_a_captured_training_step_equals_the_eager_one(name):
+    """The model's forward and backward captured as graphs (AOTAutograd, run by the eager backend: what inductor and
+    CUDA graphs compile, without their code generation) give the eager step's loss and updated weights."""
+    eager_loss, eager_params = captured_step(name, None)
+    loss, params = captured_step(name, "aot_eager")
+    torch.testing.assert_close(loss, eager_loss, atol=1e-5, rtol=1e-5)
+    for n, p in params.items():
+        torch.testing.assert_close(p, eager_params[n], atol=1e-5, rtol=1e-4, msg=lambda m, n=n: f"{n}: {m}")
+
+
+def test_compiled_graphs_are_reused_by_the_next_run_in_a_worker():
+    """A second run of the same model, method and shapes in one process compiles nothing new: torch's cache of
+    compiled code is keyed by the code and its guards, not by the model object, so a grid's short runs pay one
+    compilation per worker, not one each."""
+    from torch._dynamo.utils import counters
+
+    traced("vanilla")
+    first = counters["stats"]["unique_graphs"]
+    counters.clear()
+    torch.manual_seed(0)
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from suite.run.settings import TrainSettings
+    from suite.run.training import build_context
+
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    model = BertForSequenceClassification(config)  # a new run: a new model object, the same code and shapes
+    method = suite.METHODS.get("vanilla")()
+    method.attach(model)
+    model.train()
+    model.compile(backend="eager")
+    ctx = build_context(model, method, TrainSettings(), STEPS, torch.device("cpu"), None)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(STEPS):
+        mask = torch.ones(4, 16, dtype=torch.long)
+        mask[0, 10:], mask[1, 5:] = 0, 0
+        batch = {"input_ids": torch.randint(5, 100, (4, 16), generator=g), "attention_mask": mask,
+                 "labels": torch.randint(0, 2, (4,), generator=g)}
+        ctx.step += 1
+        method.training_step(ctx, batch, None)
+    assert first > 0 and counters["stats"]["unique_graphs"] == 0

@@ -27,8 +27,11 @@ def _fake_gpus(monkeypatch, capability=(8, 0), count=1):
 
 def test_auto_precision_is_resolved_before_the_hash(monkeypatch, capsys):
     auto = build_grid(["m"], ["rte"], ["vanilla"], [1], SETTINGS)  # precision auto (the default)
-    fp32 = build_grid(["m"], ["rte"], ["vanilla"], [1], dataclasses.replace(SETTINGS, precision="fp32"))
-    bf16 = build_grid(["m"], ["rte"], ["vanilla"], [1], dataclasses.replace(SETTINGS, precision="bf16"))
+    # padding `auto` is resolved with it: the longest row on a CPU, buckets on a GPU
+    fp32 = build_grid(["m"], ["rte"], ["vanilla"], [1], dataclasses.replace(SETTINGS, precision="fp32",
+                                                                           pad_to="longest"))
+    bf16 = build_grid(["m"], ["rte"], ["vanilla"], [1], dataclasses.replace(SETTINGS, precision="bf16",
+                                                                           pad_to="buckets"))
     (on_cpu,) = dev.resolve_jobs_precision(auto, "cpu")
     assert on_cpu.train.precision == "fp32" and on_cpu.filename == fp32[0].filename
     _fake_gpus(monkeypatch, capability=(9, 0))

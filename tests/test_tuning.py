@@ -200,8 +200,8 @@ def test_early_stopping_and_the_best_epoch_read_the_tuning_split_never_dev(tiny_
     planted = {"tune": iter([0.2, 0.9, 0.5, 0.4, 0.3, 0.3]), "dev": iter([0.9, 0.1, 0.2, 0.3, 0.4, 0.5])}
     real = training.evaluate
 
-    def scripted(model, enc, spec, *args):
-        e = real(model, enc, spec, *args)
+    def scripted(model, enc, spec, *args, **kwargs):
+        e = real(model, enc, spec, *args, **kwargs)
         kind = "tune" if len(enc) == 6 else "dev"  # glue_dir's RTE: 12 dev rows, a tuning split of 6
         return dataclasses.replace(e, metrics={"accuracy": next(planted[kind])})
 

@@ -7,7 +7,8 @@ method into the suite's registry; attaching it to a model also registers it in t
 `attention_mask=None` and padding is silently ignored).
 
 Masks arrive in the additive form of transformers' `eager_mask`: a float tensor (B, 1, Lq, Lk) with 0 where a key may
-be attended and `finfo(dtype).min` where not, or `None` when the batch has no padding.
+be attended and `finfo(dtype).min` where not. The suite always builds it (`additive_mask`), but a method must still
+accept `None` (a model called with no mask at all, or another caller of its attention).
 """
 from __future__ import annotations
 
@@ -20,11 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from suite.api.errors import HyperParameterError
-from suite.api.registry import Registry, normalise
-
-# names are case- and dash-insensitive, as task names are: `scores-dropout` and `Scores_Dropout` are scores_dropout
-METHODS: Registry[type["AttentionMethod"]] = Registry("method", "suite.methods", "suite.methods", key=normalise,
-                                                      guard_replacement=True)
+from suite.api.method_facts import METHODS, check_precision  # noqa: F401 (torch-free: dry runs read them there)
 
 
 @dataclasses.dataclass
@@ -36,12 +33,6 @@ def check_probability(name: str, value: float, allow_one: bool = False) -> None:
     hi_ok = value <= 1 if allow_one else value < 1
     if not (0 <= value and hi_ok) or math.isnan(value):
         raise HyperParameterError(f"{name}={value} is impossible: it must lie in [0, {'1]' if allow_one else '1)'}")
-
-
-def check_precision(method: "AttentionMethod | type[AttentionMethod]", precision: str) -> None:
-    if precision == "fp16" and not method.supports_fp16:
-        raise HyperParameterError(f"{method.name} computes gradients of its own without fp16 loss scaling: "
-                                  "use train.precision=bf16 (no scaling needed) or fp32")
 
 
 @dataclasses.dataclass
@@ -251,10 +242,19 @@ def _register_with_transformers(name: str) -> None:
     is first attached, not when it is registered: importing transformers costs seconds, which `list`, `--help` and
     dry runs do not need."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(f"suite_{name}", _dispatch)
-    AttentionMaskInterface.register(f"suite_{name}", eager_mask)
+    AttentionMaskInterface.register(f"suite_{name}", additive_mask)
+
+
+def additive_mask(*args, **kwargs):
+    """transformers' `eager_mask`, always built: its shortcut for batches without padding (`None` when every token is
+    real) reads the padding mask on the host (`padding_mask.all()`), a GPU synchronisation in every forward."""
+    from transformers.masking_utils import eager_mask
+
+    kwargs["allow_is_bidirectional_skip"] = False
+    return eager_mask(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -2,17 +2,20 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable
 
 from suite.api.registry import Registry
+
+if TYPE_CHECKING:  # numpy is imported where a metric is computed: dry runs only check that the metrics exist
+    import numpy as np
 
 
 # scikit-learn and scipy are imported when a metric is first computed, not with this module: they cost seconds,
 # which `list` and dry runs (they only check that a task's metrics exist) do not need.
 def _correlation(name: str):
     def wrapped(pred, gold):
+        import numpy as np
+
         if np.std(pred) == 0 or np.std(gold) == 0:  # correlation undefined; scipy warns and returns nan
             return math.nan
         import scipy.stats
@@ -86,5 +89,7 @@ def compute(names, logits: np.ndarray, labels: np.ndarray, regression: bool, suf
 
 def headline(metrics: dict[str, float], keys) -> float:
     """The task's single number: the mean of its official metrics (MRPC F1/acc, STS-B Pearson/Spearman, MNLI m/mm)."""
+    import numpy as np
+
     values = [metrics[k] for k in keys]
     return float(np.mean(values)) if values and not any(math.isnan(v) for v in values) else math.nan

@@ -24,6 +24,19 @@ def _distribution_of(top_module: str) -> dict[str, str | None]:
     return {"distribution": names[0], "version": importlib.metadata.version(names[0])}
 
 
+class _DistributionOf:
+    """The distribution of a top-level module, looked up when first asked for: `packages_distributions` reads the
+    file list of every installed distribution (~0.4 s), which listing and planning never need."""
+
+    def __init__(self, top_module: str):
+        self._top, self._found = top_module, None
+
+    def get(self) -> dict[str, str | None]:
+        if self._found is None:
+            self._found = _distribution_of(self._top)
+        return self._found
+
+
 def normalise(name: str) -> str:
     """Case-, dash- and underscore-insensitive key: 'SST-2', 'sst2', 'sst_2' all map to 'sst2'."""
     return re.sub(r"[-_\s]", "", name.lower())
@@ -65,9 +78,33 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
         self._names: dict[str, str] = {}  # key -> display name
         self._loaded = False
-        self._origins: dict[str, dict[str, str | None]] = {}  # key -> the distribution that registered it
-        self._loading: dict[str, str | None] | None = None     # the distribution being imported right now
+        # key -> the distribution that registered it (the built-ins': looked up when first asked for)
+        self._origins: dict[str, dict[str, str | None] | _DistributionOf] = {}
+        self._loading: dict[str, str | None] | _DistributionOf | None = None  # the distribution importing now
         self.plugin_errors: dict[str, str] = {}
+
+    @classmethod
+    def holding(cls, kind: str, entries: Iterable[tuple[str, T, dict[str, str | None]]],
+                key: Callable[[str], str] = str, replaced: Iterable[str] = ()) -> "Registry[T]":
+        """A loaded registry of `entries` (name, entry, origin; in registration order), whose loading imports
+        nothing: a stand-in for another registry's contents (suite.api.method_facts)."""
+        registry = cls(kind, "", "", key=key)
+        registry._loaded = True
+        for name, entry, origin in entries:
+            registry._loading = origin
+            registry.add(name, entry)
+        registry._loading = None
+        registry.replaced = set(replaced)
+        return registry
+
+    @property
+    def loaded(self) -> bool:
+        """Whether entries are here: loaded, or registered by a script or a test."""
+        return self._loaded or bool(self._entries)
+
+    @property
+    def entry_point_group(self) -> str:
+        return self._group
 
     # -- registration -------------------------------------------------------------------------------
     def add(self, name: str, entry: T, replace: bool = False) -> T:
@@ -102,7 +139,7 @@ class Registry(Generic[T]):
         if self._loaded and not reload_plugins:
             return
         self._loaded = True
-        self._import(self._builtins, _distribution_of("suite"))
+        self._import(self._builtins, _DistributionOf("suite"))
         for ep in importlib.metadata.entry_points(group=self._group):
             dist = getattr(ep, "dist", None)
             origin = ({"distribution": dist.name, "version": dist.version} if dist else
@@ -112,7 +149,7 @@ class Registry(Generic[T]):
             except Exception as exc:  # a broken plugin must not take the suite down
                 self.plugin_errors[ep.name] = f"{type(exc).__name__}: {exc}"
 
-    def _import(self, what: str | Callable[[], object], origin: dict[str, str | None]) -> None:
+    def _import(self, what: str | Callable[[], object], origin: dict[str, str | None] | _DistributionOf) -> None:
         """Import a module (or load an entry point); entries it registers are attributed to `origin`.
         A module imported earlier registers nothing new here: its entries keep the origin they got then."""
         self._loading = origin
@@ -125,7 +162,8 @@ class Registry(Generic[T]):
         """Which installed distribution (name, version) registered `name`; both None for entries registered at
         run time by a script or a test."""
         entry = self.get(name)
-        origin = dict(self._origins.get(self._key(name), {"distribution": None, "version": None}))
+        origin = self._origins.get(self._key(name), {"distribution": None, "version": None})
+        origin = dict(origin.get() if isinstance(origin, _DistributionOf) else origin)
         if origin["distribution"] is None and isinstance(entry, type):  # a class imported before the registry loaded
             origin = _distribution_of(entry.__module__.split(".")[0])
         return origin

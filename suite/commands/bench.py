@@ -21,7 +21,7 @@ CPU_DEFAULTS = {"shapes": "minilm", "seq_len": "128", "batch_size": 8, "reps": 5
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="training-step time and peak memory of each method vs vanilla attention",
                        description=__doc__, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    p.add_argument("--methods", default="all", help="comma list of names, wildcards or 'all' (default all)")
+    p.add_argument("--methods", help="comma list of names, wildcards or 'all' (default all; with --loop: vanilla)")
     p.add_argument("--shapes", help=f"comma list of {', '.join(SHAPES)} (default: bert-base,minilm on CUDA, minilm "
                                     "on CPU); bert-base = 12 layers, hidden 768, 12 heads; minilm = the default "
                                     "model's config (6 layers, hidden 384, 12 heads); tiny = 2 layers, hidden 64, "
@@ -48,6 +48,19 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="also write the markdown to this file")
     p.add_argument("--json", metavar="FILE", help="also write the measurements as JSON (`suite report --costs` "
                                                   "reads it for the leaderboard's cost columns)")
+    loop = p.add_argument_group("--loop: the real training loop on a GLUE task (suite.profiling.loop)")
+    loop.add_argument("--loop", action="store_true",
+                      help="profile the run's own loop instead of one isolated step: host syncs per step, batch "
+                           "shapes per epoch, dispatched operators per step, steps/s, tokens/s and (CUDA, bf16) MFU")
+    loop.add_argument("--tasks", default="sst2", help="comma list of GLUE tasks whose training rows are used "
+                                                      "(default sst2)")
+    loop.add_argument("--model", default="minilm", help="minilm (default), bert-base (random-init BERT-base: no "
+                                                         "download) or a model path / hub id")
+    loop.add_argument("--steps", type=int, default=200, help="batches per epoch (default 200)")
+    loop.add_argument("--data-dir", help="folder of GLUE TSVs (default: $SUITE_DATA_DIR, else the hub)")
+    loop.add_argument("--pad-to", default="auto", choices=["auto", "buckets", "longest"],
+                      help="train.pad_to (default auto: buckets on a GPU, longest on the CPU)")
+    loop.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak, for a GPU the table lacks")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -87,6 +100,11 @@ def main(args) -> int:
     from suite.run.device import autocast_dtype, pick_device
 
     device = pick_device(args.device)
+    if args.threads is not None and args.threads < 1:
+        raise BadInput("--threads must be >= 1")
+    if args.loop:
+        return loop_main(args, device)
+    args.methods = args.methods or "all"
     defaults = CUDA_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
     defaulted = [f"{flag} {defaults[key]}" for flag, key, given in
                  (("--shapes", "shapes", args.shapes), ("--seq-len", "seq_len", args.seq_len),
@@ -107,8 +125,6 @@ def main(args) -> int:
     if not 0 <= args.padding < 1:
         raise BadInput(f"--padding={args.padding} must lie in [0, 1)")
     if args.threads is not None:
-        if args.threads < 1:
-            raise BadInput("--threads must be >= 1")
         torch.set_num_threads(args.threads)
     amp_dtype = autocast_dtype(args.precision, device)
     methods = _methods(args)
@@ -159,4 +175,44 @@ def main(args) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
         log(f"wrote {args.out}")
+    return 0
+
+
+def loop_main(args, device) -> int:
+    """`bench --loop`: each task x method profiled through the real loop; a table, and JSON with --json."""
+    import json
+    from pathlib import Path
+
+    from suite.api.attention import METHODS
+    from suite.api.tasks import TASKS
+    from suite.profiling.loop import LoopSpec, loop_table, profile_loop
+    from suite.run.device import git_commit
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    if args.steps < 1:
+        raise BadInput("--steps must be >= 1")
+    methods = METHODS.select(args.methods or "vanilla")
+    tasks = TASKS.select(args.tasks)
+    batch_size = args.batch_size or (32 if device.type == "cuda" else 16)
+    rows = []
+    for task in tasks:
+        for method in methods:
+            print(f"{task} / {method}: {args.steps} steps counted, then {args.steps} timed", file=sys.stderr,
+                  flush=True)
+            spec = LoopSpec(task=task, method=method, model=args.model, steps=args.steps, batch_size=batch_size,
+                            precision=args.precision, pad_to=args.pad_to, peak_tflops=args.peak_tflops)
+            rows.append(profile_loop(spec, args.data_dir, device))
+    command = "python -m suite bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:])
+    text = "\n".join(["## The training loop, profiled", "", f"Command: `{command}`", "",
+                      f"Device: {rows[0]['device']}; batch {batch_size}; {args.steps} steps per epoch", "",
+                      loop_table(rows)]) + "\n"
+    print(text)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"command": command, "code": git_commit(), "rows": rows},
+                                              indent=1) + "\n")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
     return 0

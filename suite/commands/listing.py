@@ -1,14 +1,13 @@
 """`python -m suite list`: every registered method (hyper-parameters, defaults) and task, within 100 columns."""
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import textwrap
-import typing
 
 from tabulate import tabulate
 
-from suite.api.attention import METHODS
+from suite.api import startup_cache
+from suite.api.method_facts import method_facts, method_registry
 from suite.api.tasks import TASKS, get_task, task_groups
 
 COMMAND = "list"
@@ -32,13 +31,10 @@ def _wrap(text: str, indent: str = "    ") -> str:
 
 def method_lines() -> list[str]:
     lines = ["Methods (select with --methods; set with --set METHOD.KEY=VALUE):", ""]
-    for name in METHODS.names():
-        cls = METHODS.get(name)
-        hints = typing.get_type_hints(cls.Config)
-        defaults = cls.Config()
-        hp = ", ".join(f"{f.name}={getattr(defaults, f.name)!r} ({getattr(hints[f.name], '__name__', hints[f.name])})"
-                       for f in dataclasses.fields(cls.Config))
-        lines += [name, _wrap(cls.description or "-"), _wrap("hyper-parameters: " + (hp or "none")), ""]
+    for name in method_registry().names():
+        facts = method_facts(name)
+        hp = ", ".join(f"{field}={default} ({kind})" for field, default, kind in facts.fields)
+        lines += [name, _wrap(facts.description or "-"), _wrap("hyper-parameters: " + (hp or "none")), ""]
     return lines
 
 
@@ -56,13 +52,14 @@ def task_table() -> str:
 
 def plugin_error_lines() -> list[str]:
     lines = []
-    for registry in (METHODS, TASKS):
+    for registry in (method_registry(), TASKS):
         for name, error in registry.plugin_errors.items():
             lines.append(_wrap(f"{registry.kind} plugin {name!r} failed to load: {error}", ""))
     return ["", "Plugins that failed to load:", *lines] if lines else []
 
 
 def main(args) -> int:
+    startup_cache.plan_only()  # the methods' facts may come from their catalog, without importing torch
     print("\n".join(method_lines()))
     print("Tasks (select with --tasks; groups: " + ", ".join(task_groups()) + "):\n")
     print(task_table())

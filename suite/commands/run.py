@@ -74,9 +74,9 @@ def _check_scores_vary(spec, splits: dict, trains, data_dir) -> None:
 
 
 def show_plugin_errors() -> None:
-    from suite.api.attention import METHODS
+    from suite.api.method_facts import method_registry
 
-    for registry in (METHODS, TASKS):
+    for registry in (method_registry(), TASKS):
         for name, error in registry.plugin_errors.items():
             print(f"warning: the {registry.kind} plugin {name!r} failed to load and is left out: {error}",
                   file=sys.stderr)
@@ -85,7 +85,7 @@ def show_plugin_errors() -> None:
 def print_dry_run(plan: GridPlan, store) -> None:
     from tabulate import tabulate
 
-    rows = [[store.status(j.filename) or "", j.label, j.filename] for j in plan.jobs]
+    rows = [[store.status(name) or "", j.label, name] for j in plan.jobs for name in [j.filename]]
     print(tabulate(rows, headers=["record", "job", "file"], tablefmt="simple"))
     done = sum(r[0] == "ok" for r in rows)
     print(f"\n{len(rows)} jobs; {done} have ok records (skipped unless --force), {len(rows) - done} would run")
@@ -98,6 +98,10 @@ def main(args) -> int:
     from suite.grid.store import RecordNotSaved, Store
     from suite.grid.tuning import TuningIncomplete
 
+    if args.dry_run:  # it only plans: facts of the methods and the CPU may come from what is known without torch
+        from suite.api import startup_cache
+
+        startup_cache.plan_only()
     if args.analyses:  # a shortcut for train.analyses, which leaves the run's hash as it is (settings.NOT_HASHED)
         args.sets = [*args.sets, f"train.analyses={args.analyses}"]
     raw, args = args, merge_study(args)

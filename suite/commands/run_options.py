@@ -105,7 +105,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                               "short run; a study file asks for them with train: {analyses: ...})")
     outputs.add_argument("--report-to", metavar="TRACKERS",
                          help="comma list of tensorboard, mlflow, wandb: log config and tags, the training loss "
-                              "every 10 batches, per-epoch curves and final metrics (local stores under "
+                              "every 25 batches, per-epoch curves and final metrics (local stores under "
                               "OUT/tracking/; wandb offline; experiment: $MLFLOW_EXPERIMENT_NAME, else the study's "
                               "name; docs/tracking.md)")
 

@@ -11,8 +11,14 @@ import itertools
 import typing
 from typing import Any
 
-from suite.api.attention import METHODS, AttentionMethod, check_precision
 from suite.api.errors import HyperParameterError
+from suite.api.method_facts import (
+    METHODS,
+    check_precision,
+    method_registry,
+    replaces_training_step,
+    validated_hparams,
+)
 from suite.run.settings import RunConfig, TrainSettings, check_seeds
 
 
@@ -70,9 +76,9 @@ def parse_assignment(text: str, sweep: bool) -> tuple[str, str, list[Any]]:
     if scope and target != "train":
         raise HyperParameterError(f"{text!r}: only training settings take a method scope (METHOD:train.KEY=V); "
                                   f"write {target}.{key}=... for a method's own hyper-parameter")
-    target = "train" if target == "train" else METHODS.canonical(target)
+    target = "train" if target == "train" else method_registry().canonical(target)
     if scope:
-        target = method_train_target(METHODS.canonical(scope))
+        target = method_train_target(method_registry().canonical(scope))
     fields = _fields(target)
     if key not in fields:
         close = difflib.get_close_matches(key, list(fields), n=1)
@@ -100,16 +106,14 @@ def build_grid(models: list[str], tasks: list[str], methods: list[str], seeds: l
     per_task = train if isinstance(train, dict) else {t: train for t in tasks}
     jobs: dict[str, RunConfig] = {}
     for method in methods:
-        cls = METHODS.get(method)
+        entry = method_registry().get(method)  # its class, or its facts from the catalog (suite.api.method_facts)
         trains = {task: _train_variants(per_task[task], *_method_train(fixed, swept, method)) for task in tasks}
         for over in _combos(fixed, swept, method):
-            cfg = dataclasses.replace(cls.Config(), **over)
-            cls(cfg)  # validates
-            hparams = dataclasses.asdict(cfg)
+            hparams = validated_hparams(method, over)
             for model, task, seed in itertools.product(models, tasks, seeds):
                 for t in trains[task]:
-                    check_precision(cls, t.precision)
-                    _check_accumulation(cls, t)
+                    check_precision(entry, t.precision)
+                    _check_accumulation(entry, t)
                     job = RunConfig(model, task, method, hparams, seed, t, data_source)
                     jobs.setdefault(job.hash, job)
     return list(jobs.values())
@@ -135,9 +139,9 @@ def _combos(fixed, swept, target: str) -> list[dict[str, Any]]:
             for vals in itertools.product(*(swept[target][k] for k in keys))]
 
 
-def _check_accumulation(cls, t: TrainSettings) -> None:
-    if t.grad_accumulation > 1 and cls.training_step is not AttentionMethod.training_step:
-        raise HyperParameterError(f"{cls.name} replaces the training step (it steps the optimizer itself), so "
+def _check_accumulation(method, t: TrainSettings) -> None:
+    if t.grad_accumulation > 1 and replaces_training_step(method):
+        raise HyperParameterError(f"{method.name} replaces the training step (it steps the optimizer itself), so "
                                   f"train.grad_accumulation={t.grad_accumulation} cannot apply: use 1 and a "
                                   "smaller batch, or another method")
 

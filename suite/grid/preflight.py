@@ -18,11 +18,9 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import torch
-
 from suite.api.errors import BadInput
 from suite.grid.plan import parse_assignment, target_method
-from suite.run.device import cpu_bf16_native, pick_device
+from suite.run.device import cpu_bf16_native, device_type, pick_device
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
@@ -108,6 +106,8 @@ def _count(n: int) -> str:
 def machine_memory(device: str = "cpu") -> tuple[int, str]:
     """(bytes, what they are): the GPU's memory for a CUDA device, else this machine's RAM (or the container's
     memory limit when it is lower)."""
+    import torch
+
     if device.startswith("cuda") and torch.cuda.is_available():
         index = int(device.split(":")[1]) if ":" in device else torch.cuda.current_device()
         return torch.cuda.get_device_properties(index).total_memory, f"GPU memory on {device}"
@@ -124,7 +124,7 @@ def machine_memory(device: str = "cpu") -> tuple[int, str]:
 def warn_emulated_bf16(jobs: Sequence[RunConfig], device: str) -> None:
     """bf16 autocast on a CPU without bf16 instructions is emulated: correct, but slower than fp32."""
     if any(job.train.precision == "bf16" for job in jobs) and not device.startswith("cuda") \
-            and pick_device(device).type == "cpu" and not cpu_bf16_native():
+            and device_type(device) == "cpu" and not cpu_bf16_native():
         print("warning: train.precision=bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX) is emulated "
               "and many times slower than fp32: add --precision fp32 (or auto, which picks bf16 only where it is "
               "native)", file=sys.stderr)

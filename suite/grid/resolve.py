@@ -12,8 +12,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-from suite.api.attention import METHODS
 from suite.api.errors import BadInput
+from suite.api.method_facts import method_registry
 from suite.api.tasks import get_task, select_tasks
 from suite.grid.plan import build_grid
 from suite.run.data import resolve_data_dir
@@ -99,7 +99,7 @@ def merge_study(args: argparse.Namespace) -> argparse.Namespace:
 def _check_picked(study: str, key: str, flag_value: str, given: list[str | None]) -> None:
     """BadInput when a name the flag spells out is in none of the study's grids (with the names it has); a wildcard,
     group or `all` picks what the study has of it."""
-    resolve = {"methods": METHODS.select, "tasks": select_tasks, "model": select_models}[key]
+    resolve = {"methods": method_registry().select, "tasks": select_tasks, "model": select_models}[key]
     have = list(dict.fromkeys(n for value in given if value for n in resolve(value)))
     explicit = [token.strip() for token in flag_value.split(",") if token.strip()  # models: names only
                 and (key == "model" or (token.strip().lower() != "all" and not any(c in token for c in "*?[")))]
@@ -145,7 +145,7 @@ def plan_grid(args) -> GridPlan:
     if top_grid_empty(args):  # the flags picked only from the study's also: grids
         models, tasks, methods, seeds, jobs = [], [], [], [], []
     else:
-        methods, tasks = METHODS.select(args.methods), select_tasks(args.tasks)
+        methods, tasks = method_registry().select(args.methods), select_tasks(args.tasks)
         for task in tasks:
             check_task_metrics(get_task(task))
         models = select_models(args.model or ",".join(PRESETS.get(args.preset).models))
@@ -215,7 +215,7 @@ def _shared(key: str, grid_value, flag_value):
     if key == "seeds":
         wanted_seeds = set(flag_value)
         return [s for s in grid_value if s in wanted_seeds]
-    resolve = {"methods": METHODS.select, "tasks": select_tasks, "model": select_models}[key]
+    resolve = {"methods": method_registry().select, "tasks": select_tasks, "model": select_models}[key]
     wanted = set(resolve(flag_value))
     return ",".join(v for v in resolve(grid_value) if v in wanted)
 

@@ -16,10 +16,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from suite.api.attention import METHODS
 from suite.api.errors import BadInput, SuiteError
+from suite.api.method_facts import METHODS
 from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment
 from suite.grid.store import Store, atomic_write
@@ -108,6 +106,8 @@ def configurations(tune, method: str) -> list[dict[str, Any]]:
                        f"({' x '.join(f'{len(set(space[k]))} {k}' for k in keys)}); every method gets the same "
                        "budget, so lower the budget or give its space more values")
     if len(points) > tune.budget:  # one draw per method, repeatable: the study's draw_seed and the method's name
+        import numpy as np
+
         rng = np.random.default_rng([tune.draw_seed, zlib.crc32(method.encode())])
         points = [points[i] for i in sorted(rng.choice(len(points), size=tune.budget, replace=False))]
     return points
@@ -192,6 +192,8 @@ def _tune_score(store: Store, job: RunConfig) -> float | None:
 def select(plan: TuningPlan) -> dict[str, Any]:
     """Every configuration's tuning-split scores and each cell's choice by the mean over tuning seeds (dev is never
     read). A configuration with a failed run cannot be chosen; a cell with runs still missing has no choice yet."""
+    import numpy as np
+
     cells = []
     for (model, task, method), candidates in plan.cells.items():
         sign = 1.0 if get_task(task).higher_is_better else -1.0

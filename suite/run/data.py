@@ -222,9 +222,10 @@ class Encoded:
         index = None if self.index is None else [self.index[i] for i in indices]
         return Encoded([self.features[i] for i in indices], [self.labels[i] for i in indices], index)
 
-    def batch(self, indices, pad_id: int, regression: bool) -> dict:
-        """The padded tensors of the examples at `indices` (labels included)."""
-        return collate([self.features[i] for i in indices], [self.labels[i] for i in indices], pad_id, regression)
+    def batch(self, indices, pad_id: int, regression: bool, width: int | None = None) -> dict:
+        """The tensors of the examples at `indices` (labels included), padded to `width` (None: the longest)."""
+        return collate([self.features[i] for i in indices], [self.labels[i] for i in indices], pad_id, regression,
+                       width)
 
 
 def seeded_subset(n: int, limit: int | None, seed: int) -> list[int]:

@@ -5,18 +5,32 @@ import platform
 import resource
 import subprocess
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from suite import __version__
+from suite.api import startup_cache
 from suite.api.errors import BadInput
 
-AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+if TYPE_CHECKING:  # torch is imported where it is used: `list` and dry runs plan without it (suite.api.startup_cache)
+    import torch
+
+
+def _autocast_dtypes() -> dict[str, torch.dtype | None]:
+    import torch
+
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def __getattr__(name: str):
+    if name == "AUTOCAST_DTYPES":  # precision -> autocast dtype (None: plain fp32)
+        return _autocast_dtypes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pick_device(requested: str = "auto") -> torch.device:
     """'auto' (CUDA when visible, else CPU), 'cpu', 'cuda', 'cuda:N'; anything else is bad input."""
+    import torch
+
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -39,13 +53,75 @@ CPU_BF16_CHECKS = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # tor
 def cpu_bf16_native() -> bool:
     """Whether this CPU computes bf16 matrix products in hardware (AVX512-BF16 or AMX). Without them autocast
     emulates bf16 at a fraction of fp32's speed (a MiniLM-sized matmul 8-95x slower on an AVX2 AMD EPYC, see
-    docs/results.md#bf16-against-fp32)."""
+    docs/results.md#bf16-against-fp32). A command that only plans, before torch is imported, reads the answer torch
+    gave on this machine since its last boot (`suite.api.startup_cache`)."""
+    if startup_cache.usable():
+        return startup_cache.remembered("cpu-bf16", _cpu_facts(), _ask_torch_cpu_bf16)
+    import torch
+
     return any(getattr(torch.cpu, check, lambda: False)() for check in CPU_BF16_CHECKS)
+
+
+def _ask_torch_cpu_bf16() -> tuple[bool, list[str]]:
+    import torch
+
+    return (any(getattr(torch.cpu, check, lambda: False)() for check in CPU_BF16_CHECKS),
+            [spec.origin for spec in (torch.__spec__, torch._C.__spec__)])
+
+
+def _cpu_facts() -> dict[str, Any]:
+    """What torch's answer on the CPU's bf16 instructions depends on: the CPU (its /proc/cpuinfo, less the clock
+    speeds), the kernel, this boot (hardware cannot change without one) and the torch build (its version file;
+    `_ask_torch_cpu_bf16` adds torch's files)."""
+    def text(path: str) -> str | None:
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return None
+
+    import hashlib
+
+    cpuinfo = "".join(line for line in (text("/proc/cpuinfo") or "").splitlines(True) if not line.startswith("cpu MHz"))
+    return {"checks": CPU_BF16_CHECKS, "cpuinfo": hashlib.sha256(cpuinfo.encode()).hexdigest(),
+            "boot": text("/proc/sys/kernel/random/boot_id"), "uname": list(platform.uname()),
+            "torch": _torch_version_file(), **startup_cache.interpreter()}
+
+
+def _torch_version_file() -> str | None:
+    """The text of the installed torch's version.py (its version and the GPU toolkits it was built with), read
+    without importing torch; None when there is no torch to find."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        where = spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else None
+        return (Path(where) / "version.py").read_text() if where else None
+    except (ImportError, ValueError, OSError):
+        return None
+
+
+def _torch_without_gpus() -> bool:
+    """Whether the installed torch was built without CUDA and ROCm (a `+cpu` wheel): its torch.cuda then says no
+    GPU is available, whatever the machine has. False when in doubt."""
+    import re
+
+    version = _torch_version_file() or ""
+    return all(re.search(rf"^{name}(: *Optional\[str\])? *= *None *$", version, re.M) for name in ("cuda", "hip"))
+
+
+def device_type(requested: str = "auto") -> str:
+    """`pick_device(requested).type` (with its errors). A command that only plans, before torch is imported, knows
+    without torch that `cpu` is the CPU, and so is `auto` under a torch built without CUDA and ROCm."""
+    if startup_cache.usable() and (requested == "cpu" or requested == "auto" and _torch_without_gpus()):
+        return "cpu"
+    return pick_device(requested).type
 
 
 def bf16_native(device: torch.device) -> bool:
     """Whether this device computes bf16 in hardware: a CPU as `cpu_bf16_native`, a CUDA GPU of compute capability
     8.0 and up (A100, A10, L4, H100...); V100 and T4 only emulate it, slower than fp32."""
+    import torch
+
     if device.type == "cpu":
         return cpu_bf16_native()
     if device.type != "cuda":
@@ -74,7 +150,7 @@ def resolve_precision(precision: str, device_type: str, bf16_ok: bool) -> tuple[
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype a run trains and evaluates in (None: plain fp32); `auto` as `resolve_precision`."""
-    return AUTOCAST_DTYPES[resolve_precision(precision, device.type, bf16_native(device))[0]]
+    return _autocast_dtypes()[resolve_precision(precision, device.type, bf16_native(device))[0]]
 
 
 def enable_tf32(device: torch.device) -> bool:
@@ -83,6 +159,8 @@ def enable_tf32(device: torch.device) -> bool:
     is on, for the record; CPUs are left untouched."""
     if device.type != "cuda":
         return False
+    import torch
+
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     return True
@@ -99,6 +177,8 @@ def make_deterministic(device: torch.device, on: bool) -> dict[str, Any] | None:
     if device.type != "cuda":
         return None
     import os
+
+    import torch
 
     # set either way: a worker process runs many jobs, and the previous one may have asked for it
     torch.use_deterministic_algorithms(on)
@@ -117,6 +197,8 @@ def limit_gpu_memory(device: torch.device, fraction: float | None) -> float | No
     cap set (None: none)."""
     if device.type != "cuda" or fraction is None or not 0 < fraction < 1:
         return None
+    import torch
+
     # torch wants an index here: a bare `cuda` (the runner's default device) raises ValueError on a real GPU
     index = device.index if device.index is not None else torch.cuda.current_device()
     torch.cuda.set_per_process_memory_fraction(fraction, index)
@@ -131,6 +213,8 @@ STICKY_CUDA_ERRORS = ("device-side assert", "illegal memory access", "unspecifie
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
+    import torch
+
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
@@ -143,7 +227,7 @@ def precision_label(amp_dtype: torch.dtype | None, loss_scaling: bool = False) -
     """'fp32', 'bf16 autocast', 'fp16 autocast, loss scaling': what records and bench headers say ran."""
     if amp_dtype is None:
         return "fp32"
-    name = next(k for k, v in AUTOCAST_DTYPES.items() if v is amp_dtype)
+    name = next(k for k, v in _autocast_dtypes().items() if v is amp_dtype)
     return f"{name} autocast" + (", loss scaling" if loss_scaling else "")
 
 
@@ -185,6 +269,7 @@ def git_commit(root: Path | None = None) -> str | None:
 
 def environment(device: torch.device) -> dict[str, Any]:
     import datasets
+    import torch
     import transformers
 
     env = {"suite": __version__, "python": platform.python_version(), "torch": torch.__version__,
@@ -199,6 +284,8 @@ def environment(device: torch.device) -> dict[str, Any]:
 
 def machine(device: torch.device) -> str:
     """The GPU (and CUDA version) or the CPU model and torch's thread count, for benchmark headers."""
+    import torch
+
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
     cpu = platform.processor() or platform.machine()
@@ -212,6 +299,8 @@ def machine(device: torch.device) -> str:
 
 def peak_memory_mb(device: torch.device) -> float:
     """Peak GPU memory allocated by this run; on CPU the process's peak resident set (it never decreases)."""
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -219,6 +308,8 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def gpus_bf16_native(device: torch.device) -> bool:
     """Native bf16 on the GPU a run will use (every visible one when no index is given: a pool spreads runs)."""
+    import torch
+
     indices = [device.index] if device.index is not None else range(torch.cuda.device_count())
     return all(torch.cuda.get_device_capability(i) >= (8, 0) for i in indices)
 
@@ -231,17 +322,33 @@ def resolve_jobs_precision(jobs: list, device: str, executor: str = "local", add
     import dataclasses
     import sys
 
+    jobs = _resolve_pad_to(jobs, device, executor == "ray" and bool(address))
     if not any(j.train.precision == "auto" for j in jobs):
         return jobs
     if executor == "ray" and address and device.split(":")[0] != "cpu":
         raise BadInput("train.precision=auto with --executor ray --address: the driver cannot see which GPUs the "
                        "cluster's workers have, and a job's precision is part of its record's name. Give "
                        "--precision bf16 (GPUs of compute capability 8.0 and up), fp16 or fp32, or --device cpu")
-    dev = pick_device(device)
+    kind = device_type(device)
     remote = executor == "ray" and address
-    native = gpus_bf16_native(dev) if dev.type == "cuda" else not remote and cpu_bf16_native()
-    precision, message = resolve_precision("auto", dev.type, native)
+    native = gpus_bf16_native(pick_device(device)) if kind == "cuda" else not remote and cpu_bf16_native()
+    precision, message = resolve_precision("auto", kind, native)
     if message:
         print(f"note: {message}", file=sys.stderr)
     return [dataclasses.replace(j, train=dataclasses.replace(j.train, precision=precision))
             if j.train.precision == "auto" else j for j in jobs]
+
+
+def _resolve_pad_to(jobs: list, device: str, remote: bool) -> list:
+    """`train.pad_to=auto` replaced by what the jobs will pad to on `device` (`resolve_pad_to`), before they are hashed.
+    A remote cluster's device is a GPU unless --device cpu says otherwise."""
+    import dataclasses
+
+    from suite.run.batching import resolve_pad_to
+
+    if not any(j.train.pad_to == "auto" for j in jobs):
+        return jobs
+    kind = "cpu" if device.split(":")[0] == "cpu" else "cuda" if remote else device_type(device)
+    return [dataclasses.replace(j, train=dataclasses.replace(j.train, pad_to=resolve_pad_to("auto", kind,
+                                                                                            j.train.compile)))
+            if j.train.pad_to == "auto" else j for j in jobs]

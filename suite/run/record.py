@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np  # imported where used: dry runs read records without it
+
     from suite.run.settings import RunConfig
 
 RECORD_VERSION = 2
@@ -134,6 +134,8 @@ def predictions_filename(record_filename: str) -> str:
 def save_predictions(file, predictions: dict[str, dict[str, np.ndarray]]) -> None:
     """Arrays per eval split suffix ('' for the single dev set): index (row in the dev file), label, logits.
     `file` is a path or a binary file object."""
+    import numpy as np
+
     flat = {f"{suffix or 'dev'}/{name}": np.asarray(a) for suffix, arrays in predictions.items()
             for name, a in arrays.items()}
     np.savez_compressed(file, **flat)
@@ -141,6 +143,8 @@ def save_predictions(file, predictions: dict[str, dict[str, np.ndarray]]) -> Non
 
 def load_predictions(path: str | Path) -> dict[str, dict[str, np.ndarray]]:
     """The inverse of `save_predictions`: {suffix: {"index", "label", "logits"}} ('' is the single dev set)."""
+    import numpy as np
+
     out: dict[str, dict[str, np.ndarray]] = {}
     with np.load(path) as data:
         for key in data.files:

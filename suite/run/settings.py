@@ -14,7 +14,7 @@ from typing import Any
 
 from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry
-from suite.run.batching import BATCHINGS
+from suite.run.batching import BATCHINGS, PAD_TO
 
 SEED_RANGE = (0, 2**32)  # numpy's and torch's seedable range
 
@@ -114,6 +114,8 @@ class TrainSettings:
     deterministic: bool = setting(False, "CUDA: deterministic kernels (torch.use_deterministic_algorithms, "
                                          "CUBLAS_WORKSPACE_CONFIG, cuDNN deterministic), slower; GPU runs are not "
                                          "bit-repeatable without it (CPU runs are)", added=True)
+    pad_to: str = setting("auto", "; ".join(f"{name}: {h}" for name, h in PAD_TO.items()),
+                          choices=tuple(PAD_TO), legacy="longest")
     batching: str = setting("length", "; ".join(f"{name}: {b.help}" for name, b in BATCHINGS.items()),
                             choices=tuple(BATCHINGS), added=True)
 
@@ -254,10 +256,11 @@ class RunConfig:
         for name, default in _added_method_fields(self.method).items():
             if d["hparams"].get(name, default) == default:
                 d["hparams"].pop(name, None)
-        from suite.api.attention import METHODS  # (imports torch: `run --help` reads these settings without it)
+        from suite.api.method_facts import method_registry  # (the classes or their catalog: suite.api.method_facts)
 
-        if METHODS.is_replacement(self.method):  # a plugin replaced the method on purpose: its code is not ours
-            origin = METHODS.origin(self.method)
+        methods = method_registry()
+        if methods.is_replacement(self.method):  # a plugin replaced the method on purpose: its code is not ours
+            origin = methods.origin(self.method)
             d["implementation"] = f"{origin['distribution']}=={origin['version']}"
         blob = json.dumps(d, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -273,9 +276,9 @@ class RunConfig:
 
 
 def _added_method_fields(method: str) -> dict[str, Any]:
-    from suite.api.attention import METHODS
+    from suite.api.method_facts import hashed_when_changed
 
-    return METHODS.get(method).hashed_when_changed if method in METHODS else {}
+    return hashed_when_changed(method)
 
 
 def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, Any]
@@ -287,10 +290,9 @@ def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, A
 
 
 def _method_defaults(method: str) -> dict[str, Any]:
-    from suite.api.attention import METHODS
+    from suite.api.method_facts import default_hparams
 
-    cls = METHODS.get(method)
-    return dataclasses.asdict(cls.Config())
+    return default_hparams(method)
 
 
 def preset_train(preset: str, task: str) -> TrainSettings:

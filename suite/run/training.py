@@ -20,7 +20,7 @@ from suite.api.attention import AttentionMethod, StepContext
 from suite.api.errors import HyperParameterError, NonFiniteLoss
 from suite.api.tasks import TaskSpec
 from suite.run import stopping
-from suite.run.batching import BATCHINGS, sorted_batches, to_device
+from suite.run.batching import BATCHINGS, Widths, padded_widths, resolve_pad_to, sorted_batches, to_device
 from suite.run.data import Encoded
 from suite.run.settings import TrainSettings
 
@@ -61,30 +61,33 @@ class Evaluation:
 
 @torch.no_grad()
 def evaluate(model, enc: Encoded, spec: TaskSpec, batch_size: int, pad_id: int, device, amp_dtype,
-             suffix: str = "") -> Evaluation:
-    """Loss, official metrics and logits with the model in eval mode (no dropout of any kind)."""
+             suffix: str = "", widths: Widths = Widths()) -> Evaluation:
+    """Loss, official metrics and logits with the model in eval mode (no dropout of any kind), each batch padded as
+    `widths` says."""
     was_training = model.training
     model.eval()
-    batches = sorted_batches(enc.lengths(), batch_size)
-    logits = torch.empty((len(enc), spec.num_labels), dtype=torch.float32)
+    lengths = enc.lengths()
+    batches = sorted_batches(lengths, batch_size)
+    # logits stay on the device until the split is done: one copy to the host per split, not one per batch
+    logits = torch.empty((len(enc), spec.num_labels), dtype=torch.float32, device=device)
     total = torch.zeros((), device=device)
     autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
     for b in batches:
-        batch = to_device(enc.batch(b, pad_id, spec.is_regression), device)
+        batch = to_device(enc.batch(b, pad_id, spec.is_regression, widths.width(b, lengths)), device)
         with autocast:
             out = model(**batch)
         total += out.loss.float() * len(b)
-        logits[b] = out.logits.float().cpu()
+        logits[torch.as_tensor(b, device=device)] = out.logits.float()
     model.train(was_training)
-    arr = logits.numpy()
+    arr = logits.cpu().numpy()
     found = metrics.compute(spec.metrics, arr, np.asarray(enc.labels), spec.is_regression, suffix)
     return Evaluation(total.item() / len(enc), found, arr, len(enc))
 
 
-def evaluate_all(model, devs: dict[str, Encoded], spec, batch_size, pad_id, device, amp_dtype
-                 ) -> tuple[float, dict[str, float], dict[str, Evaluation]]:
+def evaluate_all(model, devs: dict[str, Encoded], spec, batch_size, pad_id, device, amp_dtype,
+                 widths: dict[str, Widths]) -> tuple[float, dict[str, float], dict[str, Evaluation]]:
     """(mean dev loss, metrics of every eval split with the headline `score`, each split's evaluation)."""
-    evals = {suffix: evaluate(model, enc, spec, batch_size, pad_id, device, amp_dtype, suffix)
+    evals = {suffix: evaluate(model, enc, spec, batch_size, pad_id, device, amp_dtype, suffix, widths[suffix])
              for suffix, enc in devs.items()}
     found: dict[str, float] = {}
     for e in evals.values():
@@ -98,7 +101,7 @@ def evaluate_all(model, devs: dict[str, Encoded], spec, batch_size, pad_id, devi
 # The loop
 # ---------------------------------------------------------------------------------------------------------
 
-STEP_LOG_BATCHES = 10  # batches between host syncs: the running loss is checked, and trackers get the step loss
+STEP_LOG_BATCHES = 25  # batches between host syncs: the running loss is checked, and trackers get the step loss
 
 
 def _progress(total: int, desc: str, quiet: bool):
@@ -151,16 +154,18 @@ class EpochSelection:
 
 def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettings, pad_id: int, generator,
                 epoch: int, label: str, quiet: bool,
-                on_step: Callable[[int, dict[str, float]], None] | None = None) -> tuple[float, int]:
-    """One pass over shuffled batches, drawn as train.batching says; (mean training loss, examples seen).
-    `on_step(optimizer step, values)` gets the mean loss of the last STEP_LOG_BATCHES batches and the learning rate."""
+                on_step: Callable[[int, dict[str, float]], None] | None = None,
+                widths: Widths = Widths()) -> tuple[float, int]:
+    """One pass over shuffled batches, drawn as train.batching says and padded as `widths` says; (mean training
+    loss, examples seen). `on_step(optimizer step, values)` gets the mean loss of the last STEP_LOG_BATCHES batches
+    and the learning rate."""
     lengths = train.lengths()
     batches = BATCHINGS[t.batching].order(lengths, t.batch_size, generator)
     bar = _progress(len(batches), f"{label} ep{epoch}/{t.epochs}", quiet)
     loss_sum = torch.zeros((), device=ctx.device)
 
     def make(idx):
-        return to_device(train.batch(idx, pad_id, spec.is_regression), ctx.device)
+        return to_device(train.batch(idx, pad_id, spec.is_regression, widths.width(idx, lengths)), ctx.device)
 
     nxt, seen, accumulate = make(batches[0]), 0, t.grad_accumulation
     logged_sum, logged_at = 0.0, 0  # the loss sum and batch count at the last host sync
@@ -175,7 +180,7 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
         loss_sum += ctx.method.training_step(ctx, batch, nxt).float()
         seen += len(batches[i])
         bar.update(1)
-        if (i + 1) % STEP_LOG_BATCHES == 0 or i + 1 == len(batches):  # one host sync every 10 batches
+        if (i + 1) % STEP_LOG_BATCHES == 0 or i + 1 == len(batches):  # one host sync every STEP_LOG_BATCHES
             total = loss_sum.item()
             running = total / (i + 1)
             if not math.isfinite(running):
@@ -186,12 +191,14 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
                 on_step(ctx.step, {"step/train_loss": (total - logged_sum) / (i + 1 - logged_at), "step/lr": lr})
             logged_sum, logged_at = total, i + 1
     bar.close()
-    return loss_sum.item() / len(batches), seen
+    return logged_sum / len(batches), seen  # the last batch's read holds the epoch's sum: no further sync
 
 
 def check_finite_model(model: torch.nn.Module, dev_loss: float, epoch: int) -> None:
     """A diverged model can still produce a finite running loss on its last steps: check weights and dev loss."""
-    bad = next((n for n, p in model.named_parameters() if not torch.isfinite(p).all()), None)
+    named = list(model.named_parameters())
+    finite = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()  # one host read for all of them
+    bad = next((n for (n, _), ok in zip(named, finite) if not ok), None)
     if bad is not None:
         raise NonFiniteLoss(f"weights became NaN/inf after epoch {epoch} (first: {bad}); lower the learning rate")
     if not math.isfinite(dev_loss):
@@ -209,23 +216,30 @@ def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded]
                                   "never read dev")
     steps_per_epoch = math.ceil(math.ceil(len(train) / t.batch_size) / t.grad_accumulation)
     ctx = build_context(model, method, t, steps_per_epoch * t.epochs, device, amp_dtype)
+    pad_to = resolve_pad_to(t.pad_to, device.type, t.compile)
+
+    def widths(enc: Encoded) -> Widths:  # each split's bucket widths, from its own lengths (train.pad_to)
+        return padded_widths(enc.lengths(), pad_to, t.max_length)
+
+    train_w, dev_w, subset_w = widths(train), {k: widths(v) for k, v in devs.items()}, widths(train_subset)
+    tune_w = widths(tune) if tune is not None else Widths()
     generator = torch.Generator().manual_seed(seed)
     history, train_s, eval_s, seen, evals = [], 0.0, 0.0, 0, {}
     selection, stop = EpochSelection(t, spec), False
     model.train()
     for epoch in range(1, t.epochs + 1):
         start = time.perf_counter()
-        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet, on_step)
+        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet, on_step, train_w)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - start
         train_s, seen = train_s + epoch_time, seen + n
 
         start = time.perf_counter()
-        dev_loss, dev, evals = evaluate_all(model, devs, spec, t.eval_batch_size, pad_id, device, amp_dtype)
+        dev_loss, dev, evals = evaluate_all(model, devs, spec, t.eval_batch_size, pad_id, device, amp_dtype, dev_w)
         check_finite_model(model, dev_loss, epoch)
         if len(train_subset):
-            e = evaluate(model, train_subset, spec, t.eval_batch_size, pad_id, device, amp_dtype)
+            e = evaluate(model, train_subset, spec, t.eval_batch_size, pad_id, device, amp_dtype, widths=subset_w)
             subset_loss, subset_m = e.loss, e.metrics | {"score": metrics.headline(e.metrics, list(spec.metrics))}
         else:  # train_eval_samples=0: no train-subset scores (and no generalisation gap)
             subset_loss, subset_m = math.nan, {"score": math.nan}
@@ -233,7 +247,7 @@ def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded]
                  "train_subset_loss": subset_loss, "train_subset": subset_m, "epoch_time_s": epoch_time,
                  "train_samples_per_s": n / epoch_time}
         if tune is not None:  # scored like the train subset: one split, the task's unsuffixed metrics
-            e = evaluate(model, tune, spec, t.eval_batch_size, pad_id, device, amp_dtype)
+            e = evaluate(model, tune, spec, t.eval_batch_size, pad_id, device, amp_dtype, widths=tune_w)
             entry["tune_loss"], entry["tune"] = e.loss, e.metrics | {"score": metrics.headline(e.metrics,
                                                                                              list(spec.metrics))}
         eval_s += time.perf_counter() - start
