@@ -75,6 +75,9 @@ def main() -> None:
     a = p.parse_args()
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     tmp = Path(tempfile.mkdtemp(prefix="side-by-side-"))
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    new_code = f"{head}+worktree" if a.new == "worktree" else a.new  # what was installed, not what HEAD is later
     try:
         sites = {"old": install(a.old, tmp / "old"), "new": install(a.new, tmp / "new")}
         order = [v for r in range(a.rounds) for v in (("old", "new") if r % 2 == 0 else ("new", "old"))]
@@ -91,8 +94,7 @@ def main() -> None:
                                capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     doc = {"command": "python -m suite " + " ".join(command), "old": a.old, "new": a.new,
-           "new_code": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                      text=True).stdout.strip() + ("+worktree" if a.new == "worktree" else ""),
+           "new_code": new_code,
            "machine": _machine(), "results": results}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
