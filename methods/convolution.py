@@ -9,8 +9,11 @@ position and head as in fairseq (not once per head and tap for the whole batch).
 convolution's own input, the value vectors (as fairseq; `kernel_input="query"`: of the query vectors instead).
 Kernel logits (and the dynamic map) start at zero: a uniform window average.
 
-The fast path loops over the k taps (cost linear in the length); under a statistics probe the same weights are laid
-out as the banded (L x L) mixing matrix and passed to `suite.attend`, so statistics and analyses see the convolution.
+The fast path cuts the length into blocks and multiplies each block's banded (block x (block + k - 1)) kernel matrix
+with the values it reads, one batched matmul for all blocks (fairseq's PyTorch path, `_forward_expanded`, builds the
+same band over the whole length): a few operators per layer whatever k, a cost linear in the length. Under a
+statistics probe the weights are laid out as the full banded (L x L) mixing matrix and passed to `suite.attend`, so
+statistics and analyses see the convolution.
 """
 from __future__ import annotations
 
@@ -26,8 +29,9 @@ from suite.api.attention import (
     attention_modules,
     has_probe,
     register_method,
-    valid_keys,
 )
+
+from .entmax_attention import at_least_fp32
 
 FAIRSEQ_ENCODER_KERNELS = (3, 7, 15, 31)  # then 31 for every further layer
 
@@ -45,35 +49,51 @@ def kernel_sizes(num_layers: int, kernel_size: int = 0) -> list[int]:
     return [FAIRSEQ_ENCODER_KERNELS[min(i, len(FAIRSEQ_ENCODER_KERNELS) - 1)] for i in range(num_layers)]
 
 
-def key_padding(attention_mask, value: torch.Tensor) -> torch.Tensor:
-    """(B, 1, L, 1) float: 1 at real positions, 0 at padding (a key is real if some query may attend it)."""
-    valid = valid_keys(attention_mask, value.new_empty(1, 1, value.shape[2], value.shape[2]))
-    return valid.any(dim=-2).to(value.dtype).unsqueeze(-1).expand(value.shape[0], 1, value.shape[2], 1)
+def padding_positions(attention_mask) -> torch.Tensor | None:
+    """(B, 1, L, 1) bool: True at padding (a key no query may attend), or None without a mask."""
+    if attention_mask is None:
+        return None
+    return (attention_mask != 0).all(dim=-2).unsqueeze(-1)
+
+
+def block_size(k: int, length: int) -> int:
+    """Positions per block of `convolve`: the power of two at or above max(min(k, length), 16), so that the band a
+    block reads (block + k - 1 positions) costs at most about twice the k taps, lengths that are multiples of 16
+    split evenly, and a short sequence is one block however wide the kernel."""
+    return 1 << max(min(k, length) - 1, 15).bit_length()
+
+
+def skew(weights: torch.Tensor, block: int, extra_rows: int = 0) -> torch.Tensor:
+    """Kernel rows laid out along a band: (..., R, k), with R + extra_rows a multiple of `block` -> (...,
+    (R + extra_rows) / block, block, block + k - 1), where row r of a block holds its taps in columns r .. r + k - 1
+    and zeros elsewhere (the extra rows are zero). Padding each row with `block` zeros and reading the flat buffer
+    with rows one shorter shifts row r by r: one pad and views, whatever the length."""
+    *lead, rows, k = weights.shape
+    flat = F.pad(weights, (0, block, 0, extra_rows)).reshape(*lead, (rows + extra_rows) // block, block * (block + k))
+    return flat[..., :block * (block + k - 1)].unflatten(-1, (block, block + k - 1))
 
 
 def convolve(value: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """sum_t weights[..., t] * value shifted by t - k // 2 along the length; value (B, H, L, d), weights broadcastable
-    to (B, H, L, k). Zero outside the sequence. Cost: k passes over the values (one depthwise conv1d when the
-    kernel is the same for every sample and position)."""
-    k, length = weights.shape[-1], value.shape[2]
-    left = k // 2
-    if weights.shape[0] == 1 and weights.shape[2] == 1:
-        return _depthwise(value, weights[0, :, 0, :], left)
-    padded = F.pad(value, (0, 0, left, k - 1 - left))
-    out = torch.zeros_like(value)
-    for t in range(k):
-        out = out + weights[..., t:t + 1].to(value.dtype) * padded[:, :, t:t + length]
-    return out
-
-
-def _depthwise(value: torch.Tensor, kernel: torch.Tensor, left: int) -> torch.Tensor:
-    """`convolve` with one (H, k) kernel: a grouped conv1d over the B x (H * d) channels, head h owning its d."""
+    """sum_t weights[..., t] * value shifted by t - k // 2 along the length; value (B, H, L, d), weights (B or 1,
+    H, L or 1, k). Zero outside the sequence. The length is cut into blocks; each block of positions is one
+    (block x (block + k - 1)) banded matrix times the values it reads, so a call is a fixed handful of operators
+    (one batched matmul) whatever k, and its cost stays linear in the length."""
     b, h, length, d = value.shape
-    k = kernel.shape[-1]
-    x = F.pad(value.permute(0, 1, 3, 2).reshape(b, h * d, length), (left, k - 1 - left))
-    weight = kernel.to(value.dtype).repeat_interleave(d, dim=0).unsqueeze(1)      # (H * d, 1, k)
-    out = F.conv1d(x, weight, groups=h * d)                                        # cross-correlation: tap t
-    return out.view(b, h, d, length).permute(0, 1, 3, 2)                           # reads position i + t - left
+    k = weights.shape[-1]
+    if k > 2 * length - 1:  # taps more than length - 1 away from the centre only ever read zeros
+        weights = weights[..., k // 2 - length + 1:k // 2 + length]
+        k = 2 * length - 1
+    block = block_size(k, length)
+    blocks = -(-length // block)
+    left = k // 2
+    w = weights.to(value.dtype)
+    if w.shape[2] == 1:  # one kernel for every position: one band, broadcast over the blocks
+        band = skew(w.expand(*w.shape[:2], block, k), block)
+    else:                # rows up to whole blocks (the extra rows' outputs are cut off below)
+        band = skew(w, block, blocks * block - length)                  # (B, H, blocks, block, block + k - 1)
+    padded = F.pad(value, (0, 0, left, blocks * block - length + k - 1 - left))
+    windows = padded.unfold(2, block + k - 1, block).transpose(-1, -2)  # (B, H, blocks, block + k - 1, d)
+    return torch.matmul(band, windows).flatten(2, 3)[:, :, :length]
 
 
 def banded_matrix(weights: torch.Tensor, length: int) -> torch.Tensor:
@@ -120,16 +140,22 @@ class _Convolution(AttentionMethod):
         raise NotImplementedError
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
-        weights = torch.softmax(self.kernel_logits(module, query).float(), dim=-1)
+        logits = self.kernel_logits(module, query)
+        # normalised in at least fp32; softmax's own upcast spares a cast (and its backward) under autocast
+        weights = torch.softmax(logits, dim=-1, dtype=at_least_fp32(logits.dtype))
         if module.training and self.cfg.p_weight > 0:
             # fairseq drops kernel weights per batch element, position and head (it expands the kernel to T x B x H
             # first): a shared (1, H, 1, k) kernel is expanded so that no two positions share a mask
             b, h, length, _ = value.shape
             weights = F.dropout(weights.expand(b, h, length, weights.shape[-1]), p=self.cfg.p_weight)
-        real = key_padding(attention_mask, value)                   # (B, 1, L, 1)
-        value = value * real                                        # padded positions contribute nothing
+        padding = padding_positions(attention_mask)                 # (B, 1, L, 1)
+        if padding is not None:
+            value = value.masked_fill(padding, 0.0)                 # padded positions contribute nothing
         if has_probe(module):
-            return attend(module, banded_matrix(weights, value.shape[2]) * real.transpose(-1, -2), value)
+            mixing = banded_matrix(weights, value.shape[2])
+            if padding is not None:
+                mixing = mixing.masked_fill(padding.transpose(-1, -2), 0.0)
+            return attend(module, mixing, value)
         return convolve(value, weights).transpose(1, 2).contiguous(), None
 
 

@@ -3,7 +3,8 @@
 
 The mapping replaces the softmax over the keys. It always runs in at least fp32 (autocast off, scores upcast, the
 result cast back): the entmax threshold squares the scores and loses the row sum in half precision. Padded keys get
-the fp32 mask minimum, which lies outside every row's support, so they receive exactly zero weight.
+the mask minimum, which lies outside every row's support, so they receive exactly zero weight; a row with no real key
+at all (a fully padded sample) gets zero weight everywhere from `entmax_alpha`, the uniform row from the other two.
 
 `entmax_alpha` (Correia et al. 2019, "Adaptively Sparse Transformers"): each attention module stores an unconstrained
 parameter `entmax_pre_alpha` (one per head); every forward maps it to
@@ -21,7 +22,6 @@ import math
 
 import torch
 from entmax.activations import Entmax15Function, SparsemaxFunction
-from entmax.root_finding import EntmaxBisectFunction
 
 from suite.api.attention import (
     AttentionMethod,
@@ -30,25 +30,33 @@ from suite.api.attention import (
     attend,
     attention_modules,
     register_method,
-    valid_keys,
 )
 
 ALPHA_MIN = 1.01
 
 
 def masked_scores_fp32(query, key, scaling, attention_mask) -> torch.Tensor:
-    """Scaled scores in at least fp32, padded keys at the fp32 mask minimum (not at a half-precision -inf)."""
-    s = torch.matmul(query, key.transpose(-1, -2)) * scaling
-    s = s.to(torch.promote_types(s.dtype, torch.float32))
-    if attention_mask is not None:
-        s = s.masked_fill(~valid_keys(attention_mask, s), torch.finfo(s.dtype).min)
-    return s
+    """Scaled scores in at least fp32, padded keys at the mask minimum (fp32's with transformers' fp32 mask).
+    One operator scales and masks: mask + scaling * scores, computed in fp32 (scores from bf16 autocast are scaled
+    after the upcast, not before); a real key's mask entry is 0, and a padded one's scores vanish beside the mask
+    minimum."""
+    s = torch.matmul(query, key.transpose(-1, -2))
+    work = at_least_fp32(s.dtype)
+    if attention_mask is None:
+        return (s * scaling).to(work)
+    return torch.add(attention_mask.to(at_least_fp32(attention_mask.dtype)), s, alpha=scaling).to(work)
+
+
+def at_least_fp32(dtype: torch.dtype) -> torch.dtype:
+    """torch.promote_types(dtype, float32) in Python: the torch call is an operator of its own at every layer."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 # The `entmax` package's three mappings declared again with static methods: torch.compile cannot bind the package's
-# classmethod `forward` and broke the graph at every layer. Each forward is the package's own; each backward is the
-# package's formula (entmax 1.3: activations.SparsemaxFunction / Entmax15Function, root_finding.EntmaxBisectFunction),
-# written out because a compiled graph cannot call another Function's backward.
+# classmethod `forward` and broke the graph at every layer. sparsemax's and entmax15's forwards are the package's own,
+# the bisection's is the package's arithmetic in fewer operators; each backward is the package's formula (entmax 1.3:
+# activations.SparsemaxFunction / Entmax15Function, root_finding.EntmaxBisectFunction), written out because a compiled
+# graph cannot call another Function's backward.
 
 class _Sparsemax(torch.autograd.Function):
     @staticmethod
@@ -86,24 +94,49 @@ def entmax15(X: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 class _EntmaxBisect(torch.autograd.Function):
+    """The package's bisection (root_finding.EntmaxBisectFunction, ensure_sum_one) with the same arithmetic in
+    fewer operators: 1 / (alpha - 1) is taken once rather than at every step, the step's midpoint is the lower end
+    plus the first bracket scaled by 2^-(it + 1) (exact, as the package's repeated halving), and `sum >= 1` stands
+    for `sum - 1 >= 0` (the same test: S - 1 is exact near 1). A row whose keys are all masked (a fully padded
+    sample) keeps its bracket at the mask minimum and finds no support: it gets zero attention, where the package
+    divides 0 by 0, and no gradient."""
 
     @staticmethod
     def forward(ctx, X, alpha, dim: int, n_iter: int):
-        return EntmaxBisectFunction.forward(ctx, X, alpha, dim, n_iter, True)
+        shape = list(X.shape)
+        shape[dim] = 1
+        alpha = alpha.expand(*shape)
+        ctx.alpha, ctx.dim = alpha, dim
+        am1 = alpha - 1
+        inv = am1.reciprocal()
+        max_val = X.max(dim=dim, keepdim=True).values * am1
+        X = X * am1
+        tau_lo = max_val - 1
+        dm = (max_val - (1 / X.shape[dim]) ** am1) - tau_lo
+        for it in range(n_iter):
+            tau_m = torch.add(tau_lo, dm, alpha=0.5 ** (it + 1))
+            p_m = torch.clamp(X - tau_m, min=0) ** inv
+            tau_lo = torch.where(p_m.sum(dim, keepdim=True) >= 1, tau_m, tau_lo)
+        p_m = p_m / p_m.sum(dim, keepdim=True).clamp_min(torch.finfo(p_m.dtype).tiny)
+        ctx.save_for_backward(p_m)
+        return p_m
 
     @staticmethod
     def backward(ctx, dY):
         (Y,), alpha, dim = ctx.saved_tensors, ctx.alpha, ctx.dim
-        gppr = torch.where(Y > 0, Y ** (2 - alpha), Y.new_zeros(1))
+        support = Y > 0
+        gppr = torch.where(support, Y ** (2 - alpha), 0.0)
+        # a row without support (fully masked) has gppr summing to 0: clamped, its gradients are 0, not 0 / 0
+        gppr_sum = gppr.sum(dim, keepdim=True).clamp_min(torch.finfo(gppr.dtype).tiny)
         dX = dY * gppr
-        dX = dX - (dX.sum(dim) / gppr.sum(dim)).unsqueeze(dim) * gppr
+        dX = dX - dX.sum(dim, keepdim=True) / gppr_sum * gppr
         d_alpha = None
         if ctx.needs_input_grad[1]:
-            S = torch.where(Y > 0, Y * torch.log(Y), Y.new_zeros(1))  # Shannon terms
-            ent = S.sum(dim).unsqueeze(dim)
-            Y_skewed = gppr / gppr.sum(dim).unsqueeze(dim)
+            S = torch.where(support, Y * torch.log(Y), 0.0)  # Shannon terms
+            ent = S.sum(dim, keepdim=True)
+            Y_skewed = gppr / gppr_sum
             d_alpha = dY * (Y - Y_skewed) / ((alpha - 1) ** 2) - dY * (S - Y_skewed * ent) / (alpha - 1)
-            d_alpha = d_alpha.sum(dim).unsqueeze(dim)
+            d_alpha = d_alpha.sum(dim, keepdim=True)
         return dX, d_alpha, None, None
 
 
@@ -155,7 +188,8 @@ class EntmaxAlphaConfig:
 
 
 def alpha_from_pre(pre_alpha: torch.Tensor, lr_mult: float = 1.0) -> torch.Tensor:
-    return ALPHA_MIN + (2.0 - ALPHA_MIN) * torch.sigmoid(lr_mult * pre_alpha)
+    scaled = pre_alpha if lr_mult == 1.0 else lr_mult * pre_alpha  # x * 1.0 is x: no operator for it
+    return ALPHA_MIN + (2.0 - ALPHA_MIN) * torch.sigmoid(scaled)
 
 
 def pre_from_alpha(alpha: float, lr_mult: float = 1.0) -> float:
@@ -199,7 +233,7 @@ class EntmaxAlpha(AttentionMethod):
     def alpha(self, module) -> torch.Tensor:
         """(H,) alphas of this module, recomputed from the unconstrained parameter at every call."""
         pre = module.entmax_pre_alpha
-        return alpha_from_pre(pre.to(torch.promote_types(pre.dtype, torch.float32)), self.cfg.alpha_lr_mult)
+        return alpha_from_pre(pre.to(at_least_fp32(pre.dtype)), self.cfg.alpha_lr_mult)
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         s = masked_scores_fp32(query, key, scaling, attention_mask)

@@ -2,6 +2,8 @@
 
 Follows the official TensorFlow code (bzhangGo/zero, modules/rela.py):
   A = ReLU(S * M01)                 padded logits are zeroed (multiplicative mask), so ReLU gives them exactly 0
+                                    (here they get the additive mask minimum instead: the same exact 0s and no
+                                    gradient, in one operator with the scaling)
   A = dropout(A)                    rows are never renormalised; an all-zero row is "null attention"
   O = concat_heads(A V)             (B, L, H*d)
   O = g * O / sqrt(mean(O^2) + eps) * sigmoid(w * O)     per attention module, before the output projection
@@ -19,16 +21,19 @@ import dataclasses
 import math
 
 import torch
+import torch.nn.functional as F
 
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
     attend,
     attention_modules,
+    has_probe,
     probs_dropout,
     register_method,
-    valid_keys,
 )
+
+from .entmax_attention import at_least_fp32
 
 
 @dataclasses.dataclass
@@ -40,11 +45,10 @@ class ReLAConfig:
 
 def gated_rms_norm(x: torch.Tensor, scale: torch.Tensor, gate: torch.Tensor, eps: float) -> torch.Tensor:
     """g * x / sqrt(mean(x^2) + eps) * sigmoid(w * x) over the last dimension, in at least fp32 (mean(x^2)
-    overflows fp16)."""
-    work = torch.promote_types(x.dtype, torch.float32)
+    overflows fp16). `F.rms_norm` is one fused kernel on CUDA (and the same formula elsewhere)."""
+    work = at_least_fp32(x.dtype)
     xf = x.to(work)
-    rms = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
-    return (scale.to(work) * xf * rms * torch.sigmoid(gate.to(work) * xf)).to(x.dtype)
+    return (F.rms_norm(xf, xf.shape[-1:], scale.to(work), eps) * torch.sigmoid(gate.to(work) * xf)).to(x.dtype)
 
 
 @register_method("rela")
@@ -78,12 +82,22 @@ class ReLA(AttentionMethod):
                                                 .uniform_(-bound, bound)))
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
-        s = torch.matmul(query, key.transpose(-1, -2)) * scaling
-        if attention_mask is not None:
-            # Zero the padded logits before the ReLU (never an additive mask after it): they come out exactly 0.
-            s = s.masked_fill(~valid_keys(attention_mask, s), 0.0)
+        s = torch.matmul(query, key.transpose(-1, -2))
+        if attention_mask is None:
+            s = s * scaling
+        else:
+            # mask + scaling * s in one operator: a padded logit lands at the mask minimum (or -inf in half
+            # precision), so the ReLU gives it exactly 0 and no gradient, as zeroing it would; a real one is
+            # scaling * s exactly (its mask entry is 0)
+            s = torch.add(attention_mask.to(s.dtype), s, alpha=scaling)
         weights = probs_dropout(torch.relu(s), self.cfg.p if module.training else 0.0, module)
-        out, _ = attend(module, weights, value)
+        if has_probe(module):
+            out = attend(module, weights, value)[0]  # the probe sees the weights
+        else:
+            out = torch.matmul(weights.to(value.dtype), value).transpose(1, 2)
         b, lq, h, d = out.shape
-        out = gated_rms_norm(out.reshape(b, lq, h * d), module.rela_scale, module.rela_gate, self.cfg.eps)
-        return out.view(b, lq, h, d), weights
+        # the heads side by side in the norm's precision: one copy makes both the layout and the upcast
+        work = at_least_fp32(out.dtype)
+        out = out.contiguous() if work == out.dtype else out.to(work, memory_format=torch.contiguous_format)
+        out = gated_rms_norm(out.view(b, lq, h * d), module.rela_scale, module.rela_gate, self.cfg.eps)
+        return out.to(value.dtype).view(b, lq, h, d), weights

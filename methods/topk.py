@@ -26,7 +26,6 @@ from suite.api.attention import (
     mask_fill_value,
     probs_dropout,
     register_method,
-    scores,
     softmax,
     valid_keys,
 )
@@ -46,7 +45,7 @@ def official_ratio_k(key_length: int, div: float, lb: int) -> int:
     return min(max(math.ceil(key_length / div), lb), key_length)
 
 
-def topk_mask(s: torch.Tensor, valid: torch.Tensor, k: int | None, k_frac: float | None) -> torch.Tensor:
+def topk_mask(s: torch.Tensor, valid: torch.Tensor | None, k: int | None, k_frac: float | None) -> torch.Tensor:
     """Boolean (like `s`): True where a score is below its row's k-th largest valid score (to be masked).
 
     `s` already carries the padding mask (padded keys at the mask minimum), so padding never enters the top k
@@ -94,9 +93,11 @@ class TopK(AttentionMethod):
             raise HyperParameterError("topk.div and topk.k_frac are two ways of choosing k: set one of them")
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
-        s = scores(query, key, scaling, attention_mask)
+        s = torch.matmul(query, key.transpose(-1, -2))
+        # `scores` in one operator: mask + scaling * s (a real key's mask entry is 0, so its score is the same)
+        s = s * scaling if attention_mask is None else torch.add(attention_mask, s, alpha=scaling)
         k = self.cfg.k if self.cfg.div is None else official_ratio_k(s.shape[-1], self.cfg.div, self.cfg.lb)
-        drop = topk_mask(s, valid_keys(attention_mask, s), k, self.cfg.k_frac)
-        s = s.masked_fill(drop, mask_fill_value(s))
+        valid = None if self.cfg.k_frac is None else valid_keys(attention_mask, s)  # only k_frac counts keys
+        s = s.masked_fill(topk_mask(s, valid, k, self.cfg.k_frac), mask_fill_value(s))
         p = probs_dropout(softmax(s), self.cfg.p if module.training else 0.0, module)
         return attend(module, p, value)
