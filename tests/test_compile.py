@@ -119,9 +119,10 @@ def captured_step(name: str, backend: str | None) -> tuple[torch.Tensor, dict[st
     from suite.run.settings import TrainSettings
     from suite.run.training import build_context
 
-    torch._dynamo.reset()
+    torch._dynamo.reset()  # one layer: tracing costs per operator, and one layer holds every operator of the method
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    layers = 2 if name == "less_attention" else 1  # less attention frees the lower half: it needs two layers
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
                         intermediate_size=64, max_position_embeddings=64)
     model = BertForSequenceClassification(config)
     method = suite.METHODS.get(name)()
