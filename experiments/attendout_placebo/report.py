@@ -118,11 +118,14 @@ def markdown(meta: dict, snr: dict, policy: dict, summaries: list[dict], accumul
               f"(standard error over seeds {corr_se:.3f}).", "",
               "| seed | reward | dev acc | drop rate per layer (end) | reward std | between-mask std | "
               "corr(adv, drop share) | step ratio | train s |", "|---|---|---|---|---|---|---|---|---|"]
+    def ratio(x):  # not measured in-run on a GPU (the probe would stall it): None
+        return "-" if x is None else f"{x:.2f}"
+
     for s in summaries:
         rates = " ".join(f"{x:.3f}" for x in s["drop_rate_per_layer_end"])
         lines.append(f"| {s['seed']} | {'placebo' if s['placebo'] else 'real'} | {s['dev_accuracy']:.3f} | {rates} "
                      f"| {f(s['reward_std'])} | {f(s['between_masks_std'])} | {s['adv_vs_drop_corr_mean']:+.3f} | "
-                     f"{s['cost']['step_ratio']:.2f} | {s['train_s']:.0f} |")
+                     f"{ratio(s['cost']['step_ratio'])} | {s['train_s']:.0f} |")
     lines += ["", f"Drop rate per layer at initialisation: "
               f"{' '.join(f'{x:.3f}' for x in summaries[0]['drop_rate_per_layer_start'])}.", ""]
     return "\n".join(lines)

@@ -7,6 +7,9 @@ optimizer part (clipping, AdamW, scheduler) of the same step, which AttendOut ru
 AttendOut's step times over the sum of the paired vanilla step times. AttendOut does strictly more work than a
 vanilla step (at least the same forward-backward and optimizer step, plus G), so a measured ratio below 1 is timing
 noise: `step_ratio` is then reported as 1 and the raw value kept as `measured_step_ratio`.
+
+On the CPU only: timing a GPU step needs host syncs that drain the device's queue, so on a GPU no step is timed and
+the record says so (`step_ratio` None, `note`); `python -m suite bench` measures the ratio there, interleaved.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ class CostMeter:
         self.step_s: list[float] = []  # timed steps only (the probe steps)
         self.untimed = 0
         self.peak_memory_mb: float | None = None
+        self.device: str | None = None  # the device type of the last step
 
     def add_untimed_step(self) -> None:
         self.untimed += 1
@@ -43,11 +47,14 @@ class CostMeter:
             "measured_step_ratio": measured,
             "step_ratio": None if measured is None else max(1.0, measured),
             "peak_memory_mb": self.peak_memory_mb,
+            "note": None if self.pairs or self.device in (None, "cpu") else
+            f"not measured in-run on {self.device}: timing a step there needs host syncs that stall it; "
+            "`python -m suite bench` measures it",
             "how": "interleaved on the same batches: every cost_every-th step a vanilla forward-backward pass "
                    "(attention-probability dropout, no update) is timed on that step's batch, alternately before "
                    "and after AttendOut's step, plus that step's optimizer part; step_ratio = sum of AttendOut's "
                    "step times / sum of the paired vanilla times, floored at 1 (AttendOut does strictly more work). "
-                   "Peak memory: CUDA max allocated during training steps, None on CPU; `suite bench` compares "
-                   "memory against vanilla. step_s is the mean over the timed (paired) steps: the other steps are "
-                   "not timed, since timing a GPU step needs host syncs that stall it.",
+                   "Timed on the CPU only: on a GPU the timing's host syncs would stall the step (see note). Peak "
+                   "memory: CUDA max allocated after training steps (an allocator statistic, no sync), None on CPU; "
+                   "`suite bench` compares memory against vanilla. step_s is the mean over the timed (paired) steps.",
         }

@@ -106,3 +106,47 @@ def sampled_drop_share(samples: list[MaskSample]) -> torch.Tensor:
     dropped = sum(s.drop.sum((-1, -2)).float() for s in samples)
     pairs = sum(s.valid.expand_as(s.drop).sum((-1, -2)).float() for s in samples)
     return dropped / pairs.clamp_min(1)
+
+
+def split_rows(sample: MaskSample, blocks: int) -> list[MaskSample]:
+    """A sample drawn for `blocks` copies of a batch (rows copy-major) as one sample per copy (views, no copies)."""
+    valid = sample.valid.chunk(blocks) if sample.valid.shape[0] > 1 else [sample.valid] * blocks
+    return [MaskSample(sample.layer, lg, d, v)
+            for lg, d, v in zip(sample.logits.chunk(blocks), sample.drop.chunk(blocks), valid)]
+
+
+def _per_layer(samples: list[list[MaskSample]], logits: bool = True):
+    """Per layer, the K masks' samples concatenated: (logits or None, drop, valid), each (K * B, T, T)."""
+    for layer in zip(*samples, strict=True):
+        yield (torch.cat([s.logits for s in layer]) if logits else None, torch.cat([s.drop for s in layer]),
+               torch.cat([s.valid.expand_as(s.drop) for s in layer]))
+
+
+def policy_terms(samples: list[list[MaskSample]], p_max: float, entropy: bool = False, rate: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | float, torch.Tensor]:
+    """For K masks' samples (samples[k]: one MaskSample per layer, B rows each): log p(m) (K, B), the Bernoulli
+    entropy (K, B) if `entropy` (else None), the sum of pi if `rate` (else 0) and the number of valid pairs.
+
+    The same values as `mask_log_prob` and `mask_entropy` per mask, computed once per layer for all K masks.
+    """
+    logp, ent, pi_sum, pairs = 0.0, None, 0.0, 0.0
+    for logits, drop, valid in _per_layer(samples):
+        pi, log_pi, log_keep = policy_log_probs(logits, p_max)
+        logp = logp + (torch.where(drop, log_pi, log_keep) * valid).sum((-1, -2))  # log pi, log(1-pi) are finite
+        if entropy:
+            layer_ent = (-(pi * log_pi + (1 - pi) * log_keep) * valid).sum((-1, -2))
+            ent = layer_ent if ent is None else ent + layer_ent
+        if rate:
+            pi_sum = pi_sum + (pi * valid).sum()
+        pairs = pairs + valid.sum()
+    k = len(samples)
+    return logp.view(k, -1), None if ent is None else ent.view(k, -1), pi_sum, pairs
+
+
+def drop_shares(samples: list[list[MaskSample]]) -> torch.Tensor:
+    """(K, B): `sampled_drop_share` of each of K masks' samples, once per layer for all K."""
+    dropped, pairs = 0.0, 0.0
+    for _, drop, valid in _per_layer(samples, logits=False):
+        dropped = dropped + drop.sum((-1, -2))
+        pairs = pairs + valid.sum((-1, -2))
+    return (dropped.float() / pairs.float().clamp_min(1)).view(len(samples), -1)

@@ -13,6 +13,10 @@ hyper-parameter.
 - G is trained by REINFORCE with normalised advantages, an optional entropy bonus and drop-rate penalty; Adam.
   No reward is computed while the learning rate is 0 (the step then moves nothing, so there is nothing to reward).
 - A's real optimizer step uses the gradient computed under the first mask sample.
+
+The step never waits for the device (no `.item()`, no copy to the host, no branch on a tensor's value): statistics
+stay device tensors until `epoch_record`, masks come from G's own generator (seeded once), the K masks' reward passes
+run as one batched pass at each point of the finite difference, and the cost probe runs on the CPU only.
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from suite.api.attention import (
     attend,
     attention_modules,
     check_probability,
-    drop_scores,
+    mask_fill_value,
     register_method,
     same_device,
     scores,
@@ -40,7 +44,7 @@ from suite.api.attention import (
 from ..dropout import NoDropout
 from . import reward as rw
 from .cost import CostMeter
-from .generator import GNet, MaskSample, init_bias, sampled_drop_share, valid_pairs
+from .generator import GNet, MaskSample, drop_shares, init_bias, split_rows, valid_pairs
 from .policy import BASELINES, Policy
 
 CREDITS = ("sample", "batch")
@@ -68,7 +72,7 @@ class AttendOutConfig:
     advantage_clip: float = 5.0      # normalised advantages are clipped to +-this
     reward_scale_floor: float = 1e-12  # advantage scales below this are rounding noise, not a signal
     placebo: bool = False            # control: advantages replaced by Gaussian noise of the same spread
-    cost_every: int = 10             # time a vanilla step on the same batch every k-th step (0: never)
+    cost_every: int = 10             # on the CPU, time a vanilla step on the same batch every k-th step (0: never)
 
 
 def _sync(device: torch.device) -> None:
@@ -134,15 +138,24 @@ class AttendOut(AttentionMethod):
         self.policy: Policy | None = None
         self.num_layers = 0
         self._mask_rng: torch.Generator | None = None
-        self._stream = 0
         self._hidden: dict[int, torch.Tensor] = {}
-        self._masks: dict[int, tuple[str, torch.Tensor]] = {}  # the last drawn mask per layer, for replay
+        self._masks: dict[int, tuple[str, torch.Tensor]] = {}  # the last pass's mask per layer, for replay
+        self._prefix: dict[int, torch.Tensor] = {}  # masks replayed for an attacker pass's leading rows
         self._samples: list[MaskSample] = []
+        self._draws: rw.SharedDraws | None = None  # hidden dropout shared by copies of a batch (set by prepare)
+        self._valid: tuple | None = None  # (attention mask, length, device, valid pairs): one per forward
         self._steps = 0
         self.cost = CostMeter()
-        self.last_reward: dict[str, torch.Tensor | None] = {}  # the last reward step's rewards, for diagnostics
+        self.last_reward: dict[str, torch.Tensor | None] = {}  # the last reward step's rewards (device tensors)
         self._epochs: list[dict[str, Any]] = []
+        self._stats = torch.zeros(3, 0, dtype=torch.float64)  # per layer: sums of pi, drawn drops, valid pairs
+        self._reward_stats = torch.zeros(2, dtype=torch.float64)  # sum of batch-mean rewards and of their squares
         self._reset_epoch()
+
+    # the per-layer sums of the epoch, as views (read by the experiments between steps)
+    _pi_sum = property(lambda self: self._stats[0])
+    _drop_sum = property(lambda self: self._stats[1])
+    _pair_count = property(lambda self: self._stats[2])
 
     # -- model hooks ---------------------------------------------------------------------------------
     def extra_parameters(self, config) -> int:
@@ -157,27 +170,13 @@ class AttendOut(AttentionMethod):
         self.num_layers = cfg.num_hidden_layers
         self.generator = GNet(cfg.hidden_size, self.cfg.d_g, self.num_layers, self.cfg.shared_generator,
                               init_bias(self.cfg.p_init, self.cfg.p_max))
-        self._pi_sum = torch.zeros(self.num_layers)
-        self._drop_sum = torch.zeros(self.num_layers)
-        self._pair_count = torch.zeros(self.num_layers)
-        model.register_forward_pre_hook(self._seed_masks)
+        self._stats = torch.zeros(3, self.num_layers, dtype=torch.float64)  # counts pass 2**24 within an epoch
+        self._draws = rw.SharedDraws(model)
         for module in attention_modules(model):
             module.register_forward_pre_hook(self._capture_hidden, with_kwargs=True)
 
     def training_only_parameters(self) -> int:
         return sum(p.numel() for p in self.generator.parameters()) if self.generator is not None else 0
-
-    def _seed_masks(self, model, args):
-        """At the start of every training forward, seed the mask generator from torch's global generator.
-
-        One draw per forward, whatever the mode (a replay draws too), so the model's dropout draws that follow are the
-        same in every pass from the same random state (common random numbers), and a caller that seeds torch gets
-        the same masks. `stream` separates the masks drawn from one state (K masks, the Defender's).
-        """
-        if model.training and self.cfg.p_max > 0:
-            self._ensure_ready(next(model.parameters()).device)
-            base = int(torch.randint(2**62, ()))
-            self._mask_rng.manual_seed(base + self._stream)
 
     def _capture_hidden(self, module, args, kwargs):
         if module.training and self.mode == "attacker" and self.cfg.p_max > 0:
@@ -192,10 +191,11 @@ class AttendOut(AttentionMethod):
         # reset G's optimizer, baseline and advantage scale at every step
         if self.policy is None or not same_device(next(self.generator.parameters()).device, device):
             self.generator.to(device)
-            self._pi_sum, self._drop_sum, self._pair_count = (t.to(device) for t in
-                                                              (self._pi_sum, self._drop_sum, self._pair_count))
+            self._stats, self._reward_stats = self._stats.to(device), self._reward_stats.to(device)
+            # seeded once from the run's generator: masks then come from it in sequence, never from torch's global
+            # generator, so drawing them leaves the model's dropout draws alone (and needs no host read per step)
+            self._mask_rng = torch.Generator(device=device).manual_seed(int(torch.randint(2**62, ())))
             self.policy = Policy(self.generator, self.cfg)
-            self._mask_rng = torch.Generator(device=device)  # seeded at every training forward (_seed_masks)
 
     def setup_training(self, ctx) -> None:
         self._ensure_ready(ctx.device)
@@ -205,51 +205,79 @@ class AttendOut(AttentionMethod):
         if not module.training or self.cfg.p_max <= 0 and self.mode == "attacker":
             return self._plain.attention(module, query, key, value, attention_mask, scaling)
         layer = module.layer_idx
-        s = scores(query, key, scaling, attention_mask)
         if self.mode == "replay":
             kind, mask = self._masks[layer]
         elif self.mode == "defender":
-            self._ensure_ready(s.device)
+            self._ensure_ready(query.device)
             keep = 1.0 - self.cfg.p_defender
-            kind, mask = "keep", torch.bernoulli(torch.full_like(s, keep), generator=self._mask_rng).div_(keep)
+            shape = (*query.shape[:-1], key.shape[-2])
+            kind, mask = "keep", torch.bernoulli(torch.full(shape, keep, device=query.device),
+                                                 generator=self._mask_rng).div_(keep)
         else:
             h = self._hidden.pop(layer, None)
             if h is None:  # no captured state (a forward the pre-hook did not see): plain attention
                 return self._plain.attention(module, query, key, value, attention_mask, scaling)
-            kind, mask = "drop", self._sample(layer, h, attention_mask, s.shape[-1])
+            kind, mask = "drop", self._draw(layer, h, attention_mask, query.shape[-2])
         self._masks[layer] = (kind, mask)
         if kind == "keep":  # vanilla attention-probability dropout with a stored mask
+            s = scores(query, key, scaling, attention_mask)
             return attend(module, softmax(s) * mask.to(s.dtype), value)
-        return attend(module, softmax(drop_scores(s, mask.unsqueeze(1))), value)
+        # scores dropout. G's masks drop valid pairs only (never the diagonal, never padding), so writing the mask
+        # minimum into the additive mask (B, 1, T, T) gives the same scores as filling them (B, H, T, T) afterwards
+        if attention_mask is None:
+            s = scores(query, key, scaling)
+            return attend(module, softmax(s.masked_fill(mask.unsqueeze(1), mask_fill_value(s))), value)
+        dropped = torch.where(mask.unsqueeze(1), mask_fill_value(attention_mask), attention_mask)
+        return attend(module, softmax(scores(query, key, scaling, dropped)), value)
 
-    def _sample(self, layer: int, h: torch.Tensor, attention_mask, length: int) -> torch.Tensor:
-        """Sample one layer's drop mask (B, T, T) from G, record its statistics and, if collecting, its graph."""
+    def _draw(self, layer: int, h: torch.Tensor, attention_mask, length: int) -> torch.Tensor:
+        """This layer's drop mask for all rows of the pass: the replayed prefix's rows, then masks drawn from G."""
+        valid = self._valid_pairs(attention_mask, length, h.device)
+        prefix = self._prefix.get(layer)
+        if prefix is None:
+            return self._sample(layer, h, valid)
+        n = prefix.shape[0]
+        if n == h.shape[0]:
+            return prefix
+        return torch.cat([prefix, self._sample(layer, h[n:], valid[n:] if valid.shape[0] > 1 else valid)])
+
+    def _valid_pairs(self, attention_mask, length: int, device) -> torch.Tensor:
+        """`valid_pairs`, computed once per forward (every layer gets the same mask object)."""
+        c = self._valid
+        if c is None or c[0] is not attention_mask or c[1] != length or c[2] != device:
+            c = self._valid = (attention_mask, length, device, valid_pairs(attention_mask, length, device))
+        return c[3]
+
+    def _sample(self, layer: int, h: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Sample one layer's drop mask (N, T, T) from G, add its statistics and, if collecting, keep its graph."""
         self._ensure_ready(h.device)
-        valid = valid_pairs(attention_mask, length, h.device)
         with torch.set_grad_enabled(self.collect), torch.autocast(h.device.type, enabled=False):
             logits = self.generator(h.float(), layer)
         with torch.no_grad():
             pi = self.cfg.p_max * torch.sigmoid(logits)
             drop = torch.bernoulli(pi, generator=self._mask_rng).bool() & valid
-            v = valid.expand_as(pi)
-            self._pi_sum[layer] += pi.masked_fill(~v, 0.0).sum()  # masked sums: no host sync
-            self._drop_sum[layer] += drop.sum()
-            self._pair_count[layer] += v.sum()
+            pairs = valid.sum() * (h.shape[0] if valid.shape[0] == 1 else 1)
+            self._stats[:, layer].add_(torch.stack([(pi * valid).sum(), drop.sum(), pairs]))  # on the device
         if self.collect:
             self._samples.append(MaskSample(layer, logits, drop, valid))
         return drop
 
     @contextlib.contextmanager
-    def _mode(self, mode: str, state: rw.RandomState | None = None, collect: bool = False, stream: int = 0):
-        """Run forwards in `mode` (from `state`'s random draws, if given; masks from mask stream `stream`)."""
+    def _mode(self, mode: str, state: rw.RandomState | None = None, collect: bool = False, stream: int = 0,
+              copies: int | None = None):
+        """Run forwards in `mode` (from `state`'s random draws, if given). With `copies`, the batch is that many
+        copies of one batch (copy-major) and hidden dropout draws one mask that all copies share (common random
+        numbers across the copies' masks). `stream` is accepted for older callers and has no effect: masks come
+        from G's generator in sequence, so every pass draws fresh ones whatever the global random state."""
         previous = self.mode
         if state is not None:
             state.restore()
-        self.mode, self.collect, self._stream = mode, collect, stream
+        self.mode, self.collect = mode, collect
         try:
-            yield
+            with self._draws.shared(copies) if copies else contextlib.nullcontext():
+                yield
         finally:
-            self.mode, self.collect, self._stream = previous, False, 0
+            self.mode, self.collect = previous, False
 
     def take_samples(self) -> list[MaskSample]:
         samples, self._samples = self._samples, []
@@ -261,11 +289,14 @@ class AttendOut(AttentionMethod):
             return super().training_step(ctx, batch, next_batch)
         self._ensure_ready(ctx.device)
         self._steps += 1
-        every = self.cfg.cost_every
-        probe = every > 0 and (self._steps - 1) % every == 0
-        if not probe:  # timed only on probe steps: timing a GPU step needs host syncs, which stall the others
+        self.cost.device = ctx.device.type
+        if not self._probe_due(ctx.device):
             self.cost.add_untimed_step()
-            return self._step(ctx, batch, next_batch, timed=False)[0]
+            loss = self._step(ctx, batch, next_batch, timed=False)[0]
+            if ctx.device.type == "cuda":  # the allocator's own statistic: a host read, no device sync
+                peak = torch.cuda.max_memory_allocated(ctx.device) / 2**20
+                self.cost.peak_memory_mb = max(self.cost.peak_memory_mb or 0.0, peak)
+            return loss
         before = len(self.cost.pairs) % 2 == 0  # alternate the vanilla pass before / after the step
         vanilla_s = self._time_vanilla(ctx, batch) if before else None
         _sync(ctx.device)
@@ -277,14 +308,17 @@ class AttendOut(AttentionMethod):
             vanilla_s = self._time_vanilla(ctx, batch)
         self.cost.add_step(elapsed)
         self.cost.add_pair(elapsed, vanilla_s, optimizer_s)
-        if ctx.device.type == "cuda":
-            peak = torch.cuda.max_memory_allocated(ctx.device) / 2**20
-            self.cost.peak_memory_mb = max(self.cost.peak_memory_mb or 0.0, peak)
         return loss
 
+    def _probe_due(self, device: torch.device) -> bool:
+        """Whether this step is timed: every `cost_every`-th step, on the CPU only (timing a GPU step needs host
+        syncs that stall it; `suite bench` times it there)."""
+        every = self.cfg.cost_every
+        return every > 0 and device.type == "cpu" and (self._steps - 1) % every == 0
+
     def _time_vanilla(self, ctx, batch: dict) -> float:
-        """Seconds of a vanilla forward-backward on `batch`; no update, gradients and random state restored."""
-        state = rw.RandomState(ctx.device)
+        """Seconds of a vanilla forward-backward on `batch`; no update, gradients and random states restored."""
+        state = rw.RandomState(ctx.device, self._mask_rng)
         _sync(ctx.device)
         start = time.perf_counter()
         with self._mode("defender"):
@@ -302,53 +336,60 @@ class AttendOut(AttentionMethod):
             self._epoch["skipped_zero_lr"] += 1
             due = False
         state = rw.RandomState(ctx.device)
-        with self._mode("attacker", collect=due), ctx.autocast():
+        self._masks = {}  # filled by this forward: the first mask of the reward passes
+        with self._mode("attacker", collect=due, copies=1), ctx.autocast():
             losses = rw.per_sample_loss(ctx.model, ctx.model(**rw.model_inputs(batch)).logits, batch["labels"])
         loss = losses.mean()
+        loss.backward()  # before the reward passes, so that the training graph is freed while they run
         if due:
             self._reward_and_update(ctx, batch, next_batch, losses.detach(), state)
-        return loss.detach(), self._apply(ctx, loss, timed)
+        return loss.detach(), self._apply(ctx, timed)
 
-    def _apply(self, ctx, loss: torch.Tensor, timed: bool) -> float | None:
-        """Backward of `loss`, then the runner's optimizer step; when `timed`, the seconds of the optimizer part."""
-        loss.backward()
-        with_grad = next(p for p in ctx.model.parameters() if p.grad is not None)
+    def _apply(self, ctx, timed: bool) -> float | None:
+        """The runner's optimizer part (clip, step, schedule: the gradients are in place); its seconds when timed."""
         if timed:
             _sync(ctx.device)
         start = time.perf_counter()
-        ctx.apply(with_grad.view(-1)[0] * 0.0)  # clip, step, schedule: the gradients are already in place
+        ctx.apply(torch.zeros((), device=ctx.device, requires_grad=True))  # a leaf: its backward reaches no weight
         if timed:
             _sync(ctx.device)
         return time.perf_counter() - start if timed else None
 
     def _reward_and_update(self, ctx, batch, next_batch, first_losses: torch.Tensor, state) -> None:
-        """Rewards of K masks (the first is the training forward's) and of the Defender; one policy update."""
-        model, cfg = ctx.model, self.cfg
+        """Rewards of K masks (the first is the training forward's) and of the Defender; one policy update.
+
+        One batched pass per point: at theta the K - 1 new masks are drawn (with the first mask replayed in front
+        when the training forward ran in low precision, else its fp32 losses are the first mask's base), and at
+        theta + eps v all K masks are replayed; the copies share the training forward's hidden-dropout draws."""
+        model, cfg, k = ctx.model, self.cfg, self.cfg.mask_samples
         eta = cfg.lookahead_lr if cfg.lookahead_lr is not None else ctx.lr
         direction = rw.next_batch_gradient(model, next_batch)
-        norm2 = rw.squared_norm(direction)
-        if norm2 == 0:
-            self.take_samples()
-            return
-        eps = cfg.fd_decrease / norm2
-        moved = rw.shifted(model, direction, eps)
-        samples = [self.take_samples()]
-        if ctx.amp_dtype is not None:  # the training forward ran in low precision: redo it in fp32
-            with torch.no_grad(), self._mode("replay", state):
-                first_losses = rw.losses_at(model, None, batch)
-        rewards = [rw.alignment_rewards(model, batch, first_losses, moved, eps, eta, self._mode("replay", state))]
-        for k in range(1, cfg.mask_samples):
-            with torch.no_grad(), self._mode("attacker", state, collect=True, stream=k):
-                base = rw.losses_at(model, None, batch)
-            samples.append(self.take_samples())
-            rewards.append(rw.alignment_rewards(model, batch, base, moved, eps, eta, self._mode("replay", state)))
+        eps = rw.probe_size(cfg.fd_decrease, rw.squared_norm(direction))
+        moved = rw.shifted(model, direction, eps, inplace=True)  # direction's memory becomes the moved weights
+        samples, first = [self.take_samples()], {layer: m for layer, (_, m) in self._masks.items()}
+        reuse = ctx.amp_dtype is None  # the training forward ran in fp32: its losses are the first mask's base
+        copies = k - 1 if reuse else k
+        base = first_losses[None]
+        if copies:
+            self._prefix = {} if reuse else first
+            try:
+                with torch.no_grad(), self._mode("attacker", state, collect=True, copies=copies):
+                    losses = rw.losses_at(model, None, rw.repeated(batch, copies)).view(copies, -1)
+            finally:
+                self._prefix = {}
+            base = torch.cat([base, losses]) if reuse else losses
+            samples += [list(s) for s in zip(*(split_rows(s, k - 1) for s in self.take_samples()))]
+            if reuse:
+                self._masks = {layer: ("drop", torch.cat([first[layer], m])) for layer, (_, m) in self._masks.items()}
+        replay = self._mode("replay", state, copies=k)
+        rewards = rw.alignment_rewards(model, rw.repeated(batch, k), base.flatten(), moved, eps, eta, replay)
         defender = None
         if cfg.baseline == "defender":
-            with torch.no_grad(), self._mode("defender", state, stream=cfg.mask_samples):
+            with torch.no_grad(), self._mode("defender", state, copies=1):
                 base = rw.losses_at(model, None, batch)
-            defender = rw.alignment_rewards(model, batch, base, moved, eps, eta, self._mode("replay", state))
-        del moved, direction
-        self._update_policy(torch.stack(rewards), defender, samples)
+            defender = rw.alignment_rewards(model, batch, base, moved, eps, eta, self._mode("replay", state, copies=1))
+        del moved
+        self._update_policy(rewards.view(k, -1), defender, samples)
 
     def _update_policy(self, rewards: torch.Tensor, defender: torch.Tensor | None,
                        samples: list[list[MaskSample]]) -> None:
@@ -356,34 +397,31 @@ class AttendOut(AttentionMethod):
             rewards = rewards.mean(1, keepdim=True).expand_as(rewards)
             defender = None if defender is None else defender.mean().expand_as(defender)
         adv = self.policy.advantages(rewards, defender)
-        self.last_reward = {"rewards": rewards.detach().cpu(), "defender": None if defender is None else
-                            defender.detach().cpu(), "advantages": None if adv is None else adv.cpu(),
-                            "drop_share": torch.stack([sampled_drop_share(s) for s in samples]).cpu()}
-        e = self._epoch
-        e["rewards"] += 1
-        mean = float(rewards.mean())
-        e["reward_sum"] += mean
-        e["reward_sq_sum"] += mean ** 2
+        # kept on the device: a copy to the host here would make every step wait for it
+        self.last_reward = {"rewards": rewards.detach(), "defender": None if defender is None else defender.detach(),
+                            "advantages": adv, "drop_share": drop_shares(samples)}
+        self._epoch["rewards"] += 1
+        mean = rewards.detach().mean().double()
+        self._reward_stats += torch.stack([mean, mean * mean])
         if adv is not None:
             self.policy.update(samples, adv)
-            e["g_updates"] += 1
+            self._epoch["g_updates"] += 1
 
     # -- records -------------------------------------------------------------------------------------
     def _reset_epoch(self) -> None:
-        self._epoch = {"reward_sum": 0.0, "reward_sq_sum": 0.0, "rewards": 0, "g_updates": 0, "skipped_zero_lr": 0}
-        if self.num_layers:
-            for t in (self._pi_sum, self._drop_sum, self._pair_count):
-                t.zero_()
+        self._epoch = {"rewards": 0, "g_updates": 0, "skipped_zero_lr": 0}
+        self._stats.zero_()
+        self._reward_stats.zero_()
 
     def epoch_record(self) -> dict[str, Any]:
-        counts = self._pair_count.tolist()
-        pi = [s / c if c else None for s, c in zip(self._pi_sum.tolist(), counts)]
-        drawn = [s / c if c else None for s, c in zip(self._drop_sum.tolist(), counts)]
+        (pi_sums, drop_sums, counts), (reward_sum, reward_sq_sum) = self._stats.tolist(), self._reward_stats.tolist()
+        pi = [s / c if c else None for s, c in zip(pi_sums, counts)]  # one host read per epoch, here
+        drawn = [s / c if c else None for s, c in zip(drop_sums, counts)]
         e = self._epoch
         n = e["rewards"]
         entry = {"drop_rate_per_layer": pi, "sampled_drop_rate_per_layer": drawn,
-                 "reward_mean": e["reward_sum"] / n if n else None,
-                 "reward_rms": (e["reward_sq_sum"] / n) ** 0.5 if n else None,
+                 "reward_mean": reward_sum / n if n else None,
+                 "reward_rms": (reward_sq_sum / n) ** 0.5 if n else None,
                  "rewards": n, "g_updates": e["g_updates"], "skipped_zero_lr": e["skipped_zero_lr"]}
         self._epochs.append(entry)
         self._reset_epoch()

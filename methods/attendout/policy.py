@@ -12,14 +12,16 @@ Advantages are divided by a running root-mean-square (an EMA, bias-corrected) an
 -(adv * log p(m)) is averaged over masks and samples, in per-pair units (divided by the valid pairs per sample) so
 that the entropy bonus and the drop-rate penalty mean the same thing at every sequence length. With a placebo the
 advantages are replaced by Gaussian noise of the same spread: the control that shows what G does without signal.
+
+Nothing here reads a value back to the host: the running statistics, the floors and the placebo's noise stay on G's
+device, and G's Adam is the fused one (the default one reads its step counts with `.item()`), so a training step on a
+GPU never waits for it.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .generator import MaskSample, mask_entropy, mask_log_prob
+from .generator import MaskSample, policy_terms
 
 BASELINES = ("rloo", "defender", "ema")
 
@@ -31,15 +33,15 @@ def leave_one_out(rewards: torch.Tensor) -> torch.Tensor:
 
 
 class RunningMean:
-    """Bias-corrected exponential moving average."""
+    """Bias-corrected exponential moving average; values may be device tensors (nothing is read back)."""
 
     def __init__(self, decay: float):
         self.decay, self.value, self.count = decay, 0.0, 0
 
-    def mean(self) -> float | None:
+    def mean(self):
         return self.value / (1 - self.decay ** self.count) if self.count else None
 
-    def update(self, x: float) -> float:
+    def update(self, x):
         self.value = self.decay * self.value + (1 - self.decay) * x
         self.count += 1
         return self.mean()
@@ -50,12 +52,16 @@ class Policy:
 
     def __init__(self, generator: torch.nn.Module, cfg):
         self.generator, self.cfg = generator, cfg
-        self.optimizer = torch.optim.Adam(generator.parameters(), lr=cfg.g_lr)
+        # fused: no host read of the step counts (the default implementation calls .item() on them every step)
+        self.optimizer = torch.optim.Adam(generator.parameters(), lr=cfg.g_lr, fused=True)
         self.mean_square = RunningMean(cfg.baseline_decay)  # of the advantages: their running scale
         self.reward_mean = RunningMean(cfg.baseline_decay)  # of the batch rewards: the "ema" baseline
         self.pending = 0      # reward steps whose policy gradient is accumulated but not yet applied
         self.updates = 0      # Adam steps of G
         self._placebo_rng: torch.Generator | None = None
+        if cfg.placebo:  # seeded once from the run's global generator, on G's device (the noise is drawn there)
+            device = next(generator.parameters()).device
+            self._placebo_rng = torch.Generator(device=device).manual_seed(int(torch.randint(2**62, ())))
 
     def advantages(self, rewards: torch.Tensor, defender: torch.Tensor | None = None) -> torch.Tensor | None:
         """Normalised, clipped advantages (K, B); None when the baseline has nothing to compare yet."""
@@ -66,32 +72,28 @@ class Policy:
             adv = r - defender.detach().double()[None]
         else:
             baseline = self.reward_mean.mean()
-            self.reward_mean.update(r.mean().item())
+            self.reward_mean.update(r.mean())
             if baseline is None:  # the first reward only sets the baseline
                 return None
             adv = r - baseline
         if self.cfg.placebo:  # same spread, no information
-            noise = torch.randn(adv.shape, generator=self._placebo_generator(), dtype=adv.dtype)
-            adv = noise.to(adv.device) * adv.std()
+            noise = torch.randn(adv.shape, generator=self._placebo_rng, dtype=adv.dtype, device=adv.device)
+            adv = noise * adv.std()
         # below ~1e-9 of the rewards themselves an advantage is rounding in r - baseline, not a signal
-        floor = max(self.cfg.reward_scale_floor, 1e-9 * float(r.abs().mean()))
-        scale = max(math.sqrt(self.mean_square.update(float((adv ** 2).mean()))), floor)
+        floor = (1e-9 * r.abs().mean()).clamp_min(self.cfg.reward_scale_floor)
+        scale = torch.maximum(self.mean_square.update((adv ** 2).mean()).sqrt(), floor)
         return (adv / scale).clamp(-self.cfg.advantage_clip, self.cfg.advantage_clip).float()
 
-    def _placebo_generator(self) -> torch.Generator:
-        if self._placebo_rng is None:  # seeded from the run's global generator, once
-            self._placebo_rng = torch.Generator().manual_seed(int(torch.randint(2**62, ()).item()))
-        return self._placebo_rng
-
-    def update(self, samples: list[list[MaskSample]], adv: torch.Tensor) -> float:
-        """Accumulate the REINFORCE gradient of K mask samples; step G every `g_accumulate` calls. Returns the loss."""
+    def update(self, samples: list[list[MaskSample]], adv: torch.Tensor) -> torch.Tensor:
+        """Accumulate the REINFORCE gradient of K mask samples; step G every `g_accumulate` calls. Returns the loss
+        (a detached tensor: reading it would wait for the device)."""
         cfg = self.cfg
-        logp = torch.stack([mask_log_prob(s, cfg.p_max) for s in samples])          # (K, B)
-        parts = [mask_entropy(s, cfg.p_max) for s in samples]
-        entropy = torch.stack([p[0] for p in parts])                                # (K, B)
-        pi_sum, pairs = sum(p[1] for p in parts), sum(p[2] for p in parts)
+        logp, entropy, pi_sum, pairs = policy_terms(samples, cfg.p_max, cfg.entropy_coef > 0, cfg.rate_penalty > 0)
         pairs_per_sample = pairs.clamp_min(1) / logp.numel()
-        loss = -((adv.to(logp.device) * logp).mean() + cfg.entropy_coef * entropy.mean()) / pairs_per_sample
+        objective = (adv.to(logp.device) * logp).mean()
+        if entropy is not None:  # a zero coefficient would add exactly nothing: skipped
+            objective = objective + cfg.entropy_coef * entropy.mean()
+        loss = -objective / pairs_per_sample
         if cfg.rate_penalty > 0:
             loss = loss + cfg.rate_penalty * (pi_sum / pairs.clamp_min(1) - cfg.rate_target) ** 2
         (loss / cfg.g_accumulate).backward()
@@ -101,4 +103,4 @@ class Policy:
             self.optimizer.zero_grad(set_to_none=True)
             self.pending = 0
             self.updates += 1
-        return loss.item()
+        return loss.detach()
