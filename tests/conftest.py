@@ -114,12 +114,14 @@ def shared_glue() -> Path:
 
 
 def run_cli(model, glue, out, *extra) -> int:
-    """The smallest real command: vanilla, RTE, seed 1, one epoch on `model`, into `out`; `extra` adds flags."""
+    """The smallest real command: vanilla, RTE, seed 1, one epoch on `model`, into `out`; `extra` adds flags (a later
+    --precision wins). fp32 is stated: a module-scoped fixture runs before `cpu_without_native_bf16` hides this CPU's
+    bf16, so with `auto` its runs and a test's runs of one configuration would get other names on a bf16 CPU."""
     from suite import commands
 
     return commands.main(["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1", "--model", str(model),
                      "--data-dir", glue, "--epochs", "1", "--batch-size", "8", "--out", str(out), "--quiet",
-                     *extra])
+                     "--precision", "fp32", *extra])
 
 
 def fake_ok_record(job):
