@@ -20,35 +20,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import time
 
 import torch
 
-# Dense bf16 tensor-core peak (without 2:4 sparsity), TFLOP/s, from NVIDIA's data sheets (their headline figures are
-# with sparsity: halved here). H100 SXM / PCIe / NVL: "NVIDIA H100 Tensor Core GPU" datasheet (BF16 1,979 / 1,513 /
-# 1,671 with sparsity); H200: "NVIDIA H200 Tensor Core GPU" datasheet (SXM 1,979 with sparsity); A100: "NVIDIA A100
-# Tensor Core GPU" datasheet (BF16 312); L40S: "NVIDIA L40S" datasheet (BF16 733 with sparsity -> 362); L40:
-# "NVIDIA L40" datasheet (BF16 362.1 with sparsity -> 181); L4: "NVIDIA L4" datasheet (BF16 242 with sparsity -> 121);
-# A10: "NVIDIA A10" datasheet (BF16 250 with sparsity -> 125). The A10G (AWS) is not the A10 and NVIDIA publishes
-# no figure for it: it is left out, so its MFU needs --peak-tflops. Names are matched as whole words, most specific
-# first, so "L40" never matches "L4", nor "A10G" "A10".
-PEAK_TFLOPS = {"H100 SXM": 989.5, "H100 NVL": 835.5, "H100 PCIe": 756.5, "H100": 989.5, "H200": 989.5,
-               "A100": 312.0, "L40S": 362.0, "L40": 181.0, "L4": 121.0, "A10": 125.0}
-
-
-def peak_tflops(name: str) -> float | None:
-    for key in sorted(PEAK_TFLOPS, key=len, reverse=True):  # the most specific name first
-        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name, flags=re.IGNORECASE):
-            return PEAK_TFLOPS[key]
-    return None
-
-
-def flops_per_token(config, seq: int) -> float:
-    h, layers, inter = config.hidden_size, config.num_hidden_layers, config.intermediate_size
-    per_layer = 4 * h * h + 2 * h * inter  # q, k, v, output projections and the two feed-forward matrices
-    dense = layers * per_layer + h * h + h * config.num_labels  # + pooler and classifier
-    return 6 * dense + 12 * layers * seq * h
+# the peak table and the FLOP count are the loop profile's (`suite bench --loop`): one home for both
+from suite.profiling.loop import PEAK_TFLOPS, flops_per_token, peak_tflops  # noqa: F401
 
 
 def glue_batches(task: str, data_dir: str, batch_size: int, max_length: int, count: int, seed: int = 0) -> list[dict]:
