@@ -39,10 +39,10 @@ def test_every_training_setting_has_a_description():
 
 def test_a_setting_declared_once_drives_help_validation_and_hash():
     """One declaration per setting: the choices given with the field are what validation accepts and what the help
-    names, and `added` fields are exactly the ones left out of the hash at their default."""
+    names, and its hash rule is the one the hash applies."""
     from suite.api.errors import HyperParameterError
     from suite.run.batching import BATCHINGS
-    from suite.run.settings import HASHED_WHEN_CHANGED, TRAIN_FIELDS, RunConfig
+    from suite.run.settings import ADDED, NEVER, TRAIN_FIELDS, TRAIN_HASH_RULES, RunConfig, unless
 
     assert TRAIN_FIELDS["batching"].metadata["choices"] == tuple(BATCHINGS)
     for name in BATCHINGS:
@@ -50,7 +50,8 @@ def test_a_setting_declared_once_drives_help_validation_and_hash():
         TrainSettings(batching=name).validate()
     with pytest.raises(HyperParameterError, match="choose length, trainer_length, random"):
         TrainSettings(batching="sorted").validate()
-    assert set(HASHED_WHEN_CHANGED) == {n for n, f in TRAIN_FIELDS.items() if f.metadata["added"]}
+    assert TRAIN_HASH_RULES["batching"] == unless("length") and TRAIN_HASH_RULES["analyses"] == NEVER
+    assert ADDED not in TRAIN_HASH_RULES.values()  # declared as added: resolved to unless(its default)
     base = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())
     assert base.hash != RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings(batching="random")).hash
 
@@ -157,3 +158,15 @@ def test_usage_options_table_lists_every_run_option():
     documented = set(re.findall(r"--[a-z][a-z-]+", usage))
     missing = sorted(opt for opt in _options("run") if opt not in documented and not opt.startswith("--no-"))
     assert not missing
+
+
+def test_docs_list_every_training_settings_hash_rule():
+    """docs/records.md's hash table is the code's: every setting that does not always enter the hash, with its rule."""
+    import re
+    from pathlib import Path
+
+    from suite.run.settings import ALWAYS, TRAIN_HASH_RULES
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "records.md").read_text()
+    documented = dict(re.findall(r"^\| `train\.(\w+)` \| ([^|]+?) \|$", text, flags=re.M))
+    assert documented == {name: str(rule) for name, rule in TRAIN_HASH_RULES.items() if rule is not ALWAYS}

@@ -84,9 +84,9 @@ def test_legacy_settings_keep_the_old_hash_and_new_defaults_change_it():
     old_style = legacy.to_dict()
     for name in ("subset_draw", "holdout", "holdout_seed"):
         del old_style["train"][name]
-    from suite.run.settings import HASHED_WHEN_CHANGED
+    from suite.run.settings import unhashed_at_default
 
-    for name in HASHED_WHEN_CHANGED:
+    for name in unhashed_at_default():
         old_style["train"].pop(name, None)
     assert legacy.hash == hashlib.sha256(json.dumps(old_style, sort_keys=True, default=str).encode()).hexdigest()[:12]
     restored = RunConfig.from_dict(json.loads(json.dumps(old_style)))

@@ -53,15 +53,39 @@ ANALYSES = ("importance", "seeds", "heads")  # end-of-run analyses (suite.run.an
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
+@dataclasses.dataclass(frozen=True)
+class HashRule:
+    """How one field enters a run's hash: the one rule for every training setting and every method's
+    hyper-parameter. `always`; `unless` the field holds `value` (a field added after records existed, which ran that
+    value: at it, the field stays out of the hash, so those records keep their names, and reading one back fills the
+    field in with it); `never` (what changes none of the run's numbers)."""
+
+    when: str  # "always", "unless" or "never"
+    value: Any = None
+
+    def hashes(self, value: Any) -> bool:
+        return self.when == "always" or (self.when == "unless" and value != self.value)
+
+    def __str__(self) -> str:
+        return f"unless {setting_value(self.value)}" if self.when == "unless" else self.when
+
+
+ALWAYS, NEVER = HashRule("always"), HashRule("never")
+ADDED = HashRule("unless its default")  # a setting added after records existed, which ran today's default
+
+
+def unless(value: Any) -> HashRule:
+    return HashRule("unless", value)
+
+
 def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
-            added: bool = False, legacy: Any = None) -> Any:
+            hashed: HashRule = ALWAYS) -> Any:
     """A training setting, declared once: its default, its help text (the CLI's and `run --help`'s), the values it
-    may take (`choices`, `minimum`; checked by `TrainSettings.validate`), and its hash rule. `added`: a setting
-    added after records existed, which enters a run's hash only when it differs from its default, so that older
-    records keep theirs. `legacy`: a setting added with a new default behaviour; older records (which lack it) ran
-    the `legacy` value, which stays out of the hash, so a study that asks for it plans those records' hashes."""
+    may take (`choices`, `minimum`; checked by `TrainSettings.validate`), and how it enters a run's hash (`hashed`:
+    ALWAYS, NEVER, ADDED or unless(the value older records ran))."""
+    rule = unless(default) if hashed is ADDED else hashed
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum,
-                                                        "added": added, "legacy": legacy})
+                                                        "hashed": rule})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,39 +109,39 @@ class TrainSettings:
     subset_draw: str = setting("nested", "nested: a subset is a prefix of the draw's seeded permutation of the "
                                          "train rows (250 within 500 within 1000 of one draw); legacy: the "
                                          "unnested draw of the records written before", choices=("nested", "legacy"),
-                               legacy="legacy")
+                               hashed=unless("legacy"))
     holdout: float | None = setting(None, "tuning split carved from the train set before the subset is drawn: a "
                                           "fraction (< 1) of the train split, or a count of rows; seeded, "
                                           "stratified for classification; scored each epoch as `tune` (none: no "
-                                          "tuning split)", added=True)
-    holdout_seed: int = setting(0, "seed of the tuning split's draw (train.holdout)", minimum=0, added=True)
+                                          "tuning split)", hashed=ADDED)
+    holdout_seed: int = setting(0, "seed of the tuning split's draw (train.holdout)", minimum=0, hashed=ADDED)
     precision: str = setting("auto", "auto (bf16 autocast where the device computes bf16 natively: a CUDA GPU "
                                      "of compute capability 8.0+, a CPU with AVX512-BF16 or AMX; else fp32; resolved "
                                      "before the run is named), fp32, bf16 or fp16 (with loss scaling)",
                              choices=PRECISIONS)
     stats_batches: int = setting(4, "dev batches used for attention statistics (0: none)", minimum=0)
     compile: bool = setting(False, "torch.compile the model (faster on GPUs; numbers may differ in the last digits)",
-                            added=True)
+                            hashed=ADDED)
     grad_accumulation: int = setting(1, "batches per optimizer step: effective batch = batch_size x "
-                                        "grad_accumulation", minimum=1, added=True)
+                                        "grad_accumulation", minimum=1, hashed=ADDED)
     early_stopping_patience: int = setting(0, "stop after this many epochs without a better tuning-split score "
                                               "(needs train.holdout; dev is never used; 0: off)",
-                                           minimum=0, added=True)
+                                           minimum=0, hashed=ADDED)
     select_epoch: str = setting("last", "last (the leaderboard uses the last epoch) or best (the model of the epoch "
                                         "with the best tuning-split score, which needs train.holdout, gives the "
                                         "final metrics, predictions and saved model)",
-                                choices=("last", "best"), added=True)
+                                choices=("last", "best"), hashed=ADDED)
     analyses: str = setting("none", "end-of-run analyses on fixed dev examples (--analyses): a comma list of "
                                     + ", ".join(ANALYSES) + "; or none (they can take as long as a short run)",
-                            added=True)
-    analysis_examples: int = setting(64, "fixed dev examples the analyses read", minimum=1, added=True)
+                            hashed=NEVER)
+    analysis_examples: int = setting(64, "fixed dev examples the analyses read", minimum=1, hashed=NEVER)
     deterministic: bool = setting(False, "CUDA: deterministic kernels (torch.use_deterministic_algorithms, "
                                          "CUBLAS_WORKSPACE_CONFIG, cuDNN deterministic), slower; GPU runs are not "
-                                         "bit-repeatable without it (CPU runs are)", added=True)
+                                         "bit-repeatable without it (CPU runs are)", hashed=ADDED)
     pad_to: str = setting("auto", "; ".join(f"{name}: {h}" for name, h in PAD_TO.items()),
-                          choices=tuple(PAD_TO), legacy="longest")
+                          choices=tuple(PAD_TO), hashed=unless("longest"))
     batching: str = setting("length", "; ".join(f"{name}: {b.help}" for name, b in BATCHINGS.items()),
-                            choices=tuple(BATCHINGS), added=True)
+                            choices=tuple(BATCHINGS), hashed=ADDED)
 
     def validate(self) -> None:
         """Raise HyperParameterError for any impossible setting (NaN and inf included), before anything trains."""
@@ -188,15 +212,26 @@ def setting_help(name: str) -> str:
 
 
 TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainSettings)}
-# Settings added after records existed (with their defaults): left out of a job's hash while at that default.
-HASHED_WHEN_CHANGED: dict[str, Any] = {f.name: f.default for f in TRAIN_FIELDS.values() if f.metadata["added"]}
-# End-of-run analyses read the trained model and change none of the run's numbers: like its other outputs (saved
-# model, test predictions) they stay out of the hash, so asking for them never makes a finished run another run (the
-# committed records ran "seeds,heads", the default then; today's default is none).
-NOT_HASHED = ("analyses", "analysis_examples")
-# Settings whose older records ran another value than today's default (with that value): left out of the hash at it.
-HASHED_UNLESS_LEGACY: dict[str, Any] = {f.name: f.metadata["legacy"] for f in TRAIN_FIELDS.values()
-                                        if f.metadata["legacy"] is not None}
+# How each training setting enters a run's hash (the methods' hyper-parameters: `hash_rules`). End-of-run analyses are
+# `never`: like a run's other outputs (saved model, test predictions) they change none of its numbers, so asking for
+# them never makes a finished run another run.
+TRAIN_HASH_RULES: dict[str, HashRule] = {name: f.metadata["hashed"] for name, f in TRAIN_FIELDS.items()}
+# What a record written before a setting existed ran (its value when reading such a record back); `never` settings
+# read back at their defaults.
+OLDER_RECORDS_RAN: dict[str, Any] = {name: rule.value if rule.when == "unless" else TRAIN_FIELDS[name].default
+                                     for name, rule in TRAIN_HASH_RULES.items() if rule is not ALWAYS}
+
+
+def unhashed_at_default() -> list[str]:
+    """The training settings that a job at its defaults leaves out of its hash."""
+    return [name for name, rule in TRAIN_HASH_RULES.items() if not rule.hashes(TRAIN_FIELDS[name].default)]
+
+
+def hash_rules(method: str) -> dict[str, HashRule]:
+    """The hash rule of every field of a job of `method`: `train.KEY` for the training settings, `METHOD.KEY` for
+    the hyper-parameters the method declares as added later (`hashed_when_changed`; the others: always)."""
+    return {**{f"train.{name}": rule for name, rule in TRAIN_HASH_RULES.items()},
+            **{f"{method}.{name}": unless(value) for name, value in _added_method_fields(method).items()}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,21 +276,16 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         d = dict(d)
-        d["train"] = TrainSettings(**{**HASHED_UNLESS_LEGACY, **d["train"]})  # an older record ran the legacy values
+        d["train"] = TrainSettings(**{**OLDER_RECORDS_RAN, **d["train"]})  # what an older record ran
         return cls(**d)
 
     @property
     def hash(self) -> str:
         d = self.to_dict()
-        # Settings added after records existed enter the hash only when changed, so older records keep their hash.
-        for name, default in {**HASHED_WHEN_CHANGED, **HASHED_UNLESS_LEGACY}.items():
-            if d["train"].get(name) == default:
-                del d["train"][name]
-        for name in NOT_HASHED:
-            d["train"].pop(name, None)
-        for name, default in _added_method_fields(self.method).items():
-            if d["hparams"].get(name, default) == default:
-                d["hparams"].pop(name, None)
+        for key, rule in hash_rules(self.method).items():  # a field at its rule's value stays out (HashRule)
+            part, name = ("train" if key.startswith("train.") else "hparams"), key.partition(".")[2]
+            if not rule.hashes(d[part].get(name, rule.value)):
+                d[part].pop(name, None)
         from suite.api.method_facts import method_registry  # (the classes or their catalog: suite.api.method_facts)
 
         methods = method_registry()
@@ -285,8 +315,7 @@ def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, A
                         ) -> tuple[dict[str, Any], dict[str, Any]]:
     """An older record's hyper-parameters and training settings completed with the fields added since, at the
     values that reproduce what it ran, so that old and new records of one configuration compare equal."""
-    return ({**_added_method_fields(method), **hparams},
-            {**HASHED_WHEN_CHANGED, **HASHED_UNLESS_LEGACY, **train})
+    return {**_added_method_fields(method), **hparams}, {**OLDER_RECORDS_RAN, **train}
 
 
 def _method_defaults(method: str) -> dict[str, Any]:
