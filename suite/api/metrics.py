@@ -33,9 +33,8 @@ def _sklearn(name: str, **kwargs):
 
 
 # Built-in metrics are registered below (accuracy, f1, mcc, pearson, spearman); a plugin adds its own with
-# `register_metric`, usually from the module that registers its task (or from a module named by an entry point in
-# the `suite.metrics` group).
-METRICS: Registry[Callable[[np.ndarray, np.ndarray], float]] = Registry("metric", "suite.api.metrics", "suite.metrics")
+# `register_metric` from the module that registers its task (the task's entry point imports both).
+METRICS: Registry[Callable[[np.ndarray, np.ndarray], float]] = Registry("metric", "suite.api.metrics")
 
 
 def register_metric(name: str, fn: Callable[[np.ndarray, np.ndarray], float]) -> Callable:

@@ -1,7 +1,10 @@
-"""One generic registry for methods and tasks.
+"""One generic registry for every kind of named entry (methods, tasks, metrics, presets, executors).
 
 Unknown names raise an error that lists every valid name; `select` understands `all` and shell wildcards
-(`scores_*`); third-party packages add entries through an entry-point group, loaded on first use.
+(`scores_*`). The kinds a user extends from another package end to end (methods, tasks with their metrics) also
+load an entry-point group on first use (`suite.methods`, `suite.tasks`: docs/adding-a-method.md, docs/adding-a-task.md;
+a task plugin registers its metrics as it is imported); presets and executors are the suite's own (a study file
+declares a recipe).
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ def _where(entry: object) -> str:
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, builtins: str, entry_point_group: str,
+    def __init__(self, kind: str, builtins: str, entry_point_group: str | None = None,
                  key: Callable[[str], str] = str, guard_replacement: bool = False):
         self.kind = kind
         # guarded: a name registered by other code is replaced only when the new registration says so (replace=True)
@@ -103,7 +106,7 @@ class Registry(Generic[T]):
         return self._loaded or bool(self._entries)
 
     @property
-    def entry_point_group(self) -> str:
+    def entry_point_group(self) -> str | None:
         return self._group
 
     # -- registration -------------------------------------------------------------------------------
@@ -140,7 +143,7 @@ class Registry(Generic[T]):
             return
         self._loaded = True
         self._import(self._builtins, _DistributionOf("suite"))
-        for ep in importlib.metadata.entry_points(group=self._group):
+        for ep in importlib.metadata.entry_points(group=self._group) if self._group else ():
             dist = getattr(ep, "dist", None)
             origin = ({"distribution": dist.name, "version": dist.version} if dist else
                       _distribution_of(ep.value.split(":")[0].split(".")[0]))

@@ -243,7 +243,7 @@ class Preset:
     train: dict[str, Any]
 
 
-PRESETS: Registry[Preset] = Registry("preset", "suite.run.settings", "suite.presets")
+PRESETS: Registry[Preset] = Registry("preset", "suite.run.settings")  # a study file is the way to add a recipe
 
 # One task-run takes minutes on a 2-core CPU with the default model: capped train set, full dev set; each task's
 # budget (train-set size, epochs, learning rate, batch) comes with the task (tasks/glue.py). Precision `auto`: bf16
