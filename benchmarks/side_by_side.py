@@ -4,7 +4,8 @@
         run --methods vanilla,scores_dropout,uniform --tasks sst2,stsb,cola --data-dir ../shared/data/glue --workers 2
 
 Each revision is checked out of this repository (`git worktree`) and installed, without dependencies, into a
-temporary folder that is put first on PYTHONPATH, so both run in the same interpreter with the same packages; the
+temporary folder that is put first on PYTHONPATH (and the checkout's own folder taken off sys.path: each run checks
+that it imports the revision installed for it), so both run in the same interpreter with the same packages; the
 working tree's own uncommitted changes are in neither unless `--new worktree` (the checkout as it is). The two run
 one after the other (`--rounds` alternates them: old, new, new, old, ...), each into a fresh output folder with an
 empty data cache, as a new user's first command would. Scores are the records' final dev scores, averaged per task
@@ -51,10 +52,27 @@ def scores(out: Path) -> dict[str, dict]:
     return {"status": dict(status), "scores": {k: v for k, v in sorted(found.items())}}
 
 
+# `python -m` puts the working folder first on sys.path, where this checkout's own `suite` would shadow the installed
+# revision: run the module with that entry removed (what `python -P -m` does on Python 3.11+)
+RUN_MODULE = "import runpy, sys; sys.path.pop(0); runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)"
+WHICH_SUITE = "import sys; sys.path.pop(0); import suite; print(suite.__file__)"
+
+
+def ran_from(site: Path) -> Path:
+    """The `suite` package a run under `site` imports: it must be the installed revision's, not this checkout's."""
+    env = dict(os.environ, PYTHONPATH=str(site))
+    found = Path(subprocess.run([sys.executable, "-c", WHICH_SUITE], env=env, cwd=ROOT, capture_output=True,
+                                text=True, check=True).stdout.strip())
+    if site.resolve() not in found.resolve().parents:
+        raise SystemExit(f"the run under {site} would import {found}, not the revision installed there")
+    return found
+
+
 def run(site: Path, args: list[str], out: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(site), SUITE_CACHE_DIR=str(out / "cache"))
+    ran_from(site)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "suite", *args, "--out", str(out)], env=env, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", RUN_MODULE, "suite", *args, "--out", str(out)], env=env, cwd=ROOT,
                           capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
