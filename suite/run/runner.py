@@ -39,7 +39,7 @@ from suite.run.models import load_model
 from suite.run.outputs import RunHooks
 from suite.run.record import RECORD_VERSION, RunRecord
 from suite.run.settings import RunConfig, resolve_model
-from suite.run.training import Fitted, fit
+from suite.run.training import FitData, FitEnv, Fitted, fit
 
 # ---------------------------------------------------------------------------------------------------------
 # Data
@@ -162,9 +162,9 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    fitted = fit(model, method, data.train, devs, data.train_subset, spec, t, job.seed, pad_id, device, amp_dtype,
-                 job.label, quiet, on_epoch,
-                 on_step=hooks.step if hooks is not None else None, tune=data.tune if len(data.tune) else None)
+    fit_data = FitData(spec, data.train, devs, data.train_subset, data.tune if len(data.tune) else None, pad_id)
+    env = FitEnv(device, amp_dtype, job.label, quiet, on_epoch, hooks.step if hooks is not None else None)
+    fitted = fit(model, method, fit_data, t, job.seed, env)
     _results(rec, fitted, spec, data, model, method, extra, device, amp_dtype)
     if t.stats_batches > 0:
         from suite.run.attention_stats import attention_statistics

@@ -205,12 +205,40 @@ def check_finite_model(model: torch.nn.Module, dev_loss: float, epoch: int) -> N
         raise NonFiniteLoss(f"dev loss became {dev_loss} after epoch {epoch}; lower the learning rate")
 
 
-def fit(model, method: AttentionMethod, train: Encoded, devs: dict[str, Encoded], train_subset: Encoded, spec: TaskSpec,
-        t: TrainSettings, seed: int, pad_id: int, device: torch.device, amp_dtype, label: str, quiet: bool,
-        on_epoch: Callable[[dict], None] | None = None,
-        on_step: Callable[[int, dict[str, float]], None] | None = None, tune: Encoded | None = None) -> Fitted:
-    """Train for `t.epochs`, scoring dev, the train subset and the tuning split `tune` (train.holdout) each epoch;
-    early stopping and `select_epoch=best` read the tuning split's score only."""
+@dataclasses.dataclass(frozen=True)
+class FitData:
+    """What `fit` trains on and scores: the task, the training rows, the eval splits (by metric suffix), the fixed
+    train subset scored each epoch for the overfitting gap, the tuning split (train.holdout; None: none) and the
+    tokenizer's padding id."""
+
+    spec: TaskSpec
+    train: Encoded
+    devs: dict[str, Encoded]
+    train_subset: Encoded
+    tune: Encoded | None
+    pad_id: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FitEnv:
+    """Where and how `fit` runs: the device, the autocast dtype (None: fp32), the run's label for progress bars,
+    and the callbacks a grid passes (each finished epoch's entry; every STEP_LOG_BATCHES batches' step values)."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    label: str
+    quiet: bool = False
+    on_epoch: Callable[[dict], None] | None = None
+    on_step: Callable[[int, dict[str, float]], None] | None = None
+
+
+def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: int, env: FitEnv) -> Fitted:
+    """Train for `t.epochs`, scoring dev, the train subset and the tuning split each epoch; early stopping and
+    `select_epoch=best` read the tuning split's score only."""
+    spec, train, devs, train_subset, tune, pad_id = (data.spec, data.train, data.devs, data.train_subset, data.tune,
+                                                     data.pad_id)
+    device, amp_dtype, label, quiet, on_epoch, on_step = (env.device, env.amp_dtype, env.label, env.quiet,
+                                                          env.on_epoch, env.on_step)
     if tune is None and (t.early_stopping_patience or t.select_epoch == "best"):
         raise HyperParameterError("early stopping and select_epoch=best need a tuning split (train.holdout): they "
                                   "never read dev")
