@@ -27,6 +27,7 @@ from suite.api.attention import (
     HyperParameterError,
     attend,
     attention_modules,
+    check_integer,
     has_probe,
     register_method,
 )
@@ -120,9 +121,7 @@ class _Convolution(AttentionMethod):
     def validate(self) -> None:
         super().validate()
         k = self.cfg.kernel_size
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise HyperParameterError(f"{self.name}.kernel_size={k!r} is impossible: it must be an integer >= 1 "
-                                      "(or 0 for the fairseq schedule 3, 7, 15, 31, ...)")
+        check_integer(f"{self.name}.kernel_size", k, 0, "0: the fairseq schedule 3, 7, 15, 31, ...")
 
     def check_model_config(self, config) -> None:
         """A tap more than the longest input away from every position only ever meets zeros."""

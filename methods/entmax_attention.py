@@ -29,6 +29,7 @@ from suite.api.attention import (
     NoConfig,
     attend,
     attention_modules,
+    check_integer,
     register_method,
 )
 
@@ -216,8 +217,7 @@ class EntmaxAlpha(AttentionMethod):
                                       f"({ALPHA_MIN}, 2) (alpha=2 is sparsemax, alpha->1 softmax)")
         if not (isinstance(m, (int, float)) and math.isfinite(m) and m > 0):
             raise HyperParameterError(f"entmax_alpha.alpha_lr_mult={m!r} is impossible: it must be > 0")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise HyperParameterError(f"entmax_alpha.n_iter={n!r} is impossible: it must be an integer >= 1")
+        check_integer("entmax_alpha.n_iter", n, 1)
 
     def extra_parameters(self, config) -> int:
         return config.num_hidden_layers * config.num_attention_heads  # one alpha per head and layer

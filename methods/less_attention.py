@@ -17,7 +17,14 @@ import dataclasses
 
 import torch
 
-from suite.api.attention import HyperParameterError, attend, attention_modules, has_probe, register_method
+from suite.api.attention import (
+    HyperParameterError,
+    attend,
+    attention_modules,
+    check_integer,
+    has_probe,
+    register_method,
+)
 
 from .dropout import Vanilla
 
@@ -62,9 +69,7 @@ class LessAttention(Vanilla):
         super().validate()
         c = self.cfg
         n = c.layers
-        if isinstance(n, bool) or not isinstance(n, int) or n < -1:
-            raise HyperParameterError(f"less_attention.layers={n!r} is impossible: it must be an integer >= 0 "
-                                      "(or -1 for a fraction of the layers)")
+        check_integer("less_attention.layers", n, -1, "-1: a fraction of the layers")
         if c.form not in FORMS:
             raise HyperParameterError(f"less_attention.form={c.form!r}: choose one of {', '.join(FORMS)}")
         if c.fraction is not None:

@@ -23,6 +23,7 @@ from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
     attend,
+    check_integer,
     mask_fill_value,
     probs_dropout,
     register_method,
@@ -78,8 +79,7 @@ class TopK(AttentionMethod):
     def validate(self) -> None:
         super().validate()
         k, frac = self.cfg.k, self.cfg.k_frac
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise HyperParameterError(f"topk.k={k!r} is impossible: it must be an integer >= 1")
+        check_integer("topk.k", k, 1)
         if frac is not None and not (isinstance(frac, (int, float)) and math.isfinite(frac) and 0 < frac <= 1):
             raise HyperParameterError(f"topk.k_frac={frac!r} is impossible: it must lie in (0, 1] (or be None "
                                       "to use the fixed topk.k)")
@@ -87,8 +87,7 @@ class TopK(AttentionMethod):
         if div is not None and not (isinstance(div, (int, float)) and math.isfinite(div) and div > 0):
             raise HyperParameterError(f"topk.div={div!r} is impossible: it must be > 0 (or None; a fixed k is "
                                       "topk.k)")
-        if isinstance(lb, bool) or not isinstance(lb, int) or lb < 1:
-            raise HyperParameterError(f"topk.lb={lb!r} is impossible: it must be an integer >= 1")
+        check_integer("topk.lb", lb, 1)
         if div is not None and frac is not None:
             raise HyperParameterError("topk.div and topk.k_frac are two ways of choosing k: set one of them")
 

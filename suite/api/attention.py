@@ -35,6 +35,14 @@ def check_probability(name: str, value: float, allow_one: bool = False) -> None:
         raise HyperParameterError(f"{name}={value} is impossible: it must lie in [0, {'1]' if allow_one else '1)'}")
 
 
+def check_integer(name: str, value: Any, minimum: int, otherwise: str = "") -> None:
+    """HyperParameterError unless `value` is an integer >= `minimum` (a bool is not one); `otherwise` names what a
+    value below the bound means where the method gives it a meaning (e.g. "or 0 for the fairseq schedule")."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise HyperParameterError(f"{name}={value!r} is impossible: it must be an integer >= {minimum}"
+                                  + (f" ({otherwise})" if otherwise else ""))
+
+
 @dataclasses.dataclass
 class StepContext:
     """What a training step needs: every method's `training_step` receives it (the runner builds it)."""
@@ -115,6 +123,9 @@ class AttentionMethod:
     # default or not): at that value they stay out of a run's hash, so older records keep their hash and are still
     # found on resume, and a changed default gets a hash of its own.
     hashed_when_changed: ClassVar[dict[str, Any]] = {}
+    # Why the method does not compile well (graph breaks, data-dependent shapes), or None: with train.compile the
+    # run still compiles the model and warns with this note.
+    compile_warning: ClassVar[str | None] = None
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -174,6 +185,9 @@ class AttentionMethod:
         return 0
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        """The attention of one layer: (output in transformers' (B, L, H, d) layout, probabilities or None). Hand
+        the probabilities to `attend` so that statistics probes see them; a fused path (SDPA) is taken only when
+        `has_probe(module)` is False."""
         raise NotImplementedError
 
     # -- plumbing ------------------------------------------------------------------------------------

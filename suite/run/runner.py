@@ -155,7 +155,7 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
     model, method, extra = load_model(job, spec)
     model.to(device)
     if t.compile:
-        if getattr(method, "compile_warning", None):  # a method that breaks the graph: compiled anyway, said so
+        if method.compile_warning:  # a method that breaks the graph: compiled anyway, said so
             warnings.warn(f"{job.label}: {method.compile_warning}", stacklevel=2)
         model.compile()  # in place: parameter names, hooks and the method's modules stay as they are
     amp_dtype = autocast_dtype(t.precision, device)
