@@ -13,7 +13,7 @@ from suite.api.attention import HyperParameterError
 from suite.methods.attendout import AttendOut, valid_pairs
 from suite.methods.attendout import reward as rw
 from suite.methods.attendout.cost import CostMeter
-from suite.methods.attendout.generator import mask_log_prob
+from suite.methods.attendout.generator import drop_shares, policy_terms
 from suite.methods.attendout.policy import leave_one_out
 from suite.run.training import StepContext
 
@@ -123,16 +123,30 @@ def test_valid_pairs_exclude_padding_and_diagonal():
     assert torch.equal(valid_pairs(None, 6, "cpu")[0], ~torch.eye(6, dtype=torch.bool))
 
 
-def test_log_prob_matches_bernoulli_on_valid_pairs():
+def test_policy_terms_of_k_masks_match_bernoulli_per_mask():
+    """The batched log p(m), entropy, summed pi and drop shares of K masks against torch's Bernoulli, one mask at a
+    time, on valid pairs only (a padded batch)."""
     model, method = _attach(p_max=0.5, p_init=0.2)
-    samples = _collect(method, model, _batch(length=10))
-    expected = 0.0
-    for s in samples:
-        lp = torch.distributions.Bernoulli(probs=0.5 * torch.sigmoid(s.logits)).log_prob(s.drop.float())
-        expected = expected + (lp * s.valid.expand_as(lp)).sum((-1, -2))
-    got = mask_log_prob(samples, 0.5)
-    assert got.shape == (4,)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+    batch = _batch(length=10)
+    masks = [_collect(method, model, batch) for _ in range(3)]
+    logp, entropy, pi_sum, pairs = policy_terms(masks, 0.5, entropy=True, rate=True)
+    assert logp.shape == entropy.shape == (3, 4)
+    shares = drop_shares(masks)
+    all_pi, all_pairs = 0.0, 0.0
+    for k, samples in enumerate(masks):
+        lp = ent = dropped = valid_pairs_k = 0.0
+        for s in samples:
+            bernoulli = torch.distributions.Bernoulli(probs=0.5 * torch.sigmoid(s.logits))
+            v = s.valid.expand_as(s.logits).float()
+            lp = lp + (bernoulli.log_prob(s.drop.float()) * v).sum((-1, -2))
+            ent = ent + (bernoulli.entropy() * v).sum((-1, -2))
+            dropped, valid_pairs_k = dropped + (s.drop.float() * v).sum((-1, -2)), valid_pairs_k + v.sum((-1, -2))
+            all_pi, all_pairs = all_pi + (bernoulli.probs * v).sum(), all_pairs + v.sum()
+        torch.testing.assert_close(logp[k], lp, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(entropy[k], ent, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(shares[k], dropped / valid_pairs_k)
+    torch.testing.assert_close(pi_sum, all_pi, rtol=1e-5, atol=1e-4)
+    assert float(pairs) == float(all_pairs)
 
 
 def test_first_order_reward_matches_autograd_per_sample_gradients():

@@ -79,35 +79,6 @@ def policy_log_probs(logits: torch.Tensor, p_max: float) -> tuple[torch.Tensor, 
     return pi, log_pi, torch.log1p(-pi)
 
 
-def mask_log_prob(samples: list[MaskSample], p_max: float) -> torch.Tensor:
-    """log p(m) per sample (B,): sum over layers and valid pairs of m log pi + (1 - m) log(1 - pi)."""
-    total = 0.0
-    for s in samples:
-        _, log_pi, log_keep = policy_log_probs(s.logits, p_max)
-        v = s.valid.expand_as(s.logits)
-        total = total + torch.where(s.drop, log_pi, log_keep).masked_fill(~v, 0.0).sum((-1, -2))
-    return total
-
-
-def mask_entropy(samples: list[MaskSample], p_max: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(Bernoulli entropy per sample (B,), sum of pi over valid pairs, number of valid pairs)."""
-    entropy, pi_sum, pairs = 0.0, 0.0, 0.0
-    for s in samples:
-        pi, log_pi, log_keep = policy_log_probs(s.logits, p_max)
-        v = s.valid.expand_as(pi)
-        entropy = entropy + (-(pi * log_pi + (1 - pi) * log_keep)).masked_fill(~v, 0.0).sum((-1, -2))
-        pi_sum = pi_sum + pi.masked_fill(~v, 0.0).sum()
-        pairs = pairs + v.sum()
-    return entropy, pi_sum, pairs
-
-
-def sampled_drop_share(samples: list[MaskSample]) -> torch.Tensor:
-    """Per sample (B,), the share of its valid pairs that the mask drops, over all layers."""
-    dropped = sum(s.drop.sum((-1, -2)).float() for s in samples)
-    pairs = sum(s.valid.expand_as(s.drop).sum((-1, -2)).float() for s in samples)
-    return dropped / pairs.clamp_min(1)
-
-
 def split_rows(sample: MaskSample, blocks: int) -> list[MaskSample]:
     """A sample drawn for `blocks` copies of a batch (rows copy-major) as one sample per copy (views, no copies)."""
     valid = sample.valid.chunk(blocks) if sample.valid.shape[0] > 1 else [sample.valid] * blocks
@@ -125,9 +96,8 @@ def _per_layer(samples: list[list[MaskSample]], logits: bool = True):
 def policy_terms(samples: list[list[MaskSample]], p_max: float, entropy: bool = False, rate: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | float, torch.Tensor]:
     """For K masks' samples (samples[k]: one MaskSample per layer, B rows each): log p(m) (K, B), the Bernoulli
-    entropy (K, B) if `entropy` (else None), the sum of pi if `rate` (else 0) and the number of valid pairs.
-
-    The same values as `mask_log_prob` and `mask_entropy` per mask, computed once per layer for all K masks.
+    entropy (K, B) if `entropy` (else None), the sum of pi if `rate` (else 0) and the number of valid pairs; log p(m)
+    sums m log pi + (1 - m) log(1 - pi) over layers and valid pairs. Computed once per layer for all K masks.
     """
     logp, ent, pi_sum, pairs = 0.0, None, 0.0, 0.0
     for logits, drop, valid in _per_layer(samples):
@@ -144,7 +114,7 @@ def policy_terms(samples: list[list[MaskSample]], p_max: float, entropy: bool = 
 
 
 def drop_shares(samples: list[list[MaskSample]]) -> torch.Tensor:
-    """(K, B): `sampled_drop_share` of each of K masks' samples, once per layer for all K."""
+    """(K, B): the share of each sample's valid pairs that each of K masks drops, over all layers."""
     dropped, pairs = 0.0, 0.0
     for _, drop, valid in _per_layer(samples, logits=False):
         dropped = dropped + drop.sum((-1, -2))

@@ -17,9 +17,6 @@ import numpy as np
 import torch
 from scipy import stats as sps
 
-ATTENTIONS = ("cls", "rollout")
-IMPORTANCES = ("gxi", "loo")
-
 
 def cls_attention(last_layer: torch.Tensor) -> torch.Tensor:
     """(H, L, L) -> (L,): the [CLS] (first) query's row averaged over heads."""
