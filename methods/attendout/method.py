@@ -33,6 +33,7 @@ from suite.api.attention import (
     HyperParameterError,
     attend,
     attention_modules,
+    check_integer,
     check_probability,
     mask_fill_value,
     register_method,
@@ -111,8 +112,7 @@ class AttendOut(AttentionMethod):
             raise HyperParameterError(f"attendout.p_init={c.p_init} must lie in (0, p_max={c.p_max})")
         check_probability("attendout.rate_target", c.rate_target)
         for name in ("d_g", "mask_samples", "g_update_every", "g_accumulate"):
-            if isinstance(getattr(c, name), bool) or getattr(c, name) < 1:
-                raise HyperParameterError(f"attendout.{name}={getattr(c, name)} is impossible: it must be >= 1")
+            check_integer(f"attendout.{name}", getattr(c, name), 1)
         for name, value, valid in (("baseline", c.baseline, BASELINES), ("credit", c.credit, CREDITS)):
             if value not in valid:
                 raise HyperParameterError(f"attendout.{name}={value!r}: choose one of {', '.join(valid)}")
@@ -120,6 +120,11 @@ class AttendOut(AttentionMethod):
             raise HyperParameterError("attendout.baseline='rloo' compares masks: it needs mask_samples >= 2")
         if c.lookahead_lr is not None and not c.lookahead_lr > 0:
             raise HyperParameterError(f"attendout.lookahead_lr={c.lookahead_lr} must be > 0 (or None)")
+        self._check_bounds(c)
+
+    @staticmethod
+    def _check_bounds(c: AttendOutConfig) -> None:
+        """The rates and coefficients: positive, non-negative, or a decay in [0, 1)."""
         for name in ("g_lr", "fd_decrease", "advantage_clip"):
             if not getattr(c, name) > 0:
                 raise HyperParameterError(f"attendout.{name}={getattr(c, name)} must be > 0")

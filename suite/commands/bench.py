@@ -104,6 +104,41 @@ def main(args) -> int:
         raise BadInput("--threads must be >= 1")
     if args.loop:
         return loop_main(args, device)
+    shapes, seq_lens, note = _resolved_options(args, device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    amp_dtype = autocast_dtype(args.precision, device)
+    methods = _methods(args)
+    sections = ["## Attention methods: training-step time and memory", "",
+                f"Command (effective settings): `{command_line(args, shapes, seq_lens)}`"]
+    configs = {shape: shape_config(shape) for shape in shapes}
+    for shape, cfg in configs.items():
+        if max(seq_lens) > cfg.max_position_embeddings:
+            raise BadInput(f"--seq-len {max(seq_lens)} exceeds {shape}'s {cfg.max_position_embeddings} positions")
+    measured: list[dict] = []
+    for shape, cfg in configs.items():
+        lines, rows = _measure_shape(args, shape, cfg, methods, seq_lens, device, amp_dtype, note)
+        sections, measured = sections + lines, measured + rows
+    text = "\n".join(sections) + "\n"
+    print(text)
+    if args.json:
+        write_json(args.json, measured, device, amp_dtype, command_line(args, shapes, seq_lens))
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+        _log(f"wrote {args.out}")
+    return 0
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _resolved_options(args, device) -> tuple[list[str], list[int], str]:
+    """(shapes, sequence lengths, a note on the CPU defaults used): the device's defaults for what the flags left
+    out (filled into `args`), each checked."""
     args.methods = args.methods or "all"
     defaults = CUDA_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
     defaulted = [f"{flag} {defaults[key]}" for flag, key, given in
@@ -124,58 +159,37 @@ def main(args) -> int:
         raise BadInput("--batch-size and --reps must be >= 1, --warmup >= 0")
     if not 0 <= args.padding < 1:
         raise BadInput(f"--padding={args.padding} must lie in [0, 1)")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    amp_dtype = autocast_dtype(args.precision, device)
-    methods = _methods(args)
+    return shapes, seq_lens, note
 
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
 
-    sections = ["## Attention methods: training-step time and memory", "",
-                f"Command (effective settings): `{command_line(args, shapes, seq_lens)}`"]
-    configs = {shape: shape_config(shape) for shape in shapes}
-    measured: list[dict] = []
-    for shape, cfg in configs.items():
-        if max(seq_lens) > cfg.max_position_embeddings:
-            raise BadInput(f"--seq-len {max(seq_lens)} exceeds {shape}'s {cfg.max_position_embeddings} positions")
-    for shape, cfg in configs.items():
-        torch.manual_seed(args.seed)
-        log(f"{shape}: building {len(methods) + 2} candidates on {device}")
-        # fresh method objects per shape: prepare() and any training state belong to one model
-        fresh = [(n, type(m)(copy.deepcopy(m.cfg))) for n, m in methods]
-        cands = build_candidates(cfg, fresh, device, amp_dtype)
-        for seq in seq_lens:
-            log(f"{shape} batch {args.batch_size} x {seq}")
-            b1, b2 = make_batches(cfg, args.batch_size, seq, args.padding, device, args.seed)
-            run_shape(cands, b1, b2, device, args.warmup, args.reps, not args.no_memory, log)
-            sections += ["", header(device, amp_dtype, shape, cfg, args.batch_size, seq, args, note), "",
-                         table(cands)]
-            measured += [{"shape": shape, "seq_len": seq, "batch_size": args.batch_size, "method": c.name,
-                          "step_ms": 1000 * _median(c) if _median(c) is not None else None,
-                          "peak_mb": c.peak_mb, "error": c.error} for c in cands]
-            if args.profile:
-                chosen = (missed_targets(cands) if args.profile == "missed" else
-                          [c for c in cands if c.name in set(args.profile.split(",")) and c.error is None])
-                for c in chosen:
-                    log(f"  profiling {c.name}")
-                    sections += ["", f"Where the time of one `{c.name}` step goes ({shape}, batch {args.batch_size} "
-                                     f"x {seq}; profiled step, so absolute times are inflated):", "",
-                                 profile_step(c, b1, b2, device)]
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        del cands
-    text = "\n".join(sections) + "\n"
-    print(text)
-    if args.json:
-        write_json(args.json, measured, device, amp_dtype, command_line(args, shapes, seq_lens))
-    if args.out:
-        from pathlib import Path
-
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-        log(f"wrote {args.out}")
-    return 0
+def _measure_shape(args, shape: str, cfg, methods, seq_lens: list[int], device, amp_dtype, note: str
+                   ) -> tuple[list[str], list[dict]]:
+    """Every method's step on one model shape at each sequence length: (the report's lines, the JSON rows)."""
+    torch.manual_seed(args.seed)
+    _log(f"{shape}: building {len(methods) + 2} candidates on {device}")
+    # fresh method objects per shape: prepare() and any training state belong to one model
+    fresh = [(n, type(m)(copy.deepcopy(m.cfg))) for n, m in methods]
+    cands = build_candidates(cfg, fresh, device, amp_dtype)
+    lines, rows = [], []
+    for seq in seq_lens:
+        _log(f"{shape} batch {args.batch_size} x {seq}")
+        b1, b2 = make_batches(cfg, args.batch_size, seq, args.padding, device, args.seed)
+        run_shape(cands, b1, b2, device, args.warmup, args.reps, not args.no_memory, _log)
+        lines += ["", header(device, amp_dtype, shape, cfg, args.batch_size, seq, args, note), "", table(cands)]
+        rows += [{"shape": shape, "seq_len": seq, "batch_size": args.batch_size, "method": c.name,
+                  "step_ms": 1000 * _median(c) if _median(c) is not None else None,
+                  "peak_mb": c.peak_mb, "error": c.error} for c in cands]
+        if args.profile:
+            chosen = (missed_targets(cands) if args.profile == "missed" else
+                      [c for c in cands if c.name in set(args.profile.split(",")) and c.error is None])
+            for c in chosen:
+                _log(f"  profiling {c.name}")
+                lines += ["", f"Where the time of one `{c.name}` step goes ({shape}, batch {args.batch_size} "
+                              f"x {seq}; profiled step, so absolute times are inflated):", "",
+                          profile_step(c, b1, b2, device)]
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return lines, rows
 
 
 def loop_main(args, device) -> int:
