@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from suite.api.errors import SuiteError
+from suite.run.layout import OutputFolder
 from suite.run.record import InvalidRecord, NewerRecord, RunRecord, predictions_filename, save_predictions
 
 try:
@@ -78,7 +79,7 @@ def atomic_write(target: Path, write) -> None:
 class Store:
     def __init__(self, out: str | os.PathLike):
         self.root = Path(out)
-        self.runs = self.root / "runs"
+        self.runs = OutputFolder(out).runs
 
     def path(self, filename: str) -> Path:
         return self.runs / filename

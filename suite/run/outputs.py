@@ -12,6 +12,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from suite.run.layout import OutputFolder
+
 
 @dataclasses.dataclass(frozen=True)
 class RunOutputs:
@@ -28,7 +30,7 @@ class RunOutputs:
 
 def artifact_path(root: str | Path, filename: str, kind: str) -> Path:
     """OUT/runs/STEM.KIND for the record OUT/runs/STEM.json (kind: model, test)."""
-    return Path(root) / "runs" / f"{filename[:-len('.json')]}.{kind}"
+    return OutputFolder(root).artifact(filename, kind)
 
 
 class RunHooks:
@@ -57,7 +59,7 @@ class RunHooks:
         if self.tracking is None:
             from suite.run.tracking import RunTracking
 
-            self.tracking = RunTracking(self.outputs.report_to, Path(self.outputs.root) / "tracking",
+            self.tracking = RunTracking(self.outputs.report_to, OutputFolder(self.outputs.root).tracking,
                                         self.job.filename[:-len(".json")], self.job.to_dict(), dict(self.outputs.tags))
         return self.tracking
 
