@@ -1,0 +1,52 @@
+"""The output folder's layout (suite.run.layout): the state files read back through their models and written again
+give the same bytes, and a damaged one stops with its path and the field that is wrong, never a traceback."""
+import json
+from pathlib import Path
+
+import pytest
+
+from suite.api.errors import BadInput
+from suite.run.layout import OutputFolder, SelectionFile, UntilDecidedFile, read_state, state_json
+
+RESULTS = OutputFolder(Path(__file__).resolve().parents[1] / "results")
+
+
+@pytest.mark.parametrize("path, kind", [(RESULTS.selection, SelectionFile), (RESULTS.until_decided, UntilDecidedFile)])
+def test_the_published_state_files_round_trip_byte_for_byte(path, kind):
+    assert state_json(read_state(path, kind)) == path.read_bytes()
+
+
+def test_paths_of_an_output_folder(tmp_path):
+    out = OutputFolder(tmp_path)
+    assert out.runs == tmp_path / "runs" and out.tuning.runs == tmp_path / "tuning" / "runs"
+    assert out.selection == tmp_path / "tuning" / "selection.json"
+    assert out.until_decided == tmp_path / "until_decided.json"
+    stem = "rte__vanilla__seed1__m__abc"
+    assert out.artifact(f"{stem}.json", "model") == tmp_path / "runs" / f"{stem}.model"
+
+
+def _damaged_selections():
+    good = json.loads(RESULTS.selection.read_text())
+    cell = good["cells"][0]
+    yield "not json", "{", "cannot be read as JSON"
+    yield "a list", "[]", "the whole file"
+    yield "no protocol", json.dumps({"cells": []}), "protocol: Field required"
+    yield "a cell's model a number", json.dumps({**good, "cells": [{**cell, "model": 3}]}), "cells.0.model"
+    yield "scores a list", json.dumps({**good, "cells": [{**cell, "configurations": [{"settings": {}, "scores": [],
+                                                                                     "mean": None}]}]}), "scores"
+
+
+@pytest.mark.parametrize("name, text, says", list(_damaged_selections()), ids=[d[0] for d in _damaged_selections()])
+def test_a_damaged_state_file_names_itself_and_the_field(tmp_path, name, text, says):
+    path = tmp_path / "selection.json"
+    path.write_text(text)
+    with pytest.raises(BadInput, match="delete it and give the run's command again") as err:
+        read_state(path, SelectionFile)
+    assert str(path) in str(err.value) and says in str(err.value)
+
+
+def test_fields_a_newer_version_adds_are_kept(tmp_path):
+    data = json.loads(RESULTS.until_decided.read_text()) | {"added_later": {"x": 1}}
+    path = tmp_path / "until_decided.json"
+    path.write_text(json.dumps(data, indent=1))
+    assert json.loads(state_json(read_state(path, UntilDecidedFile)))["added_later"] == {"x": 1}
