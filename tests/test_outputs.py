@@ -187,3 +187,23 @@ def _wandb_values(blob: bytes, tag: int) -> dict[str, list[str]]:
 def test_report_to_unknown_tracker_exits_2(tiny_bert_dir, glue_dir, tmp_path, capsys):
     assert _run(tiny_bert_dir, glue_dir, tmp_path, "--report-to", "tensorbord") == 2
     assert "unknown tracker" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["no tokenizer files", "corrupt tokenizer.json"])
+def test_a_saved_model_without_a_working_tokenizer_is_refused_before_predicting(tiny_bert_dir, glue_with_tests,
+                                                                                tmp_path, capsys, damage):
+    """Without its tokenizer files transformers builds a vocabulary of special tokens only, and every row gets one
+    label: `predict` must refuse the checkpoint (exit 2, naming it) instead of writing such predictions."""
+    assert _run(tiny_bert_dir, glue_with_tests, tmp_path, "--save-model") == 0
+    folder = next((tmp_path / "runs").glob("*.model"))
+    for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        if damage == "no tokenizer files":
+            (folder / name).unlink(missing_ok=True)
+    if damage == "corrupt tokenizer.json":
+        (folder / "vocab.txt").unlink(missing_ok=True)
+        (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "WordPiece"')
+    capsys.readouterr()
+    assert main(["predict", str(folder), "--data-dir", glue_with_tests, "--out", str(tmp_path / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert str(folder) in err and "tokenizer" in err and "Traceback" not in err
+    assert not (tmp_path / "sub" / "RTE.tsv").exists()

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import torch
 
 from suite.api.attention import METHODS, AttentionMethod
+from suite.api.errors import BadInput
 from suite.api.tasks import TaskSpec
 from suite.run.settings import RunConfig, resolve_model
 
@@ -26,6 +28,36 @@ def quiet_transformers():
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+# A local model folder needs one of these sets of files for its tokenizer.
+TOKENIZER_FILE_SETS = (("tokenizer.json",), ("vocab.txt",), ("vocab.json", "merges.txt"), ("spiece.model",),
+                       ("sentencepiece.bpe.model",), ("tokenizer.model",))
+
+
+def checked_tokenizer(model: str, path: str | Path):
+    """The tokenizer of a model (a local folder or a hub id), refused with BadInput when it cannot work: a local
+    folder without tokenizer files (transformers would build a vocabulary of special tokens only, and every word
+    would become [UNK], which trains and predicts without error on garbage), files that do not load, or a
+    vocabulary of special tokens only. Used for training models and for saved models alike."""
+    from transformers import AutoTokenizer
+
+    folder = Path(path).expanduser()
+    if folder.is_dir() and not any(all((folder / f).is_file() for f in files) for files in TOKENIZER_FILE_SETS):
+        wanted = " or ".join("+".join(files) for files in TOKENIZER_FILE_SETS)
+        raise BadInput(f"model folder {folder} has no tokenizer files (looked for {wanted}). Save the tokenizer "
+                       f"of the model it came from into it: AutoTokenizer.from_pretrained(ORIGINAL)"
+                       f".save_pretrained('{folder}').")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # noqa: BLE001
+        raise BadInput(f"cannot load the tokenizer of model {model!r}: {type(exc).__name__}: {str(exc)[:300]}. "
+                       "Repair or replace its tokenizer files.") from None
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise BadInput(f"the tokenizer of model {model!r} has only its special tokens "
+                       f"({', '.join(tokenizer.all_special_tokens)}): every word would be unknown. Repair or "
+                       "replace its tokenizer files.")
+    return tokenizer
 
 
 def build_method(job: RunConfig) -> AttentionMethod:

@@ -211,10 +211,10 @@ def _weights_problem(exc: Exception) -> str:
 def load_checkpoint(folder: str | Path, device):
     """(model with its method attached and the trained weights, tokenizer, RunConfig, TaskSpec)."""
     from safetensors.torch import load_file
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
     from suite.api.tasks import get_task
-    from suite.run.models import build_method, quiet_transformers
+    from suite.run.models import build_method, checked_tokenizer, quiet_transformers
 
     folder = Path(folder)
     info = folder / CHECKPOINT_INFO
@@ -236,4 +236,8 @@ def load_checkpoint(folder: str | Path, device):
     if missing or unexpected:
         raise DataError(f"{folder}: the saved weights do not fit {job.method} on this model "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return model.to(device).eval(), AutoTokenizer.from_pretrained(folder), job, get_task(job.task)
+    try:
+        tokenizer = checked_tokenizer(str(folder), folder)  # the check a training model passes, before any row
+    except BadInput as exc:
+        raise DataError(f"{folder}: the saved model cannot predict: {exc}") from None
+    return model.to(device).eval(), tokenizer, job, get_task(job.task)
