@@ -83,9 +83,34 @@ def _wrong_shape(path):  # drops a row's tokens and fixes the checksum: the offs
         a["e0/input_ids"] = a["e0/input_ids"][:-1]
         a["e0/token_type_ids"] = a["e0/token_type_ids"][:-1]
         manifest = json.loads(a["manifest"].tobytes())
-        manifest["checksum"] = reuse._checksum({k: v for k, v in a.items() if k != "manifest"})
+        manifest["checksum"] = reuse._checksum({k: v for k, v in a.items() if k != "manifest"}, manifest["tree"])
         a["manifest"] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
     _rewrite(path, edit)
+
+
+def _split_repointed(path):  # the dev split pointed at the training split's arrays, the checksum left as it was
+    def edit(a):
+        import json
+
+        manifest = json.loads(a["manifest"].tobytes())
+        manifest["tree"]["tuple"][1]["dict"][""] = manifest["tree"]["tuple"][0]
+        a["manifest"] = np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)
+    _rewrite(path, edit)
+
+
+def _fifo(path):  # reading it would wait for a writer forever
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _compressed(path):  # a small file that expands to far more than its size when read
+    path.unlink()
+    with open(path, "wb") as fh:
+        np.savez_compressed(fh, manifest=np.zeros(50_000_000, dtype=np.uint8))
+
+
+def _writable_by_others(path):
+    path.chmod(0o666)
 
 
 def _other_key(path):
@@ -98,7 +123,8 @@ def _not_a_zip(path):
 
 UNTRUSTED = {"pickle": _pickle, "pickled object array": _object_array, "truncated": _truncate,
              "labels edited": _flip_labels, "wrongly shaped": _wrong_shape, "another key's entry": _other_key,
-             "not a zip": _not_a_zip}
+             "not a zip": _not_a_zip, "a split pointed at another's arrays": _split_repointed, "a FIFO": _fifo,
+             "compressed": _compressed, "writable by others": _writable_by_others}
 
 
 @pytest.mark.parametrize("spoil", list(UNTRUSTED.values()), ids=list(UNTRUSTED))
@@ -111,6 +137,17 @@ def test_an_untrusted_entry_is_named_and_rebuilt_and_never_runs(spoil, cache, tm
         assert reuse.cached("k", _compute(calls)) == VALUE
     assert len(calls) == 2 and not (tmp_path / "pwned").exists()
     assert reuse.read_entry(path, "k") == VALUE  # rebuilt
+    assert path.is_file() and not path.stat().st_mode & 0o022
+
+
+def test_a_value_of_another_shape_is_named_and_rebuilt(cache):
+    """A well-formed entry whose value is not what the caller stores (a manifest of the wrong shape, checksum and
+    all) is an untrusted entry, never a TypeError further on."""
+    reuse.write_entry((cache.mkdir(parents=True) or cache / "k.npz").open("wb"), "k", (1, 2))
+    calls = []
+    with pytest.warns(UserWarning, match="cannot be trusted.*not shaped as the data"):
+        assert reuse.cached("k", _compute(calls), fits=lambda v: isinstance(v, tuple) and len(v) == 3) == VALUE
+    assert calls == [1]
 
 
 def test_the_key_follows_content_and_suite_version(tmp_path, tiny_bert_dir, glue_dir, monkeypatch):
@@ -163,3 +200,13 @@ class reuse_off:
 
     def __exit__(self, *exc):
         os.environ[reuse.CACHE_ENV] = self.before
+
+
+def test_a_compressed_entry_is_refused_before_anything_expands(cache):
+    """np.savez stores its arrays uncompressed: a compressed member can only be planted, and could expand to
+    gigabytes, so it is refused from the archive's table of contents, before any member is read."""
+    cache.mkdir(parents=True)
+    with open(cache / "k.npz", "wb") as fh:
+        np.savez_compressed(fh, manifest=np.zeros(50_000_000, dtype=np.uint8))
+    with pytest.raises(reuse.BadEntry, match="compressed"):
+        reuse.read_entry(cache / "k.npz", "k")

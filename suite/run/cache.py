@@ -4,17 +4,21 @@ subset once; the others read it from a disk cache.
 The cache key covers everything the tokens depend on: the suite's version, the tokenizer's files, the task, the
 content (sha256) of the data files and the settings that pick and cut the rows. Entries are data, not code: a numpy
 `.npz` of integer arrays plus a JSON manifest, read with `allow_pickle=False`, so a file dropped into the cache can
-never run anything. Each entry carries its key and a checksum of its arrays; an entry that is truncated, wrongly
-shaped, edited or written for another key is named in a warning and rebuilt. Entries live in `$SUITE_CACHE_DIR`
-(default `~/.cache/suite/tokenized`) and are written atomically, so concurrent workers never read half a file. Hub
-data is not cached here (the `datasets` cache already keeps the download; tokenising again is what is left). Set
-`SUITE_CACHE_DIR=off` to turn the cache off.
+never run anything. Each entry carries its key and a checksum of its arrays and its manifest together; an entry that
+is truncated, wrongly shaped, edited, written for another key, not a regular file, compressed (the suite stores its
+arrays uncompressed, so nothing it reads can expand beyond the file's own size), owned by another user or writable
+by others is named in a warning and rebuilt. A checksum shows damage and edits that did not recompute it; like the
+code it runs, the suite trusts whoever can write the cache folder, which is why entries another user could have
+written are not read. Entries live in `$SUITE_CACHE_DIR` (default `~/.cache/suite/tokenized`) and are written
+atomically, so concurrent workers never read half a file. Hub data is not cached here (the `datasets` cache already
+keeps the download; tokenising again is what is left). Set `SUITE_CACHE_DIR=off` to turn the cache off.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import warnings
 import zipfile
@@ -26,7 +30,7 @@ import numpy as np
 from suite import __version__
 
 CACHE_ENV = "SUITE_CACHE_DIR"
-FORMAT = 2          # the layout of an entry; entries of another format are never read
+FORMAT = 3          # the layout of an entry; entries of another format are never read (3: the checksum covers the tree)
 SUFFIX = ".npz"
 _MANIFEST = "manifest"
 
@@ -136,8 +140,10 @@ def _unpack(node: Any, arrays) -> Any:
     raise BadEntry(f"a manifest node {node!r:.60}")
 
 
-def _checksum(arrays: dict[str, np.ndarray]) -> str:
-    digest = hashlib.sha256()
+def _checksum(arrays: dict[str, np.ndarray], tree: Any) -> str:
+    """Of the arrays and the manifest's tree that says which array is which split: pointing a split at another's
+    arrays changes it as much as editing the arrays does."""
+    digest = hashlib.sha256(json.dumps(tree, sort_keys=True).encode())
     for name in sorted(arrays):
         a = np.ascontiguousarray(arrays[name])
         digest.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
@@ -148,12 +154,29 @@ def _checksum(arrays: dict[str, np.ndarray]) -> str:
 def write_entry(file, key: str, value: Any) -> None:
     arrays: dict[str, np.ndarray] = {}
     tree = _pack(value, arrays)
-    manifest = {"format": FORMAT, "suite": __version__, "key": key, "tree": tree, "checksum": _checksum(arrays)}
+    manifest = {"format": FORMAT, "suite": __version__, "key": key, "tree": tree, "checksum": _checksum(arrays, tree)}
     np.savez(file, **arrays, **{_MANIFEST: np.frombuffer(json.dumps(manifest).encode(), dtype=np.uint8)})
+
+
+def _check_file(path: Path) -> None:
+    """BadEntry unless `path` is a regular file of this user's, writable by nobody else, whose members are stored
+    uncompressed (as `np.savez` writes them) and add up to no more than the file: a FIFO would hang the reader, a
+    compressed member could expand to gigabytes, and what another user could write this user's runs must not trust."""
+    facts = os.lstat(path)  # FileNotFoundError: no entry yet
+    if not stat.S_ISREG(facts.st_mode):
+        raise BadEntry("not a regular file")
+    if hasattr(os, "getuid") and (facts.st_uid != os.getuid() or facts.st_mode & 0o022):
+        raise BadEntry("owned by another user or writable by others")
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+    if any(m.compress_type != zipfile.ZIP_STORED for m in members) or sum(m.file_size for m in members) > \
+            facts.st_size:
+        raise BadEntry("compressed members (the suite stores its arrays uncompressed)")
 
 
 def read_entry(path: Path, key: str) -> Any:
     """The value stored in `path` for `key`; BadEntry (or what reading raises) when it cannot be trusted."""
+    _check_file(path)
     with np.load(path, allow_pickle=False) as data:
         arrays = {name: data[name] for name in data.files}
     raw = arrays.pop(_MANIFEST, None)
@@ -162,25 +185,30 @@ def read_entry(path: Path, key: str) -> Any:
     manifest = json.loads(raw.tobytes().decode())
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("key") != key:
         raise BadEntry("written for another key or format")
-    if manifest.get("checksum") != _checksum(arrays):
-        raise BadEntry("its arrays do not match their checksum (edited or corrupt)")
+    if manifest.get("checksum") != _checksum(arrays, manifest.get("tree")):
+        raise BadEntry("its arrays and manifest do not match their checksum (edited or corrupt)")
     try:
         return _unpack(manifest.get("tree"), arrays)
     except (KeyError, TypeError, IndexError) as exc:
         raise BadEntry(f"its manifest does not match its arrays ({type(exc).__name__}: {exc})") from None
 
 
-def cached(key: str | None, compute: Callable[[], Any]) -> Any:
-    """`compute()`, or its stored result under `key` (None, or the cache turned off: always compute)."""
+def cached(key: str | None, compute: Callable[[], Any], fits: Callable[[Any], bool] = lambda value: True) -> Any:
+    """`compute()`, or its stored result under `key` (None, or the cache turned off: always compute); `fits`: whether
+    a stored value has the shape `compute` returns (one that does not is an entry that cannot be trusted)."""
     folder = cache_dir()
     if key is None or folder is None:
         return compute()
     path = folder / f"{key}{SUFFIX}"
     try:
-        return read_entry(path, key)
+        value = read_entry(path, key)
+        if not fits(value):
+            raise BadEntry("its value is not shaped as the data it stands for")
+        return value
     except FileNotFoundError:
         pass
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, UnicodeDecodeError, RecursionError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, UnicodeDecodeError, RecursionError, TypeError,
+            KeyError, AttributeError) as exc:
         # BadEntry and json's errors are ValueErrors; numpy refuses pickled arrays with a ValueError too
         warnings.warn(f"tokenised-data cache entry {path} cannot be trusted ({type(exc).__name__}: {exc}); "
                       "tokenising again and replacing it", stacklevel=2)

@@ -63,7 +63,7 @@ class TokenizedCache:
             disk_key = tokenized_key(spec, tokenizer, data_dir, dataclasses.replace(t, data_seed=seed))
             # the dev subset is drawn with train.data_seed (0 when unset), never with the run seed: it joins the key
             disk_key = disk_key and f"{disk_key}-{t.subset_draw}-{t.holdout}-{t.holdout_seed}-dev{t.data_seed or 0}"
-            value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)))
+            value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)), _is_tokenized)
             self._key, self._value = key, Tokenized(*value)  # the disk cache keeps plain tuples
         return self._value
 
@@ -77,6 +77,13 @@ class Tokenized(NamedTuple):
     train_subset: Encoded
     tune: Encoded
     draw: dict[str, Any]
+
+
+def _is_tokenized(value) -> bool:
+    """Whether a cached value is shaped as a Tokenized: three tokenised splits, a dict of them, a dict of facts."""
+    return (isinstance(value, tuple) and len(value) == len(Tokenized._fields)
+            and all(isinstance(value[i], Encoded) for i in (0, 2, 3)) and isinstance(value[4], dict)
+            and isinstance(value[1], dict) and all(isinstance(v, Encoded) for v in value[1].values()))
 
 
 def _tokenize(spec: TaskSpec, tokenizer, data_dir, t, run_seed: int) -> Tokenized:
