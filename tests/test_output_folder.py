@@ -50,3 +50,31 @@ def test_fields_a_newer_version_adds_are_kept(tmp_path):
     path = tmp_path / "until_decided.json"
     path.write_text(json.dumps(data, indent=1))
     assert json.loads(state_json(read_state(path, UntilDecidedFile)))["added_later"] == {"x": 1}
+
+
+def test_a_link_planted_at_the_tracking_folder_is_replaced(tmp_path):
+    """OUT/tracking pointing out of the output folder: trackers never write through it."""
+    from suite.run.tracking import RunTracking
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "tracking").symlink_to(outside, target_is_directory=True)
+    from suite.run.settings import RunConfig, TrainSettings
+
+    config = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings()).to_dict()
+    RunTracking([], tmp_path / "out" / "tracking", "run", config)
+    assert (tmp_path / "out" / "tracking").is_dir() and not (tmp_path / "out" / "tracking").is_symlink()
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["../../evil_task", "sub/dir", ".hidden", "back\\slash"])
+def test_a_name_that_would_leave_the_output_folder_is_refused_at_registration(name):
+    """Records are named TASK__METHOD__...: a registered name must be a plain file-name part, for every registry."""
+    import dataclasses
+
+    from suite.api.tasks import TASKS, get_task, register_task
+
+    with pytest.raises(ValueError, match="cannot name files"):
+        register_task(dataclasses.replace(get_task("rte"), name=name))
+    assert name not in TASKS

@@ -80,3 +80,17 @@ def test_finished_run_without_a_saved_model_says_how_to_get_its_outputs(tiny_ber
             "--force reruns it") in err
     assert "rte/vanilla/seed1: its record has no saved model, and a model cannot be saved without retraining" in err
     assert path.read_bytes() == written and not list(tmp_path.glob("runs/*.test"))
+
+
+def test_predictions_for_a_finished_run_replace_a_link_planted_at_its_test_folder(tiny_bert_dir, rte_with_test,
+                                                                                   tmp_path):
+    """A link at RUN.test pointing out of the output folder is replaced, never written through."""
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    assert _run(tiny_bert_dir, rte_with_test, out, "--save-model") == 0
+    outside.mkdir()
+    (outside / "RTE.tsv").write_text("keep me\n")
+    link = _record(out).with_suffix(".test")
+    link.symlink_to(outside, target_is_directory=True)
+    assert _run(tiny_bert_dir, rte_with_test, out, "--predict-test") == 0
+    assert (outside / "RTE.tsv").read_text() == "keep me\n" and sorted(p.name for p in outside.iterdir()) == ["RTE.tsv"]
+    assert not link.is_symlink() and len((link / "RTE.tsv").read_text().splitlines()) == TEST_ROWS + 1

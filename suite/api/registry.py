@@ -68,6 +68,18 @@ def _where(entry: object) -> str:
     return f"{entry.__module__}.{entry.__qualname__}" if isinstance(entry, type) else repr(entry)
 
 
+NAME_FORBIDDEN = ("/", "\\", "\0", "..")
+
+
+def check_name_part(kind: str, name: str) -> str:
+    """`name` (a method's, a task's) as a safe part of a file name: records are named TASK__METHOD__..., so a name
+    with a path separator, `..`, a NUL or a leading dot would write outside the output folder or hide its file."""
+    if not name or name.startswith(".") or any(bad in name for bad in NAME_FORBIDDEN):
+        raise ValueError(f"{kind} name {name!r} cannot name files: use letters, digits, '_' and '-' (no '/', '\\', "
+                         "'..' or leading '.')")
+    return name
+
+
 class Registry(Generic[T]):
     def __init__(self, kind: str, builtins: str, entry_point_group: str | None = None,
                  key: Callable[[str], str] = str, guard_replacement: bool = False):
@@ -111,6 +123,7 @@ class Registry(Generic[T]):
 
     # -- registration -------------------------------------------------------------------------------
     def add(self, name: str, entry: T, replace: bool = False) -> T:
+        check_name_part(self.kind, name)
         k = self._key(name)
         if k in self._entries and self._names[k] != name:
             raise ValueError(f"{self.kind} {name!r} clashes with already registered {self._names[k]!r}")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from suite.api.errors import DataError
 from suite.grid.store import Store
+from suite.run.layout import own_folder
 from suite.run.outputs import RunOutputs, artifact_path
 from suite.run.settings import RunConfig
 
@@ -51,7 +52,7 @@ def predict_from_saved_model(job: RunConfig, store: Store, folder: Path, data_di
     model, tokenizer, trained, spec = load_checkpoint(folder, device)
     if trained.hash != job.hash:
         raise DataError(f"{folder} holds the model of another run (hash {trained.hash}, not {job.hash})")
-    out = artifact_path(store.root, job.filename, "test")
+    out = own_folder(artifact_path(store.root, job.filename, "test"))  # a link planted there is replaced
     t = trained.train
     found = predict_test(model, tokenizer, spec, task_data_dir(spec, data_dir), out, t.max_length,
                          t.eval_batch_size, device, autocast_dtype(t.precision, device))

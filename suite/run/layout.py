@@ -65,6 +65,20 @@ class OutputFolder:
         return self.runs / f"{record_filename.removesuffix('.json')}.{kind}"
 
 
+def own_folder(folder: str | Path) -> Path:
+    """`folder`, made a real folder of the output folder's own before anything is written into it: a symbolic link
+    planted at it (to a folder elsewhere, or dangling) is removed, never written through, and so are links inside
+    it. Every folder the suite creates under `OUT` goes through here (run artifacts, tuning, tracking)."""
+    folder = Path(folder)
+    if folder.is_symlink():
+        folder.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        if entry.is_symlink():
+            entry.unlink()
+    return folder
+
+
 class _Model(pydantic.BaseModel):
     # fields a newer version adds are kept as they are (and written back), so an older reader never drops them
     model_config = pydantic.ConfigDict(extra="allow", frozen=True)

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from suite.run.layout import OutputFolder
+from suite.run.layout import OutputFolder, own_folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,7 @@ class RunHooks:
         """After training (with the selected epoch's weights in place): save the model, predict the test sets."""
         if not self.outputs:
             return
-        from suite.run.test_predictions import own_folder, predict_test, save_checkpoint
+        from suite.run.test_predictions import predict_test, save_checkpoint
 
         if self.outputs.save_model:
             folder = artifact_path(self.outputs.root, self.job.filename, "model")

@@ -135,17 +135,6 @@ def _umask() -> int:
     return umask
 
 
-def own_folder(folder: Path) -> None:
-    """Make `folder` a real folder of this run's outputs: a symbolic link planted there (to a folder elsewhere, or
-    dangling) is removed, never written through, and so are links inside it."""
-    if folder.is_symlink():
-        folder.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
-    for entry in folder.iterdir():
-        if entry.is_symlink():
-            entry.unlink()
-
-
 def predict_test(model, tokenizer, spec: TaskSpec, data_dir: Path | None, out: Path, max_length: int,
                  batch_size: int, device, amp_dtype=None) -> dict[str, Any]:
     """Write `out/NAME.tsv` for each test set of the task; {"files": {name: file}, "absent": [...]}."""
@@ -168,8 +157,10 @@ def predict_test(model, tokenizer, spec: TaskSpec, data_dir: Path | None, out: P
 # ---------------------------------------------------------------------------------------------------------
 
 def save_checkpoint(folder: Path, model, tokenizer, job) -> None:
+    from suite.run.layout import own_folder
+
     """Weights (the method's own parameters included), tokenizer and the job that trained them."""
-    own_folder(folder)
+    own_folder(folder)  # links planted in the output folder are replaced, never written through
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / CHECKPOINT_INFO).write_text(json.dumps({"config": job.to_dict()}, indent=1, default=str))

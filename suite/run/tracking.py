@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from suite.api.errors import BadInput
+from suite.run.layout import own_folder
 
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}  # name -> module it needs
 PROJECT = "suite"  # MLflow experiment and W&B project name when neither the environment nor a study names one
@@ -199,8 +200,7 @@ class RunTracking:
 
     def __init__(self, names: Iterable[str], folder: str | os.PathLike, name: str, config: dict[str, Any],
                  grid_tags: dict[str, str] | None = None):
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = own_folder(folder)  # OUT/tracking: a link planted there is replaced, never written through
         tags = run_tags(config, grid_tags or {})
         self.trackers = [TRACKER_CLASSES[n](folder, name, config, tags) for n in names]
 
