@@ -170,3 +170,23 @@ def test_docs_list_every_training_settings_hash_rule():
     text = (Path(__file__).resolve().parents[1] / "docs" / "records.md").read_text()
     documented = dict(re.findall(r"^\| `train\.(\w+)` \| ([^|]+?) \|$", text, flags=re.M))
     assert documented == {name: str(rule) for name, rule in TRAIN_HASH_RULES.items() if rule is not ALWAYS}
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "x"])
+def test_predict_refuses_a_batch_size_below_one(value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", "RUN.model", "--out", "sub", "--batch-size", value])
+    assert exit_.value.code == 2 and "is not an integer >= 1" in capsys.readouterr().err
+
+
+def test_ctrl_c_outside_training_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Planning, preflight, report, bench and predict run outside the grid's own signal handling."""
+    import suite.commands.listing as listing
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(listing, "main", interrupted)
+    assert main(["list"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

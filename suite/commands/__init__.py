@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable
 
-from suite.api.errors import EXIT_BAD_INPUT, BadInput
+from suite.api.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BadInput
 
 # name -> (module, the line `python -m suite --help` lists it with). A command's module is imported only when that
 # command runs (or when the whole parser is built): most pull in torch and transformers, which `--help` and
@@ -101,5 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C outside training (planning, preflight, report, bench, predict): one line
+        print("\ninterrupted: nothing was left half-written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         sys.stdout, sys.stderr = streams
