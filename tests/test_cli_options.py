@@ -81,6 +81,28 @@ def test_list_fits_100_columns(capsys, monkeypatch):
     assert any("p=0.1 (float)" in line for line in lines)
 
 
+def test_list_fits_100_columns_with_plugins_of_long_names(capsys, monkeypatch):
+    """Whatever a plugin registers (long names, labels, groups), the listing stays within 100 columns."""
+    import dataclasses
+
+    import suite
+    from suite.api.tasks import TASKS, get_task, register_task
+
+    monkeypatch.setenv("COLUMNS", "240")
+    task, method = "a_very_long_plugin_task_name", "a_method_" + "with_a_long_name_" * 8
+    register_task(dataclasses.replace(get_task("rte"), name=task, groups=("a_group_of_plugin_tasks",),
+                                      label_names=("strongly_agreeing_label", "strongly_disagreeing_label", "other")))
+    try:
+        suite.register_method(method, "described " * 30)(type("Long", (suite.METHODS.get("vanilla"),), {}))
+        assert main(["list"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert max(len(line) for line in lines) <= 100
+        assert any(line.startswith("a_method_") for line in lines)
+    finally:
+        TASKS.remove(task)
+        suite.METHODS.remove(method)
+
+
 def test_dry_run_reads_no_data_and_marks_existing_records(tmp_path, capsys):
     args = ["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1,2", "--data-dir", str(tmp_path / "absent"),
             "--model", str(tmp_path / "no-model"), "--out", str(tmp_path), "--dry-run"]

@@ -34,7 +34,7 @@ def method_lines() -> list[str]:
     for name in method_registry().names():
         facts = method_facts(name)
         hp = ", ".join(f"{field}={default} ({kind})" for field, default, kind in facts.fields)
-        lines += [name, _wrap(facts.description or "-"), _wrap("hyper-parameters: " + (hp or "none")), ""]
+        lines += [_wrap(name, ""), _wrap(facts.description or "-"), _wrap("hyper-parameters: " + (hp or "none")), ""]
     return lines
 
 
@@ -46,8 +46,17 @@ def task_table() -> str:
         rows.append([spec.name, " + ".join(spec.text_fields),
                      "regression" if spec.is_regression else ", ".join(spec.label_names),
                      ", ".join(spec.metric_keys()), groups])
-    return tabulate(rows, headers=["task", "text", "labels", "metrics (score: mean)", "group"], tablefmt="simple",
-                    maxcolwidths=[8, 22, 34, 24, 6])
+    headers = ["task", "text", "labels", "metrics (score: mean)", "group"]
+    # the columns share the width less their 2-space gaps; labels take what the others leave
+    fixed = {"task": 6, "text": 21, "metrics (score: mean)": 23, "group": 7}  # a header takes 2 more columns
+    labels = width() - 2 * (len(headers) - 1) - sum(fixed.values())
+    return tabulate([[_breakable(cell) for cell in row] for row in rows], headers=headers, tablefmt="simple",
+                    maxcolwidths=[fixed.get(h, labels) for h in headers])
+
+
+def _breakable(text: str) -> str:
+    """`text` with a space after every comma, so that a column wraps between names rather than inside one."""
+    return ", ".join(part.strip() for part in text.split(","))
 
 
 def plugin_error_lines() -> list[str]:
@@ -61,7 +70,7 @@ def plugin_error_lines() -> list[str]:
 def main(args) -> int:
     startup_cache.plan_only()  # the methods' facts may come from their catalog, without importing torch
     print("\n".join(method_lines()))
-    print("Tasks (select with --tasks; groups: " + ", ".join(task_groups()) + "):\n")
+    print(_wrap("Tasks (select with --tasks; groups: " + ", ".join(task_groups()) + "):", "") + "\n")
     print(task_table())
     print("\n".join(plugin_error_lines()))
     return 0
