@@ -369,14 +369,40 @@ def test_a_run_past_the_pool_time_limit_is_recorded_failed_and_the_grid_goes_on(
     assert len(stored) == 2 and all(r["status"] == "failed" and "SUITE_MAX_RUN_MINUTES" in r["error"] for r in stored)
 
 
-@pytest.mark.parametrize("value", ["abc", "-1", "nan"])
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf"])
 def test_an_impossible_pool_time_limit_is_refused(value, monkeypatch):
+    """One rule for the environment variable and the flag."""
     from suite.api.errors import ExecutorError
     from suite.grid.executors.pool import max_run_seconds
 
     monkeypatch.setenv("SUITE_MAX_RUN_MINUTES", value)
     with pytest.raises(ExecutorError, match="SUITE_MAX_RUN_MINUTES"):
         max_run_seconds()
+    monkeypatch.delenv("SUITE_MAX_RUN_MINUTES")
+    if value != "abc":
+        with pytest.raises(ExecutorError, match="--max-run-minutes"):
+            max_run_seconds(float(value))
+
+
+def test_the_time_limit_counts_the_run_not_the_workers_start(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
+    """A worker that takes longer to start (imports) than the limit still runs its short job: the clock starts when
+    the worker begins the job. It used to kill healthy runs as over time."""
+    from suite.api.attention import METHODS
+    from suite.grid.executors import run_grid
+    from suite.grid.plan import build_grid
+
+    monkeypatch.setattr("time.sleep", lambda s: None)  # this process imports the module fast; workers do not
+    import slow_start_method  # noqa: F401  registers test_slow_start here; spawned workers import it by name
+
+    monkeypatch.undo()
+    monkeypatch.delenv("SUITE_MAX_RUN_MINUTES", raising=False)
+    jobs = build_grid([tiny_bert_dir], ["rte"], ["test_slow_start"], [1], TrainSettings(epochs=1, batch_size=8))
+    try:  # 20 s for the run (a few on an idle machine); the worker's import alone takes 30 s
+        result = run_grid(jobs, Store(tmp_path / "out"), glue_dir, executor="local", quiet=True, device="cpu",
+                          max_run_minutes=1 / 3)
+    finally:
+        METHODS.remove("test_slow_start")
+    assert [j.seed for j, _ in result.done] == [1] and not result.failed, result.failed
 
 
 def test_the_time_limit_flag_runs_even_one_worker_as_a_pool_and_stops_a_hung_run(tiny_bert_dir, glue_dir, tmp_path,

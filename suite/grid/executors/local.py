@@ -87,7 +87,7 @@ def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], No
     A time limit per run needs a process that can be killed: with one, even a single worker runs as a pool."""
     status = status or GridStatus(len(jobs), quiet=True)
     plan = plan or local_plan(device, workers)
-    limit_s = max_run_minutes * 60 if max_run_minutes else max_run_seconds()
+    limit_s = max_run_seconds(max_run_minutes)
     if plan.workers == 0 and limit_s:
         plan = LocalPlan(1, [{}], "cpu" if plan.device == "auto" else plan.device, None)
     if plan.workers == 0:

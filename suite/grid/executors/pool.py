@@ -23,14 +23,17 @@ POLL_S = 1.0  # how often the driver looks for dead workers while no record arri
 MAX_RUN_MINUTES_ENV = "SUITE_MAX_RUN_MINUTES"
 
 
-def max_run_seconds() -> float | None:
-    """The per-run time limit from $SUITE_MAX_RUN_MINUTES (None: no limit); a value that is no positive number is
-    refused before anything runs."""
+def max_run_seconds(flag: float | None = None) -> float | None:
+    """The per-run time limit in seconds from --max-run-minutes (`flag`), else $SUITE_MAX_RUN_MINUTES; None: no
+    limit (unset or 0). One rule for both: a value that is no finite number >= 0 is refused before anything runs."""
     import math
 
     from suite.api.errors import ExecutorError
 
-    text = os.environ.get(MAX_RUN_MINUTES_ENV, "").strip()
+    if flag is not None:
+        text, where = str(flag), "--max-run-minutes"
+    else:
+        text, where = os.environ.get(MAX_RUN_MINUTES_ENV, "").strip(), MAX_RUN_MINUTES_ENV
     if not text:
         return None
     try:
@@ -38,9 +41,14 @@ def max_run_seconds() -> float | None:
     except ValueError:
         minutes = math.nan
     if not math.isfinite(minutes) or minutes < 0:
-        raise ExecutorError(f"{MAX_RUN_MINUTES_ENV}={text!r}: give the longest a run may take in minutes (a number "
-                            "> 0), or leave it unset or 0 for no limit")
+        raise ExecutorError(f"{where}={text!r}: give the longest a run may take in minutes (a finite number > 0), "
+                            "or leave it unset or 0 for no limit")
     return minutes * 60 if minutes > 0 else None
+
+
+# A worker says when it begins a job, after its own start (imports, CUDA): the run's clock starts then. One that
+# never says so within this allowance past the limit is as stuck as a run past it.
+START_ALLOWANCE_S = 600
 
 
 @contextlib.contextmanager
@@ -94,6 +102,7 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
             if item is None:
                 return
             index, attempt, job = item
+            outbox.put((worker_id, index, None, False))  # begun: --max-run-minutes counts from here
             rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction)
             rec.executor = {**executor_info("local", worker=worker_id, attempts=attempt), **rec.executor}
             broken = is_sticky_cuda_error(rec.error)
@@ -124,7 +133,8 @@ class WorkerPool:
         self.inboxes: dict[int, Any] = {}
         self.running: dict[int, int] = {}  # worker -> index of the job it runs
         self.max_run_s = max_run_s if max_run_s is not None else max_run_seconds()
-        self.started_at: dict[int, float] = {}  # worker -> when its current job was sent (time.monotonic)
+        self.started_at: dict[int, float] = {}  # worker -> when its current job was sent, then begun (monotonic)
+        self.begun: set[int] = set()  # workers that said their current job has begun
 
     def run(self) -> None:
         try:
@@ -163,6 +173,7 @@ class WorkerPool:
         self.attempts[index] += 1
         self.running[worker_id] = index
         self.started_at[worker_id] = time.monotonic()
+        self.begun.discard(worker_id)
         self.inboxes[worker_id].put((index, self.attempts[index], job))
         self.status.started(job)
 
@@ -170,6 +181,10 @@ class WorkerPool:
         worker_id, index, rec, broken = message
         if self.running.get(worker_id) != index:
             return  # a record that arrived after its job was given up on
+        if rec is None:  # the worker has begun the job: the run's clock starts now, not at the worker's start
+            self.started_at[worker_id] = time.monotonic()
+            self.begun.add(worker_id)
+            return
         del self.running[worker_id]
         if broken:  # the worker exits: its CUDA context is unusable
             self._replace_broken_worker(worker_id, index, rec)
@@ -218,7 +233,8 @@ class WorkerPool:
         if self.max_run_s is None:
             return []
         now = time.monotonic()
-        return [w for w in self.running if now - self.started_at[w] > self.max_run_s]
+        return [w for w in self.running
+                if now - self.started_at[w] > self.max_run_s + (0 if w in self.begun else START_ALLOWANCE_S)]
 
     def _stop_overrun(self, worker_id: int) -> None:
         """Kill a worker past the time limit (SIGKILL: a stopped process ignores everything else), record its run
