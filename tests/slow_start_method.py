@@ -7,7 +7,7 @@ import time
 from suite.api.attention import register_method
 from suite.methods.dropout import Vanilla
 
-IMPORT_S = 30.0
+IMPORT_S = 12.0
 time.sleep(IMPORT_S)
 
 

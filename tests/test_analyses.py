@@ -90,12 +90,12 @@ def test_js_divergence_and_total_variation_by_hand():
     assert seeds.js_divergence([0.5, 0.5], [1, 0]) == pytest.approx(0.5 * (kl_pm + kl_qm))
     assert seeds.total_variation([0.9, 0.1], [0.6, 0.4]) == pytest.approx(0.3)
     assert seeds.total_variation([2.5], [3.0]) == pytest.approx(0.5)
-    pair = seeds.compare_runs({"attention": [[1, 0], None], "prediction": [[1, 0], [0.5, 0.5]]},
+    pair = seeds.seed_divergence({"attention": [[1, 0], None], "prediction": [[1, 0], [0.5, 0.5]]},
                               {"attention": [[0, 1], [1]], "prediction": [[0, 1], [0.5, 0.5]]}, tokens="boundary")
     assert pair["jsd"][0] == pytest.approx(math.log(2)) and math.isnan(pair["jsd"][1])
     assert pair["tvd"] == [1.0, 0.0]
     # a record from before the content measure: no content JSD, the predictions still compare
-    old = seeds.compare_runs({"attention": [[1, 0]], "prediction": [[1, 0]]},
+    old = seeds.seed_divergence({"attention": [[1, 0]], "prediction": [[1, 0]]},
                              {"attention": [[0, 1]], "prediction": [[0, 1]]})
     assert math.isnan(old["jsd"][0]) and old["tvd"] == [1.0]
 
@@ -136,10 +136,10 @@ def test_seed_divergence_over_content_tokens_matches_a_reference():
     a, b = (seeds.run_arrays([_view(m, ids)], special={CLS, SEP, PAD}) for m in maps)
     p, q = (_reference_content_distribution(m, ids) for m in maps)
     assert a["content_attention"][0] == pytest.approx(p, abs=1e-6) and len(p) == 3
-    pair = seeds.compare_runs(a, b)
+    pair = seeds.seed_divergence(a, b)
     assert pair["jsd"][0] == pytest.approx(_jsd_by_hand(p, q), abs=1e-5)
     cls_rows = [(m.mean(0)[0] / m.mean(0)[0].sum()).tolist() for m in maps]  # the [CLS] row, renormalised
-    boundary = seeds.compare_runs(a, b, tokens="boundary")
+    boundary = seeds.seed_divergence(a, b, tokens="boundary")
     assert boundary["jsd"][0] == pytest.approx(_jsd_by_hand(*cls_rows), abs=1e-5)
 
 
@@ -153,10 +153,10 @@ def test_mass_moved_between_boundary_tokens_does_not_count_as_divergence():
         row = torch.cat([torch.tensor([sink / 2]), (1 - sink) * content, torch.tensor([sink / 2])])
         maps.append(row.expand(2, 4, 4).clone())
     a, b = (seeds.run_arrays([_view(m, ids)], special={CLS, SEP}) for m in maps)
-    assert seeds.compare_runs(a, b)["jsd"][0] == pytest.approx(0.0, abs=1e-9)
-    assert seeds.compare_runs(a, b, tokens="boundary")["jsd"][0] > 0.1
+    assert seeds.seed_divergence(a, b)["jsd"][0] == pytest.approx(0.0, abs=1e-9)
+    assert seeds.seed_divergence(a, b, tokens="boundary")["jsd"][0] > 0.1
     with pytest.raises(ValueError, match="tokens"):
-        seeds.compare_runs(a, b, tokens="all")
+        seeds.seed_divergence(a, b, tokens="all")
 
 
 def test_head_statistics_by_hand():

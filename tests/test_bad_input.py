@@ -331,3 +331,25 @@ def test_constant_gold_scores_exit_2_before_training(no_training, tiny_bert_dir,
     rc = commands.main(["run", "--methods", "vanilla", "--tasks", "stsb", "--seeds", "1", "--model", tiny_bert_dir,
                         "--data-dir", str(tmp_path / "glue"), "--out", str(out), "--quiet"])
     assert_refused(capsys, rc, out, f"every gold score of the dev examples used from {dev} is 3.0")
+
+
+def test_a_config_claiming_thousands_of_layers_is_refused_before_its_weights_load(no_training, tiny_bert_dir,
+                                                                                  glue_dir, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """The memory estimate reads the config (the model built on the meta device): loading the weights of a model
+    whose config claims 4,096 layers would be killed for memory before it could be refused."""
+    import json
+
+    model = tmp_path / "huge"
+    shutil.copytree(tiny_bert_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4096}))
+
+    def loads_weights(*args, **kwargs):
+        raise AssertionError("weights were loaded before the memory estimate")
+
+    monkeypatch.setattr("suite.grid.preflight.machine_memory", lambda device="cpu": (2**26, "memory (RAM) here"))
+    monkeypatch.setattr("suite.grid.preflight._check_weights", loads_weights)
+    out = tmp_path / "out"
+    rc = run_cli(str(model), glue_dir, out)
+    assert_refused(capsys, rc, out, "parameters needs at least", "more than the 0.1 GiB of memory (RAM) here")

@@ -43,8 +43,8 @@ def test_a_record_that_ran_analyses_reads_back_to_the_hash_of_one_that_did_not()
 def test_the_analyses_flag_sets_train_analyses(tmp_path, monkeypatch, capsys):
     planned = []
 
-    def plan_grid(args):
-        planned.append(plan := real(args))
+    def plan_grid(request):
+        planned.append(plan := real(request))
         return plan
 
     real = resolve.plan_grid

@@ -107,9 +107,9 @@ def test_beating_the_majority_class_counts_the_dev_examples_noise(tmp_path):
     # (se ~ 4.5 points), so the cell is marked and the note says so. scores_dropout, right on 95%, is not marked.
     import numpy as np
 
-    from suite.report.above_constant import majority_predictions
     from suite.run.baselines import constant_scores
     from suite.run.record import save_predictions
+    from suite.stats.constant import majority_predictions
 
     rng = np.random.default_rng(0)
     n = 200
@@ -148,12 +148,10 @@ def test_the_test_against_the_constant_follows_the_metric_direction_and_survives
     import dataclasses
 
     import numpy as np
-    import pandas as pd
 
     from suite.api.tasks import TASKS, get_task, register_task
-    from suite.report.above_constant import vs_constant
-    from suite.report.baseline_scores import Baseline
     from suite.run.record import save_predictions
+    from suite.stats.constant import vs_constant
 
     rng = np.random.default_rng(1)
     n = 200
@@ -164,12 +162,11 @@ def test_the_test_against_the_constant_follows_the_metric_direction_and_survives
         paths.append(str(tmp_path / f"run{seed}.npz"))
         save_predictions(paths[-1], {"": {"index": np.arange(n), "label": labels,
                                           "logits": np.eye(2)[pred].astype(np.float32)}})
-    runs = pd.DataFrame({"status": "ok", "score": [0.66, 0.7, 0.64], "predictions": paths})
-    base = Baseline("majority", 60.0, 50.0, "records")
-    up = vs_constant("rte", runs, base, 0.05)
+    scores = np.array([66.0, 70.0, 64.0])
+    up = vs_constant("rte", scores, paths, 60.0, 0.05)
     spec = register_task(dataclasses.replace(get_task("rte"), name="rte_lower", higher_is_better=False))
     try:
-        down = vs_constant("rte_lower", runs, base, 0.05)
+        down = vs_constant("rte_lower", scores, paths, 60.0, 0.05, higher=False)
     finally:
         TASKS.remove(spec.name)
     # the same runs read in the other direction: the same two-sided evidence, the other tail
@@ -177,9 +174,8 @@ def test_the_test_against_the_constant_follows_the_metric_direction_and_survives
     assert down.p == pytest.approx(1 - up.p) and up.p < 0.5 and not down.better
     assert not up.seeds_only and not down.seeds_only
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    for broken in (runs.assign(predictions=[str(tmp_path / "bad.npz")] * 3), runs.drop(columns="predictions"),
-                   runs.assign(predictions=[math.nan] * 3)):
-        v = vs_constant("rte", broken, base, 0.05)   # no readable predictions: over seeds only, no crash
+    for broken in ([str(tmp_path / "bad.npz")] * 3, [None] * 3, [math.nan] * 3):
+        v = vs_constant("rte", scores, broken, 60.0, 0.05)   # no readable predictions: over seeds only, no crash
         p = stats.ttest_1samp([66, 70, 64], 60, alternative="greater").pvalue
         assert v.seeds_only and v.p == pytest.approx(p)
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.report import significance as sig
 from suite.stats import families, power
-from suite.stats.evidence import Evidence, evidence_arrays
+from suite.stats.aso import aso_epsilon
+from suite.stats.constant import beats_level_p
+from suite.stats.evidence import Evidence, evidence_arrays, paired_t_p
 
 
 def holm_rows(p: np.ndarray) -> np.ndarray:
@@ -28,13 +29,13 @@ def holm_rows(p: np.ndarray) -> np.ndarray:
 
 def test_paired_t_matches_scipy_ttest_rel_and_handles_degenerate_differences():
     a, b = np.array([70.0, 71.0, 73.0, 69.0]), np.array([62.0, 66.0, 64.0, 65.0])
-    assert sig.paired_t_p(a - b) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-12)
+    assert paired_t_p(a - b) == pytest.approx(stats.ttest_rel(a, b).pvalue, rel=1e-12)
     # by hand: d = 8, 5, 9, 4; mean 6.5, sd 2.380; t = 6.5 / (2.380 / 2) = 5.462 with 3 df
-    assert stats.t.sf(5.462, 3) * 2 == pytest.approx(float(sig.paired_t_p(a - b)), rel=1e-3)
-    assert sig.paired_t_p(np.zeros(3)) == 1.0 and math.isnan(sig.paired_t_p(np.full(3, 2.0)))
-    assert math.isnan(sig.paired_t_p(np.array([1.0])))
+    assert stats.t.sf(5.462, 3) * 2 == pytest.approx(float(paired_t_p(a - b)), rel=1e-3)
+    assert paired_t_p(np.zeros(3)) == 1.0 and math.isnan(paired_t_p(np.full(3, 2.0)))
+    assert math.isnan(paired_t_p(np.array([1.0])))
     batch = np.stack([a - b, b - a, np.array([1.0, -1.0, 2.0, -2.0])])
-    assert np.allclose(sig.paired_t_p(batch), [stats.ttest_rel(a, b).pvalue, stats.ttest_rel(b, a).pvalue,
+    assert np.allclose(paired_t_p(batch), [stats.ttest_rel(a, b).pvalue, stats.ttest_rel(b, a).pvalue,
                                                 stats.ttest_1samp([1, -1, 2, -2], 0).pvalue])
 
 
@@ -103,9 +104,9 @@ def test_effect_size_is_the_difference_over_one_seeds_total_sd():
 
 def test_aso_orders_clearly_separated_samples_and_not_identical_ones():
     better, worse = np.array([71.0, 72.0, 73.0, 74.0, 75.0]), np.array([60.0, 61.0, 62.0, 63.0, 64.0])
-    assert sig.aso_epsilon(better, worse, 1) < 0.05
-    assert sig.aso_epsilon(worse, better, 1) > 0.95
-    assert math.isnan(sig.aso_epsilon(better[:1], worse, 1))
+    assert aso_epsilon(better, worse, 1) < 0.05
+    assert aso_epsilon(worse, better, 1) > 0.95
+    assert math.isnan(aso_epsilon(better[:1], worse, 1))
 
 
 def test_calibration_of_the_corrected_procedure_on_synthetic_tables():
@@ -119,7 +120,7 @@ def test_calibration_of_the_corrected_procedure_on_synthetic_tables():
     seed_effect = rng.normal(0, 3.0, size=(tables, 1, seeds))          # shared by all methods of a seed
     reference = 70 + seed_effect + rng.normal(0, sd / math.sqrt(2), size=(tables, 1, seeds))
     scores = 70 + effect[None, :, None] + seed_effect + rng.normal(0, sd / math.sqrt(2), (tables, methods, seeds))
-    flagged = holm_rows(sig.paired_t_p(scores - reference)) < alpha  # Holm, as families.holm
+    flagged = holm_rows(paired_t_p(scores - reference)) < alpha  # Holm, as families.holm
     fwer = float(np.mean(flagged[:, 1:].any(axis=1)))
     planted = float(np.mean(flagged[:, 0]))
     predicted = power.decision_power(evidence(sd, seeds), seeds, alpha / methods, 2.0)  # Holm's first step
@@ -130,8 +131,8 @@ def test_calibration_of_the_corrected_procedure_on_synthetic_tables():
 
 def test_one_sided_test_against_a_baseline_level_matches_scipy():
     v = np.array([76.0, 75.5, 77.0])
-    assert sig.beats_level_p(v, 75.33) == pytest.approx(stats.ttest_1samp(v, 75.33, alternative="greater").pvalue)
-    assert sig.beats_level_p(v, 78.0, higher=False) == pytest.approx(
+    assert beats_level_p(v, 75.33) == pytest.approx(stats.ttest_1samp(v, 75.33, alternative="greater").pvalue)
+    assert beats_level_p(v, 78.0, higher=False) == pytest.approx(
         stats.ttest_1samp(v, 78.0, alternative="less").pvalue)
-    assert sig.beats_level_p(np.full(3, 75.33), 75.33) == 1.0 and sig.beats_level_p(np.full(3, 80.0), 75.33) == 0.0
-    assert math.isnan(sig.beats_level_p(np.array([80.0]), 75.33))
+    assert beats_level_p(np.full(3, 75.33), 75.33) == 1.0 and beats_level_p(np.full(3, 80.0), 75.33) == 0.0
+    assert math.isnan(beats_level_p(np.array([80.0]), 75.33))

@@ -11,6 +11,16 @@ from suite.grid.study import load_study
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _resolve(*argv: str):
+    """The grids `python -m suite run ARGV` plans: its study resolved with the command line's overrides."""
+    from suite.commands import build_parser
+    from suite.commands.run_options import run_overrides
+    from suite.grid.resolve import resolve_study
+
+    args = build_parser().parse_args(["run", *argv])
+    return resolve_study(load_study(args.study), run_overrides(args))
+
+
 def _write(tmp_path, text: str) -> Path:
     path = tmp_path / "study.yaml"
     path.write_text(text)
@@ -21,19 +31,14 @@ def test_committed_studies_load_and_plan_their_records():
     """Each studies/*.yaml is valid, and every committed record in results/ is a job the results study plans (found
     by hash, so the study resumes instead of running it again): a tuning record is one of its tuning runs, a final
     record one of its final jobs (up to the until-decided cap) with one of the cell's tuning configurations."""
-    from suite.commands import build_parser
-    from suite.grid.resolve import merge_study, plan_grid
-    from suite.grid.tuning import apply_settings, plan_tuning
-    from suite.grid.until_decided import prepare
+    from suite.grid.tuning import apply_settings, plan_tuning_runs
 
     studies = sorted((ROOT / "studies").glob("*.yaml"))
     assert studies
     for path in studies:
         load_study(path)
-    args = prepare(merge_study(build_parser().parse_args(
-        ["run", "--study", str(ROOT / "studies" / "glue-minilm.yaml"), "--until-decided"])))
-    plan = plan_grid(args)
-    tuning = plan_tuning(args.tune, plan.jobs, plan.seeds, ROOT / "results")
+    plan = _resolve("--study", str(ROOT / "studies" / "glue-minilm.yaml"), "--until-decided")
+    tuning = plan_tuning_runs(plan.request.study.tune, plan.jobs, plan.seeds, ROOT / "results")
     assert tuning.jobs and len(plan.seeds) >= 20
     possible = {apply_settings(j, c.settings).hash for j in plan.jobs
                 for c in tuning.cells[j.model, j.task, j.method]}
@@ -68,22 +73,46 @@ def test_bad_study_exits_2_before_training(tmp_path, capsys):
 
 
 def test_flags_override_the_study(tmp_path, monkeypatch):
-    from suite.commands import build_parser
-    from suite.grid.resolve import merge_study, plan_grid
-
     monkeypatch.setenv("STUDY_OUT", str(tmp_path / "from-env"))
     path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
                             "out: ${oc.env:STUDY_OUT}\n"
                             "train: {lr: 1.0e-4, epochs: 2, max_train_samples: null}\n"
                             "set: {scores_dropout.p: 0.2}\nsweep: {train.batch_size: [8, 16]}\n"
                             "outputs: {save_model: true}\n")
-    args = merge_study(build_parser().parse_args(["run", "--study", str(path), "--lr", "3e-4", "--seeds", "5",
-                                                  "--sweep", "train.batch_size=4", "--no-save-model"]))
-    plan = plan_grid(args)
-    assert args.out == str(tmp_path / "from-env") and plan.seeds == [5] and not plan.outputs.save_model
+    plan = _resolve("--study", str(path), "--lr", "3e-4", "--seeds", "5", "--sweep", "train.batch_size=4",
+                    "--no-save-model")
+    assert plan.request.out == str(tmp_path / "from-env") and plan.seeds == [5] and not plan.outputs.save_model
     assert {(j.method, j.train.lr, j.train.epochs, j.train.batch_size, j.train.max_train_samples) for j in plan.jobs} \
         == {("vanilla", 3e-4, 2, 4, None), ("scores_dropout", 3e-4, 2, 4, None)}
     assert {j.hparams.get("p") for j in plan.jobs if j.method == "scores_dropout"} == {0.2}
+
+
+def test_the_command_line_is_typed_overrides_of_the_study():
+    """Without a study file the flags override the empty study: dotted keys, picks, seeds and assignments; each
+    training shortcut is built from its setting's declaration."""
+    from suite.commands import build_parser
+    from suite.commands.run_options import TRAIN_SHORTCUTS, run_overrides
+    from suite.grid.overrides import Overrides
+    from suite.grid.resolve import resolve_study
+    from suite.grid.study import Study
+    from suite.run.settings import setting_help
+
+    parser = build_parser()
+    args = parser.parse_args(["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "4", "--lr", "3e-4",
+                              "--epochs", "2", "--workers", "2", "--set", "train.holdout=0.1"])
+    overrides = run_overrides(args)
+    assert overrides == Overrides({"train.lr": 3e-4, "train.epochs": 2, "executor.workers": 2},
+                                  {"methods": "vanilla", "tasks": "rte"}, (4,), ("train.holdout=0.1",))
+    plan = resolve_study(Study(), overrides)
+    assert {(j.method, j.seed, j.train.lr, j.train.epochs, j.train.holdout) for j in plan.jobs} == {
+        ("vanilla", 4, 3e-4, 2, 0.1)}
+    assert plan.request.executor_options["workers"] == 2 and plan.request.out == "runs"
+    with pytest.raises(ValueError, match="train.lrr"):
+        Overrides({"train.lrr": 1.0})
+    run = next(a for a in parser._actions if a.dest == "command").choices["run"]
+    helps = {opt: action.help for action in run._actions for opt in action.option_strings}
+    assert all(setting_help(key) in helps[flag] and f"train.{key}" in helps[flag]
+               for flag, key in TRAIN_SHORTCUTS.items())
 
 
 def test_study_without_methods_says_how(tmp_path, capsys):
@@ -94,13 +123,13 @@ def test_study_without_methods_says_how(tmp_path, capsys):
 def test_report_study_uses_its_out_and_report_section(tmp_path):
     import argparse
 
-    from suite.grid.resolve import report_arguments
+    from suite.commands.report import study_arguments
 
     path = _write(tmp_path, "methods: [vanilla]\nout: results\nreport: {baseline: scores_dropout, alpha: 0.1}\n")
-    args = report_arguments(argparse.Namespace(study=str(path), dir=None, more=[], baseline=None, alpha=None,
+    args = study_arguments(argparse.Namespace(study=str(path), dir=None, more=[], baseline=None, alpha=None,
                                                out=None))
     assert (args.dir, args.baseline, args.alpha, args.out) == ("results", "scores_dropout", 0.1, None)
-    args = report_arguments(argparse.Namespace(study=str(path), dir="other", more=[], baseline="vanilla", alpha=None,
+    args = study_arguments(argparse.Namespace(study=str(path), dir="other", more=[], baseline="vanilla", alpha=None,
                                                out=None))
     assert (args.dir, args.baseline, args.alpha) == ("other", "vanilla", 0.1)
 
@@ -110,17 +139,11 @@ def test_the_documented_study_example_is_valid(tmp_path):
     path = _write(tmp_path, example)
     study = load_study(path)
     assert study.methods and study.train_values()["lr"] == 3.0e-4 and study.outputs.report_to == ["tensorboard"]
-    from suite.commands import build_parser
-    from suite.grid.resolve import merge_study, plan_grid
-
-    jobs = plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path)]))).jobs  # it plans, too
+    jobs = _resolve("--study", str(path)).jobs  # it plans, too
     assert jobs and {j.method for j in jobs} == set(study.methods)
 
 
 def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
-    from suite.commands import build_parser
-    from suite.grid.resolve import merge_study, plan_grid
-
     path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\n"
                             "train: {epochs: 2}\nset: {scores_dropout.p: 0.2}\n"
                             "also:\n"
@@ -131,7 +154,7 @@ def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
                             "    sweep: {train.max_train_samples: [100, 200]}\n")
 
     def plan(*flags):
-        return plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path), *flags])))
+        return _resolve("--study", str(path), *flags)
 
     jobs = {(j.task, j.method, j.seed, j.train.epochs, j.train.lr, j.train.max_train_samples, j.hparams.get("p"))
             for j in plan().jobs}
@@ -157,16 +180,13 @@ def test_also_grids_inherit_the_study_and_flags_narrow_them(tmp_path):
 def test_name_flags_pick_from_every_grid_of_a_study_with_its_own_settings(tmp_path, capsys):
     """`--tasks mrpc` runs the study's MRPC grid at its own 3 epochs, not the top grid moved to MRPC at 2; a name that
     no grid gives stops with the study's names."""
-    from suite.commands import build_parser
-    from suite.grid.resolve import merge_study, plan_grid
-
     path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1, 2]\ntrain: {epochs: 2}\n"
                             "also:\n"
                             "  - {tasks: [mrpc], train: {epochs: 3}}\n"
                             "  - {methods: [sparsemax]}\n")
 
     def plan(*flags):
-        return plan_grid(merge_study(build_parser().parse_args(["run", "--study", str(path), *flags])))
+        return _resolve("--study", str(path), *flags)
 
     assert {(j.task, j.method, j.train.epochs) for j in plan("--tasks", "mrpc").jobs} == {
         ("mrpc", "vanilla", 3), ("mrpc", "scores_dropout", 3)}
@@ -182,15 +202,11 @@ def test_name_flags_pick_from_every_grid_of_a_study_with_its_own_settings(tmp_pa
 
 
 def test_wildcards_and_groups_pick_what_the_study_has_and_empty_flags_are_no_flags(tmp_path, capsys):
-    from suite.commands import build_parser
-    from suite.grid.resolve import merge_study, plan_grid
-
     path = _write(tmp_path, "methods: [vanilla, scores_dropout]\ntasks: [rte]\nseeds: [1]\n"
                             "also:\n  - {tasks: [mrpc], methods: [sparsemax]}\n")
 
     def plan(*flags):
-        return {(j.task, j.method) for j in plan_grid(merge_study(build_parser().parse_args(
-            ["run", "--study", str(path), *flags]))).jobs}
+        return {(j.task, j.method) for j in _resolve("--study", str(path), *flags).jobs}
 
     assert plan("--methods", "scores_*") == {("rte", "scores_dropout")}
     assert plan("--tasks", "glue", "--methods", "all") == plan() == {
@@ -203,18 +219,13 @@ def test_wildcards_and_groups_pick_what_the_study_has_and_empty_flags_are_no_fla
 def test_a_picked_plan_is_part_of_the_whole_study_so_it_resumes_into_it(glue_dir):
     """The property resuming depends on: the jobs (and tuning jobs) a picked command plans are jobs of the whole
     study, found by hash, up to the until-decided cap."""
-    from suite.commands import build_parser
-    from suite.grid.resolve import merge_study, plan_grid
-    from suite.grid.tuning import plan_tuning
-    from suite.grid.until_decided import prepare
+    from suite.grid.tuning import plan_tuning_runs
 
     def hashes(*flags):
-        args = prepare(merge_study(build_parser().parse_args(
-            ["run", "--study", str(ROOT / "studies" / "glue-minilm.yaml"), "--data-dir", glue_dir,
-             "--until-decided", *flags])))
-        plan = plan_grid(args)
-        return {j.hash for j in plan.jobs}, {j.hash for j in plan_tuning(args.tune, plan.jobs, plan.seeds,
-                                                                          args.out).jobs}
+        plan = _resolve("--study", str(ROOT / "studies" / "glue-minilm.yaml"), "--data-dir", glue_dir,
+                        "--until-decided", *flags)
+        tuning = plan_tuning_runs(plan.request.study.tune, plan.jobs, plan.seeds, plan.request.out)
+        return {j.hash for j in plan.jobs}, {j.hash for j in tuning.jobs}
 
     whole = hashes()
     for flags in (("--tasks", "stsb"), ("--methods", "vanilla,topk"), ("--methods", "sparsemax", "--tasks", "stsb"),

@@ -7,13 +7,14 @@ import pytest
 
 from suite.api.errors import BadInput
 from suite.commands import build_parser, main
-from suite.grid.resolve import merge_study, plan_grid
+from suite.commands.run_options import run_overrides
+from suite.grid.resolve import resolve_study
 from suite.grid.study import load_study
 from suite.grid.tuning import (
     TuningIncomplete,
     configurations,
-    plan_tuning,
-    select,
+    plan_tuning_runs,
+    select_configurations,
     selected_jobs,
     write_selection,
 )
@@ -40,19 +41,19 @@ def _study(tmp_path, text=STUDY, **fill) -> Path:
 
 
 def _plans(path: Path, *flags):
-    args = merge_study(build_parser().parse_args(["run", "--study", str(path), *flags]))
-    plan = plan_grid(args)
-    return args, plan, plan_tuning(args.tune, plan.jobs, plan.seeds, args.out)
+    args = build_parser().parse_args(["run", "--study", str(path), *flags])
+    plan = resolve_study(load_study(args.study), run_overrides(args))
+    return plan.request, plan, plan_tuning_runs(plan.request.study.tune, plan.jobs, plan.seeds, plan.request.out)
 
 
 def test_every_method_gets_the_same_budget_drawn_repeatably(tmp_path):
-    args, plan, tuning = _plans(_study(tmp_path))
+    request, plan, tuning = _plans(_study(tmp_path))
     per_method = {m: [c for (_, _, method), cands in tuning.cells.items() if method == m for c in cands]
                   for m in ("vanilla", "scores_dropout")}
     assert {m: len(c) for m, c in per_method.items()} == {"vanilla": 2, "scores_dropout": 2}
     assert all(len(c.jobs) == 2 and set(c.jobs) == {101, 102} for cs in per_method.values() for c in cs)
     # scores_dropout's space has 6 points: a seeded draw of 2, the same every time
-    assert [c.settings for c in per_method["scores_dropout"]] == configurations(args.tune, "scores_dropout")
+    assert [c.settings for c in per_method["scores_dropout"]] == configurations(request.study.tune, "scores_dropout")
     assert all(set(c.settings) == {"train.lr", "scores_dropout.p"} for c in per_method["scores_dropout"])
     assert all(j.train.holdout == 6 for j in tuning.jobs + plan.jobs)  # both stages carve the tuning split
     assert tuning.store.runs == tmp_path / "out" / "tuning" / "runs"
@@ -105,7 +106,7 @@ def test_selection_reads_the_tuning_split_never_dev(tmp_path):
         for i, c in enumerate(cands):  # configuration 0: best on the tuning split; the last: best on dev
             for job in c.jobs.values():
                 _write_record(tuning.store, job, tune_score=0.9 - 0.1 * i, dev_score=0.1 + 0.2 * i)
-    selection = select(tuning)
+    selection = select_configurations(tuning)
     for cell in selection["cells"]:
         assert cell["selected"] == cell["configurations"][0]["settings"]
         assert cell["configurations"][0]["mean"] == pytest.approx(0.9)
@@ -124,11 +125,11 @@ def test_failed_and_missing_tuning_runs(tmp_path):
         _write_record(tuning.store, job, 0.99, 0.5, ok=job.seed == 101)
     for job in cands[1].jobs.values():
         _write_record(tuning.store, job, 0.6, 0.5)
-    cells = {c["method"]: c for c in select(tuning)["cells"]}
+    cells = {c["method"]: c for c in select_configurations(tuning)["cells"]}
     assert cells["vanilla"]["selected"] == cands[1].settings
     assert "have no record yet" in cells["scores_dropout"]["reason"]
     with pytest.raises(TuningIncomplete, match="scores_dropout"):
-        selected_jobs(plan.jobs, select(tuning))
+        selected_jobs(plan.jobs, select_configurations(tuning))
 
 
 def test_tuning_records_never_reach_the_leaderboard(tmp_path):
@@ -182,9 +183,9 @@ tune:
     capsys.readouterr()
     assert main(["run", "--study", str(path), "--quiet"]) == 0  # resumes both stages: nothing runs again
     assert "2 skipped" in capsys.readouterr().err
-    from suite.report.tuning_section import markdown
+    from suite.report.stages import tuning_markdown
 
-    text = markdown([out])
+    text = tuning_markdown([out])
     assert "## Tuning" in text and text.count("✓") == 1 and "train.lr: 0.0001, 0.001" in text
 
 

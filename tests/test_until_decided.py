@@ -189,7 +189,7 @@ def write_study(path, glue_dir, model, out, until: str, extra: str = "") -> str:
 def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_states_it(
         monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
     from suite import commands
-    from suite.report import sequential_section
+    from suite.report.stages import sequential_markdown
 
     trained = []
     monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: trained.append(job) or planted_record(job))
@@ -202,7 +202,7 @@ def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_st
     assert "sst2/no_dropout vs vanilla" in printed.out and "drophead vs" not in printed.out
     assert "look 1 of 3: 12 run(s)" in printed.err
     assert {j.seed for j in trained if j.method == "drophead"} == {1, 2, 3}  # exploratory: the starting seeds only
-    section = sequential_section.markdown([out])
+    section = sequential_markdown([out])
     assert "## Seeds added until decided" in section and "| sst2 | no_dropout vs vanilla |" in section
     assert "efficacy (a difference) | **better**" in section
 

@@ -5,11 +5,10 @@ import argparse
 import os
 import sys
 
-from suite.api.errors import EXIT_BAD_INPUT, ReportError
-from suite.grid.resolve import report_arguments
-from suite.report.build import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_COSTS, build_report
-from suite.report.significance import CORRECTIONS
+from suite.api.errors import EXIT_BAD_INPUT, BadInput, ReportError
+from suite.report import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_CORRECTION, DEFAULT_COSTS, build_report
 from suite.run.data import DATA_DIR_ENV
+from suite.stats.families import CORRECTIONS
 
 COMMAND = "report"
 
@@ -23,7 +22,7 @@ def add_parser(sub) -> None:
     p.add_argument("--study", help="a study file: its out: folder and report: options fill what is not given here")
     p.add_argument("--baseline", help=f"reference method (default {DEFAULT_BASELINE})")
     p.add_argument("--alpha", type=float, help=f"significance level after the correction (default {DEFAULT_ALPHA})")
-    p.add_argument("--correction", choices=sorted(CORRECTIONS), default="holm",
+    p.add_argument("--correction", choices=sorted(CORRECTIONS), default=DEFAULT_CORRECTION,
                    help="multiple-comparison correction across each model's table: holm (Holm-Bonferroni, "
                         "family-wise error; default) or bh (Benjamini-Hochberg, false discovery rate)")
     p.add_argument("--no-aso", dest="aso", action="store_false",
@@ -54,12 +53,28 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="write the report here instead of DIR")
 
 
+def study_arguments(args: argparse.Namespace) -> argparse.Namespace:
+    """`report --study FILE`: the study's output folder and report: section fill what the command line left unset."""
+    from suite.grid.study import load_study
+
+    study = load_study(args.study)
+    args.dir = args.dir or study.out
+    if not args.dir:
+        raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
+    for key, value in study.report_options().items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if study.report.allow_uncommitted:
+        args.allow_uncommitted = True
+    return args
+
+
 def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
     """A study file's options where the command line left them unset, then the defaults."""
     from suite.api.attention import METHODS
 
     if getattr(args, "study", None):
-        report_arguments(args)
+        study_arguments(args)
     if not args.dir:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
     args.baseline = METHODS.canonical(args.baseline or DEFAULT_BASELINE)   # unknown: an error with a suggestion

@@ -1,16 +1,60 @@
-"""The options of `python -m suite run`, each with its help text; a training flag's help is its setting's own
-(`suite.run.settings.TrainSettings`), and so is the `train.KEY` listing of `run --help`.
+"""The options of `python -m suite run`, each with its help text, and the command line as overrides of a study
+(`suite.grid.overrides.Overrides`). A training shortcut is declared once, in TRAIN_SHORTCUTS: its type, choices and
+help are its setting's own (`suite.run.settings.TrainSettings`), and so is the `train.KEY` listing of `run --help`;
+the executor options are declared in `suite.grid.executors.options`.
 
 Options default to None so that a study file (`--study`) can fill what the command line leaves out;
-`suite.grid.resolve.RUN_DEFAULTS`
-applies after that.
+`suite.grid.overrides.STUDY_DEFAULTS` applies after that.
 """
 from __future__ import annotations
 
 import argparse
+import typing
 
+from suite.grid.executors.options import EXECUTOR_OPTIONS
+from suite.grid.overrides import NAME_KEYS, Overrides
 from suite.run.data import DATA_DIR_ENV
-from suite.run.settings import ANALYSES, DEFAULT_MODEL, PRECISIONS, PRESETS, TRAIN_FIELDS, setting_help
+from suite.run.settings import ANALYSES, DEFAULT_MODEL, PRESETS, TRAIN_FIELDS, TrainSettings, setting_help
+
+# flag -> the training setting it sets (`--set train.KEY=V`, over the study's train: section)
+TRAIN_SHORTCUTS = {"--epochs": "epochs", "--lr": "lr", "--batch-size": "batch_size", "--max-length": "max_length",
+                   "--max-train-samples": "max_train_samples", "--max-eval-samples": "max_eval_samples",
+                   "--precision": "precision", "--grad-accumulation": "grad_accumulation",
+                   "--early-stopping": "early_stopping_patience", "--compile": "compile"}
+_SHORTCUT_METAVARS = {"--grad-accumulation": "N", "--early-stopping": "PATIENCE"}
+# flags that replace a study's value: their destination -> the study's dotted key
+STUDY_FLAGS = {"preset": "preset", "data_dir": "data_dir", "out": "out", "device": "device",
+               "executor": "executor.name", **{name: f"executor.{name}" for name in EXECUTOR_OPTIONS},
+               "save_model": "outputs.save_model", "predict_test": "outputs.predict_test",
+               "report_to": "outputs.report_to"}
+
+
+def _shortcut_options(flag: str, key: str) -> dict:
+    """The argparse options of a training shortcut, from its setting: a switch for a true/false setting, else a
+    value of the setting's type (or one of its choices)."""
+    hint = typing.get_type_hints(TrainSettings)[key]
+    kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    if kind is bool:
+        return {"action": "store_true", "default": None, "help": f"train.{key}=true: " + setting_help(key)}
+    options = {"type": kind, "metavar": _SHORTCUT_METAVARS.get(flag), "help": f"train.{key}: " + setting_help(key)}
+    choices = TRAIN_FIELDS[key].metadata["choices"]
+    return {**options, "choices": choices, "metavar": None} if choices else options
+
+
+def _dest(flag: str) -> str:
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def run_overrides(args: argparse.Namespace) -> Overrides:
+    """The command line of `run` as overrides of its study (the empty study without --study): the values it gives
+    (an empty name flag is no flag), `--analyses` as the last assignment (it changes no run's hash)."""
+    values = {key: getattr(args, dest) for dest, key in STUDY_FLAGS.items()}
+    values |= {f"train.{key}": getattr(args, _dest(flag)) for flag, key in TRAIN_SHORTCUTS.items()}
+    analyses = [f"train.analyses={args.analyses}"] if args.analyses else []
+    return Overrides({k: v for k, v in values.items() if v is not None},
+                     {key: getattr(args, key) for key in NAME_KEYS if getattr(args, key)},
+                     tuple(args.seeds) if args.seeds else None, (*args.sets, *analyses), tuple(args.sweeps),
+                     args.until_decided)
 
 
 def train_keys_help() -> str:
@@ -56,22 +100,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     what.add_argument("--out", help="output folder; records go to OUT/runs/ (default ./runs)")
 
     train = p.add_argument_group("training (shortcuts for --set train.KEY=VALUE; every key is listed below)")
-    train.add_argument("--epochs", type=int, help="train.epochs: " + setting_help("epochs"))
-    train.add_argument("--lr", type=float, help="train.lr: " + setting_help("lr"))
-    train.add_argument("--batch-size", type=int, help="train.batch_size: " + setting_help("batch_size"))
-    train.add_argument("--max-length", type=int, help="train.max_length: " + setting_help("max_length"))
-    train.add_argument("--max-train-samples", type=int, help="train.max_train_samples: seeded train subset "
-                                                             "(drawn per run seed, the same for every method; "
-                                                             "train.data_seed fixes one draw)")
-    train.add_argument("--max-eval-samples", type=int, help="train.max_eval_samples: seeded dev subset")
-    train.add_argument("--precision", choices=PRECISIONS,
-                       help="train.precision: " + setting_help("precision"))
-    train.add_argument("--grad-accumulation", type=int, metavar="N",
-                       help="train.grad_accumulation: " + setting_help("grad_accumulation"))
-    train.add_argument("--early-stopping", type=int, metavar="PATIENCE",
-                       help="train.early_stopping_patience: " + setting_help("early_stopping_patience"))
-    train.add_argument("--compile", action="store_true", default=None, help="train.compile=true: "
-                                                                            + setting_help("compile"))
+    for flag, key in TRAIN_SHORTCUTS.items():
+        train.add_argument(flag, **_shortcut_options(flag, key))
     train.add_argument("--set", dest="sets", action="append", default=[], metavar="M.KEY=V",
                        help="fix a hyper-parameter of method M (or train.KEY=V; METHOD:train.KEY=V for one "
                             "method only); repeatable")
@@ -83,16 +113,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--device", help="auto (CUDA when present; default), cpu, cuda, cuda:1 ...")
     where.add_argument("--executor",
                        help="local (default: sequential; one worker process per GPU when several are visible) or ray")
-    where.add_argument("--workers", type=int, help="local executor: worker processes (default: 1 on CPU, one per GPU)")
-    where.add_argument("--max-run-minutes", type=float, metavar="M",
-                       help="local executor: a run still going after M minutes (hung, stopped) is killed and recorded "
-                            "failed, and the grid goes on; runs each job in a worker process (default: "
-                            "$SUITE_MAX_RUN_MINUTES, else no limit)")
-    where.add_argument("--address", help="ray executor: cluster to join (auto, HOST:PORT, ray://HOST:10001); "
-                                         "default: start a local cluster")
-    where.add_argument("--gpus-per-run", type=float, help="ray executor: GPUs per run (default 1; 0.5 packs two "
-                                                          "runs per GPU)")
-    where.add_argument("--cpus-per-run", type=float, help="ray executor: CPUs per run (default 1)")
+    for name, option in EXECUTOR_OPTIONS.items():
+        where.add_argument("--" + name.replace("_", "-"), type=option.type, metavar=option.metavar,
+                           help=option.flag_help)
 
     outputs = p.add_argument_group("what each run leaves besides its record")
     outputs.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=None,

@@ -7,6 +7,8 @@ message instead of giving one failed record per job (or, worse, an `ok` record o
 - `--max-length` fits the model's position embeddings;
 - every method's hyper-parameters fit its model (`AttentionMethod.check_model_config`, e.g. layers beyond the depth);
 - the device exists;
+- every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and test sets exist when
+  predictions are asked for;
 - the output folder is writable;
 - `--set` / `--sweep` of a method that is not in the grid is pointed out (a warning: it changes nothing).
 """
@@ -19,17 +21,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from suite.api.errors import BadInput
+from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment, target_method
+from suite.run.data import load_splits, task_data_dir
 from suite.run.device import cpu_bf16_native, device_type, pick_device
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
 VERIFIED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text",
                         "roberta-prelayernorm")
-
-# A local model folder needs one of these sets of files for its tokenizer.
-TOKENIZER_FILE_SETS = (("tokenizer.json",), ("vocab.txt",), ("vocab.json", "merges.txt"), ("spiece.model",),
-                       ("sentencepiece.bpe.model",), ("tokenizer.model",))
 
 # Weights that may be absent from a checkpoint: the new classification head and the pooler (sentence-embedding
 # checkpoints such as MiniLM ship without it); both are initialised fresh, as for any fine-tuning.
@@ -47,13 +47,15 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
         raise BadInput("the grid has no runs: --model, --tasks, --methods or --seeds (or the study file) named "
                        "nothing to run; give at least one of each, e.g. --model minilm")
     check_device(device, executor)
+    # from the configs alone, before any weights load: a config that claims thousands of layers would otherwise be
+    # loaded (and killed for memory) before it could be refused; the cluster's machines are not this one: Ray runs
+    # are checked against their own limits
+    check_methods_fit_models(jobs, machine_memory(str(pick_device(device))) if executor != "ray" else
+                             (2**62, "a Ray cluster"))
     for model in dict.fromkeys(job.model for job in jobs):
         mine = [job for job in jobs if job.model == model]
         check_model(model, max(job.train.max_length for job in mine))
         check_lengths(model, mine)
-    # the cluster's machines are not this one: Ray runs are checked against their own limits
-    check_methods_fit_models(jobs, machine_memory(str(pick_device(device))) if executor != "ray" else
-                             (2**62, "a Ray cluster"))
     warn_grid(jobs, device, sets, sweeps)
 
 
@@ -234,25 +236,9 @@ def check_lengths(model: str, jobs: Sequence[RunConfig]) -> None:
 
 
 def _check_tokenizer(model: str, path: str) -> None:
-    """A local folder must hold tokenizer files: without them transformers builds a vocabulary of special tokens
-    only and every word becomes [UNK], which trains without error on garbage."""
-    folder = Path(path).expanduser()
-    if folder.is_dir() and not any(all((folder / f).is_file() for f in files) for files in TOKENIZER_FILE_SETS):
-        wanted = " or ".join("+".join(files) for files in TOKENIZER_FILE_SETS)
-        raise BadInput(f"model folder {folder} has no tokenizer files (looked for {wanted}). Save the tokenizer "
-                       f"of the model it came from into it: AutoTokenizer.from_pretrained(ORIGINAL)"
-                       f".save_pretrained('{folder}').")
-    from transformers import AutoTokenizer
+    from suite.run.models import checked_tokenizer
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except Exception as exc:  # noqa: BLE001
-        raise BadInput(f"cannot load the tokenizer of model {model!r}: {type(exc).__name__}: {str(exc)[:300]}. "
-                       "Repair or replace its tokenizer files.") from None
-    if len(tokenizer) <= len(tokenizer.all_special_tokens):
-        raise BadInput(f"the tokenizer of model {model!r} has only its special tokens "
-                       f"({', '.join(tokenizer.all_special_tokens)}): every word would be unknown. Repair or "
-                       "replace its tokenizer files.")
+    checked_tokenizer(model, path)
 
 
 def _check_weights(model: str, path: str, config) -> None:
@@ -305,3 +291,42 @@ def warn_unused_settings(sets: Iterable[str], sweeps: Iterable[str], methods: se
             if method is not None and method not in methods:
                 print(f"warning: {flag} {text} has no effect: method {method!r} is not in --methods "
                       f"({', '.join(sorted(methods))})", file=sys.stderr)
+
+
+def check_data(plan) -> None:
+    """Read every split of the grid's tasks now (a missing file or a malformed line stops the grid before training)
+    and find the test sets when predictions are asked for (models are checked by `check_grid`)."""
+    from suite.run.draws import check_holdouts
+
+    for task in plan.tasks:
+        spec = get_task(task)
+        splits = load_splits(spec, plan.data_dir)
+        train = splits[spec.train_split]
+        trains = [j.train for j in plan.jobs if j.task == task]
+        check_holdouts(train["label"], trains, not spec.is_regression, spec.display)
+        if spec.is_regression:
+            _check_scores_vary(spec, splits, trains, plan.data_dir)
+        if plan.outputs.predict_test:
+            from suite.run.test_predictions import available_test_sets
+
+            found, absent = available_test_sets(spec, task_data_dir(spec, plan.data_dir))
+            if not found:
+                raise BadInput(f"--predict-test: {spec.display} has no test set here "
+                               f"({', '.join(absent) or 'none declared'}); drop the task or the option")
+
+
+def _check_scores_vary(spec, splits: dict, trains, data_dir) -> None:
+    """A regression task is scored by correlation, which gold scores that are all equal leave undefined: such a dev
+    subset would train every run and then fail (or score nothing); stop before training and name the file."""
+    from suite.run.draws import dev_rows
+
+    for suffix, split in spec.eval_splits.items():
+        labels = splits[split]["label"]
+        for t in {(t.max_eval_samples, t.data_seed): t for t in trains}.values():
+            used = {labels[i] for i in dev_rows(len(labels), t)}
+            if len(used) < 2:
+                where, layout = task_data_dir(spec, data_dir), spec.local.get(split)
+                source = where / spec.local_dir / layout.file if where is not None and layout else f"hub split {split}"
+                raise BadInput(f"{spec.display}: every gold score of the dev examples used from {source} is "
+                               f"{next(iter(used), 'absent')!r}, so the correlation that scores the task is undefined; "
+                               "repair the file, or use more dev examples (--max-eval-samples)")

@@ -1,5 +1,5 @@
-"""What a command asks for, resolved in one place: a study file (with its `also:` grids), the flags and the defaults,
-into the grid of jobs that `run` trains, or the options of `report`.
+"""What `run` asks for, resolved in one place: a study (a file with its `also:` grids, or the empty study) and the
+command line's overrides of it (`suite.grid.overrides`), into the grids of jobs that `run` trains.
 
 Precedence everywhere: the command line, then the study file, then the preset and the defaults. With a study file,
 `--methods`, `--tasks` and `--model` pick from its grids: every grid keeps the names both it and the flag give (a grid
@@ -8,23 +8,84 @@ replaces the seeds a grid inherits and narrows those a grid gives itself.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from suite.api.errors import BadInput
 from suite.api.method_facts import method_registry
 from suite.api.tasks import get_task, select_tasks
+from suite.grid.executors.options import EXECUTOR_OPTIONS
+from suite.grid.overrides import DEFAULT_SEEDS, NAME_KEYS, STUDY_DEFAULTS, Overrides
 from suite.grid.plan import build_grid
+from suite.grid.study import AlsoGrid, Study, names
 from suite.run.data import resolve_data_dir
 from suite.run.device import resolve_jobs_precision
 from suite.run.settings import PRESETS, canonical_model, preset_train
 
-GRID_KEYS = ("methods", "tasks", "model", "seeds")  # what an also: grid of a study file may give for itself
+if TYPE_CHECKING:
+    from suite.grid.until_decided import Schedule
+
 _GRID_ATTR = {"methods": "methods", "tasks": "tasks", "model": "models"}  # flag -> a grid's attribute in the study
-NAME_KEYS = tuple(_GRID_ATTR)  # a flag picks from what the study gives (seeds: it replaces)
-EXECUTOR_OPTIONS = ("workers", "max_run_minutes", "address", "gpus_per_run", "cpus_per_run")
-RUN_DEFAULTS = {"seeds": [1, 2, 3], "preset": "quick", "out": "runs", "device": "auto", "executor": "local"}
+
+
+@dataclasses.dataclass(frozen=True)
+class GridSpec:
+    """One grid to expand: names as comma lists (None: not given; "": the flags picked none), its seeds, the study's
+    training settings for it and its assignments in the order they apply (the file's top level, the grid's own, the
+    command line's: later ones win)."""
+
+    methods: str | None
+    tasks: str | None
+    models: str | None
+    seeds: tuple[int, ...]
+    train: Mapping[str, Any]
+    sets: tuple[str, ...]
+    sweeps: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRequest:
+    """A study with the command line's overrides applied and the defaults filled: what its grids expand from."""
+
+    study: Study
+    overrides: Overrides
+    top: GridSpec                  # the top level, as the flags leave it (an also: grid inherits what it lacks)
+    top_empty: bool                # the flags picked nothing of the top grid (its also: grids may still run)
+    values: Mapping[str, Any]      # every key of STUDY_DEFAULTS: the flag's, else the study's, else the default
+    picked: frozenset[str]         # name flags that pick from the study's grids
+    defines: frozenset[str]        # name flags that give the top grid what it lacks: part of the study, not a pick
+    schedule: Schedule | None = None  # --until-decided: the study's rounds of seeds (defaults otherwise)
+
+    @property
+    def source(self) -> str | None:
+        return self.study.source
+
+    @property
+    def seeds(self) -> list[int]:
+        """The top level's seeds (extended to the cap under --until-decided): the order rounds add seeds in."""
+        return list(self.top.seeds)
+
+    @property
+    def out(self) -> str:
+        return self.values["out"]
+
+    @property
+    def device(self) -> str:
+        return self.values["device"]
+
+    @property
+    def executor(self) -> str:
+        return self.values["executor.name"]
+
+    @property
+    def executor_options(self) -> dict[str, Any]:
+        return {name: self.values[f"executor.{name}"] for name in EXECUTOR_OPTIONS}
+
+    def picked_flags(self, separator: str = " ") -> str:
+        """The flags that picked part of the study, as given (`--tasks stsb --methods vanilla`)."""
+        given = self.overrides.given
+        return separator.join(f"--{k} {given[k]}" for k in sorted(self.picked))
 
 
 @dataclasses.dataclass
@@ -39,61 +100,74 @@ class GridPlan:
     data_dir: Any
     outputs: Any
     executor_options: dict[str, Any]
+    request: RunRequest
 
 
-def merge_study(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill what the command line left unset from the study file (if any), then the defaults."""
-    args = argparse.Namespace(**vars(args))
-    args.study_train, args.also, args.tune = {}, [], None
-    args.until_decided_section = args.study_report = None  # run --until-decided reads both (suite.grid.until_decided)
-    for key in GRID_KEYS:  # an empty flag (`--methods ""`) is no flag
-        if getattr(args, key) in ("", []):
-            setattr(args, key, None)
-    args.cli = {k: getattr(args, k) for k in GRID_KEYS if getattr(args, k) is not None}  # the flags as given
-    args.picked, args.top_empty = set(), False
-    args.defines = set()  # flags that give the file's top grid what it lacks: part of the study, not a pick
-    args.cli_sets, args.cli_sweeps = list(args.sets), list(args.sweeps)
-    if args.study:
-        from suite.grid.study import load_study, names
+def resolve_study(study: Study, overrides: Overrides | None = None) -> GridPlan:
+    """The grids of jobs `study` runs with the command line's overrides (flags, picks, seeds) applied: names,
+    settings, executor and outputs resolved and checked; no data is read, no model is loaded."""
+    return plan_grid(settle(study, overrides or Overrides()))
 
-        study = load_study(args.study)
-        from_file = {"methods": names(study.methods), "tasks": names(study.tasks), "model": names(study.models),
-                     "seeds": study.seeds, "preset": study.preset, "data_dir": study.data_dir, "out": study.out,
-                     "device": study.device, "executor": study.executor.name,
-                     **{k: getattr(study.executor, k) for k in EXECUTOR_OPTIONS},
-                     "save_model": study.outputs.save_model, "predict_test": study.outputs.predict_test,
-                     "report_to": names(study.outputs.report_to)}
-        for key, value in from_file.items():
-            in_grids = [names(getattr(g, _GRID_ATTR[key])) for g in study.also] if key in NAME_KEYS else []
-            if key in ("methods", "tasks") and key in args.cli and value is None:
-                args.defines.add(key)
-            if key in NAME_KEYS and key in args.cli and any(v is not None for v in in_grids + [value]):
-                args.picked.add(key)  # the flag picks from the study (an also: grid it narrows, at least)
-                if key == "model" and value is None:  # the top grid's models are then the preset's
-                    preset = args.preset or study.preset or RUN_DEFAULTS["preset"]
-                    value = ",".join(PRESETS.get(preset).models)
-            if getattr(args, key) is None:
-                setattr(args, key, value)
-            elif key in NAME_KEYS and value is not None:  # the flag picks from the file's top grid
-                _check_picked(args.study, key, args.cli[key], [value, *in_grids])
-                setattr(args, key, _shared(key, value, args.cli[key]))
-                args.top_empty = args.top_empty or not getattr(args, key)
-        sets, sweeps = study.assignments()
-        args.sets, args.sweeps = sets + args.sets, sweeps + args.sweeps  # later assignments win
-        args.study_train, args.also, args.tune = study.train_values(), study.also, study.tune
-        args.until_decided_section, args.study_report = study.until_decided, study.report
-        if study.tune is not None:  # the tuning split is carved in every run of the study (suite.grid.tuning)
-            from suite.grid.tuning import protocol_train
 
-            args.study_train = protocol_train(study.tune, args.study_train)
-    for key, value in RUN_DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+def settle(study: Study, overrides: Overrides) -> RunRequest:
+    """Fill what the command line left unset from the study, then the defaults; picks narrow the top grid."""
+    given = overrides.given
+    values = {key: _first(overrides.values.get(key), _study_value(study, key), default)
+              for key, default in STUDY_DEFAULTS.items()}
+    top_names, picked, defines = {}, set(), set()
+    for key in NAME_KEYS:
+        top_names[key], picks, gives = _top_names(study, key, given.get(key), values["preset"])
+        picked |= {key} if picks else set()
+        defines |= {key} if gives else set()
+    top_empty = any(key in given and top_names[key] == "" for key in NAME_KEYS)
+    train = study.train_values()
+    if study.tune is not None:  # the tuning split is carved in every run of the study (suite.grid.tuning)
+        from suite.grid.tuning import protocol_train
+
+        train = protocol_train(study.tune, train)
     for flag in ("methods", "tasks"):
-        if not getattr(args, flag) and not args.top_empty:
+        if not top_names[flag] and not top_empty:
             raise BadInput(f"no {flag} given: pass --{flag} (see `python -m suite list`) or a --study file that "
                            f"has a {flag}: entry")
-    return args
+    seeds, schedule = list(_first(given.get("seeds"), study.seeds, DEFAULT_SEEDS)), None
+    if overrides.until_decided:  # the plan holds every seed up to the cap; the first look runs the starting ones
+        from suite.grid.until_decided import seed_sequence, study_schedule
+
+        schedule = study_schedule(study.until_decided, study.source)
+        seeds = seed_sequence(seeds, schedule.cap)
+    sets, sweeps = study.assignments()
+    top = GridSpec(top_names["methods"], top_names["tasks"], top_names["model"], tuple(seeds), train,
+                   (*sets, *overrides.sets), (*sweeps, *overrides.sweeps))
+    return RunRequest(study, overrides, top, top_empty, values, frozenset(picked), frozenset(defines), schedule)
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def _study_value(study: Study, key: str):
+    """The study file's value at a dotted key (`executor.workers`); a list of names as a comma list."""
+    value = study
+    for part in key.split("."):
+        value = getattr(value, part)
+    return names(value) if isinstance(value, list) else value
+
+
+def _top_names(study: Study, key: str, flag: str | None, preset: str) -> tuple[str | None, bool, bool]:
+    """(the top grid's names for `key` as the flag leaves them, whether the flag picks from the study's grids,
+    whether it gives the top grid names the file lacks)."""
+    value = names(getattr(study, _GRID_ATTR[key]))
+    if flag is None:
+        return value, False, False
+    in_grids = [names(getattr(g, _GRID_ATTR[key])) for g in study.also]
+    picks = any(v is not None for v in [*in_grids, value])  # it picks from an also: grid it narrows, at least
+    defines = key != "model" and value is None
+    if picks and key == "model" and value is None:  # the top grid's models are then the preset's
+        value = ",".join(PRESETS.get(preset).models)
+    if value is None:
+        return flag, picks, defines
+    _check_picked(study.source, key, flag, [value, *in_grids])
+    return _shared(key, value, flag), picks, defines
 
 
 def _check_picked(study: str, key: str, flag_value: str, given: list[str | None]) -> None:
@@ -111,98 +185,111 @@ def _check_picked(study: str, key: str, flag_value: str, given: list[str | None]
                        f"{what}, add them to the file (an also: grid keeps its own settings)")
 
 
-def top_grid_empty(args) -> bool:
-    """The flags picked nothing from the study's top grid (its also: grids may still run)."""
-    return getattr(args, "top_empty", False)
-
-
-def train_settings(args, tasks: list[str]) -> dict:
+def train_settings(grid: GridSpec, preset: str, flags: dict[str, Any], tasks: list[str]) -> dict:
     """Per task: the preset's settings, then the study's train: section, then the flags."""
-    flags = {"epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size, "max_length": args.max_length,
-             "max_train_samples": args.max_train_samples, "max_eval_samples": args.max_eval_samples,
-             "precision": args.precision, "compile": args.compile, "grad_accumulation": args.grad_accumulation,
-             "early_stopping_patience": args.early_stopping}
-    overrides = {**args.study_train, **{k: v for k, v in flags.items() if v is not None}}
-    trains = {t: dataclasses.replace(preset_train(args.preset, t), **overrides) for t in tasks}
+    overrides = {**grid.train, **flags}
+    trains = {t: dataclasses.replace(preset_train(preset, t), **overrides) for t in tasks}
     for t in trains.values():
         t.validate()
     return trains
 
 
-def plan_grid(args) -> GridPlan:
+@dataclasses.dataclass
+class _Expanded:
+    jobs: list
+    models: list[str]
+    tasks: list[str]
+    methods: list[str]
+    seeds: list[int]
+
+    def add(self, part: _Expanded) -> None:
+        """A further grid's jobs join these (a job given twice runs once: dropped when the plan is finished)."""
+        self.jobs += part.jobs
+        self.models, self.tasks, self.methods, self.seeds = (
+            list(dict.fromkeys(mine + theirs)) for mine, theirs in ((self.models, part.models),
+                                                                   (self.tasks, part.tasks),
+                                                                   (self.methods, part.methods),
+                                                                   (self.seeds, part.seeds)))
+
+
+def plan_grid(request: RunRequest) -> GridPlan:
     """Resolve and check names, settings, executor and outputs (no data is read, no model is loaded)."""
-    from suite.api.metrics import check_task_metrics
     from suite.grid.executors import check_executor
     from suite.run.outputs import RunOutputs
     from suite.run.tracking import check_trackers
 
-    args.preset = PRESETS.canonical(args.preset)  # unknown: an error naming the valid ones
-    executor_options = {k: getattr(args, k) for k in EXECUTOR_OPTIONS}
-    check_executor(args.executor, executor_options)
-    data_dir = resolve_data_dir(args.data_dir)
-    outputs = RunOutputs(args.out, bool(args.save_model), bool(args.predict_test),
-                         check_trackers((args.report_to or "").split(",")))
-    if top_grid_empty(args):  # the flags picked only from the study's also: grids
-        models, tasks, methods, seeds, jobs = [], [], [], [], []
-    else:
-        methods, tasks = method_registry().select(args.methods), select_tasks(args.tasks)
-        for task in tasks:
-            check_task_metrics(get_task(task))
-        models = select_models(args.model or ",".join(PRESETS.get(args.preset).models))
-        jobs = build_grid(models, tasks, methods, args.seeds, train_settings(args, tasks), args.sets, args.sweeps,
-                          data_source="local" if data_dir else "hub")
-        seeds = list(dict.fromkeys(args.seeds))
-    for grid in args.also:  # a study's further grids: their jobs join the first grid's (a job given twice runs once)
-        grid_args = also_arguments(args, grid)
-        if grid_args is None:  # the flags leave this grid nothing to run
-            continue
-        part = plan_grid(grid_args)
-        jobs += part.jobs
-        models, tasks, methods, seeds = (list(dict.fromkeys(a + b)) for a, b in
-                                         ((models, part.models), (tasks, part.tasks), (methods, part.methods),
-                                          (seeds, part.seeds)))
-    if not jobs and getattr(args, "picked", None):  # (a grid without picking: preflight says what is empty)
-        picked = ", ".join(f"--{k} {args.cli[k]}" for k in sorted(args.picked))
-        raise BadInput(f"{picked}: no grid of {args.study} runs that combination; `--dry-run` without them lists "
-                       "what the study runs")
-    # precision auto becomes what the runs will train in here, before hashing (fp32 and bf16: two records)
-    jobs = resolve_jobs_precision(jobs, args.device, args.executor, args.address)
+    preset = PRESETS.canonical(request.values["preset"])  # unknown: an error naming the valid ones
+    check_executor(request.executor, request.executor_options)
+    data_dir = resolve_data_dir(request.values["data_dir"])
+    outputs = RunOutputs(request.out, bool(request.values["outputs.save_model"]),
+                         bool(request.values["outputs.predict_test"]),
+                         check_trackers((request.values["outputs.report_to"] or "").split(",")))
+    source = "local" if data_dir else "hub"
+    flags = request.overrides.train
+    expanded = _Expanded([], [], [], [], []) if request.top_empty else _expand(request.top, preset, flags, source)
+    for grid in request.study.also:  # a study's further grids: their jobs join the first grid's
+        spec = also_grid(request, grid)
+        if spec is not None:  # (None: the flags leave this grid nothing to run)
+            part = _expand(spec, preset, flags, source)
+            part.jobs = _finished(part.jobs, request, outputs)
+            expanded.add(part)
+    if not expanded.jobs and request.picked:  # (a grid without picking: preflight says what is empty)
+        raise BadInput(f"{request.picked_flags(', ')}: no grid of {request.source} runs that combination; "
+                       "`--dry-run` without them lists what the study runs")
+    jobs = _finished(expanded.jobs, request, outputs)
+    return GridPlan(jobs, expanded.models, expanded.tasks, expanded.methods, expanded.seeds, data_dir, outputs,
+                    request.executor_options, request)
+
+
+def _expand(grid: GridSpec, preset: str, flags: dict[str, Any], data_source: str) -> _Expanded:
+    """One grid's jobs, its names checked."""
+    from suite.api.metrics import check_task_metrics
+
+    methods, tasks = method_registry().select(grid.methods), select_tasks(grid.tasks)
+    for task in tasks:
+        check_task_metrics(get_task(task))
+    models = select_models(grid.models or ",".join(PRESETS.get(preset).models))
+    jobs = build_grid(models, tasks, methods, list(grid.seeds), train_settings(grid, preset, flags, tasks),
+                      list(grid.sets), list(grid.sweeps), data_source=data_source)
+    return _Expanded(jobs, models, tasks, methods, list(dict.fromkeys(grid.seeds)))
+
+
+def _finished(jobs: list, request: RunRequest, outputs) -> list:
+    """The jobs as they will run: precision `auto` resolved here, before hashing (fp32 and bf16: two records), each
+    job once, a task with its own data folder reading local files whatever the grid's source, outputs attached."""
+    jobs = resolve_jobs_precision(jobs, request.device, request.executor, request.values["executor.address"])
     jobs = list({j.hash: j for j in jobs}.values())
-    # a task with its own data folder reads local files whatever the grid's source; outputs travel with each job
-    jobs = [dataclasses.replace(j, data_source="local" if get_task(j.task).data_dir else j.data_source,
+    return [dataclasses.replace(j, data_source="local" if get_task(j.task).data_dir else j.data_source,
                                 outputs=outputs if outputs.active else None) for j in jobs]
-    return GridPlan(jobs, models, tasks, methods, seeds, data_dir, outputs, executor_options)
 
 
-def also_arguments(args, grid) -> argparse.Namespace | None:
-    """The arguments of one `also:` grid: its own keys, the rest inherited from the top level (as the flags left
-    them). A flag narrows a key the grid gives itself (`--tasks cola` runs the study's CoLA jobs, not the SST-2
-    grid's jobs moved to CoLA); None when the flag and the grid share nothing, or the grid inherits a key the flags
-    emptied at the top level."""
-    from suite.grid.study import names
-
-    part = argparse.Namespace(**vars(args))
-    part.also, part.top_empty = [], False
+def also_grid(request: RunRequest, grid: AlsoGrid) -> GridSpec | None:
+    """One `also:` grid: its own keys, the rest inherited from the top level (as the flags left it). A flag narrows
+    a key the grid gives itself (`--tasks cola` runs the study's CoLA jobs, not the SST-2 grid's jobs moved to CoLA);
+    None when the flag and the grid share nothing, or the grid inherits a key the flags emptied at the top level."""
+    top, given = request.top, request.overrides.given
+    inherited = {"methods": top.methods, "tasks": top.tasks, "model": top.models, "seeds": list(top.seeds)}
     own = {"methods": names(grid.methods), "tasks": names(grid.tasks), "model": names(grid.models),
            "seeds": grid.seeds}
+    chosen = {}
     for key, value in own.items():
         if value is None:
-            if getattr(args, key) == "":  # inherited from a top level the flags emptied (picked nothing)
+            if inherited[key] == "":  # inherited from a top level the flags emptied (picked nothing)
                 return None
+            chosen[key] = inherited[key]
             continue
-        if key in args.cli:
+        if key in given:
             # names: the flag as given (the top level's may be narrowed); seeds: as --until-decided extended them
-            value = _shared(key, value, args.cli[key] if key in NAME_KEYS else getattr(args, key))
+            value = _shared(key, value, given[key] if key in NAME_KEYS else inherited[key])
             if not value:
                 return None
-        setattr(part, key, value)
-    part.study_train = {**args.study_train, **grid.train_values()}
+        chosen[key] = value
+    file_sets, file_sweeps = request.study.assignments()
     sets, sweeps = grid.assignments()
-    # the file's top-level assignments, then the grid's, then the command line's: later ones win
-    top_sets = args.sets[:len(args.sets) - len(args.cli_sets)]
-    top_sweeps = args.sweeps[:len(args.sweeps) - len(args.cli_sweeps)]
-    part.sets, part.sweeps = top_sets + sets + args.cli_sets, top_sweeps + sweeps + args.cli_sweeps
-    return part
+    overrides = request.overrides
+    return GridSpec(chosen["methods"], chosen["tasks"], chosen["model"], tuple(chosen["seeds"]),
+                    {**top.train, **grid.train_values()},
+                    (*file_sets, *sets, *overrides.sets), (*file_sweeps, *sweeps, *overrides.sweeps))
 
 
 def select_models(text: str) -> list[str]:
@@ -218,24 +305,3 @@ def _shared(key: str, grid_value, flag_value):
     resolve = {"methods": method_registry().select, "tasks": select_tasks, "model": select_models}[key]
     wanted = set(resolve(flag_value))
     return ",".join(v for v in resolve(grid_value) if v in wanted)
-
-
-
-
-def report_arguments(args):
-    """`report --study FILE`: the study's output folder and report: section fill what the command line left unset."""
-    from suite.grid.study import load_study, names
-
-    study = load_study(args.study)
-    args.dir = args.dir or study.out
-    if not args.dir:
-        raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
-    for key in ("baseline", "alpha", "out", "margin", "collapse_floor"):
-        if getattr(args, key, None) is None:
-            setattr(args, key, getattr(study.report, key))
-    for key in ("reference_tasks", "primary"):
-        if getattr(args, key, None) is None and getattr(study.report, key) is not None:
-            setattr(args, key, names(getattr(study.report, key)).split(","))
-    if study.report.allow_uncommitted:
-        args.allow_uncommitted = True
-    return args

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 import pydantic
 
 from suite.api.errors import BadInput
+from suite.grid.executors.options import EXECUTOR_OPTIONS
 from suite.grid.plan import parse_assignment
 from suite.run.settings import TrainSettings
 
@@ -25,7 +26,7 @@ Names = Union[list[str], str]  # a YAML list or a comma list
 
 
 class _Section(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", strict=False)
+    model_config = pydantic.ConfigDict(extra="forbid", strict=False, frozen=True)
 
 
 def _not_a_truth_value(value: Any) -> Any:
@@ -54,13 +55,13 @@ def _train_section() -> type[pydantic.BaseModel]:
 TrainSection = _train_section()
 
 
-class ExecutorSection(_Section):
-    name: Optional[str] = None            # local or ray
-    workers: Optional[int] = None
-    max_run_minutes: Optional[float] = None  # local executor: a run past it is stopped and recorded failed
-    address: Optional[str] = None
-    gpus_per_run: Optional[float] = None
-    cpus_per_run: Optional[float] = None
+def _executor_section() -> type[pydantic.BaseModel]:
+    """The executor's name (local or ray) and every declared executor option, optional."""
+    options = {name: (Optional[option.type], None) for name, option in EXECUTOR_OPTIONS.items()}
+    return pydantic.create_model("ExecutorSection", __base__=_Section, name=(Optional[str], None), **options)
+
+
+ExecutorSection = _executor_section()
 
 
 class OutputsSection(_Section):
@@ -133,6 +134,10 @@ class AlsoGrid(_Grid):
 
 
 class Study(_Grid):
+    """A whole study, frozen once read: its top grid, the keys every grid shares (preset, data, output folder,
+    executor, outputs), the report's options, its further grids (`also:`), its tuning stage and its rounds of seeds.
+    A command line overrides it (`suite.grid.resolve.resolve_study`); the empty study is a command without a file."""
+
     description: Optional[str] = None
     preset: Optional[str] = None
     data_dir: Optional[str] = None
@@ -144,6 +149,20 @@ class Study(_Grid):
     also: list[AlsoGrid] = pydantic.Field(default_factory=list)  # further grids, written to the same folder
     tune: Optional[TuneSection] = None  # tune every method on a held-out split first (suite.grid.tuning)
     until_decided: Optional[UntilDecidedSection] = None  # run --until-decided: seeds in rounds where undecided
+    _source: Optional[str] = pydantic.PrivateAttr(default=None)  # the file as the command named it (messages)
+
+    @property
+    def source(self) -> str | None:
+        """The study file as the command named it; None for the empty study of a command without one."""
+        return self._source
+
+    def report_options(self) -> dict[str, Any]:
+        """The report: section as the options of `report` (comma lists as lists); a list left unset is absent."""
+        options = {key: getattr(self.report, key) for key in ("baseline", "alpha", "out", "margin", "collapse_floor")}
+        for key in ("reference_tasks", "primary"):
+            if getattr(self.report, key) is not None:
+                options[key] = names(getattr(self.report, key)).split(",")
+        return options
 
 
 def _text(value: Scalar) -> str:
@@ -189,7 +208,7 @@ def load_study(path: str | Path) -> Study:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    path = Path(path)
+    given, path = path, Path(path)
     if not path.is_file():
         raise BadInput(f"study file {path} does not exist (studies live in studies/*.yaml)")
     try:
@@ -202,6 +221,7 @@ def load_study(path: str | Path) -> Study:
         study = Study.model_validate(data)
     except pydantic.ValidationError as exc:
         raise BadInput(_explain(path, exc)) from None
+    study._source = str(given)
     for where, grid in [("", study), *((f"also[{i}].", g) for i, g in enumerate(study.also))]:
         sets, sweeps = grid.assignments()
         for section, texts, sweep in (("set", sets, False), ("sweep", sweeps, True)):

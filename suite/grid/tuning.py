@@ -14,7 +14,7 @@ import json
 import math
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from suite.api.errors import BadInput, SuiteError
 from suite.api.method_facts import METHODS
@@ -151,7 +151,7 @@ class TuningPlan:
         return self.store.root / SELECTION_FILE
 
 
-def plan_tuning(tune, final_jobs: list[RunConfig], final_seeds: list[int], out: str | Path) -> TuningPlan:
+def plan_tuning_runs(tune, final_jobs: list[RunConfig], final_seeds: list[int], out: str | Path) -> TuningPlan:
     """The tuning runs of every (model, task, method) of the final grid: `budget` configurations x the tuning seeds,
     each based on the cell's first final job (its grid's training settings, the tuning split included)."""
     overlap = sorted(set(tune.seeds) & set(final_seeds))
@@ -189,7 +189,7 @@ def _tune_score(store: Store, job: RunConfig) -> float | None:
     return float(score) if ok else math.nan
 
 
-def select(plan: TuningPlan) -> dict[str, Any]:
+def select_configurations(plan: TuningPlan) -> dict[str, Any]:
     """Every configuration's tuning-split scores and each cell's choice by the mean over tuning seeds (dev is never
     read). A configuration with a failed run cannot be chosen; a cell with runs still missing has no choice yet."""
     import numpy as np
@@ -255,6 +255,25 @@ def selected_jobs(final_jobs: list[RunConfig], selection: dict[str, Any]) -> lis
               "never selected")
     jobs = [apply_settings(j, chosen[(j.model, j.task, j.method)]["selected"]) for j in final_jobs]
     return list({j.hash: j for j in jobs}.values())
+
+
+def run_tuning_stage(tuning: TuningPlan, final_jobs: list[RunConfig], run_jobs: Callable,
+                     whole: TuningPlan | None = None, say: Callable[[str], None] = print) -> list[RunConfig]:
+    """Run the tuning jobs that have no record (`run_jobs(jobs, store)` -> GridResult), write the selection, and
+    return the final grid's jobs with it. `whole`: the whole study's tuning plan when the flags picked part of it:
+    the selection file holds this run's cells and, beside them, the study's other cells as its records select them
+    (none dropped, none kept from an older file)."""
+    from suite.grid.executors import status_table
+
+    tune = tuning.tune
+    say(f"tuning: {len(tuning.jobs)} runs ({tune.budget} configurations per method x {len(tune.seeds)} tuning "
+        f"seed(s)) -> {tuning.store.runs}")
+    say(status_table(run_jobs(tuning.jobs, tuning.store)))
+    own = select_configurations(tuning)
+    written = write_selection(tuning, with_other_cells(own, select_configurations(whole)) if whole is not None
+                              else own)
+    say(f"tuning: selection written to {written}")
+    return selected_jobs(final_jobs, own)
 
 
 def settings_text(settings: dict[str, Any]) -> str:

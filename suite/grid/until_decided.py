@@ -310,56 +310,52 @@ def closing_lines(outcome: Outcome) -> str:
 # From a study and the command line to the loop
 # ---------------------------------------------------------------------------------------------------------
 
-def prepare(args):
-    """`run --until-decided`: the schedule from the study's `until_decided:` section (defaults otherwise), and the
-    grid's seeds extended to the cap, so that the plan holds every job a look may add (the first look runs only the
-    starting seeds)."""
-    section = getattr(args, "until_decided_section", None)
+def study_schedule(section, source: str | None) -> Schedule:
+    """`run --until-decided`: the schedule of the study's `until_decided:` section (defaults otherwise)."""
     try:
-        args.schedule = Schedule(**(section.model_dump(exclude_none=True) if section is not None else {}))
+        return Schedule(**(section.model_dump(exclude_none=True) if section is not None else {}))
     except BadInput as exc:
-        raise BadInput(f"{args.study}: until_decided: {exc}" if section is not None else str(exc)) from None
-    args.seeds = seed_sequence(args.seeds, args.schedule.cap)
-    return args
+        raise BadInput(f"{source}: until_decided: {exc}" if section is not None else str(exc)) from None
 
 
-def run_planned(plan, store: Store, args, run_round: Callable[[list[RunConfig]], GridResult],
+def run_planned(plan, store: Store, run_round: Callable[[list[RunConfig]], GridResult],
                 say: Callable[[str], None] = print) -> Outcome:
-    """The loop over a planned grid (`suite.grid.resolve.plan_grid` after `prepare`), with the study's report
-    section: its baseline is the reference, its alpha is spent, its primary list picks the comparisons (all against
-    the reference when it has none) and its margin is the equivalence margin."""
-    report = getattr(args, "study_report", None)
-    alpha = getattr(report, "alpha", None) or DEFAULT_ALPHA
-    return run_until_decided(plan.jobs, store, args.schedule, args.seeds, primary_comparisons(plan, args),
-                             record_evaluator(store, getattr(report, "margin", None)), alpha, run_round, say)
+    """The loop over a grid planned under --until-decided (`resolve_study`, its seeds extended to the cap), with the
+    study's report section: its baseline is the reference, its alpha is spent, its primary list picks the
+    comparisons (all against the reference when it has none) and its margin is the equivalence margin."""
+    report = plan.request.study.report
+    alpha = report.alpha or DEFAULT_ALPHA
+    return run_until_decided(plan.jobs, store, plan.request.schedule, plan.request.seeds, primary_comparisons(plan),
+                             record_evaluator(store, report.margin), alpha, run_round, say)
 
 
-def primary_comparisons(plan, args, note: Callable[[str], None] | None = None) -> list[Comparison]:
+def primary_comparisons(plan, note: Callable[[str], None] | None = None) -> list[Comparison]:
     """The comparisons that get looks: the study's `report: primary:` entries (methods, tasks or METHOD:TASK), else
     every method against `report: baseline:`. BadInput (exit 2) when there is none, a method runs several settings or
     the reference is missing: the command calls this before anything trains."""
     from suite.stats.families import is_primary
 
-    report = getattr(args, "study_report", None)
-    reference = getattr(report, "baseline", None) or DEFAULT_REFERENCE
-    declared = getattr(report, "primary", None) or []
+    report = plan.request.study.report
+    reference = report.baseline or DEFAULT_REFERENCE
+    declared = report.primary or []
     if isinstance(declared, str):
         declared = [x.strip() for x in declared.split(",") if x.strip()]
     return comparisons(plan.jobs, reference, (lambda c: is_primary(c.method, c.task, declared)) if declared else None,
-                       seeds=args.seeds, note=note)
+                       seeds=plan.request.seeds, note=note)
 
 
-def same_family(picked: list[Comparison], whole: list[Comparison], flags: dict, keys) -> None:
-    """BadInput when flags that pick part of a study leave out some of its primary comparisons: the looks would
-    spend alpha over a smaller family than the study's, and the state file would hold only part of it."""
+def same_family(picked: list[Comparison], whole: list[Comparison], picking_flags: str) -> None:
+    """BadInput when flags that pick part of a study (`picking_flags`, as given) leave out some of its primary
+    comparisons: the looks would spend alpha over a smaller family than the study's, and the state file would hold
+    only part of it."""
     left_out = [c for c in whole if c not in set(picked)]
     if left_out:
-        given = " ".join(f"--{k} {flags[k]}" for k in sorted(keys))
         raise BadInput(f"--until-decided spends alpha over the study's whole primary family ({len(whole)} "
-                       f"comparisons), but {given} leaves out {len(left_out)} of them (e.g. {left_out[0].label}): "
-                       "its looks would test at a looser level and rewrite the state file with part of the family. "
-                       "Run that part without --until-decided (at the study's seeds its jobs are the same as the whole "
-                       "study's), or give --until-decided with flags that keep every primary comparison")
+                       f"comparisons), but {picking_flags} leaves out {len(left_out)} of them (e.g. "
+                       f"{left_out[0].label}): its looks would test at a looser level and rewrite the state file "
+                       "with part of the family. Run that part without --until-decided (at the study's seeds its "
+                       "jobs are the same as the whole study's), or give --until-decided with flags that keep every "
+                       "primary comparison")
 
 
 def margin_for(margin, task: str) -> float:

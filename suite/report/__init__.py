@@ -3,8 +3,9 @@ beside it) and `DIR/figures/*.png|pdf`.
 
 Everything here is derived from the records (plus, when given, the dev labels for baselines the records lack and a
 bench file for costs), so the same inputs give the same report: rows, columns and legends are sorted, floats have a
-fixed format, every bootstrap is seeded, figures carry no software/date metadata, and the only line that changes
-between two regenerations is the one starting with `Generated` (set SOURCE_DATE_EPOCH to pin that too).
+fixed format, every bootstrap is seeded (`suite.stats.evidence.bootstrap_seed`), figures carry no software/date
+metadata, and the only line that changes between two regenerations is the one starting with `Generated` (set
+SOURCE_DATE_EPOCH to pin that too).
 
 How records become cells
   * A cell is one (model, task, method, hyper-parameters, training settings): the headline score
@@ -15,30 +16,31 @@ How records become cells
   * Other settings appear in the ablation tables (one per method whose records differ in a hyper-parameter or a
     training field within a task); runs in neither place are listed at the end. Nothing is silently dropped.
 
-Where things are
-  load.py            run folders -> one DataFrame row per valid record (`RunRecord.from_dict`)
-  registry_info.py   what the method and task registries say (defaults, display names, benchmark, averages)
-  selection.py       which records the leaderboard and the ablation tables use
-  cells.py           a table cell (per-seed values) and its text
-  significance.py    the paired t-test of the data-efficiency table, almost stochastic order, tests against a
-                     constant predictor (the comparisons' statistics are `suite.stats`)
-  comparisons.py     every comparison with the reference: evidence over seeds and dev examples, families, verdicts
-  baseline_scores.py majority / constant-mean / chance scores (from the records, or from the dev labels)
-  costs.py           cost columns from `python -m suite bench --json`; in-run times as context
+The walk of a report: load -> facts -> sections -> document
+  load.py            run folders -> one DataFrame row per valid record (`RunRecord.from_dict`), typed: settings
+                     (`Setting`) and the record's parts the sections read (small frozen dataclasses)
+  stages.py          the files a tuning stage and `run --until-decided` leave beside the records (SELECTION, STATE),
+                     and their sections
+  selection.py       which records each table uses; a tuned study's selected runs folded into one cell
+  facts.py           the options, and what the report knows of each model, computed once: cells, averages,
+                     baselines, collapse floors, costs, comparisons (`ReportFacts`, `ModelFacts`)
+  comparisons.py     every comparison with the reference and its verdict (the statistics are `suite.stats`')
+  costs.py           cost columns from `python -m suite bench --json`
+  header.py, leaderboard.py, details.py, figure_sections.py, analysis_sections.py
+                     the sections: each a function of (facts, options) that returns its part (lines, figures,
+                     tables)
   figures.py         matplotlib figures (PNG and PDF)
-  header.py, leaderboard.py, reference.py, details.py, data_efficiency.py, stability.py, figure_sections.py,
-  analysis_sections.py
-                     the markdown sections
-  exports.py         the tables as CSV and LaTeX, comparisons.csv
-  document.py        the `Report`: options, output (lines, figures, tables), each model's facts, section order
-  facts.py           what the report knows about one model, computed once before any section (ModelFacts)
-  build.py           `build_report` (the command line is `suite.commands.report`)
+  vocabulary.py      fixed text formats, a section's `Part`, and what the method and task registries say
+  document.py        the sections in order, the markdown, the CSV/LaTeX exports, `build_report` (the command line
+                     is `suite.commands.report`)
 """
 from __future__ import annotations
 
 from suite.api.errors import ReportError
-from suite.report.build import DEFAULT_ALPHA, DEFAULT_BASELINE, build_report
-from suite.report.formatting import slug
+from suite.report.document import build_report
+from suite.report.facts import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_CORRECTION, DEFAULT_COSTS
 from suite.report.load import Loaded, load
+from suite.report.vocabulary import slug
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "Loaded", "ReportError", "build_report", "load", "slug"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "DEFAULT_CORRECTION", "DEFAULT_COSTS", "Loaded", "ReportError",
+           "build_report", "load", "slug"]

@@ -18,11 +18,15 @@ import math
 import numpy as np
 import pandas as pd
 
+from suite.report.facts import ModelFacts, Options
 from suite.report.figures import pyplot, save
-from suite.report.formatting import DASH, fmt, table
+from suite.report.load import Analyses
 from suite.report.selection import Selection
+from suite.report.vocabulary import DASH, Part, fmt, slug, table
 from suite.run.analyses import heads as head_stats
-from suite.run.analyses.seeds import compare_runs
+from suite.run.analyses.seeds import seed_divergence
+
+__all__ = ["importance_table", "mean_heads", "section", "seed_pairs", "seeds_table"]
 
 TAUS = ("tau_cls_gxi", "tau_cls_loo", "tau_rollout_gxi", "tau_rollout_loo")
 ENTROPIES = ("entropy_gxi", "entropy_loo", "entropy_cls", "entropy_rollout")
@@ -32,7 +36,7 @@ def _part(board: pd.DataFrame, name: str) -> pd.DataFrame:
     """The board's ok runs that carry analysis `name`, with that part in column `part`."""
     if "analyses" not in board.columns:
         return board.iloc[0:0]
-    part = board["analyses"].map(lambda a: a.get(name) if isinstance(a, dict) else None)
+    part = board["analyses"].map(lambda a: a.get(name) if isinstance(a, Analyses) else None)
     keep = part.map(lambda p: isinstance(p, dict) and bool(p))
     return board[keep].assign(part=part[keep])
 
@@ -63,7 +67,7 @@ def seed_pairs(runs: pd.DataFrame, tokens: str = "content") -> dict[str, dict[st
         ordered = cell.sort_values("seed")
         for (_, a), (_, b) in itertools.combinations(ordered.iterrows(), 2):
             if a["part"].get("prediction") and len(a["part"]["prediction"]) == len(b["part"]["prediction"]):
-                pair = compare_runs(a["part"], b["part"], tokens)
+                pair = seed_divergence(a["part"], b["part"], tokens)
                 got = out.setdefault(method, {"jsd": [], "tvd": []})
                 got["jsd"] += [v for v in pair["jsd"] if math.isfinite(v)]
                 got["tvd"] += [v for v in pair["tvd"] if math.isfinite(v)]
@@ -141,18 +145,19 @@ def plot_head_maps(runs: pd.DataFrame, methods: list[str], title: str, path) -> 
     return True
 
 
-def section(rep, sel: Selection, board: pd.DataFrame, mslug: str, model: str) -> None:
-    """The analyses section of one model, written into the report `rep`."""
+def section(facts: ModelFacts, options: Options) -> Part:
+    """The analyses section of one model."""
+    sel, board, model, mslug, part = facts.sel, facts.board, facts.model, slug(facts.model), Part()
     ok = board[board["status"] == "ok"]
     parts = {name: _part(ok, name) for name in ("importance", "seeds", "heads")}
     if not any(len(p) for p in parts.values()):
-        return
-    label = lambda m: rep.method_label(m, sel)  # noqa: E731
-    rep.add("### Interpretability analyses", "", "On a fixed dev subset after training (see docs/analyses.md).", "")
+        return part
+    label = sel.label
+    part.add("### Interpretability analyses", "", "On a fixed dev subset after training (see docs/analyses.md).", "")
     if len(parts["importance"]):
-        rep.add("Attention vs input importance (Kendall τ between attention and importance over content tokens; "
-                "H: entropy in nats; mean over runs of each run's mean over its examples):", "",
-                importance_table(sel, parts["importance"], label), "")
+        part.add("Attention vs input importance (Kendall τ between attention and importance over content tokens; "
+                 "H: entropy in nats; mean over runs of each run's mean over its examples):", "",
+                 importance_table(sel, parts["importance"], label), "")
     pairs = seed_pairs(parts["seeds"]) if len(parts["seeds"]) else {}
     measure = MEASURES["content"]
     if pairs and not any(p["jsd"] for p in pairs.values()):
@@ -163,13 +168,14 @@ def section(rep, sel: Selection, board: pd.DataFrame, mslug: str, model: str) ->
         note = "" if measure is MEASURES["content"] else (
             " The records predate the content-token measure, so the JSD is that of the [CLS] attention row with the "
             "[CLS]/[SEP] tokens kept, which largely measures attention to those boundary tokens.")
-        rep.add("Variance across seeds (per dev example and pair of seeds of the same cell):" + note, "",
-                seeds_table(sel, pairs, label, measure), "")
-        path = rep.figure(f"analysis_seeds_{mslug}.png")
-        if rep.draw and plot_seed_violins(pairs, sel.methods, f"variance across seeds, {model}", path, measure):
-            rep.link(path, "JS divergence of attention and TVD of predictions across seeds")
+        part.add("Variance across seeds (per dev example and pair of seeds of the same cell):" + note, "",
+                 seeds_table(sel, pairs, label, measure), "")
+        path = options.figure(f"analysis_seeds_{mslug}.png")
+        if options.figures and plot_seed_violins(pairs, sel.methods, f"variance across seeds, {model}", path, measure):
+            part.link(path, "JS divergence of attention and TVD of predictions across seeds")
     if len(parts["heads"]):
-        path = rep.figure(f"analysis_heads_{mslug}.png")
+        path = options.figure(f"analysis_heads_{mslug}.png")
         title = f"what the heads look at, {model} (mean over tasks and seeds)"
-        if rep.draw and plot_head_maps(parts["heads"], sel.methods, title, path):
-            rep.link(path, "attention mass on [CLS], [SEP], punctuation and entropy per layer and head")
+        if options.figures and plot_head_maps(parts["heads"], sel.methods, title, path):
+            part.link(path, "attention mass on [CLS], [SEP], punctuation and entropy per layer and head")
+    return part

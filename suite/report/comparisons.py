@@ -1,10 +1,11 @@
-"""Every comparison of a method with the reference method in one model's leaderboard, with its verdict.
+"""Every comparison of a method with the reference method in one model's leaderboard, with its verdict, and the
+data-efficiency table's comparisons; the statistics are `suite.stats`'.
 
 Per task: `suite.stats.evidence.compare_runs` over seeds and dev examples (runs paired by seed; the dev-example part
-from the predictions runs keep beside their records). Per benchmark average: the same on each seed's average over the
-averaged tasks (seeds that ran every averaged task for both methods); its dev-example variance is the sum of the
-tasks' over the number of tasks squared (the tasks' dev sets are independent). The p-values are adjusted within
-families (`suite.stats.families`), and each comparison gets a verdict: better / worse / equivalent / undecided.
+from the predictions runs keep beside their records). Per benchmark average: `suite.stats.evidence.averaged_evidence`
+on each seed's average over the averaged tasks (seeds that ran every averaged task for both methods). The p-values are
+adjusted within families (`suite.stats.families`), and each comparison gets a verdict: better / worse / equivalent /
+undecided. Where a comparison's outcomes are bimodal, almost stochastic order too (`suite.stats.aso`).
 """
 from __future__ import annotations
 
@@ -16,14 +17,25 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from suite.report import significance as sig
-from suite.report.formatting import SCALE
-from suite.report.registry_info import higher_is_better
-from suite.stats import collapse, families
-from suite.stats.evidence import DEFAULT_MARGIN, Evidence, RunOutcome, compare_runs, evidence_arrays, verdict
+from suite.report.vocabulary import DASH, SCALE, fmt, higher_is_better
+from suite.stats import aso, collapse, families
+from suite.stats.curves import size_tests
+from suite.stats.evidence import (
+    DEFAULT_MARGIN,
+    Evidence,
+    RunOutcome,
+    averaged_evidence,
+    bootstrap_seed,
+    compare_runs,
+    verdict,
+)
 from suite.stats.power import effect_size, seeds_needed
 
-ASO_MIN_SEEDS = 5     # below this almost stochastic order is 0 whenever the two sets of scores do not overlap
+__all__ = ["SEEDS_ONLY", "SEQUENTIAL", "Comparison", "compare_model", "curve_tests", "difference_text",
+           "family_of", "family_sizes", "floors", "per_task", "verdict_text", "within_reach"]
+
+SEEDS_ONLY = "ˢ"   # no per-example predictions: the interval covers seed noise only
+SEQUENTIAL = "‡"   # the verdict of the study's sequential design (run --until-decided)
 
 
 @dataclasses.dataclass
@@ -72,18 +84,27 @@ def per_task(value: float | Mapping[str, float] | None, task: str, default: floa
     return float(value)
 
 
-def outcomes(sub: pd.DataFrame) -> dict[int, RunOutcome]:
+def _outcomes(sub: pd.DataFrame) -> dict[int, RunOutcome]:
     ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
     return {int(r.seed): RunOutcome(float(r.score) * SCALE, r.predictions or None) for r in ok.itertuples()}
 
 
-def from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
+def _paired_outcomes(sub: pd.DataFrame) -> dict:
+    """Runs keyed by seed, or by (draw, seed) where a curve fixes its data draws: the units the test pairs."""
+    if "draw" not in sub or sub["draw"].isna().all():
+        return _outcomes(sub)
+    ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
+    return {(int(r.draw), int(r.seed)): RunOutcome(float(r.score) * SCALE, r.predictions or None)
+            for r in ok.itertuples()}
+
+
+def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
     return Comparison(method, column, ev.n_seeds, ev.diff, ev.low, ev.high, ev.se, ev.df, ev.p, margin=ev.margin,
                       p_equiv=ev.p_equiv, example_se=ev.example_se if ev.example_se > 0 else math.nan,
                       effect_size=effect_size(ev))
 
 
-def seed_averages(cells: dict, method: str, tasks: list[str]) -> dict[float, float]:
+def _seed_averages(cells: Mapping, method: str, tasks: list[str]) -> dict[float, float]:
     """{seed: mean over `tasks` of the method's score at that seed}, for seeds that ran all of them."""
     per_task_ = [cells[method, t].by_seed() for t in tasks]
     if not tasks or not all(per_task_):
@@ -92,35 +113,34 @@ def seed_averages(cells: dict, method: str, tasks: list[str]) -> dict[float, flo
     return {s: float(np.mean([d[s] for d in per_task_])) for s in seeds}
 
 
-def compare_model(options, sel, board, cells: dict, avgs: list, bases: Mapping,
+def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list, floor: Mapping[str, float],
                   sequential: Mapping = MappingProxyType({})) -> dict[tuple[str, str], Comparison]:
-    """{(method, task or average header): Comparison} for every method except the reference. `sequential`:
-    `suite.report.sequential_section.verdicts` of the folders reported."""
+    """{(method, task or average header): Comparison} for every method except the reference (`options.baseline`).
+    `sel`: the model's `Selection`, `cells` its `Cell`s, `avgs` its `Average`s, `floor` each task's collapse floor;
+    `sequential`: `suite.report.stages.verdicts` of the folders reported."""
     base = options.baseline
     out: dict[tuple[str, str], Comparison] = {}
     evidence: dict[tuple[str, str], Evidence] = {}
-    runs = {(m, t): outcomes(board[(board["method"] == m) & (board["task"] == t)])
+    runs = {(m, t): _outcomes(board[(board["method"] == m) & (board["task"] == t)])
             for m in sel.methods for t in sel.tasks}
     for i, m in enumerate(x for x in sel.methods if x != base):
         for j, t in enumerate(sel.tasks):
             ev = compare_runs(t, runs[m, t], runs[base, t], per_task(options.margin, t, DEFAULT_MARGIN),
-                              seed=1000 * i + j, higher_is_better=higher_is_better(t))
-            evidence[m, t], out[m, t] = ev, from_evidence(m, t, ev)
+                              seed=bootstrap_seed(i, j), higher_is_better=higher_is_better(t))
+            evidence[m, t], out[m, t] = ev, _from_evidence(m, t, ev)
         for a_ in avgs:
-            a, b = sig.paired(seed_averages(cells, m, a_.tasks), seed_averages(cells, base, a_.tasks))
-            k = max(len(a_.tasks), 1) ** 2
-            example_var = sum(evidence[m, t].example_se ** 2 for t in a_.tasks) / k
-            shared = sum(evidence[m, t].example_shared_se ** 2 for t in a_.tasks) / k
-            arr = evidence_arrays(a - b, example_var, per_task(options.margin, a_.header, DEFAULT_MARGIN))
-            ev = Evidence(len(a), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
-                          margin=per_task(options.margin, a_.header, DEFAULT_MARGIN),
-                          seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
-                          example_shared_se=math.sqrt(shared))
-            evidence[m, a_.header], out[m, a_.header] = ev, from_evidence(m, a_.header, ev)
+            ev = averaged_evidence(_seed_averages(cells, m, a_.tasks), _seed_averages(cells, base, a_.tasks),
+                                   [evidence[m, t] for t in a_.tasks],
+                                   per_task(options.margin, a_.header, DEFAULT_MARGIN))
+            evidence[m, a_.header], out[m, a_.header] = ev, _from_evidence(m, a_.header, ev)
     ran = {(m, t): found for (model, m, t, ref), found in sequential.items() if model == sel.model and ref == base}
-    decide(out, evidence, options.primary, options.correction, options.alpha, {a_.header for a_ in avgs}, ran)
+    _decide(out, evidence, options.primary, options.correction, options.alpha, {a_.header for a_ in avgs}, ran)
     if options.aso:
-        add_aso(out, sel, cells, bases, options.collapse_floor, base)
+        keys = [k for k in sorted(out) if k[1] in sel.tasks]
+        found = aso.where_bimodal([((m, t), cells[m, t].values, cells[base, t].values, floor[t], higher_is_better(t))
+                                   for m, t in keys])
+        for key, epsilon in found.items():
+            out[key].aso = epsilon
     return out
 
 
@@ -135,8 +155,8 @@ def family_of(method: str, column: str, primary, averages) -> str:
     return family
 
 
-def decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: float,
-           averages: set[str] = frozenset(), sequential: Mapping = MappingProxyType({})) -> None:
+def _decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: float,
+            averages: set[str] = frozenset(), sequential: Mapping = MappingProxyType({})) -> None:
     """Families, adjusted p-values, verdicts, and seeds needed for the undecided. `averages`: the headers of the
     benchmark-average columns; `sequential`: {(method, task): (verdict, stopping reason)} of a sequential design,
     whose verdict replaces the fixed-sample one (kept as `fixed_verdict`)."""
@@ -159,40 +179,52 @@ def decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: f
                 c.seeds_needed = seeds_needed(ev, alpha / tested if how == "holm" else alpha)
 
 
-def floors(sel, bases: Mapping, collapse_floor) -> dict[str, float]:
+def floors(tasks: list[str], bases: Mapping, collapse_floor) -> dict[str, float]:
     """Each task's collapse floor (x100): its constant predictor's score plus the declared margin."""
     return {t: collapse.floor(bases[t].constant if t in bases else math.nan,
                               per_task(collapse_floor, t, collapse.DEFAULT_MARGIN), higher_is_better(t))
-            for t in sel.tasks}
+            for t in tasks}
 
 
-def add_aso(comparisons: dict, sel, cells: dict, bases: Mapping, collapse_floor, base: str) -> None:
-    """epsilon_min, only for task comparisons with bimodal outcomes (collapsed and healthy runs) on either side and
-    at least ASO_MIN_SEEDS seeds on both: there the mean difference mixes how often a method collapses with how
-    well it does otherwise, and almost stochastic order says whether one score distribution dominates the other.
-    Elsewhere it adds nothing the interval does not say (at 3-5 seeds it is 0 whenever the scores do not overlap)."""
-    fl = floors(sel, bases, collapse_floor)
-    keys = [k for k in sorted(comparisons) if k[1] in sel.tasks]
-    chosen = []
-    for m, t in keys:
-        a, b = cells[m, t].values, cells[base, t].values
-        higher = higher_is_better(t)
-        if min(len(a), len(b)) >= ASO_MIN_SEEDS and (collapse.bimodal(a, fl[t], higher)
-                                                     or collapse.bimodal(b, fl[t], higher)):
-            chosen.append((m, t))
-    for i, (m, t) in enumerate(chosen):
-        a, b, higher = cells[m, t].values, cells[base, t].values, higher_is_better(t)
-        comparisons[m, t].aso = sig.aso_epsilon(a if higher else -a, b if higher else -b, len(chosen), seed=i)
-
-
-def family_sizes(comparisons: dict) -> dict[str, int]:
+def family_sizes(comparisons: Mapping) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for c in comparisons.values():
         sizes[c.family] = sizes.get(c.family, 0) + c.tested
     return sizes
 
 
-def within_reach(comparisons: dict, seeds: int) -> list[Comparison]:
+def within_reach(comparisons: Mapping, seeds: int) -> list[Comparison]:
     """Undecided comparisons that at most `seeds` seeds would decide."""
     return [c for c in comparisons.values()
             if c.verdict == "undecided" and math.isfinite(c.seeds_needed) and c.seeds_needed <= seeds]
+
+
+def curve_tests(curves: Mapping[str, pd.DataFrame], methods: Mapping[str, list[str]], baseline: str,
+                correction: str) -> dict[tuple[str, str, int], tuple[float, float]]:
+    """{(task, method, size): (mean paired difference to the reference x100, adjusted p)} of the data-efficiency
+    curves (`suite.stats.curves`); `methods`: each curve's methods."""
+    cells = {}
+    for task, sub in curves.items():
+        for size in sorted(sub["size"].unique()):
+            at = sub[sub["size"] == size]
+            ref = _paired_outcomes(at[at["method"] == baseline])
+            for m in methods[task]:
+                if m != baseline:
+                    cells[task, m, int(size)] = (task, _paired_outcomes(at[at["method"] == m]), ref)
+    return size_tests(cells, correction)
+
+
+def verdict_text(c: Comparison) -> str:
+    return c.verdict + (SEQUENTIAL if c.sequential else "")
+
+
+def difference_text(c: Comparison | None) -> str:
+    """The verdict, then the difference with its 95% interval over seeds and dev examples."""
+    if c is None or not c.n:
+        return DASH
+    text = fmt(c.diff, sign=True)
+    if math.isfinite(c.low):
+        text += f" [{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]"
+    if not math.isfinite(c.example_se) and c.tested:
+        text += SEEDS_ONLY
+    return f"{verdict_text(c)} {text}"

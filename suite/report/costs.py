@@ -1,7 +1,8 @@
 """Cost columns: from `python -m suite bench --json FILE` (time and memory measured interleaved, for that purpose).
 
-In-run step times are shown only as context, labelled as such: they carry the machine's load. CPU process RSS is
-never shown as a method's memory cost (it is a process-wide peak that also covers earlier runs in the process).
+In-run step times are shown only as context, labelled as such (`suite.report.leaderboard.in_run_costs`): they carry
+the machine's load. CPU process RSS is never shown as a method's memory cost (it is a process-wide peak that also
+covers earlier runs in the process).
 """
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from suite.api.errors import ReportError
-from suite.report.cells import geometric_mean
-from suite.report.formatting import DASH, fmt, slug, table, unique
-from suite.report.registry_info import task_display, task_order
+from suite.report.vocabulary import DASH, fmt, slug, unique
+
+__all__ = ["BenchCosts", "CostColumns", "GPU_MEMORY_KINDS", "cost_columns", "geometric_mean", "read_bench"]
 
 GPU_MEMORY_KINDS = ("cuda_max_allocated",)    # in-run peaks that are one run's own
+
+
+def geometric_mean(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return float(np.exp(np.mean(np.log(xs)))) if xs else math.nan
 
 
 @dataclasses.dataclass
@@ -68,18 +75,27 @@ def bench_ratios(bench: BenchCosts, shape: str, base: str) -> dict[str, tuple[fl
     return {k: (geometric_mean(t), geometric_mean(m)) for k, (t, m) in out.items()}
 
 
-def cost_columns(rep, sel, model: str) -> tuple[list[str], dict[str, list[str]], str]:
-    """(headers, {method: cells}, note) of the leaderboard's cost columns."""
-    bench, base = rep.bench, rep.baseline
+@dataclasses.dataclass(frozen=True)
+class CostColumns:
+    """The leaderboard's cost columns: headers, each method's cells, and the note saying where they come from."""
+    headers: list[str]
+    cells: dict[str, list[str]]
+    note: str
+
+
+def cost_columns(bench: BenchCosts | None, costs_path: str | None, base: str, methods: list[str],
+                 model: str) -> CostColumns:
+    """The cost columns of one model's leaderboard, relative to the reference method `base`."""
     shape = bench_shape(bench, model) if bench is not None else None
     if bench is None or shape is None:
-        where = f" (found {rep.costs_path}, but no shape matching `{model}`)" if bench is not None else ""
-        return [], {}, (f"Costs: no measurement for this model{where}; `python -m suite bench --json FILE` "
-                        "measures step time and memory interleaved and `--costs FILE` puts them here.")
+        where = f" (found {costs_path}, but no shape matching `{model}`)" if bench is not None else ""
+        return CostColumns([], {}, (f"Costs: no measurement for this model{where}; `python -m suite bench --json "
+                                    "FILE` measures step time and memory interleaved and `--costs FILE` puts them "
+                                    "here."))
     ratios = bench_ratios(bench, shape, base)
     cells = {m: [f"{fmt(ratios[m][0])}×" if m in ratios and math.isfinite(ratios[m][0]) else DASH,
                  f"{fmt(ratios[m][1])}×" if m in ratios and math.isfinite(ratios[m][1]) else DASH]
-             for m in sel.methods}
+             for m in methods}
     settings = sorted({(int(r.seq_len), int(r.batch_size)) for r in bench.rows[bench.rows["shape"] == shape]
                       .itertuples()})
     note = (f"Costs relative to `{base}` from `python -m suite bench` ({Path(bench.path).name}): training-step "
@@ -87,33 +103,4 @@ def cost_columns(rep, sel, model: str) -> tuple[list[str], dict[str, list[str]],
             + ", ".join(f"batch {b} x {s}" for s, b in settings) + " (geometric mean over these settings)"
             + (f"; {bench.note}" if bench.note else "") + (f"; measured {bench.date}" if bench.date else "")
             + (f" with `{bench.command}`" if bench.command else "") + ".")
-    return [f"step time vs {base} (bench)", f"step memory vs {base} (bench)"], cells, note
-
-
-def in_run_context(rep, sel, board: pd.DataFrame) -> list[str]:
-    """A labelled context table of in-run step times (and GPU peaks, never CPU RSS) relative to the reference."""
-    ok = board[board["status"] == "ok"]
-    base = rep.baseline
-    if not (ok["method"] == base).any():
-        return []
-    gpu = ok["peak_kind"].isin(GPU_MEMORY_KINDS).all() and ok["peak_mb"].notna().any()
-    means = ok.groupby(["method", "task"])[["step_s", "peak_mb"]].mean()
-    rows = []
-    for m in sel.methods:
-        row = [rep.method_label(m, sel)]
-        for col in ("step_s", "peak_mb") if gpu else ("step_s",):
-            ratios = [means.loc[(m, t), col] / means.loc[(base, t), col] for t in sel.tasks
-                      if (m, t) in means.index and (base, t) in means.index]
-            g = geometric_mean(ratios)
-            row.append(f"{fmt(g)}×" if math.isfinite(g) else DASH)
-        rows.append(row)
-    per_task = ok[ok["method"] == base].groupby("task")["step_s"].mean()
-    own = "; ".join(f"{task_display(t)} {fmt(per_task[t] * 1000, 1)} ms/step" for t in task_order(per_task.index))
-    headers = ["method", f"in-run step time vs {base}"] + ([f"in-run GPU peak vs {base}"] if gpu else [])
-    return ["#### In-run step times (context, not a cost measurement)", "",
-            table(rows, headers), "",
-            f"- Wall-clock time per optimizer step inside each run, geometric mean over tasks of the ratio to "
-            f"`{base}` ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
-            "pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the "
-                                           "process's peak resident set, which is not one method's cost") + ".",
-            ""]
+    return CostColumns([f"step time vs {base} (bench)", f"step memory vs {base} (bench)"], cells, note)

@@ -1,126 +1,200 @@
-"""The report as a document: its options, where its output goes (lines, figures, tables for export), the facts of
-each model (computed once, before any section: `suite.report.facts`), and the order of the sections."""
+"""The report as a document: `build_report` loads the records, computes the facts once, has each section return its
+part in order, and writes the markdown, the tables beside it (CSV and LaTeX, comparisons.csv) and the figures.
+
+The tables are exported as CSV (pandas) and LaTeX (tabulate, cells escaped here), and every comparison with its
+statistics as numbers (comparisons.csv).
+"""
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 import re
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
-from suite.report import (
-    analysis_sections,
-    costs,
-    data_efficiency,
-    details,
-    figure_sections,
-    header,
-    leaderboard,
-    reference,
-    stability,
+import pandas as pd
+from tabulate import tabulate
+
+from suite.api.errors import ReportError
+from suite.report import analysis_sections, details, figure_sections, header, leaderboard, stages
+from suite.report.facts import (
+    DEFAULT_ALPHA,
+    DEFAULT_BASELINE,
+    DEFAULT_CORRECTION,
+    DEFAULT_COSTS,
+    ModelFacts,
+    Options,
+    ReportFacts,
+    report_facts,
 )
-from suite.report.costs import read_bench
-from suite.report.facts import ModelFacts, model_facts
-from suite.report.figure_sections import FIGURES
-from suite.report.formatting import slug, unique
-from suite.report.load import Loaded
-from suite.report.registry_info import reconstruction_note
-from suite.report.selection import Selection, select, setting_text
+from suite.report.load import load
+from suite.report.selection import fold_selected
+from suite.report.vocabulary import Part, Table
+from suite.stats.families import CORRECTIONS
+
+__all__ = ["EXPORTS", "build_report", "write_exports"]
+
+# stale figures with these prefixes (of tasks or methods no longer in the records) are removed
+FIGURE_PREFIXES = ("curves_", "loss_", "seeds_", "attention_", "drop_rate_", "analysis_")
+# the exported tables: a section's table kind -> the files' stem
+EXPORTS = {"leaderboard": "leaderboard", "differences": "leaderboard_differences",
+           "comparisons": "leaderboard_comparisons", "stability": "leaderboard_stability"}
+LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+                 "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+                 "±": r"$\pm$", "×": r"$\times$", "–": "--", "°": r"$^\circ$", "†": r"$^\dagger$",
+                 "Δ": r"$\Delta$", "‡": r"$^\ddagger$", "ˢ": r"$^{s}$", "ε": r"$\varepsilon$", "·": r"$\cdot$",
+                 "≥": r"$\geq$", "≤": r"$\leq$", "→": r"$\rightarrow$", "α": r"$\alpha$"}
+
+ModelSection = Callable[[ModelFacts, Options], Part]
+# each model's sections, in order (the reference's in-run step times only when the model ran the reference)
+MODEL_SECTIONS: tuple[ModelSection, ...] = (
+    leaderboard.section, leaderboard.reference_tasks, leaderboard.in_run_costs, details.setup, details.per_task,
+    details.ablations, figure_sections.data_efficiency, figure_sections.stability, figure_sections.overfitting,
+    figure_sections.attention, analysis_sections.section)
 
 
-@dataclasses.dataclass
-class Options:
-    baseline: str = "vanilla"          # the reference method
-    alpha: float = 0.05
-    correction: str = "holm"           # "holm" or "bh"
-    aso: bool = True                   # almost stochastic order (the slowest statistic)
-    data_dir: str | None = None        # dev labels for the baselines of records that lack them
-    costs: str | None = None           # `python -m suite bench --json` file
-    figures: bool = True               # False: tables only (much faster; existing figures are left alone)
-    reference_tasks: tuple[str, ...] = ()  # shown in their own table, left out of comparisons and averages
-    primary: tuple[str, ...] = ()      # primary comparisons (methods, tasks, METHOD:TASK): Holm; the rest BH
-    margin: float | dict | None = None  # equivalence margin, points x100 (one number or task -> number)
-    collapse_floor: float | dict | None = None  # points above the constant predictor below which a run collapsed
-    allow_uncommitted: bool = False    # report records of uncommitted code or of several commits
+@dataclasses.dataclass(frozen=True)
+class Document:
+    """The written report: its markdown, the figures it links, and its tables by (model, kind)."""
+    text: str
+    figures: tuple[Path, ...]
+    tables: Mapping[tuple[str, str], Table]
 
 
-class Report:
-    def __init__(self, loaded: Loaded, out: Path, options: Options, date_line: str,
-                 sequential: Mapping = MappingProxyType({})):
-        self.df = loaded.frame
-        self.sequential = sequential   # the verdicts of a study run with --until-decided
-        self.loaded = loaded
-        self.out = out
-        self.fig_dir = out / FIGURES
-        self.baseline, self.alpha, self.correction, self.aso = (options.baseline, options.alpha,
-                                                                options.correction, options.aso)
-        self.data_dir, self.draw = options.data_dir, options.figures
-        self.costs_path = options.costs
-        self.reference_tasks = options.reference_tasks
-        self.bench = read_bench(options.costs)
-        self.date_line = date_line
-        self.lines: list[str] = []
-        self.figures: list[Path] = []
-        self.options = options
-        self.facts: dict[str, ModelFacts] = {}  # model -> its facts (filled by `build` before any section)
-        self.tables: dict[tuple[str, str], tuple[list[str], list[list[str]]]] = {}   # (model, kind) -> table
+def document(report: ReportFacts, options: Options) -> Document:
+    """Every section's part, in order."""
+    whole, tables = Part(), {}
+    whole.extend(header.section(report, options))
+    for model, facts in report.models.items():
+        whole.add(f"## Model `{model}`", "")
+        for section in MODEL_SECTIONS:
+            part = section(facts, options)
+            whole.extend(part)
+            tables.update({(model, kind): table for kind, table in part.tables.items()})
+    whole.extend(details.failures(report, options))
+    whole.extend(details.skipped_records(report, options))
+    text = "\n".join(whole.lines).rstrip("\n") + "\n"
+    return Document(re.sub(r"\n{3,}", "\n\n", text), tuple(whole.figures), MappingProxyType(tables))
 
-    def add(self, *lines: str) -> None:
-        self.lines.extend(lines)
 
-    def figure(self, name: str) -> Path:
-        if self.draw:
-            self.fig_dir.mkdir(parents=True, exist_ok=True)
-        return self.fig_dir / name
+def _plain(text: str) -> str:
+    """A markdown cell as plain text: bold and italics markers removed, escaped pipes restored."""
+    return re.sub(r"\*\*(.+?)\*\*", r"\1", re.sub(r"^\*(.+)\*$", r"\1", str(text))).replace("\\|", "|")
 
-    def link(self, path: Path, alt: str) -> None:
-        self.figures.append(path)
-        self.add(f"![{alt}]({FIGURES}/{path.name})", "")
 
-    def method_label(self, method: str, sel: Selection) -> str:
-        label = method + (" †" if reconstruction_note(method) else "")
-        if not sel.hp_is_default[method]:
-            text = setting_text(json.loads(sel.hp_by_method[method]), method)
-            label += f" [{text}]" if text else ""
-        return label
+def _latex(text: str) -> str:
+    """A markdown cell as LaTeX: special characters escaped, bold as \\textbf."""
+    parts = re.split(r"\*\*(.+?)\*\*", re.sub(r"^\*(.+)\*$", r"\1", str(text)))
+    escaped = ["".join(LATEX_SPECIAL.get(ch, ch) for ch in p) for p in parts]
+    return "".join(f"\\textbf{{{p}}}" if i % 2 else p for i, p in enumerate(escaped))
 
-    def seeds_per_cell(self) -> str:
-        counts = []
-        for facts in self.facts.values():
-            board = facts.board
-            ok = board[(board["status"] == "ok") & board["score"].notna()]
-            counts += ok.groupby(["method", "task"]).size().tolist()
-        if not counts:
-            return "none"
-        return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
 
-    def model_section(self, facts: ModelFacts) -> None:
-        sel, board, mslug = facts.sel, facts.board, slug(facts.model)
-        self.add(f"## Model `{facts.model}`", "")
-        leaderboard.leaderboard(self, facts)
-        reference.section(self, facts)
-        if self.baseline in sel.methods:
-            self.add(*costs.in_run_context(self, sel, board))
-        details.setup(self, sel, board)
-        details.per_task(self, facts)
-        details.ablations(self, sel, facts.ablation)
-        data_efficiency.section(self, facts, mslug)
-        stability.stability(self, facts, mslug)
-        figure_sections.overfitting(self, sel, board, mslug)
-        figure_sections.attention(self, sel, board, mslug, facts.model)
-        analysis_sections.section(self, sel, board, mslug, facts.model)
+def _frame(tables: Mapping[tuple[str, str], Table], kind: str) -> pd.DataFrame | None:
+    parts = []
+    for (model, k), t in sorted(tables.items()):
+        if k == kind:
+            parts.append(pd.DataFrame([[model, *map(_plain, r)] for r in t.rows], columns=["model", *t.headers]))
+    return pd.concat(parts, ignore_index=True) if parts else None
 
-    def build(self) -> str:
-        cache: dict = {}  # dev sets read for baselines, shared by the models
-        for model in unique(self.df["model"]):
-            records = self.df[self.df["model"] == model]
-            sel = select(self.df, model, self.baseline, self.reference_tasks)
-            self.facts[model] = model_facts(records, sel, self.options, cache, self.sequential)
-        header.header(self)
-        for facts in self.facts.values():
-            self.model_section(facts)
-        details.failures(self)
-        details.skipped_records(self)
-        text = "\n".join(self.lines).rstrip("\n") + "\n"
-        return re.sub(r"\n{3,}", "\n\n", text)
+
+def _latex_tables(tables: Mapping[tuple[str, str], Table], kind: str) -> str:
+    blocks = []
+    for (model, k), t in sorted(tables.items()):
+        if k == kind:
+            body = tabulate([[_latex(c) for c in r] for r in t.rows], headers=[_latex(h) for h in t.headers],
+                            tablefmt="latex_raw", disable_numparse=True)
+            blocks.append(f"% model: {model}\n{body}")
+    return "\n\n".join(blocks) + "\n"
+
+
+def write_exports(out: Path, tables: Mapping[tuple[str, str], Table], comparisons: Mapping) -> list[Path]:
+    """Write every table kind present as CSV and LaTeX, and comparisons.csv (`comparisons`: model -> its
+    comparisons); returns the files written."""
+    written = []
+    for kind, stem in EXPORTS.items():
+        df = _frame(tables, kind)
+        if df is None:
+            continue
+        df.to_csv(out / f"{stem}.csv", index=False, lineterminator="\n")
+        (out / f"{stem}.tex").write_text(_latex_tables(tables, kind))
+        written += [out / f"{stem}.csv", out / f"{stem}.tex"]
+    rows = [{"model": model, **dataclasses.asdict(c)} for model, comps in sorted(comparisons.items())
+            for _, c in sorted(comps.items()) if c.n]  # a cell one of the two never ran: nothing was compared
+    if rows:
+        pd.DataFrame(rows).to_csv(out / "comparisons.csv", index=False, lineterminator="\n", float_format="%.6g")
+        written.append(out / "comparisons.csv")
+    return written
+
+
+def _remove_stale_figures(figure_dir: Path, produced: set[str]) -> None:
+    """Figures of a task or method no longer in the records would otherwise linger next to the new ones."""
+    if figure_dir.is_dir():
+        for stale in sorted([*figure_dir.glob("*.png"), *figure_dir.glob("*.pdf")]):
+            if stale.name.startswith(FIGURE_PREFIXES) and stale.with_suffix(".png").name not in produced:
+                stale.unlink()
+
+
+def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike | None = None,
+                 baseline: str = DEFAULT_BASELINE, alpha: float = DEFAULT_ALPHA,
+                 correction: str = DEFAULT_CORRECTION,
+                 aso: bool = True, data_dir: str | os.PathLike | None = None,
+                 costs: str | os.PathLike | None = None, figures: bool = True,
+                 reference_tasks: Sequence[str] = (), primary: Sequence[str] = (),
+                 margin: float | Mapping[str, float] | None = None,
+                 collapse_floor: float | Mapping[str, float] | None = None,
+                 allow_uncommitted: bool = False) -> Path:
+    """Read the records under each run folder and write `out/leaderboard.md` (with CSV and LaTeX tables beside it)
+    and `out/figures/*.png|pdf`.
+
+    `out` defaults to the first folder; `costs` to `out/bench.json`, else the first folder's, when that file exists.
+    `reference_tasks` are shown in their own table against their majority class and left out of every comparison.
+    `primary` (methods, tasks or METHOD:TASK) are the primary comparisons (Holm; the rest Benjamini-Hochberg),
+    `margin` the equivalence margin and `collapse_floor` the points above the constant predictor below which a run
+    collapsed (each one number or task -> number). Records from uncommitted code or from several commits are refused
+    unless `allow_uncommitted`. Returns the path of the markdown file.
+    """
+    if not run_dirs:
+        raise ReportError("give at least one folder of runs")
+    if not 0 < alpha < 1:
+        raise ReportError(f"--alpha {alpha} is impossible: it must lie in (0, 1)")
+    if correction not in CORRECTIONS:
+        raise ReportError(f"--correction {correction!r}: valid corrections are {', '.join(CORRECTIONS)}")
+    if costs is not None and not Path(costs).is_file():
+        raise ReportError(f"--costs {costs}: no such file (write one with `python -m suite bench --json FILE`)")
+    reference_tasks = tuple(_task_names(reference_tasks))
+    loaded = load(run_dirs)
+    # a tuned study: each cell's selected runs, one row
+    loaded = dataclasses.replace(loaded, frame=fold_selected(loaded.frame, run_dirs))
+    problem = header.code_version_problem(loaded.frame) if len(loaded.frame) else None
+    if problem and not allow_uncommitted:
+        raise ReportError(f"the records come from {problem}. A published table should come from one committed "
+                          "code version: rerun the runs from a clean checkout, or pass --allow-uncommitted "
+                          "(study file: report: allow_uncommitted: true) to report them anyway, marked as mixed")
+    out_dir = Path(out) if out is not None else Path(run_dirs[0])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if costs is None:  # the bench file beside the report, else beside the runs it reports
+        costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
+    options = Options(out_dir, baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
+                      str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
+                      collapse_floor, allow_uncommitted)
+    report = report_facts(loaded, options, stages.verdicts(run_dirs))
+    written = document(report, options)
+    path = out_dir / "leaderboard.md"
+    path.write_text(written.text + stages.tuning_markdown(run_dirs)  # the tuning stage's selection, if any
+                    + stages.sequential_markdown(run_dirs))  # run --until-decided: looks and stopping reasons
+    write_exports(out_dir, written.tables, {model: dict(f.comparisons) for model, f in report.models.items()
+                                            if baseline in f.sel.methods})
+    if figures:
+        _remove_stale_figures(options.figure_dir, {p.name for p in written.figures})
+    return path
+
+
+def _task_names(names: Sequence[str]) -> list[str]:
+    from suite.api.registry import UnknownNameError
+    from suite.api.tasks import get_task
+
+    try:
+        return [get_task(n).name for n in names]
+    except UnknownNameError as exc:
+        raise ReportError(f"--reference-tasks: {exc}") from None

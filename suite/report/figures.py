@@ -13,8 +13,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from suite.report.formatting import SCALE, num
-from suite.report.registry_info import task_display
+from suite.report.vocabulary import SCALE, num, task_display
+
+__all__ = ["band", "grid", "method_colors", "method_styles", "plot_curves", "plot_drop_rates", "plot_layers",
+           "plot_seed_strips", "plot_size_curves", "pyplot", "save"]
 
 PANELS_PER_ROW = 5
 DPI = 200
@@ -73,10 +75,8 @@ def epoch_table(board_task: pd.DataFrame) -> pd.DataFrame | None:
     rows = []
     for _, r in board_task[board_task["status"] == "ok"].iterrows():
         for e in r["history"]:
-            rows.append({"method": r["method"], "epoch": e.get("epoch"), "train_loss": num(e.get("train_loss")),
-                         "dev_loss": num(e.get("dev_loss")),
-                         "dev_score": num((e.get("dev") or {}).get("score")) * SCALE,
-                         "train_subset_score": num((e.get("train_subset") or {}).get("score")) * SCALE})
+            rows.append({"method": r["method"], "epoch": e.epoch, "train_loss": e.train_loss, "dev_loss": e.dev_loss,
+                         "dev_score": e.dev_score * SCALE, "train_subset_score": e.train_subset_score * SCALE})
     return pd.DataFrame(rows).groupby(["method", "epoch"]).agg(["mean", "std"]) if rows else None
 
 
@@ -128,7 +128,7 @@ def per_layer(records: pd.DataFrame, getter) -> dict[str, tuple[np.ndarray, np.n
     out = {}
     for m, sub in records.groupby("method", sort=True):
         arrays = [np.asarray([num(v) for v in vals], dtype=float) for vals in map(getter, sub.to_dict("records"))
-                  if isinstance(vals, list) and vals]
+                  if isinstance(vals, tuple) and vals]
         if not arrays:
             continue
         depth = Counter(len(a) for a in arrays).most_common(1)[0][0]
@@ -177,9 +177,8 @@ def epoch_rates(records: pd.DataFrame) -> dict[int, np.ndarray]:
     epochs: dict[int, list[list]] = {}
     for r in records.to_dict("records"):
         for e in r["history"]:
-            rates = (e.get("method") or {}).get("drop_rate_per_layer")
-            if isinstance(rates, list) and rates:
-                epochs.setdefault(int(e.get("epoch", 0)), []).append(rates)
+            if e.drop_rates:
+                epochs.setdefault(int(e.epoch or 0), []).append(e.drop_rates)
     out = {}
     for e in sorted(epochs):
         depth = Counter(len(a) for a in epochs[e]).most_common(1)[0][0]
@@ -194,7 +193,7 @@ def plot_drop_rates(records: pd.DataFrame, tasks: list[str], title: str, path: P
     """Final drop rate per layer per task (±std over seeds); per epoch (mean over tasks and seeds) only when the
     method logged rates per epoch (a fixed schedule has none: then one panel)."""
     final = per_layer(records.assign(method=records["task"]),
-                      lambda r: (r["method_record"] or {}).get("drop_rate_per_layer"))
+                      lambda r: r["drop_rates"])
     epochs = epoch_rates(records)
     if not final and not epochs:
         return False
@@ -267,3 +266,32 @@ def plot_seed_strips(cells_by_task: dict[str, dict], bases: dict, higher: dict[s
         fig.suptitle(title)
         save(fig, path)
     return True
+
+
+def plot_size_curves(curves: dict[str, pd.DataFrame], methods: dict[str, list[str]], cells, constants: dict,
+                     model: str, path: Path) -> None:
+    """One panel per task: each method's dev score (mean ± std band) against the training-set size (log scale), and
+    the majority / constant predictor; `cells(task, method, size)` the cell at one size, `constants` task -> score
+    (x100, NaN: none)."""
+    shown = list(dict.fromkeys(m for task in curves for m in methods[task]))
+    colors, styles = method_colors(shown), method_styles(shown)
+    fig, axes = grid(len(curves), width=3.6, height=2.8)
+    for ax, (task, sub) in zip(axes, curves.items()):
+        for m in methods[task]:
+            at = [(s, cells(task, m, s)) for s in sorted(sub["size"].unique())]
+            x = np.asarray([s for s, _ in at], dtype=float)
+            band(ax, x, np.asarray([c.mean for _, c in at]), np.asarray([c.std for _, c in at]), colors[m],
+                 styles[m], label=m)
+        constant = constants.get(task, math.nan)
+        if math.isfinite(constant):
+            ax.axhline(constant, color="grey", linestyle=":", linewidth=1, label="majority / constant")
+        ax.set_xscale("log", base=2)
+        sizes = sorted(int(s) for s in sub["size"].unique())
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set_title(f"{task_display(task)}, {model}", fontsize=9)
+        ax.set_xlabel("training examples")
+        ax.set_ylabel("dev headline metric x100")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center", fontsize=7)
+    save(fig, path)

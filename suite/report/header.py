@@ -1,11 +1,24 @@
-"""The report's header: what was run, on what, by which code, and with which commands."""
+"""The report's header: what was run, on what, by which code, and with which commands; and whether the records
+come from one committed code version (`code_version_problem`, which the report refuses unless told otherwise)."""
 from __future__ import annotations
 
+import datetime as dt
+import os
 from collections import Counter
 
-from suite.report.formatting import plural, unique
-from suite.report.registry_info import task_display, task_order, task_source
+from suite.report.facts import Options, ReportFacts
+from suite.report.vocabulary import Part, plural, task_display, task_order, task_source, unique
 from suite.stats.families import CORRECTIONS
+
+__all__ = ["code_version_problem", "compute_note", "date_line", "section"]
+
+
+def date_line() -> str:
+    """The one line that changes between two regenerations (SOURCE_DATE_EPOCH pins it)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc) if epoch and epoch.isdigit()
+            else dt.datetime.now(dt.timezone.utc))
+    return f"Generated {when:%Y-%m-%d %H:%M} UTC by `python -m suite report`."
 
 
 def model_line(df) -> str:
@@ -31,7 +44,7 @@ def data_line(df) -> str:
     groups = [f"{b + ' tasks' if b else 'tasks'} {', '.join(names)}" for b, names in by_benchmark.items()]
     origin = "; ".join(f"local: {b + ' ' if b else ''}TSVs; hub: {', '.join(hubs.get(b, [])) or 'unknown'}"
                        for b in by_benchmark)
-    sources = unique(v.get("data_source") for v in df["train_dict"])
+    sources = unique(v.get("data_source") for v in df["train"])
     return (f"- **Data:** {'; '.join(groups)}; source: {', '.join(map(str, sources)) or 'unknown'} ({origin}); "
             "dev split as the test set; sizes in the setup tables")
 
@@ -55,17 +68,15 @@ def compute_note(df) -> str:
             "side overlap on the clock)")
 
 
-def machine_keys(df) -> list[tuple]:
-    return [(env.get("device", "?"), env.get("gpu") or "", env.get("platform", "?"), str(env.get("cpu_threads", "?")))
-            for env in df["env"]]
+def machine_keys(df) -> list[tuple[str, str, str, str]]:
+    return [(env.device, env.gpu, env.platform, env.cpu_threads) for env in df["env"]]
 
 
 def environment_counts(df) -> tuple[Counter, Counter, Counter]:
     machines, software, libs = Counter(machine_keys(df)), Counter(), Counter()
     for env in df["env"]:
-        software[(str(env.get("suite", "?")), str(env.get("git_commit") or "unknown"))] += 1
-        libs[(f"python {env.get('python', '?')}, torch {env.get('torch', '?')}, "
-              f"transformers {env.get('transformers', '?')}")] += 1
+        software[(env.suite, env.git_commit)] += 1
+        libs[f"python {env.python}, torch {env.torch}, transformers {env.transformers}"] += 1
     return machines, software, libs
 
 
@@ -85,8 +96,7 @@ def provenance_warning(df) -> list[str]:
     commits = {commit for (_, commit) in software}
     dirty = sum(n for (_, commit), n in software.items() if commit.endswith("+dirty"))
     unknown = sum(n for (_, commit), n in software.items() if commit == "unknown")
-    setups = {(str(env.get("host", "?")), *machine) for env, machine in
-              zip(df["env"], (tuple(k) for k in machine_keys(df)))}
+    setups = {(env.host, *machine) for env, machine in zip(df["env"], machine_keys(df))}
     problems = []
     if len(commits) > 1:
         problems.append(f"{len(commits)} code versions (git commits)")
@@ -105,7 +115,7 @@ def provenance_warning(df) -> list[str]:
 
 def code_versions(df) -> Counter:
     """Records per code version (git commit, `+dirty` for uncommitted code, "unknown" where none was recorded)."""
-    return Counter(str(env.get("git_commit") or "unknown") for env in df["env"])
+    return Counter(env.git_commit for env in df["env"])
 
 
 def code_version_problem(df) -> str | None:
@@ -142,29 +152,30 @@ def code_version_line(df) -> str:
             "the tables mix them, see the Suite lines above")
 
 
-def header(rep) -> None:
-    df = rep.df
-    rep.add("# Leaderboard", "", rep.date_line, "")
+def section(report: ReportFacts, options: Options) -> Part:
+    df, loaded, part = report.frame, report.loaded, Part()
+    part.add("# Leaderboard", "", date_line(), "")
     seeds = unique(df["seed"])
-    rep.add(model_line(df), data_line(df),
-            f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; {rep.seeds_per_cell()} per "
-            "leaderboard cell)",
-            runs_line(rep.loaded, df))
+    part.add(model_line(df), data_line(df),
+             f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; {report.seeds_per_cell()} per "
+             "leaderboard cell)",
+             runs_line(loaded, df))
     started, finished = unique(df["started"]), unique(df["finished"])
     if started and finished:
-        rep.add(f"- **Run dates:** {started[0]} to {finished[-1]}")
-    rep.add(*environment_lines(df))
-    rep.add(code_version_line(df))
-    family = (f"primary comparisons ({', '.join(rep.options.primary)}) by {CORRECTIONS['holm']}, the rest by "
-              f"{CORRECTIONS['bh']}" if rep.options.primary else f"{CORRECTIONS[rep.correction]} across each "
+        part.add(f"- **Run dates:** {started[0]} to {finished[-1]}")
+    part.add(*environment_lines(df))
+    part.add(code_version_line(df))
+    family = (f"primary comparisons ({', '.join(options.primary)}) by {CORRECTIONS['holm']}, the rest by "
+              f"{CORRECTIONS['bh']}" if options.primary else f"{CORRECTIONS[options.correction]} across each "
               "model's table")
-    rep.add(f"- **Reference:** `{rep.baseline}`; verdicts better / worse / equivalent / undecided from a test over "
-            f"seeds and dev examples together (runs paired by seed) and two one-sided tests of equivalence, "
-            f"{family}, adjusted p < {rep.alpha:g} (docs/statistics.md)", "")
-    rep.add(*provenance_warning(df))
-    if rep.loaded.commands:
-        rep.add("Commands that produced the runs:", "", "```", *rep.loaded.commands, "```", "")
+    part.add(f"- **Reference:** `{options.baseline}`; verdicts better / worse / equivalent / undecided from a test "
+             f"over seeds and dev examples together (runs paired by seed) and two one-sided tests of equivalence, "
+             f"{family}, adjusted p < {options.alpha:g} (docs/statistics.md)", "")
+    part.add(*provenance_warning(df))
+    if loaded.commands:
+        part.add("Commands that produced the runs:", "", "```", *loaded.commands, "```", "")
     else:
-        rep.add("Commands that produced the runs: not recorded (no commands.txt next to the runs).", "")
+        part.add("Commands that produced the runs: not recorded (no commands.txt next to the runs).", "")
     if not (df["status"] == "ok").any():
-        rep.add("**No run finished successfully.**", "")
+        part.add("**No run finished successfully.**", "")
+    return part

@@ -1,27 +1,49 @@
-"""The leaderboard table with its baseline rows and notes, and the table of differences to the reference method."""
+"""The leaderboard table with its baseline rows and notes, the table of differences to the reference method with
+every comparison's statistics, the reference tasks' table, and the in-run step times shown as context.
+
+Reference tasks: tasks a study runs for context (e.g. ones the model does not learn at its budget), shown against
+their majority-class level in their own table and left out of the leaderboard's comparisons and averages.
+"""
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
 
-from suite.report.baseline_scores import Baseline
-from suite.report.cells import Average
-from suite.report.comparisons import Comparison, family_sizes, floors, within_reach
-from suite.report.costs import cost_columns
-from suite.report.facts import ModelFacts
-from suite.report.formatting import DASH, fmt, table, unique
-from suite.report.registry_info import average_note, higher_is_better, metric_order, reconstruction_note, task_display
-from suite.report.selection import Selection, has_variation, setting_text
-from suite.report.significance import ASO_THRESHOLD
-from suite.report.tuned import FOLDED
+from suite.report.comparisons import (
+    SEEDS_ONLY,
+    SEQUENTIAL,
+    difference_text,
+    family_sizes,
+    verdict_text,
+    within_reach,
+)
+from suite.report.costs import GPU_MEMORY_KINDS, geometric_mean
+from suite.report.facts import Average, Baseline, Cell, ModelFacts, Options
+from suite.report.selection import FOLDED, Selection, has_variation, setting_text
+from suite.report.vocabulary import (
+    DASH,
+    Part,
+    Table,
+    average_note,
+    fmt,
+    higher_is_better,
+    metric_order,
+    reconstruction_note,
+    table,
+    task_display,
+    task_order,
+    unique,
+)
+from suite.stats.aso import ASO_MIN_SEEDS, ASO_THRESHOLD
 from suite.stats.families import CORRECTIONS
+
+__all__ = ["NEAR_MAJORITY", "in_run_costs", "reference_tasks", "section"]
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
 
 
-def best_key(means: dict[str, float], higher: bool, excluded: set[str] = frozenset()) -> str | None:
+def _best_key(means: dict[str, float], higher: bool, excluded: set[str] = frozenset()) -> str | None:
     """The best entry at the displayed precision if no other ties it and it is not excluded; else None."""
     shown = {k: round(v, 2) for k, v in means.items() if math.isfinite(v)}
     if not shown:
@@ -32,7 +54,7 @@ def best_key(means: dict[str, float], higher: bool, excluded: set[str] = frozens
     return None if ranked[0][0] in excluded else ranked[0][0]
 
 
-def average_text(avg: Average, method: str, best: str | None) -> str:
+def _average_text(avg: Average, method: str, best: str | None) -> str:
     value, k = avg.values[method]
     text = DASH if not k else fmt(value)
     if k and method == best:
@@ -42,7 +64,7 @@ def average_text(avg: Average, method: str, best: str | None) -> str:
     return text
 
 
-def baseline_rows(sel: Selection, bases: dict[str, Baseline], n_avgs: int, n_rest: int) -> list[list[str]]:
+def _baseline_rows(sel: Selection, bases: dict[str, Baseline], n_avgs: int, n_rest: int) -> list[list[str]]:
     if not any(b.available for b in bases.values()):
         return []
     kinds = sorted({b.constant_kind for b in bases.values() if b.available}, key=("majority", "constant_mean").index)
@@ -53,45 +75,50 @@ def baseline_rows(sel: Selection, bases: dict[str, Baseline], n_avgs: int, n_res
             ["*chance (baseline)*", *chance, *[DASH] * (n_avgs + n_rest)]]
 
 
-def leaderboard(rep, facts: ModelFacts) -> None:
+def section(facts: ModelFacts, options: Options) -> Part:
+    """The leaderboard, then (with the reference method among the model's) the differences and comparisons."""
     sel, board, cells, avgs, bases = facts.sel, facts.board, facts.cells, list(facts.averages), facts.baselines
+    part = Part()
     marked = {(m, t) for m in sel.methods for t in sel.tasks if (m, t) in facts.above and not facts.above[m, t].better}
-    best = {t: best_key({m: cells[m, t].mean for m in sel.methods}, higher_is_better(t),
+    best = {t: _best_key({m: cells[m, t].mean for m in sel.methods}, higher_is_better(t),
                         {m for m in sel.methods if (m, t) in marked}) for t in sel.tasks}
-    best_avg = {a.benchmark: best_key({m: a.values[m][0] for m in a.full(sel.methods)}, True) for a in avgs}
-    floor = floors(sel, bases, rep.options.collapse_floor)
-    cost_headers, cost_cells, cost_note = cost_columns(rep, sel, sel.model)
+    best_avg = {a.benchmark: _best_key({m: a.values[m][0] for m in a.full(sel.methods)}, True) for a in avgs}
+    floor = facts.floors
+    cost_headers, cost_cells, cost_note = facts.costs.headers, facts.costs.cells, facts.costs.note
     headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs], *cost_headers,
                "extra params", "training-only params"]
     rows = []
     for m in sel.methods:
-        rows.append([rep.method_label(m, sel),
+        rows.append([sel.label(m),
                      *[cells[m, t].text(bold=best[t] == m, mark=NEAR_MAJORITY if (m, t) in marked else "",
                                         floor=floor[t], higher=higher_is_better(t)) for t in sel.tasks],
-                     *[average_text(a, m, best_avg[a.benchmark]) for a in avgs], *cost_cells.get(m, []),
-                     param_text(board, m, "extra"), param_text(board, m, "training_only")])
-    rows += baseline_rows(sel, bases, len(avgs), len(cost_headers) + 2)
-    rep.tables[sel.model, "leaderboard"] = (headers, rows)
-    rep.add("### Leaderboard", "", table(rows, headers), "")
-    notes = leaderboard_notes(rep, sel, board, avgs, bases) + reference_note(rep, facts) + [cost_note]
-    rep.add(*[f"- {n}" for n in notes + method_notes(rep, sel, facts.ablation)], "")
-    if rep.baseline not in sel.methods:
-        rep.add(f"No `{rep.baseline}` runs for this model: no differences or significance tests "
-                f"(choose another reference with --baseline).", "")
-        return
-    differences(rep, facts)
+                     *[_average_text(a, m, best_avg[a.benchmark]) for a in avgs], *cost_cells.get(m, []),
+                     _param_text(board, m, "extra"), _param_text(board, m, "training_only")])
+    rows += _baseline_rows(sel, bases, len(avgs), len(cost_headers) + 2)
+    part.tables["leaderboard"] = Table(headers, rows)
+    part.add("### Leaderboard", "", table(rows, headers), "")
+    notes = ([_cells_note(sel, board), _baseline_note(options, bases), *_average_notes(avgs)]
+             + _reference_note(facts, options) + [cost_note])
+    part.add(*[f"- {n}" for n in notes + _method_notes(sel, facts.ablation)], "")
+    if options.baseline not in sel.methods:
+        part.add(f"No `{options.baseline}` runs for this model: no differences or significance tests "
+                 f"(choose another reference with --baseline).", "")
+        return part
+    part.extend(_differences(facts, options))
+    return part
 
 
-def cells_note(sel: Selection, board: pd.DataFrame) -> str:
+def _cells_note(sel: Selection, board: pd.DataFrame) -> str:
+    names = {t: {k for f in board.loc[board["task"] == t, "final"] for k in f.names} for t in sel.tasks}
     combined = [f"{task_display(t)}: mean of {', '.join(keys)}" for t in sel.tasks
-                if len(keys := metric_order(t, {k for f in board.loc[board['task'] == t, 'final'] for k in f})) > 1]
+                if len(keys := metric_order(t, names[t])) > 1]
     return ("Cells: headline dev metric x100 at the last epoch (the task's official metric, or the mean of its "
             "official metrics" + (f": {'; '.join(combined)}" if combined else "") + "), as mean ± sample std "
             "(number of seeds); \"–\" in place of a std: a single seed; a \"–\" cell: no run; failed (k): runs "
             "that failed; no score (k): finished runs without a finite score.")
 
 
-def baseline_note(rep, bases: dict[str, Baseline]) -> str:
+def _baseline_note(options: Options, bases: dict[str, Baseline]) -> str:
     sources = {b.source for b in bases.values()}
     missing = sorted({b.source for b in bases.values() if not b.available})
     where = ("from the records (the runner scores them on the dev labels it evaluated on)" if sources == {"records"}
@@ -100,43 +127,43 @@ def baseline_note(rep, bases: dict[str, Baseline]) -> str:
     text = (f"Baseline rows: a predictor that always outputs the dev set's majority class (classification) or the "
             f"dev mean (regression; its correlations are undefined and count as 0), and uniformly random "
             f"predictions (chance, mean of 100 seeded draws), {where}. {NEAR_MAJORITY}: not distinguishable from "
-            f"the majority / constant predictor (one-sided test over seeds and dev examples, p ≥ {rep.alpha:g}; over "
-            "seeds only on regression tasks and for runs without predictions; a single seed: not above it). Bold: "
-            "the best mean of a column, only when no other mean ties it at the shown precision and it is not marked "
-            f"{NEAR_MAJORITY}.")
+            "the majority / constant predictor (one-sided test over seeds and dev examples, p ≥ "
+            f"{options.alpha:g}; over seeds only on regression tasks and for runs without predictions; a single "
+            "seed: not above it). Bold: the best mean of a column, only when no other mean ties it at the shown "
+            f"precision and it is not marked {NEAR_MAJORITY}.")
     if missing:
         text += " Baseline unavailable for " + ", ".join(
             f"{task_display(t)} ({b.source})" for t, b in bases.items() if not b.available) + "."
     return text
 
 
-def reference_note(rep, facts: ModelFacts) -> list[str]:
+def _reference_note(facts: ModelFacts, options: Options) -> list[str]:
     """Whether the reference learned each task at all: a comparison against a reference that does not beat the
     majority class says nothing about the methods. The same test as the leaderboard's mark
-    (`suite.report.above_constant`)."""
+    (`suite.stats.constant`)."""
     sel = facts.sel
-    if rep.baseline not in sel.methods:
+    if options.baseline not in sel.methods:
         return []
     parts = []
     for t in sel.tasks:
-        v = facts.above.get((rep.baseline, t))
+        v = facts.above.get((options.baseline, t))
         if v is None:
             continue
-        no_score = facts.cells[rep.baseline, t].no_score
+        no_score = facts.cells[options.baseline, t].no_score
         test = "no test" if v.runs == 1 else f"p = {v.p:.2g}" + (", over seeds only" if v.seeds_only else "")
         runs = f"{v.runs} seed{'s' if v.runs != 1 else ''}" + (f", {no_score} without a score" if no_score else "")
         parts.append(f"{task_display(t)} {v.margin:+.2f} ({runs}, {test})"
-                     + ("" if v.better else f" — not better at p < {rep.alpha:g}"))
+                     + ("" if v.better else f" — not better at p < {options.alpha:g}"))
     if not parts:
         return []
-    return [f"The reference `{rep.baseline}` against the majority / constant predictor (its margin in points, "
+    return [f"The reference `{options.baseline}` against the majority / constant predictor (its margin in points, "
             "positive = better; one-sided test over seeds and dev examples, the constant predictor re-scored on "
             "the same resampled examples; over seeds only on regression tasks and where the runs kept no "
             "predictions; runs without a score counted at the predictor's score): "
             + "; ".join(parts) + "."]
 
 
-def average_notes(avgs: list[Average]) -> list[str]:
+def _average_notes(avgs: list[Average]) -> list[str]:
     notes = []
     for a in avgs:
         names = ", ".join(task_display(t) for t in a.tasks) or "none"
@@ -148,12 +175,12 @@ def average_notes(avgs: list[Average]) -> list[str]:
     return notes
 
 
-def method_notes(rep, sel: Selection, ablation: pd.DataFrame) -> list[str]:
+def _method_notes(sel: Selection, ablation: pd.DataFrame) -> list[str]:
     notes = ["Extra params: parameters the method adds to the model (saved with it); training-only params: "
              "parameters used only while training (e.g. a generator network)."]
     for m in sel.methods:
         if not sel.hp_is_default[m]:
-            text = setting_text(json.loads(sel.hp_by_method[m]), m) or "(as recorded)"
+            text = setting_text(sel.hp_by_method[m].values, m) or "(as recorded)"
             notes.append(f"`{m}`: no runs with its default hyper-parameters; the row shows {text}.")
     swept = [m for m in sel.methods if has_variation(ablation, sel.model, m)]
     if swept:
@@ -167,66 +194,43 @@ def method_notes(rep, sel: Selection, ablation: pd.DataFrame) -> list[str]:
     return notes
 
 
-def leaderboard_notes(rep, sel: Selection, board: pd.DataFrame, avgs: list[Average], bases) -> list[str]:
-    return [cells_note(sel, board), baseline_note(rep, bases), *average_notes(avgs)]
-
-
-def difference_text(c: Comparison | None) -> str:
-    """The verdict, then the difference with its 95% interval over seeds and dev examples."""
-    if c is None or not c.n:
-        return DASH
-    text = fmt(c.diff, sign=True)
-    if math.isfinite(c.low):
-        text += f" [{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]"
-    if not math.isfinite(c.example_se) and c.tested:
-        text += SEEDS_ONLY
-    return f"{verdict_text(c)} {text}"
-
-
-SEEDS_ONLY = "ˢ"   # no per-example predictions: the interval covers seed noise only
-SEQUENTIAL = "‡"   # the verdict of the study's sequential design (run --until-decided)
-
-
-def verdict_text(c: Comparison) -> str:
-    return c.verdict + (SEQUENTIAL if c.sequential else "")
-
-
-def differences(rep, facts: ModelFacts) -> None:
-    sel, avgs, comps = facts.sel, list(facts.averages), facts.comparisons
+def _differences(facts: ModelFacts, options: Options) -> Part:
+    sel, avgs, comps, part = facts.sel, list(facts.averages), facts.comparisons, Part()
     columns = [*sel.tasks, *[a.header for a in avgs]]
-    rows = [[rep.method_label(m, sel), *[difference_text(comps.get((m, c))) for c in columns]]
-            for m in sel.methods if m != rep.baseline]
+    rows = [[sel.label(m), *[difference_text(comps.get((m, c))) for c in columns]]
+            for m in sel.methods if m != options.baseline]
     if not rows:
-        return
+        return part
     headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs]]
-    rep.tables[sel.model, "differences"] = (headers, rows)
-    rep.add(f"### Difference to `{rep.baseline}`", "", table(rows, headers), "")
-    rep.add(*[f"- {n}" for n in difference_notes(rep, comps, avgs)], "")
-    comparison_table(rep, facts)
+    part.tables["differences"] = Table(headers, rows)
+    part.add(f"### Difference to `{options.baseline}`", "", table(rows, headers), "")
+    part.add(*[f"- {n}" for n in _difference_notes(options, comps, avgs)], "")
+    part.extend(_comparison_table(facts, options))
+    return part
 
 
 REACH_SEEDS = 10  # a study can afford this many; beyond it, more seeds are not the way to decide
 
 
-def family_text(rep, comps: dict) -> str:
+def _family_text(options: Options, comps: dict) -> str:
     sizes = family_sizes(comps)
     if set(sizes) == {"all"}:
         return (f"all {sizes['all']} tests of this table (tasks and averages) form one family, adjusted by "
-                f"{CORRECTIONS[rep.correction]}")
+                f"{CORRECTIONS[options.correction]}")
     return (f"the {sizes.get('primary', 0)} primary comparisons declared by the study (`primary:`) form one "
             f"family adjusted by {CORRECTIONS['holm']}; the {sizes.get('exploratory', 0)} others are exploratory, "
             f"adjusted by {CORRECTIONS['bh']}")
 
 
-def difference_notes(rep, comps: dict, avgs: list[Average]) -> list[str]:
+def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> list[str]:
     margins = sorted({c.margin for c in comps.values()})
-    notes = [f"Each cell: the verdict, then the mean paired difference (method minus `{rep.baseline}`, runs paired "
+    notes = [f"Each cell: the verdict, then the mean paired difference (method minus `{options.baseline}`, runs paired "
              "by seed) in the headline metric x100 with its 95% interval over seeds and dev examples together "
              "(docs/statistics.md). **better** / **worse**: the two-sided test of no difference rejects at adjusted "
-             f"p < {rep.alpha:g} (direction from the task's metric); **equivalent**: two one-sided tests put the "
-             f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {rep.alpha:g}); "
+             f"p < {options.alpha:g} (direction from the task's metric); **equivalent**: two one-sided tests put the "
+             f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {options.alpha:g}); "
              "**undecided**: neither, so the data do not say whether the methods differ. Families: "
-             + family_text(rep, comps) + ". No test with fewer than 2 paired seeds; "
+             + _family_text(options, comps) + ". No test with fewer than 2 paired seeds; "
              f"{SEEDS_ONLY}: runs without per-example predictions, the interval covers seed noise only."]
     sequential = [c for c in comps.values() if c.sequential]
     if sequential:
@@ -252,40 +256,97 @@ def difference_notes(rep, comps: dict, avgs: list[Average]) -> list[str]:
     return notes
 
 
-def seeds_text(n: float) -> str:
+def _seeds_text(n: float) -> str:
     if math.isnan(n):
         return DASH
     return "> 10,000 or never" if math.isinf(n) else f"{int(n):,}"
 
 
-def comparison_table(rep, facts: ModelFacts) -> None:
-    comps = facts.comparisons
-    rows = [[rep.method_label(c.method, facts.sel), task_display(c.column), str(c.n), fmt(c.diff, sign=True),
+def _comparison_table(facts: ModelFacts, options: Options) -> Part:
+    comps, part = facts.comparisons, Part()
+    rows = [[facts.label(c.method), task_display(c.column), str(c.n), fmt(c.diff, sign=True),
              f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
              fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.effect_size, sign=True),
              fmt(c.p, 4), fmt(c.p_adj, 4),
-             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), verdict_text(c), c.family, seeds_text(c.seeds_needed),
+             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), verdict_text(c), c.family, _seeds_text(c.seeds_needed),
              fmt(c.aso, 2)]
             for c in (comps[k] for k in sorted(comps)) if c.n]  # no paired seed: a "–" in the differences
     if not rows:
-        return
+        return part
     headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",
                "p equiv", "p equiv adj", "verdict", "family", "seeds needed", "ASO ε"]
-    rep.tables[facts.sel.model, "comparisons"] = (headers, rows)
-    rep.add(f"### Comparisons with `{rep.baseline}`", "", table(rows, headers), "",
-            "- Effect size: Δ over the standard deviation of one seed's difference, dev-example noise included "
-            "(each comparison's own). p: two-sided test of no difference; p equiv: two one-sided tests of |Δ| ≥ "
-            "the margin; \"adj\": "
-            "within the comparison's family. Seeds needed: total seeds with which an undecided comparison would be "
-            "decided (a difference or equivalence) with 80% power if the true difference were the observed one "
-            "(\"never\": the dev set's own noise is the limit: more dev examples, not seeds). ASO ε: almost "
-            "stochastic order (Dror et al. 2019, `deepsig`) that the method is better, only where a cell's "
-            f"outcomes are bimodal and both have at least 5 seeds (below {ASO_THRESHOLD:g}: almost stochastically "
-            "better, 0.5 no order, near 1 worse); elsewhere it adds nothing the interval does not say.", "")
+    part.tables["comparisons"] = Table(headers, rows)
+    part.add(f"### Comparisons with `{options.baseline}`", "", table(rows, headers), "",
+             "- Effect size: Δ over the standard deviation of one seed's difference, dev-example noise included "
+             "(each comparison's own). p: two-sided test of no difference; p equiv: two one-sided tests of |Δ| ≥ "
+             "the margin; \"adj\": "
+             "within the comparison's family. Seeds needed: total seeds with which an undecided comparison would be "
+             "decided (a difference or equivalence) with 80% power if the true difference were the observed one "
+             "(\"never\": the dev set's own noise is the limit: more dev examples, not seeds). ASO ε: almost "
+             "stochastic order (Dror et al. 2019, `deepsig`) that the method is better, only where a cell's "
+             f"outcomes are bimodal and both have at least {ASO_MIN_SEEDS} seeds (below {ASO_THRESHOLD:g}: almost "
+             "stochastically better, 0.5 no order, near 1 worse); elsewhere it adds nothing the interval does not "
+             "say.", "")
+    return part
 
 
-def param_text(board: pd.DataFrame, method: str, column: str) -> str:
+def _param_text(board: pd.DataFrame, method: str, column: str) -> str:
     vals = unique(board.loc[(board["method"] == method) & (board["status"] == "ok"), column].dropna().astype(int))
     if not vals:
         return DASH
     return f"{vals[0]:,}" if len(vals) == 1 else f"{vals[0]:,}–{vals[-1]:,}"
+
+
+def reference_tasks(facts: ModelFacts, options: Options) -> Part:
+    sel, part = facts.sel, Part()
+    if not sel.reference_tasks:
+        return part
+    board, tasks, bases = facts.reference_board, sel.reference_tasks, facts.reference_baselines
+    methods = [m for m in sel.methods if (board["method"] == m).any()]
+    rows = []
+    for m in methods:
+        row = [sel.label(m)]
+        for t in tasks:
+            cell = Cell.of(board[(board["method"] == m) & (board["task"] == t)])
+            near = (m, t) in facts.above and not facts.above[m, t].better
+            row.append(cell.text(mark=NEAR_MAJORITY if near else ""))
+        rows.append(row)
+    rows.append(["*majority class / constant mean (baseline)*",
+                 *[fmt(bases[t].constant) if bases[t].available else DASH for t in tasks]])
+    part.add("### Reference tasks", "",
+             f"Run for context and left out of the comparisons, differences and averages above: "
+             f"{', '.join(task_display(t) for t in tasks)}. Cells as in the leaderboard; {NEAR_MAJORITY}: not "
+             f"distinguishable from the majority / constant predictor (the leaderboard's one-sided test, p ≥ "
+             f"{options.alpha:g}).", "", table(rows, ["method", *[task_display(t) for t in tasks]]), "")
+    return part
+
+
+def in_run_costs(facts: ModelFacts, options: Options) -> Part:
+    """A labelled context table of in-run step times (and GPU peaks, never CPU RSS) relative to the reference."""
+    sel, board, part = facts.sel, facts.board, Part()
+    ok = board[board["status"] == "ok"]
+    base = options.baseline
+    if base not in sel.methods or not (ok["method"] == base).any():
+        return part
+    gpu = ok["peak_kind"].isin(GPU_MEMORY_KINDS).all() and ok["peak_mb"].notna().any()
+    means = ok.groupby(["method", "task"])[["step_s", "peak_mb"]].mean()
+    rows = []
+    for m in sel.methods:
+        row = [sel.label(m)]
+        for col in ("step_s", "peak_mb") if gpu else ("step_s",):
+            ratios = [means.loc[(m, t), col] / means.loc[(base, t), col] for t in sel.tasks
+                      if (m, t) in means.index and (base, t) in means.index]
+            g = geometric_mean(ratios)
+            row.append(f"{fmt(g)}×" if math.isfinite(g) else DASH)
+        rows.append(row)
+    per_task = ok[ok["method"] == base].groupby("task")["step_s"].mean()
+    own = "; ".join(f"{task_display(t)} {fmt(per_task[t] * 1000, 1)} ms/step" for t in task_order(per_task.index))
+    headers = ["method", f"in-run step time vs {base}"] + ([f"in-run GPU peak vs {base}"] if gpu else [])
+    part.add("#### In-run step times (context, not a cost measurement)", "",
+             table(rows, headers), "",
+             f"- Wall-clock time per optimizer step inside each run, geometric mean over tasks of the ratio to "
+             f"`{base}` ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
+             "pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the "
+                                                "process's peak resident set, which is not one method's cost") + ".",
+             "")
+    return part

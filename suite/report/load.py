@@ -12,16 +12,158 @@ import os
 import sys
 import zipfile
 from pathlib import Path
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from suite.api.errors import ReportError
-from suite.report.formatting import key_of, num
+from suite.report.vocabulary import key_of, num
 from suite.run.record import InvalidRecord, RunRecord
 from suite.run.settings import with_added_defaults
 
 TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
+
+__all__ = ["Analyses", "AttentionStats", "DataSizes", "Environment", "Epoch", "Loaded", "Metrics", "RecordedBaseline",
+           "Setting", "load", "parse_record"]
+CONSTANT_KINDS = ("majority", "constant_mean")
+
+
+def _layers(values: Any) -> tuple | None:
+    """A value per layer as recorded (a JSON list), as a tuple; None for anything else."""
+    return tuple(values) if isinstance(values, list) else None
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Setting:
+    """A run's hyper-parameters or its training settings. Runs are grouped, compared and sorted by the canonical text
+    of the values (`key`), so that two records of one configuration meet whatever order their JSON had."""
+    key: str
+    values: Mapping[str, Any] = dataclasses.field(compare=False, repr=False)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> "Setting":
+        return cls(key_of(dict(values)), MappingProxyType(dict(values)))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def without(self, names: Iterable[str]) -> "Setting":
+        """The setting with the values of `names` taken out."""
+        left_out = set(names)
+        return Setting.of({k: v for k, v in self.values.items() if k not in left_out})
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """A run's dev metrics at its last epoch (name -> value; "score": the headline); none for a run that failed."""
+    values: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def of(cls, final: Mapping[str, Any]) -> "Metrics":
+        return cls(MappingProxyType({k: num(v) for k, v in final.items()}))
+
+    def get(self, name: str) -> float:
+        return self.values.get(name, math.nan)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """One epoch of a run's history: losses and headline scores (in [0, 1]; NaN: not recorded)."""
+    epoch: int | None
+    train_loss: float
+    dev_loss: float
+    dev_score: float
+    train_subset_score: float
+    drop_rates: tuple | None      # the method's drop rate per layer at this epoch, where it logged one
+
+    @classmethod
+    def of(cls, e: Mapping[str, Any]) -> "Epoch":
+        return cls(e.get("epoch"), num(e.get("train_loss")), num(e.get("dev_loss")),
+                   num((e.get("dev") or {}).get("score")), num((e.get("train_subset") or {}).get("score")),
+                   _layers((e.get("method") or {}).get("drop_rate_per_layer")))
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionStats:
+    """The attention statistics a run recorded on dev batches (suite/run/attention_stats.py)."""
+    mean: Mapping[str, float]                # statistic -> mean over layers
+    per_layer: Mapping[str, tuple | None]    # statistic -> its value per layer
+
+    @classmethod
+    def of(cls, attention: Any) -> "AttentionStats | None":
+        if not isinstance(attention, dict):
+            return None
+        return cls(MappingProxyType({k: num(v) for k, v in (attention.get("mean") or {}).items()}),
+                   MappingProxyType({k: _layers(v) for k, v in (attention.get("per_layer") or {}).items()}))
+
+
+@dataclasses.dataclass(frozen=True)
+class Analyses:
+    """A run's end-of-run analyses (suite/run/analyses), each one's part as the analysis wrote it."""
+    parts: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, analyses: Any) -> "Analyses | None":
+        return cls(MappingProxyType(dict(analyses))) if isinstance(analyses, dict) else None
+
+    def get(self, name: str) -> Any:
+        return self.parts.get(name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """Where and with which code a run ran, as the header names it ("?", or "unknown" for the commit: not
+    recorded)."""
+    device: str
+    gpu: str
+    platform: str
+    cpu_threads: str
+    host: str
+    suite: str
+    git_commit: str
+    python: str
+    torch: str
+    transformers: str
+
+    @classmethod
+    def of(cls, env: Mapping[str, Any]) -> "Environment":
+        def text(key: str) -> str:
+            return str(env.get(key, "?"))
+        return cls(text("device"), str(env.get("gpu") or ""), text("platform"), text("cpu_threads"), text("host"),
+                   text("suite"), str(env.get("git_commit") or "unknown"), text("python"), text("torch"),
+                   text("transformers"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSizes:
+    """The split sizes a run used (None: not recorded)."""
+    train: int | None = None
+    train_subset: int | None = None              # the fixed train subset the generalisation gap is measured on
+    dev: tuple[tuple[str, int], ...] = ()        # (eval-split suffix, examples), in order
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> "DataSizes":
+        return cls(data.get("train"), data.get("train_subset"), tuple(sorted((data.get("dev") or {}).items())))
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedBaseline:
+    """The scores (in [0, 1]; NaN: not a number) of the predictors that learn nothing, as the runner recorded them."""
+    constant_kind: str     # "majority" or "constant_mean"
+    constant: float
+    chance: float
+
+    @classmethod
+    def of(cls, found: Mapping[str, Any]) -> "RecordedBaseline | None":
+        kind = next((k for k in CONSTANT_KINDS if isinstance(found.get(k), dict)), None)
+        if kind is None:
+            return None
+        return cls(kind, num(found[kind].get("score")), num((found.get("chance") or {}).get("score")))
 
 
 def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
@@ -36,17 +178,6 @@ def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
             raise ReportError(f"{p}: no run records (expected {p / 'runs'}/*.json, as written by "
                               f"`python -m suite run --out {p}`)")
     return out
-
-
-def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:
-    """The files called `name` at the output roots of the folders reported (a folder given as OUT/runs counts as OUT),
-    where a stage beside the records left one (the tuning selection, the until-decided state)."""
-    found = []
-    for d in map(Path, paths):
-        root = d.parent if d.name == "runs" and not (d / "runs").is_dir() else d
-        if (root / name).is_file():
-            found.append(root / name)
-    return found
 
 
 def _gap(rec: RunRecord) -> float:
@@ -70,27 +201,29 @@ def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
     final, timing, params = rec.final or {}, rec.timing or {}, rec.parameters or {}
     return {
         "model": str(cfg.get("model")), "task": str(cfg["task"]), "method": str(cfg["method"]),
-        "hp": key_of(hp), "hp_dict": hp, "train": key_of(train_all), "train_dict": train_all,
+        "hp": Setting.of(hp), "train": Setting.of(train_all),
         "seed": cfg.get("seed"), "status": rec.status,
         "score": num(final.get("score")) if ok else math.nan,
-        "final": final if ok else {}, "best": rec.best or {},
+        "final": Metrics.of(final) if ok else Metrics(), "best_score": num((rec.best or {}).get("score")),
         "gap": _gap(rec) if ok else math.nan,
         "wall_s": num(rec.wall_s), "step_s": num(timing.get("step_s")), "peak_mb": num(timing.get("peak_memory_mb")),
         "peak_kind": timing.get("peak_memory_kind"),
         "total_params": num(params.get("total")), "extra": num(params.get("extra")),
         "training_only": num(params.get("training_only")),
-        "history": (rec.history or []) if ok else [], "attention": rec.attention if ok else None,
-        "analyses": rec.analyses if ok else None,
-        "method_record": rec.method_record or {}, "env": rec.environment or {},
-        "data": rec.data or {}, "started": rec.started or "", "finished": rec.finished or "",
+        "history": tuple(map(Epoch.of, rec.history or ())) if ok else (),
+        "attention": AttentionStats.of(rec.attention) if ok else None,
+        "analyses": Analyses.of(rec.analyses) if ok else None,
+        "drop_rates": _layers((rec.method_record or {}).get("drop_rate_per_layer")),
+        "env": Environment.of(rec.environment or {}),
+        "data": DataSizes.of(rec.data or {}), "started": rec.started or "", "finished": rec.finished or "",
         "label": rec.label or f"{cfg['task']}/{cfg['method']}/seed{cfg.get('seed')}",
         "error": rec.error or "", "hash": rec.hash or str(path), "file": path.name,
-        "baselines": rec.baselines or {},
+        "baseline": RecordedBaseline.of(rec.baselines or {}),
         "predictions": str(path.parent / rec.predictions) if ok and rec.predictions else "",
     }
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Loaded:
     frame: pd.DataFrame
     unreadable: list[str]          # record files that could not be parsed or are not valid records

@@ -1,20 +1,41 @@
-"""Which records the leaderboard uses, and which settings the ablation tables show.
+"""Which records each table uses.
 
-Per method the leaderboard uses its default hyper-parameters (the method's `Config()`); a method run only with other
-settings shows the most-run one and says so. Per (model, task) it uses one set of training settings for every
-method: the one the most methods ran (then most ok runs, then the latest finished run).
+Per method the leaderboard uses the runs its tuning selected (a study with a tuning stage), else its default
+hyper-parameters (the method's `Config()`); a method run only with other settings shows the most-run one and says
+so. Per (model, task) it uses one set of training settings for every method: the one the most methods ran (then most
+ok runs, then the latest finished run). The ablation tables show every setting that differs within a task; a
+data-efficiency curve is a task run at several training-set sizes.
+
+A tuned study (docs/protocol.md): each (model, task, method) ran the configuration its tuning selected
+(`suite.report.stages.selections`), so learning rates and the methods' own rates differ from cell to cell. The runs
+that match their cell's selection have the searched keys taken out of their `train` and `hp` settings
+(`fold_selected`), so that every method's selected runs of a task share one leaderboard row and column; which values
+each cell ran is the Tuning section's table. Runs of another configuration keep their settings and show up as runs
+outside the leaderboard settings.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from suite.report.formatting import key_of
-from suite.report.registry_info import default_hparams, task_order
-from suite.report.tuned import FOLDED
+from suite.report.load import Setting
+from suite.report.stages import selections
+from suite.report.vocabulary import default_hparams, key_of, reconstruction_note, task_order
 from suite.run.settings import changed_settings, setting_value
+
+__all__ = ["FOLDED", "Selection", "curve_methods", "curve_runs", "fold_selected", "has_variation", "lookup",
+           "select", "setting_text", "setup_note", "size_curves", "train_diff", "varying_keys"]
+
+TRAIN = "train."
+FOLDED = "tuned"  # the frame's column naming, per folded row, the keys its cell's tuning chose
+SIZE = "max_train_samples"
+DRAW = "data_seed"
+MIN_SIZES = 3      # a task with this many training-set sizes has a data-efficiency curve
 
 
 @dataclasses.dataclass
@@ -22,8 +43,8 @@ class Selection:
     model: str
     tasks: list[str]
     methods: list[str]
-    train_by_task: dict[str, str]     # task -> training-settings key used in the leaderboard
-    hp_by_method: dict[str, str]      # method -> hyper-parameter key used in the leaderboard
+    train_by_task: dict[str, Setting]     # task -> the training settings the leaderboard uses
+    hp_by_method: dict[str, Setting]      # method -> the hyper-parameters the leaderboard uses
     hp_is_default: dict[str, bool]
     reference_tasks: list[str] = dataclasses.field(default_factory=list)  # shown apart, never compared
 
@@ -34,23 +55,32 @@ class Selection:
                         and self.hp_by_method.get(r["method"]) == r["hp"], axis=1)
         return df[keep.astype(bool)] if len(df) else df
 
+    def label(self, method: str) -> str:
+        """A method's row label: † for a reconstruction, its setting in brackets when it is not its own."""
+        label = method + (" †" if reconstruction_note(method) else "")
+        if not self.hp_is_default[method]:
+            text = setting_text(self.hp_by_method[method].values, method)
+            label += f" [{text}]" if text else ""
+        return label
 
-def _hparams_used(sub: pd.DataFrame, method: str) -> tuple[str, bool]:
+
+def _hparams_used(sub: pd.DataFrame, method: str) -> tuple[Setting, bool]:
     """The method's leaderboard setting and whether it counts as the method's own (no brackets in its label): the runs
-    its tuning selected (suite.report.tuned), else its defaults, else its most-run setting."""
+    its tuning selected, else its defaults, else its most-run setting."""
     if FOLDED in sub:
         selected = sub[sub[FOLDED].map(bool)]
         if len(selected):
             return selected["hp"].value_counts().index[0], True
     default = default_hparams(method)
-    if default is not None and default in set(sub["hp"]):
-        return default, True
+    found = {setting.key: setting for setting in sub["hp"]}
+    if default is not None and default in found:
+        return found[default], True
     counts = sub.assign(ok=sub["status"] == "ok").groupby("hp").agg(ok=("ok", "sum"), n=("ok", "size"))
     counts = counts.reset_index().sort_values(["ok", "n", "hp"], ascending=[False, False, True])
     return counts["hp"].iloc[0], False
 
 
-def _train_used(sub: pd.DataFrame) -> str:
+def _train_used(sub: pd.DataFrame) -> Setting:
     stats = (sub.assign(ok=sub["status"] == "ok")
              .groupby("train").agg(methods=("method", "nunique"), ok=("ok", "sum"), n=("ok", "size"),
                                    latest=("finished", "max")).reset_index())
@@ -77,38 +107,159 @@ def select(df: pd.DataFrame, model: str, baseline: str, reference_tasks=()) -> S
                      is_default, reference)
 
 
-def setting_text(hp: dict, method: str) -> str:
+def setting_text(hp: Mapping[str, Any], method: str) -> str:
     """The hyper-parameters that differ from the method's defaults (all of them for unknown methods), written by the
     rule that also names the rows of `run`'s closing summary (`suite.run.settings.changed_settings`)."""
     default = default_hparams(method)
-    return changed_settings(hp, json.loads(default) if default else None)
+    return changed_settings(dict(hp), json.loads(default) if default else None)
 
 
 def lookup(row, key: str):
     """A run's value of an ablation key (`train.*` or a hyper-parameter's name); "tuned" where its cell's tuning
     chose it (the value per cell is in the Tuning section)."""
-    if (key if key.startswith("train.") else f"{row['method']}.{key}") in (row.get(FOLDED) or ()):
+    if (key if key.startswith(TRAIN) else f"{row['method']}.{key}") in (row.get(FOLDED) or ()):
         return "tuned"
-    if key.startswith("train."):
-        return row["train_dict"].get(key[len("train."):])
-    return row["hp_dict"].get(key)
+    if key.startswith(TRAIN):
+        return row["train"].get(key[len(TRAIN):])
+    return row["hp"].get(key)
 
 
 def varying_keys(sub: pd.DataFrame) -> list[str]:
     """Hyper-parameters (by name) and training fields (`train.*`) taking two or more values within one task."""
     keys: set[str] = set()
     for _, t in sub.groupby(["model", "task"]):
-        for col, prefix in (("hp_dict", ""), ("train_dict", "train.")):
-            names = {k for d in t[col] for k in d}
+        for col, prefix in (("hp", ""), ("train", TRAIN)):
+            names = {k for setting in t[col] for k in setting.values}
             for k in names:
-                if len({key_of({"v": d.get(k)}) for d in t[col]}) > 1:
+                if len({key_of({"v": setting.get(k)}) for setting in t[col]}) > 1:
                     keys.add(prefix + k)
-    return sorted(keys, key=lambda k: (k.startswith("train."), k))
+    return sorted(keys, key=lambda k: (k.startswith(TRAIN), k))
 
 
 def has_variation(df: pd.DataFrame, model: str, method: str) -> bool:
     return bool(varying_keys(df[(df["model"] == model) & (df["method"] == method)]))
 
 
-def train_diff(d: dict, ref: dict) -> str:
+def train_diff(d: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
     return ", ".join(f"train.{k}={setting_value(v)}" for k, v in sorted(d.items()) if ref.get(k, object()) != v)
+
+
+def _split(method: str, selected: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(training settings, the method's hyper-parameters) of a selected configuration."""
+    train = {k[len(TRAIN):]: v for k, v in selected.items() if k.startswith(TRAIN)}
+    own = {k[len(method) + 1:]: v for k, v in selected.items() if k.startswith(method + ".")}
+    return train, own
+
+
+def _number(x: Any) -> float | None:
+    """A number, or a number written as text (a search space may quote "1e-4"; the run trained on the float)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    try:
+        return float(x) if isinstance(x, str) else None
+    except ValueError:
+        return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None and (not isinstance(a, str) or not isinstance(b, str)):
+        return na == nb
+    return a == b
+
+
+def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """The frame with each selected run's searched keys taken out of its settings (see the module's text);
+    unchanged when no folder has a tuning stage."""
+    chosen = selections(paths)
+    if not chosen or not len(frame):
+        return frame
+    missing = sorted({f"{t}/{m}" for t, m in zip(frame["task"], frame["method"])}
+                     - {f"{t}/{m}" for _, t, m in chosen})
+    if missing:  # runs of cells whose tuning stage never ran, or a selection file written before they were tuned
+        print(f"warning: no tuning selection for {', '.join(missing)}: their runs are reported as they ran; give "
+              "the study's command again (it writes every cell's selection) to fold them", file=sys.stderr)
+    frame = frame.assign(**{FOLDED: [()] * len(frame)})
+    for i, row in frame.iterrows():
+        selected = chosen.get((row["model"], row["task"], row["method"]))
+        if selected is None:
+            continue
+        train, own = _split(row["method"], selected)
+        if not (all(_same(row["train"].get(k), v) for k, v in train.items())
+                and all(_same(row["hp"].get(k), v) for k, v in own.items())):
+            continue
+        frame.at[i, "train"] = row["train"].without(train)
+        frame.at[i, "hp"] = row["hp"].without(own)
+        frame.at[i, FOLDED] = tuple(selected)
+    return frame
+
+
+def setup_note(board: pd.DataFrame) -> str:
+    """The Setup section's sentence on what was tuned per cell ('' for an untuned study)."""
+    if FOLDED not in board or not len(board):
+        return ""
+    keys = sorted({k for ks in board[FOLDED] for k in ks}, key=lambda k: (not k.startswith(TRAIN), k))
+    if not keys:
+        return ""
+    return (" Tuned per task and method, each cell's values in the Tuning section below: "
+            + ", ".join(f"`{k}`" for k in keys) + ".")
+
+
+def _rest(train: Setting) -> Setting:
+    """Training settings without the train-set size, the epochs (which may scale with it) and the data draw."""
+    return train.without((SIZE, "epochs", DRAW))
+
+
+def _one_epochs_per_size(sub: pd.DataFrame, leaderboard_epochs) -> pd.DataFrame:
+    """Where a size ran at several epoch counts, the one with the most runs (ties: the leaderboard's, then the
+    fewest epochs)."""
+    keep = []
+    for _, at in sub.groupby("size"):
+        counts = at["epochs"].value_counts()
+        pick = min(counts.index, key=lambda e: (-counts[e], e != leaderboard_epochs, e))
+        keep.append(at[at["epochs"] == pick])
+    return pd.concat(keep)
+
+
+def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """{task: its ok records at every train-set size (columns `size`, `epochs`, `draw`)} for tasks with at least
+    MIN_SIZES sizes, at the leaderboard's other training settings and each method's leaderboard hyper-parameters.
+
+    A curve may fix its data draws (`train.data_seed`): where a task's curve runs have fixed draws, only those are
+    used (the leaderboard's runs, drawn per seed, are a different design)."""
+    ok = df[(df["status"] == "ok") & (df["hp"] == df["method"].map(sel.hp_by_method))]
+    found = {}
+    for task in sel.tasks:
+        sub = ok[ok["task"] == task]
+        if task not in sel.train_by_task or not len(sub):
+            continue
+        sub = sub[sub["train"].map(_rest) == _rest(sel.train_by_task[task])]
+        sizes = sub["train"].map(lambda s: s.get(SIZE))
+        sub = sub.assign(size=sizes, epochs=sub["train"].map(lambda s: s.get("epochs")),
+                         draw=sub["train"].map(lambda s: s.get(DRAW)))
+        sub = sub[sizes.notna()]  # `null` (the whole train set) has no place on the axis
+        if sub["draw"].notna().any():  # a curve with fixed draws: the runs drawn per seed are another design
+            sub = sub[sub["draw"].notna()]
+        if sub["size"].nunique() >= MIN_SIZES:
+            found[task] = _one_epochs_per_size(sub, sel.train_by_task[task].get("epochs"))
+    return found
+
+
+def curve_methods(sel: Selection, sub: pd.DataFrame) -> list[str]:
+    """The methods a curve shows: those run at two sizes or more."""
+    return [m for m in sel.methods if sub[sub["method"] == m]["size"].nunique() >= 2]
+
+
+def curve_runs(sel: Selection, df: pd.DataFrame, curves: dict[str, pd.DataFrame]) -> pd.Index:
+    """The index of the records the data-efficiency section shows, failed runs included (the ablation tables leave
+    them to it): per curve task, the runs of each method the curve draws at a training setting its curve has.
+    `curves`: `size_curves(sel, df)`."""
+    keep = []
+    for task, sub in curves.items():
+        for m in curve_methods(sel, sub):
+            settings = set(sub.loc[sub["method"] == m, "train"])
+            keep.append(df.index[(df["task"] == task) & (df["method"] == m) & (df["hp"] == sel.hp_by_method[m])
+                                 & df["train"].isin(settings)])
+    return keep[0].append(keep[1:]) if keep else pd.Index([])

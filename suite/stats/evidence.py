@@ -11,7 +11,12 @@ Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` cal
   (sd of the per-seed paired differences), example_se (the dev-example part, 0 without predictions),
   example_shared_se (the part of example_se that more seeds would not shrink: see `suite.stats.examples`) and
   higher_is_better (the task's metric direction: "better" means higher only when it is True).
-- `compare_runs(task, method, reference, margin, level=0.95, seed=0) -> Evidence`, runs keyed by seed.
+- `compare_runs(task, method, reference, margin, level=0.95, seed=None) -> Evidence`, runs keyed by seed; the
+  seed of its dev-example bootstrap is `bootstrap_seed`'s (the one place that rule is written).
+- `bootstrap_seed(method_index=0, column_index=0) -> int`: that seed.
+- `averaged_evidence(method, reference, tasks, margin) -> Evidence`: the same on a benchmark average, from each
+  seed's average over the tasks and the tasks' own evidence.
+- `paired(a, b)`: two {seed: value} at the seeds both have; `paired_t_p(diffs)`: the paired t-test over seeds.
 - `verdict(ev, alpha, alpha_equiv=None) -> "better" | "worse" | "equivalent" | "undecided"`.
 - `seeds_needed(ev, alpha, power=0.8) -> float` (`suite.stats.power`): total seeds with which the comparison would
   be decided with that power if the true difference were the observed one (inf: no number of seeds, since the dev
@@ -56,7 +61,7 @@ import dataclasses
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
@@ -143,11 +148,24 @@ def loaded_predictions(predictions):
         return None   # a missing or damaged sidecar: that seed has seed-level evidence only
 
 
+def bootstrap_seed(method_index: int = 0, column_index: int = 0) -> int:
+    """The seed of one comparison's dev-example bootstrap, so that the same records give the same numbers.
+
+    The report's tables number their comparisons: the method's place among the methods compared with the reference
+    (the reference left out) and the column's place among the tasks, 1000 * i + j, so that no two comparisons of a
+    table share resamples (up to 1000 tasks). A comparison made on its own (each look of `run --until-decided`, a
+    cell of the data-efficiency table, a cell against the constant predictor) is (0, 0): seed 0."""
+    return 1000 * method_index + column_index
+
+
 def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping[int, RunOutcome],
-                 margin: float = DEFAULT_MARGIN, level: float = LEVEL, seed: int = 0,
+                 margin: float = DEFAULT_MARGIN, level: float = LEVEL, seed: int | None = None,
                  higher_is_better: bool | None = None) -> Evidence:
     """The evidence that `method` differs from `reference` on `task` (runs keyed by seed, paired by seed).
+    `seed`: of the dev-example bootstrap (default `bootstrap_seed()`, a comparison on its own);
     `higher_is_better` defaults to the task's metric direction (True for an unknown task)."""
+    if seed is None:
+        seed = bootstrap_seed()
     if higher_is_better is None:
         higher_is_better = _higher_is_better(task)
     seeds = sorted(set(method) & set(reference))
@@ -188,3 +206,43 @@ def verdict(ev: Evidence, alpha: float, alpha_equiv: float | None = None) -> str
     if math.isfinite(ev.p_equiv) and ev.p_equiv < alpha_equiv:
         return "equivalent"
     return "undecided"
+
+
+def paired(a: Mapping[float, float], b: Mapping[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Values of two cells {seed: value} at the seeds both have, in seed order: runs with the same seed share the
+    classifier initialisation and the batch order, so they are compared seed by seed."""
+    seeds = sorted(set(a) & set(b))
+    return np.array([a[s] for s in seeds], dtype=float), np.array([b[s] for s in seeds], dtype=float)
+
+
+def averaged_evidence(method: Mapping[float, float], reference: Mapping[float, float], tasks: Sequence[Evidence],
+                      margin: float = DEFAULT_MARGIN) -> Evidence:
+    """The evidence on a benchmark average: `method` and `reference` are {seed: average over the averaged tasks}
+    (seeds that ran all of them), `tasks` each averaged task's own evidence. The dev-example variance of the average
+    is the sum of the tasks' over the number of tasks squared: the tasks' dev sets are independent."""
+    a, b = paired(method, reference)
+    k = max(len(tasks), 1) ** 2
+    example_var = sum(ev.example_se ** 2 for ev in tasks) / k
+    shared = sum(ev.example_shared_se ** 2 for ev in tasks) / k
+    arr = evidence_arrays(a - b, example_var, margin)
+    return Evidence(len(a), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
+                    margin=margin, seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
+                    example_shared_se=math.sqrt(shared))
+
+
+def paired_t_p(diffs: np.ndarray) -> np.ndarray:
+    """Two-sided paired t-test p-values of differences (..., n_seeds) against 0 (scipy's one-sample t-test of the
+    differences, vectorised over leading axes), for comparisons without per-example predictions.
+
+    n < 2: NaN (no test). Differences all equal have zero variance, where the t statistic is undefined (scipy gives
+    NaN or inf): all 0 gives p = 1 (no difference at all); equal and non-zero gives NaN (no test, not marked), since
+    a handful of seeds agreeing exactly says more about the setup (e.g. a deterministic tie) than about noise.
+    """
+    d = np.asarray(diffs, dtype=float)
+    if d.shape[-1] < 2:
+        return np.full(d.shape[:-1], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zero variance: scipy warns and returns NaN or inf
+        p = np.asarray(stats.ttest_1samp(d, 0.0, axis=-1).pvalue, dtype=float)
+    constant = np.all(d == d[..., :1], axis=-1)
+    return np.where(constant, np.where(d[..., 0] == 0, 1.0, np.nan), p)

@@ -15,6 +15,7 @@ from tabulate import tabulate
 from suite.api.errors import ExecutorError
 from suite.api.registry import Registry
 from suite.grid.executors.local import run_local
+from suite.grid.executors.options import EXECUTOR_OPTIONS, options_of
 from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus
 from suite.grid.store import Store
@@ -28,9 +29,10 @@ class Executor:
     options: frozenset[str]    # the options it takes (others are refused before anything runs)
 
 
-EXECUTORS: Registry[Executor] = Registry("executor", "suite.grid.executors.schedule", "suite.executors")
-EXECUTORS.add("local", Executor(run_local, frozenset({"workers", "max_run_minutes", "max_retries", "plan"})))
-EXECUTORS.add("ray", Executor(run_ray, frozenset({"address", "gpus_per_run", "cpus_per_run", "max_retries", "ship"})))
+EXECUTORS: Registry[Executor] = Registry("executor", "suite.grid.executors.schedule")  # local and ray
+# each takes its declared options (suite.grid.executors.options) and the ones the suite passes itself
+EXECUTORS.add("local", Executor(run_local, options_of("local") | {"max_retries", "plan"}))
+EXECUTORS.add("ray", Executor(run_ray, options_of("ray") | {"max_retries", "ship"}))
 
 
 @dataclass
@@ -71,7 +73,7 @@ def check_executor(executor: str, options: dict[str, Any]) -> None:
         owners = {k: [e for e in EXECUTORS.names() if k in EXECUTORS.get(e).options] for k in wrong}
         hint = "; ".join(f"--{k.replace('_', '-')} is for --executor {'/'.join(v)}" for k, v in owners.items() if v)
         raise ExecutorError(f"{flags} does not apply to --executor {executor}" + (f" ({hint})" if hint else ""))
-    for key in ("gpus_per_run", "cpus_per_run", "max_run_minutes"):
+    for key in (name for name, option in EXECUTOR_OPTIONS.items() if option.positive):
         v = options.get(key)
         if v is not None and not v > 0:
             raise ExecutorError(f"--{key.replace('_', '-')} {v}: give a value > 0")

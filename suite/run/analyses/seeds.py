@@ -71,7 +71,7 @@ def run_arrays(views, special: set[int] = frozenset()) -> dict:
             "prediction": [[round(float(x), 6) for x in v.prediction] for v in views]}
 
 
-def compare_runs(a: dict, b: dict, tokens: str = "content") -> dict[str, list[float]]:
+def seed_divergence(a: dict, b: dict, tokens: str = "content") -> dict[str, list[float]]:
     """Per-example JSD of attention (over content tokens, or `tokens="boundary"`: the [CLS] row with the boundary
     tokens) and TVD of predictions between two runs' `run_arrays` (same examples)."""
     if len(a["prediction"]) != len(b["prediction"]):

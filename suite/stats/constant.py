@@ -1,27 +1,24 @@
 """Whether a cell beats the predictor that learns nothing (majority class / constant mean), over both noise sources.
 
-The leaderboard's mark and the reference's note read this one test. Each run is paired with the constant predictor
-on the dev examples it was scored on, and the evidence is the differences' (`suite.stats.evidence.compare_runs`):
-the seeds' spread plus the dev examples resampled, the constant predictor re-scored on each resample too (its class
-stays the dev set's majority; its share of the resample moves). One-sided, in the task's direction: a dev set of a
-few hundred examples can leave a model a few points above the majority class without evidence that it beats it on
-the task's examples. A run without a score (constant predictions: an undefined correlation) counts at the predictor's
-score. Over seeds only (a one-sample t-test) on regression tasks (the constant mean's correlation is undefined on
-every resample; other regression metrics are treated alike) and where the runs kept no readable predictions or were
-scored on different examples; the text says which. A single run gives no test, only its sign.
+Each run is paired with the constant predictor on the dev examples it was scored on, and the evidence is the
+differences' (`suite.stats.evidence.compare_runs`): the seeds' spread plus the dev examples resampled, the constant
+predictor re-scored on each resample too (its class stays the dev set's majority; its share of the resample moves).
+One-sided, in the task's direction: a dev set of a few hundred examples can leave a model a few points above the
+majority class without evidence that it beats it on the task's examples. A run without a score (constant
+predictions: an undefined correlation) counts at the predictor's score. Over seeds only (a one-sample t-test) on
+regression tasks (the constant mean's correlation is undefined on every resample; other regression metrics are
+treated alike) and where the runs kept no readable predictions or were scored on different examples; `seeds_only`
+says which. A single run gives no test, only its sign.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Sequence
 
 import numpy as np
-import pandas as pd
+from scipy import stats
 
-from suite.report import significance as sig
-from suite.report.baseline_scores import Baseline
-from suite.report.formatting import SCALE
-from suite.report.registry_info import higher_is_better, is_regression
 from suite.stats.evidence import RunOutcome, compare_runs, loaded_predictions
 
 
@@ -32,6 +29,17 @@ class VsConstant:
     p: float           # one-sided; nan for a single run
     better: bool       # p < alpha (a single run: its sign)
     seeds_only: bool   # the dev examples' noise is not in p (no predictions, or a regression task)
+
+
+def beats_level_p(values: np.ndarray, level: float, higher: bool = True) -> float:
+    """One-sided one-sample t-test p-value that the mean of `values` is better than `level` (above it when
+    `higher`). Identical values: 0 when they are better, 1 otherwise; a single value: NaN (no test)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return math.nan
+    if np.all(v == v[0]):
+        return 0.0 if (v[0] > level if higher else v[0] < level) else 1.0
+    return float(stats.ttest_1samp(v, level, alternative="greater" if higher else "less").pvalue)
 
 
 def majority_predictions(preds: dict) -> dict:
@@ -55,26 +63,23 @@ def _loaded(path) -> dict | None:
     return preds if ok else None
 
 
-def vs_constant(task: str, runs: pd.DataFrame, base: Baseline, alpha: float) -> VsConstant | None:
-    """`runs`: one cell's records (any status). None without a finished run or a baseline."""
-    ok = runs[runs["status"] == "ok"]
-    if not len(ok) or not base.available:
-        return None
-    higher = higher_is_better(task)
-    scores = ok["score"].astype(float).to_numpy() * SCALE
-    scores = np.where(np.isfinite(scores), scores, base.constant)
-    margin = float(scores.mean() - base.constant) * (1 if higher else -1)
+def vs_constant(task: str, scores: np.ndarray, predictions: Sequence[str | None], constant: float, alpha: float,
+                higher: bool = True, regression: bool = False) -> VsConstant:
+    """`scores`: one cell's finished runs (x100; NaN: no score), `predictions` their sidecars ('' or None: none),
+    `constant` the predictor's score (x100, finite)."""
+    scores = np.asarray(scores, dtype=float)
+    scores = np.where(np.isfinite(scores), scores, constant)
+    margin = float(scores.mean() - constant) * (1 if higher else -1)
     if len(scores) == 1:
         return VsConstant(margin, 1, math.nan, margin > 0, True)
-    paths = ok["predictions"] if "predictions" in ok else [None] * len(ok)
-    preds = [None] * len(ok) if is_regression(task) else [_loaded(p) for p in paths]
+    preds = [None] * len(scores) if regression else [_loaded(p) for p in predictions]
     ev = None
     if any(p is not None for p in preds):
         model = {i: RunOutcome(float(s), p) for i, (s, p) in enumerate(zip(scores, preds))}   # paired by run
-        constant = {i: RunOutcome(base.constant, majority_predictions(p) if p else None) for i, p in enumerate(preds)}
-        ev = compare_runs(task, model, constant, higher_is_better=higher)
+        baseline = {i: RunOutcome(constant, majority_predictions(p) if p else None) for i, p in enumerate(preds)}
+        ev = compare_runs(task, model, baseline, higher_is_better=higher)
     if ev is None or not math.isfinite(ev.p):
-        p = sig.beats_level_p(scores, base.constant, higher)
+        p = beats_level_p(scores, constant, higher)
         return VsConstant(margin, len(scores), p, p < alpha, True)
     p = ev.p / 2 if (ev.diff > 0) == higher else 1 - ev.p / 2
     # no dev-example variance although runs kept predictions: the examples could not be resampled (e.g. runs scored

@@ -1,0 +1,176 @@
+"""The stages beside the records: the files a tuning stage and `run --until-decided` leave at an output root, and
+the report's sections on them.
+
+- Tuning (docs/protocol.md): OUT/tuning/selection.json, written by the run command after the tuning stage: each
+  method's search space and budget, every configuration's tuning-split score (mean over the tuning seeds) and the
+  configuration selected per (model, task, method). The tuning records themselves (OUT/tuning/runs/) never enter the
+  leaderboard; the selected configurations tell which final runs a cell's leaderboard entry is
+  (`suite.report.selection.fold_selected`).
+- Seeds added until decided (docs/sequential.md): OUT/until_decided.json, written by the run command after every
+  look (suite.grid.until_decided): each primary comparison's looks, seeds, stopping reason and verdict, which the
+  comparisons report in place of the fixed-sample verdict.
+
+Each section is '' when no reported folder has its file.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+SELECTION = Path("tuning") / "selection.json"
+STATE = "until_decided.json"
+REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (within the margin)",
+           "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
+           "continue": "open (the loop is running or was interrupted)"}
+
+__all__ = ["SELECTION", "STATE", "output_files", "selection_files", "selections", "sequential_markdown",
+           "state_files", "tuning_markdown", "verdicts"]
+
+
+def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:
+    """The files called `name` at the output roots of the folders reported (a folder given as OUT/runs counts as OUT),
+    where a stage beside the records left one (the tuning selection, the until-decided state)."""
+    found = []
+    for d in map(Path, paths):
+        root = d.parent if d.name == "runs" and not (d / "runs").is_dir() else d
+        if (root / name).is_file():
+            found.append(root / name)
+    return found
+
+
+def selections(paths: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(model, task, method) -> the selected configuration ({"train.lr": ..., "METHOD.KEY": ...}) of every tuning
+    stage beside the folders reported."""
+    found = {}
+    for path in output_files(paths, SELECTION):
+        for cell in json.loads(path.read_text()).get("cells", []):
+            if cell.get("selected") is not None:
+                found[str(cell["model"]), str(cell["task"]), str(cell["method"])] = cell["selected"]
+    return found
+
+
+def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
+    """The state files of the output folders reported."""
+    return output_files(run_dirs, STATE)
+
+
+def verdicts(run_dirs: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str, str], tuple[str, str]]:
+    """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold."""
+    found = {}
+    for path in state_files(run_dirs):
+        for c in json.loads(path.read_text())["comparisons"]:
+            found[c["model"], c["method"], c["task"], c["reference"]] = (c["verdict"], c["reason"])
+    return found
+
+
+def _num(x: Any, spec: str = ".2f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def _row(c: dict[str, Any]) -> str:
+    last = c["looks"][-1] if c["looks"] else {}
+    evidence = (f"{_num(last.get('diff'), '+.2f')} [{_num(last.get('low'), '+.2f')}, {_num(last.get('high'), '+.2f')}]"
+                if last.get("diff") is not None else "—")
+    p = f"{_num(last.get('p'), '.2g')} (< {_num(last.get('level'), '.2g')})" if last.get("level") else "—"
+    tost = (f"{_num(last.get('p_equiv'), '.2g')} (< {_num(last.get('level_equiv'), '.2g')}, ±{last['margin']:g})"
+            if last.get("level_equiv") and last.get("margin") is not None else "—")
+    ns = " → ".join(str(lk["n"]) for lk in c["looks"])
+    return (f"| {c['task']} | {c['method']} vs {c['reference']} | {len(c['looks'])} | {ns} | "
+            f"{REASONS.get(c['reason'], c['reason'])} | **{c['verdict']}** | {evidence} | {p} | {tost} |")
+
+
+def sequential_markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
+    """The section as markdown ('' when no folder was run with --until-decided)."""
+    lines: list[str] = []
+    for path in state_files(run_dirs):
+        state = json.loads(path.read_text())
+        looks = ", ".join(map(str, state["looks"]))
+        lines += ["", "## Seeds added until decided", "",
+                  f"`run --until-decided` looked at the primary comparisons at {looks} seeds and gave further seeds "
+                  f"only to those still undecided. Rule: {state['rule']}; alpha {state['alpha']:g} over "
+                  f"{state['primary']} primary comparison(s), {state['alpha_each']:.3g} each (`{path}`).", "",
+                  "A comparison's verdict here is the one whose error rate holds over the looks, and the one the "
+                  "difference and comparison tables report (marked ‡); their intervals and p-values treat the same "
+                  "seeds as one fixed-size sample and do not account for the looks.", "",
+                  "| task | comparison | looks | paired seeds per look | stopped for | verdict | diff [95% interval] "
+                  "| p (look's level) | TOST p (level, margin) |",
+                  "|---|---|---:|---|---|---|---|---|---|"]
+        lines += [_row(c) for c in state["comparisons"]]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _value(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) or v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _settings(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_value(v)}" for k, v in settings.items()) or "defaults"
+
+
+def _score(x: float | None) -> str:
+    """A score x 100; a failed run's is NaN, a run without a record yet (or a mean it lacks) None."""
+    return "—" if x is None else "failed" if x != x else f"{100 * x:.2f}"
+
+
+def _space(space: dict[str, list]) -> str:
+    return "; ".join(f"{k}: " + ", ".join(map(_value, values)) for k, values in space.items())
+
+
+def _short(settings: dict[str, Any], method: str) -> str:
+    """Selected settings without the method's own prefix (`vanilla.p` -> `p`, `train.lr` -> `lr`)."""
+    def key(k: str) -> str:
+        return k.split(".", 1)[1] if k.startswith((f"{method}.", "train.")) else k
+    return ", ".join(f"{key(k)}={_value(v)}" for k, v in settings.items()) or "defaults"
+
+
+def _selected_table(cells: list[dict]) -> list[str]:
+    """One row per method, one column per task: each cell's selected settings and its tuning-split score."""
+    tasks = list(dict.fromkeys(c["task"] for c in cells))
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for c in cells:
+        best = next((x["mean"] for x in c["configurations"] if x["settings"] == c["selected"]), None)
+        rows.setdefault((c["model"], c["method"]), {})[c["task"]] = (
+            f"{_short(c['selected'], c['method'])} ({_score(best)})" if c["selected"] is not None
+            else "none selected")
+    lines = ["| model | method | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
+    lines += [f"| {model} | {method} | " + " | ".join(by_task.get(t, "–") for t in tasks) + " |"
+              for (model, method), by_task in rows.items()]
+    return lines
+
+
+def selection_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
+    """The selection files of the output folders reported."""
+    return output_files(run_dirs, SELECTION)
+
+
+def tuning_markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
+    """The section as markdown ('' when no folder has a tuning stage)."""
+    lines: list[str] = []
+    for path in selection_files(run_dirs):
+        data = json.loads(path.read_text())
+        p = data["protocol"]
+        lines += ["", "## Tuning", "",
+                  f"Each method was tuned with the same budget ({p['budget']} configurations x tuning seeds "
+                  f"{', '.join(map(str, p['seeds']))}) on a tuning split carved from the training data "
+                  f"(train.holdout={_value(p['holdout'])}), never on dev; the configuration with the best mean "
+                  "tuning-split score is the one the tables above report, run on other seeds and scored on dev "
+                  f"(`{path}`).", "",
+                  "| method | search space | points | budget |", "|---|---|---:|---:|"]
+        lines += [f"| {m} | {_space(space)} | {math.prod(len(set(v)) for v in space.values())} | {p['budget']} |"
+                  for m, space in p["space"].items()]
+        lines += ["", "Selected per task (tuning-split score x 100 in brackets):", "",
+                  *_selected_table(data["cells"]), "", "### Every configuration tried"]
+        for cell in data["cells"]:
+            lines += ["", f"**{cell['task']} / {cell['method']}** (`{cell['model']}`; tuning-split score x 100, "
+                      f"{'higher' if cell['higher_is_better'] else 'lower'} is better): "
+                      + (f"selected {_settings(cell['selected'])}" if cell["selected"] is not None
+                         else f"nothing selected ({cell['reason']})"), "",
+                      "| configuration | mean | per tuning seed | selected |", "|---|---:|---|:---:|"]
+            for c in cell["configurations"]:
+                seeds = ", ".join(f"{s}: {_score(v)}" for s, v in c["scores"].items())
+                chosen = "✓" if c["settings"] == cell["selected"] else ""
+                lines.append(f"| {_settings(c['settings'])} | {_score(c['mean'])} | {seeds} | {chosen} |")
+    return "\n".join(lines) + ("\n" if lines else "")
