@@ -193,9 +193,11 @@ def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tm
     for seed in (1, 2, 3):
         store.write(*make_record("rte", "vanilla", seed, {"accuracy": 0.60 + 0.01 * seed}, hparams={"p": 0.1}))
         store.write(*make_record("rte", "topk", seed, {"accuracy": 0.65 + 0.001 * seed * seed}, hparams={"k": 8}))
-    look = {"look": 1, "n": 3, "reason": "futility", "verdict": "undecided", "diff": 4.4, "low": 1.0, "high": 7.8,
-            "p": 0.01, "level": 1e-5}
-    state = {"looks": [3, 6], "rule": "test rule", "alpha": 0.05, "primary": 1, "alpha_each": 0.05,
+    look = {"look": 1, "planned_seeds": 3, "n": 3, "seeds": [1, 2, 3], "reason": "futility", "verdict": "undecided",
+            "diff": 4.4, "low": 1.0, "high": 7.8, "p": 0.01, "level": 1e-5}
+    state = {"written": "2026-01-01T00:00:00+00:00", "looks": [3, 6], "seed_order": [1, 2, 3, 4, 5, 6],
+             "schedule": {"start": 3, "step": 3, "cap": 6, "spending": "obrien-fleming", "futility": 0.1},
+             "rule": "test rule", "alpha": 0.05, "primary": 1, "alpha_each": 0.05,
              "comparisons": [{"model": MODEL, "task": "rte", "method": "topk", "reference": "vanilla",
                               "reason": "futility", "verdict": "undecided", "looks": [look]}]}
     (tmp_path / "until_decided.json").write_text(json.dumps(state))

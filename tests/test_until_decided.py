@@ -16,7 +16,6 @@ from suite.grid.executors import run_grid
 from suite.grid.plan import build_grid
 from suite.grid.store import Store
 from suite.grid.until_decided import (
-    STATE_FILE,
     Comparison,
     Schedule,
     closing_lines,
@@ -24,6 +23,7 @@ from suite.grid.until_decided import (
     run_until_decided,
     seed_sequence,
 )
+from suite.run.layout import UNTIL_DECIDED
 from suite.run.settings import TrainSettings
 
 # planted scores (x100): method -> (shift over vanilla, spread of a seed's difference)
@@ -80,7 +80,7 @@ def test_seeds_are_added_only_to_undecided_comparisons_and_each_stops_with_its_r
     assert len(tracks["no_dropout"].looks) < len(tracks["topk"].looks) or tracks["topk"].reason == "futility"
     assert seeds_run["vanilla"] == grid.seeds[:max(t.looks[-1]["planned_seeds"] for t in tracks.values())]
 
-    state = json.loads((grid.store.root / STATE_FILE).read_text())
+    state = json.loads((grid.store.root / UNTIL_DECIDED).read_text())
     by_method = {c["method"]: c for c in state["comparisons"]}
     assert by_method["no_dropout"]["reason"] == "efficacy" and state["alpha_each"] == pytest.approx(0.05 / 3)
     assert [lk["n"] for lk in by_method["topk"]["looks"]] == [3, 6, 9, 12][:len(by_method["topk"]["looks"])]
@@ -114,7 +114,7 @@ def test_only_primary_comparisons_get_looks_and_the_family_shares_alpha(grid):
     assert [t.comparison.method for t in outcome.tracks] == ["topk"]
     extra = {j.method for j in grid.trained if j.seed not in grid.seeds[:grid.schedule.start]}
     assert extra <= {"topk", "vanilla"}
-    assert json.loads((grid.store.root / STATE_FILE).read_text())["alpha_each"] == pytest.approx(0.05)
+    assert json.loads((grid.store.root / UNTIL_DECIDED).read_text())["alpha_each"] == pytest.approx(0.05)
 
 
 def test_a_cells_other_settings_run_in_the_first_round_and_never_enter_a_look(grid, monkeypatch):

@@ -179,6 +179,8 @@ def _complete_finished_outputs(plan: GridPlan, store, force: bool) -> None:
 
 def _write_command(store) -> None:
     """Remember the command that produced the runs (reports print it in their header)."""
+    from suite.run.layout import OutputFolder
+
     store.root.mkdir(parents=True, exist_ok=True)
-    with open(store.root / "commands.txt", "a") as fh:
+    with open(OutputFolder(store.root).commands, "a") as fh:
         fh.write("python -m suite " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n")

@@ -25,6 +25,7 @@ from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment, target_method
 from suite.run.data import load_splits, task_data_dir
 from suite.run.device import cpu_bf16_native, device_type, pick_device
+from suite.run.layout import COMMANDS
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
@@ -37,7 +38,7 @@ FRESH_WEIGHT_PARTS = ("pooler.",)
 
 # Files of the output folder that a grid appends to (records, sidecars and test predictions are written through a
 # temporary file and renamed, which replaces a link instead of following it).
-APPENDED_FILES = ("commands.txt",)
+APPENDED_FILES = (COMMANDS,)
 
 
 def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = (),

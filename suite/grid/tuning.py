@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import zlib
 from pathlib import Path
@@ -21,10 +20,9 @@ from suite.api.method_facts import METHODS
 from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment
 from suite.grid.store import Store, atomic_write
+from suite.run.layout import SELECTION, OutputFolder, SelectionFile, own_folder, state_json
 from suite.run.settings import RunConfig, check_seeds
 
-TUNING_FOLDER = "tuning"          # OUT/tuning/runs/: tuning records, apart from the final grid's OUT/runs/
-SELECTION_FILE = "selection.json"
 DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)
 # settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
 FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "data_seed", "subset_draw", "max_eval_samples")
@@ -148,7 +146,7 @@ class TuningPlan:
 
     @property
     def selection_path(self) -> Path:
-        return self.store.root / SELECTION_FILE
+        return self.store.root / SELECTION  # OUT/tuning/selection.json (suite.run.layout)
 
 
 def plan_tuning_runs(tune, final_jobs: list[RunConfig], final_seeds: list[int], out: str | Path) -> TuningPlan:
@@ -176,7 +174,7 @@ def plan_tuning_runs(tune, final_jobs: list[RunConfig], final_seeds: list[int], 
         cells[cell] = [Candidate(settings, {seed: apply_settings(dataclasses.replace(base, seed=seed), settings)
                                             for seed in tune.seeds})
                        for settings in points[cell[2]]]
-    return TuningPlan(tune, Store(Path(out) / TUNING_FOLDER), cells)
+    return TuningPlan(tune, Store(OutputFolder(out).tuning.root), cells)
 
 
 def _tune_score(store: Store, job: RunConfig) -> float | None:
@@ -238,9 +236,11 @@ def with_other_cells(own: dict[str, Any], whole: dict[str, Any]) -> dict[str, An
 
 
 def write_selection(plan: TuningPlan, selection: dict[str, Any]) -> Path:
+    """Through its model (suite.run.layout.SelectionFile), which the report reads it with."""
     path = plan.selection_path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda fh: fh.write(json.dumps(selection, indent=1, default=str).encode()))
+    own_folder(path.parent)  # OUT/tuning: a link planted there is replaced, never written through
+    blob = state_json(SelectionFile.model_validate(selection))
+    atomic_write(path, lambda fh: fh.write(blob))
     return path
 
 

@@ -22,10 +22,10 @@ from typing import Any, Callable, Iterable
 from suite.api.errors import BadInput
 from suite.grid.executors import GridResult
 from suite.grid.store import Store, atomic_write
+from suite.run.layout import OutputFolder, UntilDecidedFile, state_json
 from suite.run.settings import RunConfig
 from suite.stats.sequential import DEFAULT_FUTILITY, SPENDING, Design, family_alpha, plan_looks
 
-STATE_FILE = "until_decided.json"
 DEFAULT_START, DEFAULT_STEP, DEFAULT_CAP = 5, 5, 20
 DEFAULT_ALPHA, DEFAULT_REFERENCE = 0.05, "vanilla"  # the report's defaults (report.alpha, report.baseline)
 
@@ -189,7 +189,7 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
     # the rest (other settings of a cell) run in full in the first round
     jobs, rest = compared_jobs(jobs, seeds, _arm_set(primary))
     merged = GridResult()
-    state_path = store.root / STATE_FILE
+    state_path = OutputFolder(store.root).until_decided
     planned = 0
     for look, n in enumerate(design.looks):
         wanted = set(seeds[planned:n])
@@ -277,7 +277,7 @@ def _write_state(path: Path, tracks: list[Track], schedule: Schedule, design: De
                      f"conditional power of a decision by the cap is below {schedule.futility}",
              "comparisons": [t.to_dict() for t in tracks]}
     path.parent.mkdir(parents=True, exist_ok=True)
-    blob = json.dumps(state, indent=1).encode()
+    blob = state_json(UntilDecidedFile.model_validate(state))  # the model the report reads it with
     atomic_write(path, lambda fh: fh.write(blob))
 
 

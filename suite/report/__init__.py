@@ -19,7 +19,7 @@ How records become cells
 The walk of a report: load -> facts -> sections -> document
   load.py            run folders -> one DataFrame row per valid record (`RunRecord.from_dict`), typed: settings
                      (`Setting`) and the record's parts the sections read (small frozen dataclasses)
-  stages.py          the files a tuning stage and `run --until-decided` leave beside the records (SELECTION, STATE),
+  stages.py          the files a tuning stage and `run --until-decided` leave beside the records (suite.run.layout),
                      and their sections
   selection.py       which records each table uses; a tuned study's selected runs folded into one cell
   facts.py           the options, and what the report knows of each model, computed once: cells, averages,

@@ -19,6 +19,7 @@ import pandas as pd
 
 from suite.api.errors import ReportError
 from suite.report.vocabulary import key_of, num
+from suite.run.layout import COMMANDS, RUNS
 from suite.run.record import InvalidRecord, RunRecord
 from suite.run.settings import with_added_defaults
 
@@ -170,8 +171,8 @@ def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
     """(output root, folder of records) for each path: an output folder with runs/, or a runs folder itself."""
     out = []
     for p in map(Path, paths):
-        if (p / "runs").is_dir():
-            out.append((p, p / "runs"))
+        if (p / RUNS).is_dir():
+            out.append((p, p / RUNS))
         elif p.is_dir() and any(p.glob("*.json")):
             out.append((p.parent, p))
         else:
@@ -355,7 +356,7 @@ def read_folder(runs: Path) -> tuple[list[dict], dict[str, str]]:
 
 
 def read_commands(root: Path, commands: list[str]) -> None:
-    cmd_file = root / "commands.txt"
+    cmd_file = root / COMMANDS
     if cmd_file.is_file():
         try:
             text = cmd_file.read_text()

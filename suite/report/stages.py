@@ -14,20 +14,31 @@ Each section is '' when no reported folder has its file.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
-SELECTION = Path("tuning") / "selection.json"
-STATE = "until_decided.json"
+from suite.run.layout import (
+    RUNS,
+    SELECTION,
+    TUNING,
+    UNTIL_DECIDED,
+    Look,
+    SelectedCell,
+    SelectionFile,
+    TrackedComparison,
+    UntilDecidedFile,
+    read_state,
+)
+
+SELECTION_PATH = Path(TUNING) / SELECTION  # beside the records, at the output root
 REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (within the margin)",
            "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
            "continue": "open (the loop is running or was interrupted)"}
 
-__all__ = ["SELECTION", "STATE", "output_files", "selection_files", "selections", "sequential_markdown",
-           "state_files", "tuning_markdown", "verdicts"]
+__all__ = ["output_files", "selection_files", "selections", "sequential_markdown", "state_files", "tuning_markdown",
+           "verdicts"]
 
 
 def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:
@@ -35,7 +46,7 @@ def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[P
     where a stage beside the records left one (the tuning selection, the until-decided state)."""
     found = []
     for d in map(Path, paths):
-        root = d.parent if d.name == "runs" and not (d / "runs").is_dir() else d
+        root = d.parent if d.name == RUNS and not (d / RUNS).is_dir() else d
         if (root / name).is_file():
             found.append(root / name)
     return found
@@ -45,24 +56,24 @@ def selections(paths: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str],
     """(model, task, method) -> the selected configuration ({"train.lr": ..., "METHOD.KEY": ...}) of every tuning
     stage beside the folders reported."""
     found = {}
-    for path in output_files(paths, SELECTION):
-        for cell in json.loads(path.read_text()).get("cells", []):
-            if cell.get("selected") is not None:
-                found[str(cell["model"]), str(cell["task"]), str(cell["method"])] = cell["selected"]
+    for path in output_files(paths, SELECTION_PATH):
+        for cell in read_state(path, SelectionFile).cells:
+            if cell.selected is not None:
+                found[cell.key] = cell.selected
     return found
 
 
 def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     """The state files of the output folders reported."""
-    return output_files(run_dirs, STATE)
+    return output_files(run_dirs, UNTIL_DECIDED)
 
 
 def verdicts(run_dirs: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str, str], tuple[str, str]]:
     """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold."""
     found = {}
     for path in state_files(run_dirs):
-        for c in json.loads(path.read_text())["comparisons"]:
-            found[c["model"], c["method"], c["task"], c["reference"]] = (c["verdict"], c["reason"])
+        for c in read_state(path, UntilDecidedFile).comparisons:
+            found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason)
     return found
 
 
@@ -70,35 +81,35 @@ def _num(x: Any, spec: str = ".2f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _row(c: dict[str, Any]) -> str:
-    last = c["looks"][-1] if c["looks"] else {}
-    evidence = (f"{_num(last.get('diff'), '+.2f')} [{_num(last.get('low'), '+.2f')}, {_num(last.get('high'), '+.2f')}]"
-                if last.get("diff") is not None else "—")
-    p = f"{_num(last.get('p'), '.2g')} (< {_num(last.get('level'), '.2g')})" if last.get("level") else "—"
-    tost = (f"{_num(last.get('p_equiv'), '.2g')} (< {_num(last.get('level_equiv'), '.2g')}, ±{last['margin']:g})"
-            if last.get("level_equiv") and last.get("margin") is not None else "—")
-    ns = " → ".join(str(lk["n"]) for lk in c["looks"])
-    return (f"| {c['task']} | {c['method']} vs {c['reference']} | {len(c['looks'])} | {ns} | "
-            f"{REASONS.get(c['reason'], c['reason'])} | **{c['verdict']}** | {evidence} | {p} | {tost} |")
+def _row(c: TrackedComparison) -> str:
+    last = c.looks[-1] if c.looks else Look(look=0, planned_seeds=0, n=0, seeds=[], reason="", verdict="")
+    evidence = (f"{_num(last.diff, '+.2f')} [{_num(last.low, '+.2f')}, {_num(last.high, '+.2f')}]"
+                if last.diff is not None else "—")
+    p = f"{_num(last.p, '.2g')} (< {_num(last.level, '.2g')})" if last.level else "—"
+    tost = (f"{_num(last.p_equiv, '.2g')} (< {_num(last.level_equiv, '.2g')}, ±{last.margin:g})"
+            if last.level_equiv and last.margin is not None else "—")
+    ns = " → ".join(str(lk.n) for lk in c.looks)
+    return (f"| {c.task} | {c.method} vs {c.reference} | {len(c.looks)} | {ns} | "
+            f"{REASONS.get(c.reason, c.reason)} | **{c.verdict}** | {evidence} | {p} | {tost} |")
 
 
 def sequential_markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
     """The section as markdown ('' when no folder was run with --until-decided)."""
     lines: list[str] = []
     for path in state_files(run_dirs):
-        state = json.loads(path.read_text())
-        looks = ", ".join(map(str, state["looks"]))
+        state = read_state(path, UntilDecidedFile)
+        looks = ", ".join(map(str, state.looks))
         lines += ["", "## Seeds added until decided", "",
                   f"`run --until-decided` looked at the primary comparisons at {looks} seeds and gave further seeds "
-                  f"only to those still undecided. Rule: {state['rule']}; alpha {state['alpha']:g} over "
-                  f"{state['primary']} primary comparison(s), {state['alpha_each']:.3g} each (`{path}`).", "",
+                  f"only to those still undecided. Rule: {state.rule}; alpha {state.alpha:g} over "
+                  f"{state.primary} primary comparison(s), {state.alpha_each:.3g} each (`{path}`).", "",
                   "A comparison's verdict here is the one whose error rate holds over the looks, and the one the "
                   "difference and comparison tables report (marked ‡); their intervals and p-values treat the same "
                   "seeds as one fixed-size sample and do not account for the looks.", "",
                   "| task | comparison | looks | paired seeds per look | stopped for | verdict | diff [95% interval] "
                   "| p (look's level) | TOST p (level, margin) |",
                   "|---|---|---:|---|---|---|---|---|---|"]
-        lines += [_row(c) for c in state["comparisons"]]
+        lines += [_row(c) for c in state.comparisons]
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -126,15 +137,14 @@ def _short(settings: dict[str, Any], method: str) -> str:
     return ", ".join(f"{key(k)}={_value(v)}" for k, v in settings.items()) or "defaults"
 
 
-def _selected_table(cells: list[dict]) -> list[str]:
+def _selected_table(cells: list[SelectedCell]) -> list[str]:
     """One row per method, one column per task: each cell's selected settings and its tuning-split score."""
-    tasks = list(dict.fromkeys(c["task"] for c in cells))
+    tasks = list(dict.fromkeys(c.task for c in cells))
     rows: dict[tuple[str, str], dict[str, str]] = {}
     for c in cells:
-        best = next((x["mean"] for x in c["configurations"] if x["settings"] == c["selected"]), None)
-        rows.setdefault((c["model"], c["method"]), {})[c["task"]] = (
-            f"{_short(c['selected'], c['method'])} ({_score(best)})" if c["selected"] is not None
-            else "none selected")
+        best = next((x.mean for x in c.configurations if x.settings == c.selected), None)
+        rows.setdefault((c.model, c.method), {})[c.task] = (
+            f"{_short(c.selected, c.method)} ({_score(best)})" if c.selected is not None else "none selected")
     lines = ["| model | method | " + " | ".join(tasks) + " |", "|---|---|" + "---|" * len(tasks)]
     lines += [f"| {model} | {method} | " + " | ".join(by_task.get(t, "–") for t in tasks) + " |"
               for (model, method), by_task in rows.items()]
@@ -143,34 +153,34 @@ def _selected_table(cells: list[dict]) -> list[str]:
 
 def selection_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     """The selection files of the output folders reported."""
-    return output_files(run_dirs, SELECTION)
+    return output_files(run_dirs, SELECTION_PATH)
 
 
 def tuning_markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
     """The section as markdown ('' when no folder has a tuning stage)."""
     lines: list[str] = []
     for path in selection_files(run_dirs):
-        data = json.loads(path.read_text())
-        p = data["protocol"]
+        data = read_state(path, SelectionFile)
+        p = data.protocol
         lines += ["", "## Tuning", "",
-                  f"Each method was tuned with the same budget ({p['budget']} configurations x tuning seeds "
-                  f"{', '.join(map(str, p['seeds']))}) on a tuning split carved from the training data "
-                  f"(train.holdout={_value(p['holdout'])}), never on dev; the configuration with the best mean "
+                  f"Each method was tuned with the same budget ({p.budget} configurations x tuning seeds "
+                  f"{', '.join(map(str, p.seeds))}) on a tuning split carved from the training data "
+                  f"(train.holdout={_value(p.holdout)}), never on dev; the configuration with the best mean "
                   "tuning-split score is the one the tables above report, run on other seeds and scored on dev "
                   f"(`{path}`).", "",
                   "| method | search space | points | budget |", "|---|---|---:|---:|"]
-        lines += [f"| {m} | {_space(space)} | {math.prod(len(set(v)) for v in space.values())} | {p['budget']} |"
-                  for m, space in p["space"].items()]
+        lines += [f"| {m} | {_space(space)} | {math.prod(len(set(v)) for v in space.values())} | {p.budget} |"
+                  for m, space in p.space.items()]
         lines += ["", "Selected per task (tuning-split score x 100 in brackets):", "",
-                  *_selected_table(data["cells"]), "", "### Every configuration tried"]
-        for cell in data["cells"]:
-            lines += ["", f"**{cell['task']} / {cell['method']}** (`{cell['model']}`; tuning-split score x 100, "
-                      f"{'higher' if cell['higher_is_better'] else 'lower'} is better): "
-                      + (f"selected {_settings(cell['selected'])}" if cell["selected"] is not None
-                         else f"nothing selected ({cell['reason']})"), "",
+                  *_selected_table(data.cells), "", "### Every configuration tried"]
+        for cell in data.cells:
+            lines += ["", f"**{cell.task} / {cell.method}** (`{cell.model}`; tuning-split score x 100, "
+                      f"{'higher' if cell.higher_is_better else 'lower'} is better): "
+                      + (f"selected {_settings(cell.selected)}" if cell.selected is not None
+                         else f"nothing selected ({cell.reason})"), "",
                       "| configuration | mean | per tuning seed | selected |", "|---|---:|---|:---:|"]
-            for c in cell["configurations"]:
-                seeds = ", ".join(f"{s}: {_score(v)}" for s, v in c["scores"].items())
-                chosen = "✓" if c["settings"] == cell["selected"] else ""
-                lines.append(f"| {_settings(c['settings'])} | {_score(c['mean'])} | {seeds} | {chosen} |")
+            for c in cell.configurations:
+                seeds = ", ".join(f"{s}: {_score(v)}" for s, v in c.scores.items())
+                chosen = "✓" if c.settings == cell.selected else ""
+                lines.append(f"| {_settings(c.settings)} | {_score(c.mean)} | {seeds} | {chosen} |")
     return "\n".join(lines) + ("\n" if lines else "")
