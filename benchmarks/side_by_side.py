@@ -54,7 +54,8 @@ def scores(out: Path) -> dict[str, dict]:
 
 # `python -m` puts the working folder first on sys.path, where this checkout's own `suite` would shadow the installed
 # revision: run the module with that entry removed (what `python -P -m` does on Python 3.11+)
-RUN_MODULE = "import runpy, sys; sys.path.pop(0); runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)"
+RUN_MODULE = ("import runpy, sys; sys.path.pop(0); module = sys.argv.pop(1); "
+              "runpy.run_module(module, run_name='__main__', alter_sys=True)")
 WHICH_SUITE = "import sys; sys.path.pop(0); import suite; print(suite.__file__)"
 
 
