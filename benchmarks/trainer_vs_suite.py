@@ -240,20 +240,7 @@ def main(argv=None) -> int:
             runners["HF Trainer" + tag] = (setting, lambda seed, t=settings(*setting, True): run_trainer(
                 job(seed, t), args.data_dir, args.device))
     load_before = os.getloadavg()[0]
-    results: dict[str, list[dict]] = {name: [] for name in runners}
-    for i, seed in enumerate(seeds):
-        order = list(runners) if i % 2 == 0 else list(reversed(runners))
-        for name in order:
-            cpu_start = time.process_time()
-            with TokenCounter() if args.count_tokens else contextlib.nullcontext() as counted:
-                res = runners[name][1](seed)
-            res["cpu_s"] = time.process_time() - cpu_start  # this process's CPU time: less hurt by other load
-            if counted is not None:
-                res["tokens"] = f"{counted.train:,} / {counted.eval:,}"
-            res["seed"] = seed
-            results[name].append(res)
-            print(f"seed {seed} {name}: {res['wall_s']:.1f}s wall, {res['cpu_s']:.1f}s CPU, dev score "
-                  f"{res['score']:.4f}", file=sys.stderr, flush=True)
+    results = _run_interleaved(runners, seeds, args.count_tokens)
     load_after = os.getloadavg()[0]
 
     def trainer_runs(setting: tuple[str, str]) -> list[dict]:
@@ -290,6 +277,25 @@ def main(argv=None) -> int:
             print(f"- {name} minus HF Trainer at its settings: "
                   f"{welch(runs, trainer_runs(runners[name][0]))}")
     return 0
+
+
+def _run_interleaved(runners: dict, seeds: list[int], count_tokens: bool) -> dict[str, list[dict]]:
+    """Every runner at every seed, the order reversed every other seed (drift on a shared machine hits all)."""
+    results: dict[str, list[dict]] = {name: [] for name in runners}
+    for i, seed in enumerate(seeds):
+        order = list(runners) if i % 2 == 0 else list(reversed(runners))
+        for name in order:
+            cpu_start = time.process_time()
+            with TokenCounter() if count_tokens else contextlib.nullcontext() as counted:
+                res = runners[name][1](seed)
+            res["cpu_s"] = time.process_time() - cpu_start  # this process's CPU time: less hurt by other load
+            if counted is not None:
+                res["tokens"] = f"{counted.train:,} / {counted.eval:,}"
+            res["seed"] = seed
+            results[name].append(res)
+            print(f"seed {seed} {name}: {res['wall_s']:.1f}s wall, {res['cpu_s']:.1f}s CPU, dev score "
+                  f"{res['score']:.4f}", file=sys.stderr, flush=True)
+    return results
 
 
 def welch(a: list[dict], b: list[dict]) -> str:
