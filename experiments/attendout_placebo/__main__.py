@@ -1,13 +1,13 @@
-"""`python -m experiments.attendout_placebo [report|longhorizon|longhorizon-report] ...`: the first word picks the
-part (default: run, the placebo experiment)."""
+"""`python -m experiments.attendout_placebo [report|longhorizon|longhorizon-report|reassess] ...`: the first word
+picks the part (default: run, the placebo experiment)."""
 import sys
 
-from . import longhorizon, longhorizon_report, report, run
+from . import longhorizon, longhorizon_report, reassess, report, run
 
 
 def main(argv: list[str]) -> int:
     parts = {"report": report.main, "longhorizon": longhorizon.main,
-             "longhorizon-report": longhorizon_report.main}
+             "longhorizon-report": longhorizon_report.main, "reassess": reassess.main}
     if argv and argv[0] in parts:
         return parts[argv[0]](argv[1:])
     return run.main(argv)

@@ -87,14 +87,14 @@ class AttendOut(AttentionMethod):
 
     description = ("AttendOut (reconstruction): a G-Net samples per-sample, per-layer scores-dropout masks, trained "
                    "by REINFORCE on a first-order look-ahead reward (2 masks per batch, leave-one-out baseline). "
-                   "Measured (SST-2, placebo control; MiniLM over 60 steps, and a reduced model over 2,000 G updates "
-                   "at g_lr 1e-3 to 1e-1, where a planted reward is learned): G's policy ended no further from a "
-                   "placebo's than seeds are from each other, so in effect this is scores dropout at about "
-                   "p_init = 0.1 with masks drawn per sample and layer, at 2-3x a vanilla step.")
+                   "Whether G learns from the real reward is undecided at the models and horizons tested (SST-2: "
+                   "MiniLM over 60 steps; a 2-layer random-init model that never learned the task, over 2,000 G "
+                   "updates, about a third of what the planted control's scaling says the reward's signal needs); "
+                   "until decided, read its numbers as scores dropout at about p_init = 0.1 with masks drawn per "
+                   "sample and layer, at 2-3x a vanilla step.")
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
-                      "paper's numbers; in placebo-controlled tests its generator learned nothing measurable, over 60 "
-                      "steps or 2,000 G updates (where a planted reward is learned), so it acts as scores dropout at "
-                      "about 0.1 (results/attendout_placebo, results/attendout_longhorizon)")
+                      "paper's numbers; whether its generator learns from the real reward is undecided at the models "
+                      "and horizons tested so far (results/attendout_longhorizon/reassessment.md)")
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
     # read by the runner under train.compile: it compiles anyway, and says why that does not pay
     compile_warning = ("attendout does not compile well: its generator's masks, the hidden states it captures with "
