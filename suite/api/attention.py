@@ -23,6 +23,11 @@ import torch.nn.functional as F
 from suite.api.errors import HyperParameterError
 from suite.api.method_facts import METHODS, check_precision  # noqa: F401 (torch-free: dry runs read them there)
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["AttentionMethod", "NoConfig", "StepContext", "attend", "attention_modules", "check_integer",
+           "check_probability", "drop_scores", "has_probe", "mask_fill_value", "probes", "probs_dropout",
+           "register_method", "same_device", "scores", "softmax", "valid_keys"]
+
 
 @dataclasses.dataclass
 class NoConfig:

@@ -10,6 +10,9 @@ import torch
 from suite.api.attention import AttentionMethod
 from suite.api.tiny_models import padded_batch, tiny_model
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["CheckReport", "CheckResult", "attached", "checked_batch", "forward", "gradients", "max_diff"]
+
 
 @dataclasses.dataclass
 class CheckResult:

@@ -11,6 +11,9 @@ from suite.api.attention import AttentionMethod, StepContext
 from suite.api.check_common import CheckResult, attached, checked_batch, forward, max_diff
 from suite.api.tiny_models import tiny_model
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["check_deterministic", "check_hooks", "check_prepare_device", "check_shape"]
+
 
 def _recording_attention(method: AttentionMethod, calls: list):
     """Wraps the method's `attention` (on the instance) so that each call's query, value and result are kept."""

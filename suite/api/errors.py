@@ -6,6 +6,10 @@ inside a run is recorded in that run's record as `failed`; the grid goes on.
 """
 from __future__ import annotations
 
+__all__ = ["BadInput", "DataError", "EXIT_BAD_INPUT", "EXIT_FAILED_RUNS", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
+           "ExecutorError", "HyperParameterError", "NonFiniteLoss", "ReportError", "SuiteError",
+           "Terminated", "UnknownNameError"]  # what the rest of the suite uses; other names are this module's own
+
 EXIT_FAILED_RUNS = 1       # the grid finished, some runs failed
 EXIT_BAD_INPUT = 2         # nothing trained: fix the input
 EXIT_INTERRUPTED = 130     # Ctrl-C

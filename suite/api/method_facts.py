@@ -23,6 +23,10 @@ from suite.api import startup_cache
 from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry, normalise
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["METHODS", "MethodFacts", "catalog_of_methods", "check_precision", "default_hparams", "hashed_when_changed",
+           "method_facts", "method_registry", "replaces_training_step", "validated_hparams"]
+
 # names are case- and dash-insensitive, as task names are: `scores-dropout` and `Scores_Dropout` are scores_dropout
 METHODS: Registry[type] = Registry("method", "suite.methods", "suite.methods", key=normalise, guard_replacement=True)
 

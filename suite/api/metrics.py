@@ -6,6 +6,9 @@ from typing import TYPE_CHECKING, Callable
 
 from suite.api.registry import Registry
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["METRICS", "check_task_metrics", "compute", "headline", "predictions", "register_metric"]
+
 if TYPE_CHECKING:  # numpy is imported where a metric is computed: dry runs only check that the metrics exist
     import numpy as np
 

@@ -17,6 +17,8 @@ from typing import Callable, Generic, Iterable, TypeVar
 
 from suite.api.errors import UnknownNameError  # re-exported: the registry raises it
 
+__all__ = ["Registry", "normalise"]  # what the rest of the suite uses; other names are this module's own
+
 T = TypeVar("T")
 
 

@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["interpreter", "loaded_code", "plan_only", "read", "remembered", "usable", "write"]
+
 FORMAT = 1
 SETTLE_NS = 2_000_000_000   # a file or folder changed this recently (or later) keeps an entry from being written
 STALE_S = 30 * 24 * 3600    # entries untouched this long are removed

@@ -12,6 +12,9 @@ from typing import Sequence
 
 from suite.api.registry import Registry, normalise
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["LocalSplit", "TASKS", "TaskSpec", "TestSet", "get_task", "register_task", "select_tasks", "task_groups"]
+
 TASKS: Registry["TaskSpec"] = Registry("task", "suite.tasks", "suite.tasks", key=normalise)
 
 

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import torch
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["WORDS", "padded_batch", "tiny_config", "tiny_model", "tiny_tokenizer"]
+
 WORDS = ("the a cat dog sat on mat man woman ran fast slow big small red blue null NA yes no house tree "
          "car bird sees likes \" 'll n't . , ! ?").split()
 

@@ -11,6 +11,9 @@ import sys
 from suite.api.attention import METHODS
 from suite.api.errors import EXIT_BAD_INPUT, BadInput
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["COMMAND", "EXIT_FAILED", "add_parser", "main"]
+
 COMMAND = "check"
 EXIT_FAILED = 1
 

@@ -10,6 +10,8 @@ from suite.report import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_CORRECTION, DE
 from suite.run.data import DATA_DIR_ENV
 from suite.stats.families import CORRECTIONS
 
+__all__ = ["COMMAND", "add_parser", "main", "study_arguments"]  # the command, and what the rest of the suite uses
+
 COMMAND = "report"
 
 

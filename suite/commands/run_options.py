@@ -16,6 +16,9 @@ from suite.grid.overrides import NAME_KEYS, Overrides
 from suite.run.data import DATA_DIR_ENV
 from suite.run.settings import ANALYSES, DEFAULT_MODEL, PRESETS, TRAIN_FIELDS, TrainSettings, setting_help
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["TRAIN_SHORTCUTS", "add_run_options", "run_overrides", "train_keys_help"]
+
 # flag -> the training setting it sets (`--set train.KEY=V`, over the study's train: section)
 TRAIN_SHORTCUTS = {"--epochs": "epochs", "--lr": "lr", "--batch-size": "batch_size", "--max-length": "max_length",
                    "--max-train-samples": "max_train_samples", "--max-eval-samples": "max_eval_samples",

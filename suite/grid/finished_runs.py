@@ -15,6 +15,8 @@ from suite.run.layout import own_folder
 from suite.run.outputs import RunOutputs, artifact_path
 from suite.run.settings import RunConfig
 
+__all__ = ["complete_outputs"]  # what the rest of the suite uses; other names are this module's own
+
 RETRAIN = "--force reruns it (with --save-model --predict-test)"
 
 

@@ -11,6 +11,9 @@ from typing import Any
 from suite.grid.executors.options import EXECUTOR_OPTIONS
 from suite.run.settings import TRAIN_FIELDS
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["DEFAULT_SEEDS", "NAME_KEYS", "Overrides", "STUDY_DEFAULTS"]
+
 # the study's keys a flag may replace, with the value when neither the flags nor the study give one
 STUDY_DEFAULTS: dict[str, Any] = {"preset": "quick", "data_dir": None, "out": "runs", "device": "auto",
                                   "executor.name": "local", **{f"executor.{name}": None for name in EXECUTOR_OPTIONS},

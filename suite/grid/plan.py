@@ -21,6 +21,9 @@ from suite.api.method_facts import (
 )
 from suite.run.settings import RunConfig, TrainSettings, check_seeds
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["build_grid", "parse_assignment", "target_method"]
+
 
 def _convert(value: str, typ, where: str):
     origin = typing.get_origin(typ)

@@ -28,6 +28,10 @@ from suite.run.device import cpu_bf16_native, device_type, pick_device
 from suite.run.layout import COMMANDS
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
+__all__ = ["VERIFIED_MODEL_TYPES", "check_data", "check_device", "check_grid", "check_methods_fit_models",
+           "check_model", "check_out", "machine_memory", "warn_emulated_bf16", "warn_grid",
+           "warn_unused_settings"]  # what the rest of the suite uses; other names are this module's own
+
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
 VERIFIED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text",
                         "roberta-prelayernorm")

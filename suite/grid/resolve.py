@@ -23,6 +23,9 @@ from suite.run.data import resolve_data_dir
 from suite.run.device import resolve_jobs_precision
 from suite.run.settings import PRESETS, canonical_model, preset_train
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["GridPlan", "RunRequest", "plan_grid", "resolve_study"]
+
 if TYPE_CHECKING:
     from suite.grid.until_decided import Schedule
 

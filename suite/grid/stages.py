@@ -17,6 +17,8 @@ from suite.grid.resolve import GridPlan, RunRequest, resolve_study
 from suite.grid.study import Study
 from suite.grid.tuning import TuningPlan, plan_tuning_runs
 
+__all__ = ["StudyStages", "plan_stages"]  # what the rest of the suite uses; other names are this module's own
+
 
 @dataclass
 class StudyStages:

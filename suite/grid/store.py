@@ -19,6 +19,9 @@ from suite.api.errors import SuiteError
 from suite.run.layout import OutputFolder
 from suite.run.record import InvalidRecord, NewerRecord, RunRecord, predictions_filename, save_predictions
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["RecordNotSaved", "Store", "atomic_write"]
+
 try:
     import fcntl
 except ImportError:  # Windows: no record locks (see JobClaims)

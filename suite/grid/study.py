@@ -21,6 +21,9 @@ from suite.grid.executors.options import EXECUTOR_OPTIONS
 from suite.grid.plan import parse_assignment
 from suite.run.settings import TrainSettings
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["AlsoGrid", "Study", "load_study", "names"]
+
 Scalar = Union[bool, int, float, str, None]
 Names = Union[list[str], str]  # a YAML list or a comma list
 

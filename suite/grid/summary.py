@@ -19,6 +19,9 @@ from tabulate import tabulate
 
 from suite.run.settings import setting_name, setting_value
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["DASH", "compact_leaderboard", "grid_records"]
+
 SCALE = 100.0
 DASH = "–"
 MAJORITY_ROW = "majority class"

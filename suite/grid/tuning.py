@@ -23,6 +23,10 @@ from suite.grid.store import Store, atomic_write
 from suite.run.layout import SELECTION, OutputFolder, SelectionFile, own_folder, state_json
 from suite.run.settings import RunConfig, check_seeds
 
+__all__ = ["TuningIncomplete", "TuningPlan", "apply_settings", "check_space", "configurations", "plan_tuning_runs",
+           "protocol_train", "run_tuning_stage", "select_configurations", "selected_jobs", "settings_text",
+           "write_selection"]  # what the rest of the suite uses; other names are this module's own
+
 DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)
 # settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
 FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "data_seed", "subset_draw", "max_eval_samples")

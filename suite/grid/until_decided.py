@@ -26,6 +26,10 @@ from suite.run.layout import OutputFolder, UntilDecidedFile, state_json
 from suite.run.settings import RunConfig
 from suite.stats.sequential import DEFAULT_FUTILITY, SPENDING, Design, family_alpha, plan_looks
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["Comparison", "Schedule", "closing_lines", "comparisons", "primary_comparisons", "run_planned",
+           "run_until_decided", "same_family", "seed_sequence", "study_schedule"]
+
 DEFAULT_START, DEFAULT_STEP, DEFAULT_CAP = 5, 5, 20
 DEFAULT_ALPHA, DEFAULT_REFERENCE = 0.05, "vanilla"  # the report's defaults (report.alpha, report.baseline)
 

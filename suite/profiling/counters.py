@@ -23,6 +23,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+__all__ = ["counting"]  # what the rest of the suite uses; other names are this module's own
+
 # Operators whose output shape depends on tensor values: on CUDA the host must read a count before it can go on.
 DATA_DEPENDENT = {"nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim",
                   "nonzero_static_fallback", "repeat_interleave", "argwhere"}

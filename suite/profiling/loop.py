@@ -25,6 +25,9 @@ import torch
 
 from suite.profiling.counters import counting
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["LoopSpec", "PEAK_TFLOPS", "flops_per_token", "loop_table", "peak_tflops", "profile_loop"]
+
 # Dense bf16 tensor-core peak (without 2:4 sparsity), TFLOP/s, from NVIDIA's data sheets (their headline figures are
 # with sparsity: halved here). H100 SXM / PCIe / NVL: "NVIDIA H100 Tensor Core GPU" datasheet (BF16 1,979 / 1,513 /
 # 1,671 with sparsity); H200: "NVIDIA H200 Tensor Core GPU" datasheet (SXM 1,979 with sparsity); A100: "NVIDIA A100

@@ -9,6 +9,9 @@ import torch
 from suite.profiling.measure import EAGER, SDPA, Candidate
 from suite.run.device import machine
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["command_line", "header", "missed_targets", "table", "write_json"]
+
 
 def _median(c: Candidate) -> float | None:
     return statistics.median(c.times) if c.times and c.error is None else None

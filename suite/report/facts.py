@@ -25,7 +25,14 @@ import pandas as pd
 from suite.report.comparisons import Comparison, compare_model, curve_tests, floors
 from suite.report.costs import BenchCosts, CostColumns, cost_columns, read_bench
 from suite.report.load import Loaded, RecordedBaseline, Setting
-from suite.report.selection import Selection, curve_methods, curve_runs, select, size_curves, varying_keys
+from suite.report.selection import (
+    Selection,
+    curve_methods,
+    curve_runs,
+    leaderboard_selection,
+    size_curves,
+    varying_keys,
+)
 from suite.report.vocabulary import (
     DASH,
     FIGURES,
@@ -337,6 +344,6 @@ def report_facts(loaded: Loaded, options: Options, sequential: Mapping = Mapping
     models = {}
     for model in unique(df["model"]):
         records = df[df["model"] == model]
-        sel = select(df, model, options.baseline, options.reference_tasks)
+        sel = leaderboard_selection(df, model, options.baseline, options.reference_tasks)
         models[model] = model_facts(records, sel, options, bench, cache, sequential)
     return ReportFacts(loaded, MappingProxyType(models))

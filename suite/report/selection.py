@@ -29,7 +29,7 @@ from suite.report.vocabulary import default_hparams, key_of, reconstruction_note
 from suite.run.settings import changed_settings, setting_value
 
 __all__ = ["FOLDED", "Selection", "curve_methods", "curve_runs", "fold_selected", "has_variation", "lookup",
-           "select", "setting_text", "setup_note", "size_curves", "train_diff", "varying_keys"]
+           "leaderboard_selection", "setting_text", "setup_note", "size_curves", "train_diff", "varying_keys"]
 
 TRAIN = "train."
 FOLDED = "tuned"  # the frame's column naming, per folded row, the keys its cell's tuning chose
@@ -88,7 +88,7 @@ def _train_used(sub: pd.DataFrame) -> Setting:
     return stats["train"].iloc[0]
 
 
-def select(df: pd.DataFrame, model: str, baseline: str, reference_tasks=()) -> Selection:
+def leaderboard_selection(df: pd.DataFrame, model: str, baseline: str, reference_tasks=()) -> Selection:
     """`reference_tasks` (e.g. tasks the model does not learn) get their own table, out of comparisons and averages."""
     dm = df[df["model"] == model]
     tasks = task_order(dm["task"].unique())

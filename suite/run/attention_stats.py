@@ -42,6 +42,9 @@ import torch
 
 from suite.api.attention import probes
 
+__all__ = ["DIVERSITY_QUERIES", "LayerAccumulator", "SMOOTHING", "STATS", "attention_statistics", "map_sums",
+           "token_classes"]  # what the rest of the suite uses; other names are this module's own
+
 STATS = ("sparsity", "entropy", "null_rows", "attended_keys", "head_diversity", "head_disagreement", "mass_cls",
          "mass_sep", "mass_punct")
 SMOOTHING = 1e-4  # Clark et al.: P' = (1 - SMOOTHING) * P + SMOOTHING / T

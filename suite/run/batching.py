@@ -9,6 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+__all__ = ["BATCHINGS", "BUCKETS", "PAD_TO", "Widths", "bucket_widths", "collate", "length_grouped_batches",
+           "padded_widths", "random_batches", "resolve_pad_to", "sorted_batches", "to_device",
+           "trainer_length_batches"]  # what the rest of the suite uses; other names are this module's own
+
 
 def collate(features: list[dict[str, list[int]]], labels: list, pad_id: int, regression: bool,
             width: int | None = None) -> dict:

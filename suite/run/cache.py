@@ -29,6 +29,9 @@ import numpy as np
 
 from suite import __version__
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["BadEntry", "CACHE_ENV", "cached", "read_entry", "tokenized_key", "write_entry"]
+
 CACHE_ENV = "SUITE_CACHE_DIR"
 FORMAT = 3          # the layout of an entry; entries of another format are never read (3: the checksum covers the tree)
 SUFFIX = ".npz"

@@ -16,6 +16,9 @@ from suite.api.errors import DataError
 from suite.api.tasks import LocalSplit, TaskSpec
 from suite.run.batching import collate
 
+__all__ = ["DATA_DIR_ENV", "Encoded", "encode", "load_splits", "read_local_split", "resolve_data_dir", "seeded_subset",
+           "task_data_dir"]  # what the rest of the suite uses; other names are this module's own
+
 DATA_DIR_ENV = "SUITE_DATA_DIR"
 
 

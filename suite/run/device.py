@@ -11,6 +11,12 @@ from suite import __version__
 from suite.api import startup_cache
 from suite.api.errors import BadInput
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["CPU_BF16_CHECKS", "autocast_dtype", "cpu_bf16_native", "device_type", "enable_tf32", "environment",
+           "git_commit", "is_out_of_memory", "is_sticky_cuda_error", "limit_gpu_memory", "machine",
+           "make_deterministic", "peak_memory_mb", "pick_device", "precision_label",
+           "resolve_jobs_precision", "resolve_precision"]
+
 if TYPE_CHECKING:  # torch is imported where it is used: `list` and dry runs plan without it (suite.api.startup_cache)
     import torch
 

@@ -20,6 +20,9 @@ import numpy as np
 from suite.api.errors import DataError
 from suite.run.data import seeded_subset  # the legacy draw, and the dev subset's
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["check_holdouts", "dev_rows", "draw_seed", "draw_train", "holdout_size", "nested_subset", "tuning_split"]
+
 
 def nested_subset(n: int, limit: int | None, seed: int) -> list[int]:
     """The first `limit` rows of a seeded permutation of range(n), sorted: for one seed, a smaller subset lies

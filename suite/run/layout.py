@@ -22,6 +22,10 @@ import pydantic
 
 from suite.api.errors import BadInput
 
+__all__ = ["COMMANDS", "RUNS", "SELECTION", "TRACKING", "TUNING", "UNTIL_DECIDED", "OutputFolder", "own_folder",
+           "Configuration", "SelectedCell", "TuningProtocol", "SelectionFile", "Look", "TrackedComparison",
+           "ScheduleSection", "UntilDecidedFile", "read_state", "state_json"]
+
 RUNS = "runs"
 TUNING = "tuning"
 SELECTION = "selection.json"

@@ -11,6 +11,9 @@ from suite.api.errors import BadInput
 from suite.api.tasks import TaskSpec
 from suite.run.settings import RunConfig, resolve_model
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["build_method", "checked_tokenizer", "load_model", "quiet_transformers"]
+
 
 @contextlib.contextmanager
 def quiet_transformers():

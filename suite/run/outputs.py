@@ -14,6 +14,9 @@ from typing import Any, Callable
 
 from suite.run.layout import OutputFolder, own_folder
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["RunHooks", "RunOutputs", "artifact_path"]
+
 
 @dataclasses.dataclass(frozen=True)
 class RunOutputs:

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+__all__ = ["InvalidRecord", "NewerRecord", "RECORD_VERSION", "RunRecord", "load_predictions", "predictions_filename",
+           "save_predictions"]  # what the rest of the suite uses; other names are this module's own
+
 if TYPE_CHECKING:
     import numpy as np  # imported where used: dry runs read records without it
 

@@ -41,6 +41,9 @@ from suite.run.record import RECORD_VERSION, RunRecord
 from suite.run.settings import RunConfig, resolve_model
 from suite.run.training import FitData, FitEnv, Fitted, fit
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["TokenizedCache", "WORKER_CACHE", "run_one", "train_and_record"]
+
 # ---------------------------------------------------------------------------------------------------------
 # Data
 # ---------------------------------------------------------------------------------------------------------

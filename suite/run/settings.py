@@ -16,6 +16,12 @@ from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry
 from suite.run.batching import BATCHINGS, PAD_TO
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["ADDED", "ANALYSES", "DEFAULT_MODEL", "HashRule", "PRESETS", "RunConfig", "TRAIN_FIELDS",
+           "TRAIN_HASH_RULES", "TrainSettings", "canonical_model", "changed_settings", "check_seeds",
+           "default_model", "preset_train", "resolve_model", "selected_analyses", "setting_help",
+           "setting_name", "setting_value", "unhashed_at_default", "unless", "with_added_defaults"]
+
 SEED_RANGE = (0, 2**32)  # numpy's and torch's seedable range
 
 

@@ -15,6 +15,8 @@ import sys
 
 from suite.api.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 
+__all__ = ["check", "stop_signals"]  # what the rest of the suite uses; other names are this module's own
+
 _requested: type[BaseException] | None = None
 
 

@@ -22,6 +22,9 @@ from suite.api.errors import BadInput, DataError
 from suite.api.tasks import TaskSpec, TestSet
 from suite.run.batching import collate, sorted_batches, to_device
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["available_test_sets", "format_predictions", "load_checkpoint", "predict_test", "save_checkpoint"]
+
 CHECKPOINT_INFO = "suite_run.json"  # the job a checkpoint folder was trained by (config of its record)
 
 

@@ -24,6 +24,9 @@ from typing import Any, Iterable
 from suite.api.errors import BadInput
 from suite.run.layout import own_folder
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["RunTracking", "check_trackers", "with_grid_tags"]
+
 TRACKERS = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}  # name -> module it needs
 PROJECT = "suite"  # MLflow experiment and W&B project name when neither the environment nor a study names one
 # x axes: optimizer steps for step/* (logged every suite.run.training.STEP_LOG_BATCHES batches), epochs for the rest

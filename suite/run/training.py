@@ -24,6 +24,9 @@ from suite.run.batching import BATCHINGS, Widths, padded_widths, resolve_pad_to,
 from suite.run.data import Encoded
 from suite.run.settings import TrainSettings
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["EpochSelection", "FitData", "FitEnv", "Fitted", "build_context", "evaluate", "fit", "train_epoch"]
+
 
 def _no_decay(name: str) -> bool:
     return name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name

@@ -16,6 +16,9 @@ import numpy as np
 
 from suite.stats import collapse
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["ASO_MIN_SEEDS", "ASO_THRESHOLD", "aso_epsilon", "where_bimodal"]
+
 CONFIDENCE = 0.95
 ASO_THRESHOLD = 0.2          # epsilon_min below this: "almost stochastically better" (deepsig's recommendation)
 ASO_MIN_SEEDS = 5            # below this almost stochastic order is 0 whenever the two sets of scores do not overlap

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+__all__ = ["cochran_cox_df"]  # what the rest of the suite uses; other names are this module's own
+
 
 def cochran_cox_df(seed_var: np.ndarray, example_var: np.ndarray, n: np.ndarray, level: float = 0.95,
                    most: float = 1e6) -> np.ndarray:

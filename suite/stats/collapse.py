@@ -11,6 +11,9 @@ import math
 
 import numpy as np
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["DEFAULT_MARGIN", "bimodal", "floor", "rate"]
+
 DEFAULT_MARGIN = 1.0
 
 

@@ -21,6 +21,9 @@ from scipy import stats
 
 from suite.stats.evidence import RunOutcome, compare_runs, loaded_predictions
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["VsConstant", "beats_level_p", "majority_predictions", "vs_constant"]
+
 
 @dataclasses.dataclass(frozen=True)
 class VsConstant:

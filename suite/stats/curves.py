@@ -15,6 +15,8 @@ import numpy as np
 from suite.stats.evidence import RunOutcome, compare_runs
 from suite.stats.families import adjust
 
+__all__ = ["size_tests"]  # what the rest of the suite uses; other names are this module's own
+
 Outcomes = Mapping[Hashable, RunOutcome]
 
 

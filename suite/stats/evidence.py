@@ -70,6 +70,10 @@ from suite.stats.cochran_cox import cochran_cox_df
 from suite.stats.examples import example_variance
 from suite.stats.power import seeds_needed  # noqa: F401  part of this module's public names (see above)
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["DEFAULT_MARGIN", "Evidence", "RunOutcome", "averaged_evidence", "bootstrap_seed", "compare_runs",
+           "evidence_arrays", "loaded_predictions", "paired_t_p", "verdict"]
+
 DEFAULT_MARGIN = 1.0      # equivalence margin, points of the task's score (x100)
 LEVEL = 0.95
 VERDICTS = ("better", "worse", "equivalent", "undecided")

@@ -13,6 +13,9 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy import stats
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["CORRECTIONS", "adjust", "benjamini_hochberg", "correction_of", "family_of", "holm", "is_primary"]
+
 PRIMARY, EXPLORATORY, ALL = "primary", "exploratory", "all"
 CORRECTIONS = {"holm": "Holm-Bonferroni (family-wise error rate)", "bh": "Benjamini-Hochberg (false discovery rate)"}
 FAMILY_CORRECTION = {PRIMARY: "holm", EXPLORATORY: "bh"}

@@ -17,6 +17,9 @@ from statsmodels.stats.power import TTestPower
 
 from suite.stats.cochran_cox import cochran_cox_df
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["decision_power", "effect_size", "min_detectable", "seeds_needed"]
+
 POWER = 0.8
 MOST_SEEDS = 10_000
 _POWER = TTestPower()

@@ -51,6 +51,9 @@ from functools import lru_cache
 import numpy as np
 from scipy import optimize, stats
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["DEFAULT_FUTILITY", "Design", "SPENDING", "boundaries", "family_alpha", "plan_looks", "spent"]
+
 SPENDING = ("obrien-fleming", "pocock")
 REASONS = ("efficacy", "equivalence", "futility", "cap", "continue")
 DEFAULT_FUTILITY = 0.1

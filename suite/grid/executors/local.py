@@ -15,6 +15,9 @@ from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["LocalPlan", "local_plan", "run_local", "visible_gpus"]
+
 
 @dataclass
 class LocalPlan:

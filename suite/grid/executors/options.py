@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+__all__ = ["EXECUTOR_OPTIONS", "options_of"]  # what the rest of the suite uses; other names are this module's own
+
 
 @dataclass(frozen=True)
 class ExecutorOption:

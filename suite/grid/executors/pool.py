@@ -16,6 +16,8 @@ from suite.grid.executors.workers import executor_info, import_method_modules, m
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
+__all__ = ["WorkerPool", "max_run_seconds"]  # what the rest of the suite uses; other names are this module's own
+
 POLL_S = 1.0  # how often the driver looks for dead workers while no record arrives
 # Optional limit on one run's wall time in a worker pool, in minutes: a worker that is stopped (SIGSTOP), hung or
 # far slower than expected would otherwise hold the grid forever. Past it, the worker is killed, the run recorded as

@@ -26,6 +26,9 @@ from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, imp
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["TaskResources", "declared_task", "import_ray", "kept_signal_handlers", "run_ray"]
+
 RAY_INSTALL_HINT = "pip install '.[ray]' (or: pip install 'ray[default]')"
 RECHECK_CAPACITY_S = 30  # clusters grow and shrink: how often the running count re-reads the free resources
 

@@ -21,6 +21,9 @@ from pathlib import Path
 from suite.api.errors import ExecutorError
 from suite.run.settings import RunConfig
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["check_outputs_can_come_back", "in_private_folder", "pack", "unpack"]
+
 MLFLOW_SERVER_SCHEMES = ("http://", "https://", "databricks")
 
 

@@ -22,6 +22,9 @@ from suite.grid.store import Store
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["GridResult", "check_executor", "pending_jobs", "run_grid", "status_table"]
+
 
 @dataclass(frozen=True)
 class Executor:

@@ -8,6 +8,8 @@ import time
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
+__all__ = ["GridStatus"]  # what the rest of the suite uses; other names are this module's own
+
 
 def format_duration(seconds: float) -> str:
     """3h04m, 5m07s or 9s; "?" when unknown (infinite)."""

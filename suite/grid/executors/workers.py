@@ -13,6 +13,9 @@ from typing import Any
 from suite.api.errors import ExecutorError
 from suite.run.settings import RunConfig
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["DEFAULT_MAX_RETRIES", "executor_info", "import_method_modules", "method_modules"]
+
 DEFAULT_MAX_RETRIES = 2  # re-runs of a job whose worker process died (not of runs that fail on their own)
 
 

@@ -13,6 +13,9 @@ import torch
 
 from suite.api.attention import probes
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["ExampleView", "capture_example", "leave_one_out"]
+
 
 @dataclasses.dataclass
 class ExampleView:

@@ -14,6 +14,9 @@ import torch
 
 from suite.run.attention_stats import SMOOTHING
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["STATISTICS", "example_heads", "summarise"]
+
 CLASSES = ("cls", "sep", "punct")
 STATISTICS = tuple(f"mass_{c}" for c in CLASSES) + ("entropy",)
 

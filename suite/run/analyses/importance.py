@@ -17,6 +17,9 @@ import numpy as np
 import torch
 from scipy import stats as sps
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["cls_attention", "entropy", "example_scores", "kendall", "rollout", "summarise"]
+
 
 def cls_attention(last_layer: torch.Tensor) -> torch.Tensor:
     """(H, L, L) -> (L,): the [CLS] (first) query's row averaged over heads."""

@@ -23,6 +23,9 @@ import math
 import numpy as np
 from scipy.spatial.distance import jensenshannon
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["js_divergence", "run_arrays", "seed_divergence", "total_variation"]
+
 
 def js_divergence(p, q) -> float:
     """Jensen-Shannon divergence in nats; inputs are normalised to sum to one (scipy returns the square root)."""
