@@ -58,6 +58,14 @@ def test_committed_studies_load_and_plan_their_records():
     ("methods: [vanilla]\nsweep: {scores_dropout.q: [0.1]}\n", "study.yaml: sweep.scores_dropout.q: scores_dropout "
                                                                 "has no hyper-parameter 'q'"),
     ("methods: [vanilla]\nexecutor: {workers: many}\n", "study.yaml: executor.workers: Input should be a valid"),
+    ("methods: [vanilla]\nreport: {alpha: .nan}\n", "study.yaml: report.alpha: Input should be greater than 0"),
+    ("methods: [vanilla]\nreport: {alpha: 2}\n", "study.yaml: report.alpha: Input should be less than 1"),
+    ("methods: [vanilla]\nreport: {alpha: 0}\n", "study.yaml: report.alpha: Input should be greater than 0"),
+    ("methods: [vanilla]\nreport: {margin: -1}\n", "study.yaml: report.margin"),
+    ("methods: [vanilla]\nreport: {margin: {rte: 0}}\n", "study.yaml: report.margin"),
+    ("methods: [vanilla]\nreport: {collapse_floor: -2}\n", "study.yaml: report.collapse_floor"),
+    ("methods: [vanilla]\ntune: {holdout: true, seeds: [9], budget: 1, space: {}}\n",
+     "study.yaml: tune.holdout: Value error, true is not a number"),
     ("- just\n- a list\n", "a study file is a YAML mapping"),
     ("methods: [vanilla\n", "not a readable study file"),
 ])
@@ -291,3 +299,11 @@ def test_also_grid_errors_name_the_grid(tmp_path):
     with pytest.raises(BadInput) as info:
         load_study(_write(tmp_path, "methods: [vanilla]\nalso:\n  - {set: {vanilla.q: 1}}\n"))
     assert "also[0].set.vanilla.q" in str(info.value)
+
+
+@pytest.mark.parametrize("flag, value", [("--alpha", "0"), ("--alpha", "nan"), ("--alpha", "2"), ("--margin", "-1"),
+                                         ("--margin", "0"), ("--collapse-floor", "-1"), ("--collapse-floor", "inf")])
+def test_report_refuses_impossible_levels_margins_and_floors(flag, value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", str(tmp_path), flag, value])
+    assert exit_.value.code == 2 and f"argument {flag}: {value!r} is not" in capsys.readouterr().err

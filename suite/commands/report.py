@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
     p.add_argument("more", nargs="*", help="more run folders whose records join the report")
     p.add_argument("--study", help="a study file: its out: folder and report: options fill what is not given here")
     p.add_argument("--baseline", help=f"reference method (default {DEFAULT_BASELINE})")
-    p.add_argument("--alpha", type=float, help=f"significance level after the correction (default {DEFAULT_ALPHA})")
+    p.add_argument("--alpha", type=_bounded(0, 1, "a level in (0, 1)"),
+                   help=f"significance level after the correction (default {DEFAULT_ALPHA})")
     p.add_argument("--correction", choices=sorted(CORRECTIONS), default=DEFAULT_CORRECTION,
                    help="multiple-comparison correction across each model's table: holm (Holm-Bonferroni, "
                         "family-wise error; default) or bh (Benjamini-Hochberg, false discovery rate)")
@@ -41,10 +42,10 @@ def add_parser(sub) -> None:
                    help="comma list of the primary comparisons: methods, tasks or METHOD:TASK; their family-wise "
                         "error is held by Holm, every other comparison is exploratory (Benjamini-Hochberg); "
                         "default: one family under --correction")
-    p.add_argument("--margin", type=float,
+    p.add_argument("--margin", type=_bounded(0, None, "a number > 0"),
                    help="equivalence margin in points of the task's score x100 (default 1; per task in the study "
                         "file's report: margin:)")
-    p.add_argument("--collapse-floor", type=float,
+    p.add_argument("--collapse-floor", type=_bounded(None, None, "a number >= 0", floor=0),
                    help="a run not this many points (x100) above its task's majority-class score counts as "
                         "collapsed (default 1)")
     p.add_argument("--allow-uncommitted", action="store_true",
@@ -53,6 +54,23 @@ def add_parser(sub) -> None:
     p.add_argument("--no-figures", dest="figures", action="store_false",
                    help="tables only: much faster; existing figures are left as they are")
     p.add_argument("--out", help="write the report here instead of DIR")
+
+
+def _bounded(low: float | None, high: float | None, what: str, floor: float | None = None):
+    """An argparse type: a finite number above `low` (or at least `floor`) and below `high`; else a usage error."""
+    import math
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        ok = math.isfinite(value) and (low is None or value > low) and (high is None or value < high) \
+            and (floor is None or value >= floor)
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+    return parse
 
 
 def study_arguments(args: argparse.Namespace) -> argparse.Namespace:

@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import typing
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import pydantic
 
@@ -73,14 +73,20 @@ class OutputsSection(_Section):
     report_to: Optional[Names] = None
 
 
+# numbers of the report: a level strictly between 0 and 1, a margin > 0, a floor >= 0 (NaN fails every bound)
+Level = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0, lt=1)]
+Positive = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0)]
+NonNegative = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(ge=0)]
+
+
 class ReportSection(_Section):
     baseline: Optional[str] = None
-    alpha: Optional[float] = None
+    alpha: Optional[Level] = None
     out: Optional[str] = None
     reference_tasks: Optional[Names] = None  # own table against the majority class, out of every comparison
     primary: Optional[Names] = None       # primary comparisons: methods, tasks or METHOD:TASK (Holm); the rest BH
-    margin: Optional[Union[float, dict[str, float]]] = None   # equivalence margin, points x100 (or task -> points)
-    collapse_floor: Optional[Union[float, dict[str, float]]] = None  # points above the majority class: collapsed
+    margin: Optional[Union[Positive, dict[str, Positive]]] = None   # equivalence margin, points x100 (or per task)
+    collapse_floor: Optional[Union[NonNegative, dict[str, NonNegative]]] = None  # points above the majority class
     allow_uncommitted: Optional[bool] = None  # report records of uncommitted code or of several commits
 
 
@@ -99,7 +105,7 @@ class TuneSection(_Section):
     """The tuning protocol (docs/protocol.md): a tuning split carved from the train set, seeds kept for tuning, an
     equal budget of configurations per method drawn from each method's search space."""
 
-    holdout: float                        # a fraction of the train split, or a count; the final runs keep it too
+    holdout: Positive                     # a fraction of the train split, or a count; the final runs keep it too
     holdout_seed: Optional[int] = None
     seeds: list[int]                      # tuning seeds: disjoint from the final grid's
     budget: pydantic.PositiveInt          # configurations per method, the same for every method

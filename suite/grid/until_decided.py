@@ -328,7 +328,7 @@ def run_planned(plan, store: Store, run_round: Callable[[list[RunConfig]], GridR
     study's report section: its baseline is the reference, its alpha is spent, its primary list picks the
     comparisons (all against the reference when it has none) and its margin is the equivalence margin."""
     report = plan.request.study.report
-    alpha = report.alpha or DEFAULT_ALPHA
+    alpha = DEFAULT_ALPHA if report.alpha is None else report.alpha  # 0 is refused when the study is read
     return run_until_decided(plan.jobs, store, plan.request.schedule, plan.request.seeds, primary_comparisons(plan),
                              record_evaluator(store, report.margin), alpha, run_round, say)
 
