@@ -78,3 +78,41 @@ def test_a_name_that_would_leave_the_output_folder_is_refused_at_registration(na
     with pytest.raises(ValueError, match="cannot name files"):
         register_task(dataclasses.replace(get_task("rte"), name=name))
     assert name not in TASKS
+
+
+@pytest.mark.parametrize("plant", ["tuning is a file", "selection is a folder", "looks are a folder",
+                                   "tuning is read-only"])
+def test_the_folders_and_state_files_a_grid_will_write_are_probed_before_training(tmp_path, plant):
+    """OUT/tuning as a file or read-only, or a state file that is a folder, gave a raw OSError after training."""
+    import os
+
+    from suite.grid.preflight import check_out
+    from suite.grid.store import Store
+
+    out = OutputFolder(tmp_path / "out")
+    out.root.mkdir()
+    if plant == "tuning is a file":
+        out.tuning.root.write_text("x")
+    elif plant == "selection is a folder":
+        out.selection.mkdir(parents=True)
+    elif plant == "looks are a folder":
+        out.until_decided.mkdir()
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        out.tuning.root.mkdir()
+        out.tuning.root.chmod(0o500)
+    with pytest.raises(BadInput, match=f"--out {out.root}"):
+        check_out(Store(out.root), tuning=True, until_decided=True)
+
+
+def test_a_link_planted_at_the_tuning_folder_is_replaced_before_the_probe(tmp_path):
+    from suite.grid.preflight import check_out
+    from suite.grid.store import Store
+
+    outside, out = tmp_path / "outside", OutputFolder(tmp_path / "out")
+    outside.mkdir()
+    out.root.mkdir()
+    out.tuning.root.symlink_to(outside, target_is_directory=True)
+    check_out(Store(out.root), tuning=True)
+    assert not out.tuning.root.is_symlink() and out.tuning.runs.is_dir() and list(outside.iterdir()) == []

@@ -353,7 +353,9 @@ def test_cli(tmp_path):
     assert not (root / "leaderboard.md").exists()
     assert "python -m suite run --methods vanilla --tasks rte --out synthetic" in md
     assert main(["report", str(tmp_path / "nothing")]) == 2
-    assert main(["report", str(root), "--alpha", "2"]) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse refuses it, exit 2, before anything is read
+        main(["report", str(root), "--alpha", "2"])
+    assert refused.value.code == 2
 
 
 def test_without_baseline_runs(tmp_path):

@@ -116,7 +116,7 @@ def preflight(stages: StudyStages, store) -> None:
     plan, request = stages.plan, stages.request
     checks.check_data(plan)
     checks.check_grid(plan.jobs, request.device, request.top.sets, request.top.sweeps, request.executor)
-    checks.check_out(store)
+    checks.check_out(store, tuning=stages.tuning is not None, until_decided=request.schedule is not None)
     shape = (f"{len(plan.models)} model(s) x {len(plan.tasks)} task(s) x {len(plan.methods)} method(s) x "
              f"{len(plan.seeds)} seed(s){' x sweeps' if request.top.sweeps else ''}")
     if request.study.also:

@@ -25,7 +25,7 @@ from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment, target_method
 from suite.run.data import load_splits, task_data_dir
 from suite.run.device import cpu_bf16_native, device_type, pick_device
-from suite.run.layout import COMMANDS
+from suite.run.layout import COMMANDS, OutputFolder, own_folder
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 __all__ = ["VERIFIED_MODEL_TYPES", "check_data", "check_device", "check_grid", "check_methods_fit_models",
@@ -265,16 +265,29 @@ def _check_weights(model: str, path: str, config) -> None:
                        "Are config.json and the weights from the same model?")
 
 
-def check_out(store) -> None:
-    """Create the output folder and write (and remove) a file in it and in its runs folder, so that an unwritable
-    or full disk is found before training rather than when the first record is written. The files the grid appends
-    to must not be symbolic links: writing through one could change a file outside --out."""
+def check_out(store, tuning: bool = False, until_decided: bool = False) -> None:
+    """Create the output folder and write (and remove) a file in it and in its runs folder (and the tuning stage's,
+    with `tuning`), so that an unwritable or full disk is found before training rather than when the first record
+    is written. The files the grid appends to must not be symbolic links: writing through one could change a file
+    outside --out; the state files it rewrites (the selection with `tuning`, the looks with `until_decided`) must
+    be files where they exist."""
+    out = OutputFolder(store.root)
+    states = [path for path, used in ((out.selection, tuning), (out.until_decided, until_decided)) if used]
+    for path in states:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise BadInput(f"--out {store.root}: {path} is {'a link' if path.is_symlink() else 'not a file'}; the "
+                           "grid rewrites this file after each stage: remove it, or choose another --out")
+    folders = [store.root, store.runs]
+    if tuning:
+        if out.tuning.root.is_symlink():
+            own_folder(out.tuning.root)  # a link planted there is replaced, never written through
+        folders += [out.tuning.root, out.tuning.runs]
     for name in APPENDED_FILES:
         if (store.root / name).is_symlink():
             raise BadInput(f"--out {store.root}: {store.root / name} is a symbolic link (to "
                            f"{os.readlink(store.root / name)}); the suite appends to this file and never writes "
                            "through links: remove the link, or choose another --out")
-    for folder in (store.root, store.runs):
+    for folder in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=folder, prefix=".tmp-probe-", suffix=".json") as fh:
