@@ -437,3 +437,50 @@ def test_an_impossible_time_limit_flag_exits_2(tiny_bert_dir, glue_dir, tmp_path
 
     assert run_cli(tiny_bert_dir, glue_dir, tmp_path / "out", "--max-run-minutes", "-1") == 2
     assert "--max-run-minutes -1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("address", ["host:notaport", "justhost", "host:0", "ray://:10001"])
+def test_a_malformed_ray_address_is_refused_with_the_forms_it_takes(address):
+    from suite.api.errors import ExecutorError
+    from suite.grid.executors.ray import check_address
+
+    with pytest.raises(ExecutorError, match="give auto, HOST:PORT"):
+        check_address(address)
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_at_once():
+    """Ray itself kept the driver waiting for minutes."""
+    import socket
+    import time
+
+    from suite.api.errors import ExecutorError
+    from suite.grid.executors.ray import check_address
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(ExecutorError, match=f"127.0.0.1:{port}: nothing answers there"):
+        check_address(f"127.0.0.1:{port}")
+    assert time.monotonic() - start < 30
+
+
+def test_a_stop_signal_inside_ray_wait_is_the_stop_not_a_system_error():
+    """A SIGTERM's exception raised inside ray.wait's compiled code came out as a raw SystemError (exit 1, not 143)."""
+    from types import SimpleNamespace
+
+    from suite.api.errors import Terminated
+    from suite.grid.executors.ray import TaskResources, _collect
+    from suite.grid.executors.status import GridStatus
+    from suite.run import stopping
+
+    def wait(refs, num_returns, timeout):
+        stopping._requested = Terminated  # what the SIGTERM handler records before its exception is mangled
+        raise SystemError("<built-in method wait> returned a result with an exception set")
+
+    fake = SimpleNamespace(wait=wait, cluster_resources=lambda: {"CPU": 2.0})
+    try:
+        with pytest.raises(Terminated):
+            _collect(fake, {"ref": None}, lambda job, rec: None, GridStatus(1, quiet=True), TaskResources(0, 1))
+    finally:
+        stopping._requested = None

@@ -23,11 +23,33 @@ from suite.api.errors import ExecutorError
 from suite.grid.executors.returned import check_outputs_can_come_back, in_private_folder, pack, unpack
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, import_method_modules, method_modules
+from suite.run import stopping
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["TaskResources", "declared_task", "import_ray", "kept_signal_handlers", "run_ray"]
+__all__ = ["TaskResources", "check_address", "declared_task", "import_ray", "kept_signal_handlers", "run_ray"]
+
+CONNECT_TIMEOUT_S = 10  # a cluster's port that does not answer within this is not there (Ray itself waits minutes)
+
+
+def check_address(address: str) -> None:
+    """ExecutorError unless `address` is `auto`, HOST:PORT or ray://HOST:PORT with something listening at it: a
+    malformed address gave a raw ValueError, and one where nothing listens kept the driver waiting for minutes."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ExecutorError(f"--address {address!r}: give auto, HOST:PORT (a cluster's head, e.g. 10.0.0.5:6379) "
+                            "or ray://HOST:PORT (Ray Client, e.g. ray://10.0.0.5:10001)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ExecutorError(f"--address {address}: nothing answers there within {CONNECT_TIMEOUT_S} s "
+                            f"({exc.strerror or exc}); start the cluster (`ray start --head`) or give its address, "
+                            "or leave --address out to start a local cluster") from None
 
 RAY_INSTALL_HINT = "pip install '.[ray]' (or: pip install 'ray[default]')"
 RECHECK_CAPACITY_S = 30  # clusters grow and shrink: how often the running count re-reads the free resources
@@ -201,6 +223,8 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
     env = check_outputs_can_come_back(jobs) if ship else {}
     started_here = False
     if not ray.is_initialized():
+        if address:
+            check_address(address)
         where = {"address": address} if address else {"address": "local", "include_dashboard": False}
         with kept_signal_handlers():  # ray.init installs its own SIGTERM handler, which aborts the driver (134)
             ray.init(**where, log_to_driver=not quiet, logging_level=logging.WARNING if quiet else logging.INFO)
@@ -229,7 +253,12 @@ def _collect(ray, refs: dict[Any, RunConfig], record: Callable[[RunConfig, RunRe
     slots, checked = resources.slots(ray.cluster_resources(), len(refs)), time.monotonic()
     status.set_running(min(len(refs), slots))
     while refs:
-        ready, _ = ray.wait(list(refs), num_returns=1, timeout=2.0)
+        try:
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=2.0)
+        except SystemError:  # a stop signal's exception raised inside Ray's compiled code comes out as this
+            stopping.check()  # the stop itself (Terminated: exit 143; Ctrl-C: 130), finished records kept
+            raise
+        stopping.check()
         for ref in ready:
             job = refs.pop(ref)
             try:
