@@ -116,3 +116,28 @@ def test_a_link_planted_at_the_tuning_folder_is_replaced_before_the_probe(tmp_pa
     out.tuning.root.symlink_to(outside, target_is_directory=True)
     check_out(Store(out.root), tuning=True)
     assert not out.tuning.root.is_symlink() and out.tuning.runs.is_dir() and list(outside.iterdir()) == []
+
+
+def test_files_returned_by_a_ray_worker_replace_links_planted_at_their_folders(tmp_path):
+    """A link at RUN.model crashed the grid (the tar filter refuses to extract through it) and the rerun wrote no
+    record; returned files now replace the link, and nothing outside the output folder changes."""
+    import io
+    import tarfile
+
+    from suite.grid.executors.returned import unpack
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in ("runs/RUN.model/model.safetensors", "tracking/tensorboard/events"):
+            info = tarfile.TarInfo(name)
+            info.size = 4
+            tar.addfile(info, io.BytesIO(b"data"))
+    outside, out = tmp_path / "outside", tmp_path / "out"
+    outside.mkdir()
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "RUN.model").symlink_to(outside, target_is_directory=True)
+    (out / "tracking").symlink_to(outside, target_is_directory=True)
+    unpack(buffer.getvalue(), out)
+    assert list(outside.iterdir()) == []
+    assert (out / "runs" / "RUN.model" / "model.safetensors").read_bytes() == b"data"
+    assert not (out / "runs" / "RUN.model").is_symlink() and not (out / "tracking").is_symlink()

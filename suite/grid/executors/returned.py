@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from suite.api.errors import ExecutorError
+from suite.run.layout import TRACKING, own_folder
 from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
@@ -68,12 +69,17 @@ def pack(folder: Path) -> bytes:
 
 def unpack(blob: bytes, root: str | os.PathLike) -> list[str]:
     """Unpack a run's returned files under the driver's output folder `root`; a model or test folder from an
-    earlier run of the same job is replaced, not merged. Returns the top-level entries written."""
+    earlier run of the same job is replaced, not merged, and a link planted at one (or at OUT/tracking) is replaced,
+    never written through. Returns the top-level entries written."""
     root = Path(root)
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as tar:
         names = tar.getnames()
         tops = sorted({"/".join(n.split("/")[:2]) for n in names if n.startswith("runs/")})
         for top in tops:
+            if (root / top).is_symlink():  # rmtree refuses a link, and extracting would then go through it
+                (root / top).unlink()
             shutil.rmtree(root / top, ignore_errors=True)
+        if any(n.startswith(f"{TRACKING}/") for n in names):
+            own_folder(root / TRACKING)
         tar.extractall(root, filter="data")  # "data": no absolute paths, no escaping the folder, no devices
     return tops + sorted({"/".join(n.split("/")[:3]) for n in names if n.startswith("tracking/")})
