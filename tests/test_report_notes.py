@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 from scipy import stats
-from test_report import attention_stats, make_record, parse_table
+from test_report import MODEL, attention_stats, make_record, parse_table
 
 from suite.grid.store import Store
 from suite.report import build_report
@@ -180,6 +180,44 @@ def test_the_test_against_the_constant_follows_the_metric_direction_and_survives
         assert v.seeds_only and v.p == pytest.approx(p)
 
 
+def _sequential_study(tmp_path) -> dict:
+    """Records of vanilla and topk on RTE at seeds 1-3 and the state a sequential design that stopped for futility
+    at its first look would have written for them."""
+    store = Store(tmp_path)
+    diffs = []
+    for seed in (1, 2, 3):
+        base, ours = 0.60 + 0.01 * seed, 0.65 + 0.001 * seed * seed
+        store.write(*make_record("rte", "vanilla", seed, {"accuracy": base}, hparams={"p": 0.1}))
+        store.write(*make_record("rte", "topk", seed, {"accuracy": ours}, hparams={"k": 8}))
+        diffs.append(100 * (ours - base))
+    look = {"look": 1, "planned_seeds": 3, "n": 3, "seeds": [1, 2, 3], "reason": "futility", "verdict": "undecided",
+            "diff": sum(diffs) / 3, "low": 1.0, "high": 7.8, "p": 0.01, "level": 1e-5}
+    return {"written": "2026-01-01T00:00:00+00:00", "looks": [3, 6], "seed_order": [1, 2, 3, 4, 5, 6],
+            "schedule": {"start": 3, "step": 3, "cap": 6, "spending": "obrien-fleming", "futility": 0.1},
+            "rule": "test rule", "alpha": 0.05, "primary": 1, "alpha_each": 0.05,
+            "comparisons": [{"model": MODEL, "task": "rte", "method": "topk", "reference": "vanilla",
+                             "reason": "futility", "verdict": "undecided", "looks": [look]}]}
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda c: c.update(verdict="better"), "does not follow from its last look"),
+    (lambda c: c["looks"][-1].update(diff=c["looks"][-1]["diff"] + 0.5), "no set of the reported records gives"),
+    (lambda c: c["looks"][-1].update(seeds=[1, 2, 4]), "no set of the reported records gives"),
+])
+def test_an_edited_or_stale_sequential_state_is_refused_naming_the_file(tmp_path, edit, says):
+    """An edited or stale until_decided.json put "better ‡" into the tables against what the records say."""
+    import json
+
+    from suite.api.errors import ReportError
+
+    state = _sequential_study(tmp_path)
+    edit(state["comparisons"][0])
+    (tmp_path / "until_decided.json").write_text(json.dumps(state))
+    with pytest.raises(ReportError, match=says) as refused:
+        build_report([tmp_path], aso=False, figures=False, primary=["topk"])
+    assert str(tmp_path / "until_decided.json") in str(refused.value)
+
+
 def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tmp_path):
     # topk is 4-6 points above vanilla at 3 seeds: alone, a fixed-sample "better". The study's sequential design
     # stopped the comparison for futility at its first look, undecided: that verdict, whose error rate holds over
@@ -187,19 +225,9 @@ def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tm
     import json
 
     import pandas as pd
-    from test_report import MODEL, comparison_rows
+    from test_report import comparison_rows
 
-    store = Store(tmp_path)
-    for seed in (1, 2, 3):
-        store.write(*make_record("rte", "vanilla", seed, {"accuracy": 0.60 + 0.01 * seed}, hparams={"p": 0.1}))
-        store.write(*make_record("rte", "topk", seed, {"accuracy": 0.65 + 0.001 * seed * seed}, hparams={"k": 8}))
-    look = {"look": 1, "planned_seeds": 3, "n": 3, "seeds": [1, 2, 3], "reason": "futility", "verdict": "undecided",
-            "diff": 4.4, "low": 1.0, "high": 7.8, "p": 0.01, "level": 1e-5}
-    state = {"written": "2026-01-01T00:00:00+00:00", "looks": [3, 6], "seed_order": [1, 2, 3, 4, 5, 6],
-             "schedule": {"start": 3, "step": 3, "cap": 6, "spending": "obrien-fleming", "futility": 0.1},
-             "rule": "test rule", "alpha": 0.05, "primary": 1, "alpha_each": 0.05,
-             "comparisons": [{"model": MODEL, "task": "rte", "method": "topk", "reference": "vanilla",
-                              "reason": "futility", "verdict": "undecided", "looks": [look]}]}
+    state = _sequential_study(tmp_path)
     (tmp_path / "until_decided.json").write_text(json.dumps(state))
     md = build_report([tmp_path], aso=False, figures=False, primary=["topk"]).read_text()
     assert parse_table(md, "### Difference to `vanilla`")["topk"]["RTE"].startswith("undecided‡ +")

@@ -178,7 +178,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     options = Options(out_dir, baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
                       str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
                       collapse_floor, allow_uncommitted)
-    report = report_facts(loaded, options, stages.verdicts(run_dirs))
+    report = report_facts(loaded, options, stages.verdicts(run_dirs, loaded.frame))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
     path.write_text(written.text + stages.tuning_markdown(run_dirs)  # the tuning stage's selection, if any

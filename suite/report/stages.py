@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from suite.api.errors import ReportError
 from suite.run.layout import (
     RUNS,
     SELECTION,
@@ -68,13 +69,64 @@ def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     return output_files(run_dirs, UNTIL_DECIDED)
 
 
-def verdicts(run_dirs: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str, str], tuple[str, str]]:
-    """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold."""
+def verdicts(run_dirs: Sequence[str | os.PathLike], frame=None) -> dict[tuple[str, str, str, str], tuple[str, str]]:
+    """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold;
+    with the reported records (`frame`), each file is first held against them (`check_against_records`)."""
     found = {}
     for path in state_files(run_dirs):
-        for c in read_state(path, UntilDecidedFile).comparisons:
+        state = read_state(path, UntilDecidedFile)
+        if frame is not None:
+            check_against_records(path, state, frame)
+        for c in state.comparisons:
             found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason)
     return found
+
+
+def check_against_records(path: Path, state: UntilDecidedFile, frame) -> None:
+    """ReportError (exit 2, naming the file) when a comparison's verdict does not follow from its own last look
+    (efficacy needs p below the look's level and the sign of the difference; equivalence, TOST p below its level;
+    every other stop, undecided), or its last look's seeds and difference are not what the reported records give:
+    an edited or stale state file would otherwise put its verdicts, marked ‡, into the tables."""
+    from suite.api.tasks import get_task
+
+    ok = frame[frame["status"] == "ok"]
+    for c in state.comparisons:
+        if not c.looks:
+            continue
+        last, where = c.looks[-1], f"{path}: {c.task}/{c.method} vs {c.reference}"
+        sign = 1 if get_task(c.task).higher_is_better else -1
+        expected = {"efficacy": ("better" if (last.diff or 0) * sign > 0 else "worse")
+                    if last.p is not None and last.level is not None and last.p < last.level else None,
+                    "equivalence": "equivalent" if last.p_equiv is not None and last.level_equiv is not None
+                    and last.p_equiv < last.level_equiv else None}.get(c.reason, "undecided")
+        if c.verdict != expected or last.n != len(last.seeds):
+            raise ReportError(f"{where}: the verdict {c.verdict!r} (stopped for {c.reason}) does not follow from "
+                              f"its last look (n {last.n}, p {last.p}, level {last.level}, TOST p {last.p_equiv}, "
+                              "level {last.level_equiv}); the file was edited or damaged. "
+                              + _REWRITE)
+        if last.diff is not None and not _records_give(ok, c, last):
+            raise ReportError(f"{where}: no set of the reported records gives its last look ({last.n} paired seeds "
+                              f"{', '.join(map(str, last.seeds))}, difference {last.diff:+.4f}); the file is stale "
+                              "(from other records) or edited. " + _REWRITE)
+
+
+_REWRITE = ("Give the study's `run --until-decided` command again to write it from the records, or remove it to "
+            "report the fixed-sample verdicts")
+
+
+def _records_give(ok, c: TrackedComparison, last: Look) -> bool:
+    """Whether the records of one shared training setting hold both arms at the look's seeds with its difference
+    (x100, method minus reference; any hyper-parameter setting of either arm)."""
+    cell = ok[(ok["model"] == c.model) & (ok["task"] == c.task) & ok["method"].isin([c.method, c.reference])]
+    for _, group in cell.groupby("train", sort=False):
+        arms = [[g.drop_duplicates("seed").set_index("seed")["score"] for _, g in
+                 group[group["method"] == m].groupby("hp", sort=False)] for m in (c.method, c.reference)]
+        for a in arms[0]:
+            for b in arms[1]:
+                if set(last.seeds) <= set(a.index) & set(b.index) and \
+                        abs(100 * (a.loc[last.seeds] - b.loc[last.seeds]).mean() - last.diff) <= 1e-6:
+                    return True
+    return False
 
 
 def _num(x: Any, spec: str = ".2f") -> str:
