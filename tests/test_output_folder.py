@@ -141,3 +141,27 @@ def test_files_returned_by_a_ray_worker_replace_links_planted_at_their_folders(t
     assert list(outside.iterdir()) == []
     assert (out / "runs" / "RUN.model" / "model.safetensors").read_bytes() == b"data"
     assert not (out / "runs" / "RUN.model").is_symlink() and not (out / "tracking").is_symlink()
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["cells"][0]["configurations"][0]["scores"].update({"101": 0.5}), "the file is stale or edited"),
+    (lambda d: d["cells"][0].update(selected=next(c["settings"] for c in d["cells"][0]["configurations"]
+                                                  if c["settings"] != d["cells"][0]["selected"])),
+     "but the best mean tuning-split score is"),
+])
+def test_a_stale_or_edited_selection_is_refused_naming_the_file(tmp_path, edit, says):
+    """A stale selection.json was printed as the study's selection and decided which runs the tables show."""
+    import shutil
+
+    from suite.api.errors import ReportError
+    from suite.report.stages import check_selection
+
+    shutil.copytree(RESULTS.tuning.root, tmp_path / "tuning")
+    path = OutputFolder(tmp_path).selection
+    check_selection(path, read_state(path, SelectionFile))  # as committed: it agrees with its records
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=says) as refused:
+        check_selection(path, read_state(path, SelectionFile))
+    assert str(path) in str(refused.value)

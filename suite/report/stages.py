@@ -55,12 +55,82 @@ def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[P
 
 def selections(paths: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(model, task, method) -> the selected configuration ({"train.lr": ..., "METHOD.KEY": ...}) of every tuning
-    stage beside the folders reported."""
+    stage beside the folders reported, each file first held against its tuning records (`check_selection`)."""
     found = {}
     for path in output_files(paths, SELECTION_PATH):
-        for cell in read_state(path, SelectionFile).cells:
+        selection = read_state(path, SelectionFile)
+        check_selection(path, selection)
+        for cell in selection.cells:
             if cell.selected is not None:
                 found[cell.key] = cell.selected
+    return found
+
+
+def check_selection(path: Path, selection: SelectionFile) -> None:
+    """ReportError (exit 2, naming the file) when a cell's choice is not the configuration with the best mean of its
+    scores, or a score is not what the tuning record of that configuration and seed holds (OUT/tuning/runs/): a stale
+    or edited selection would otherwise be printed as the study's and decide which runs the tables show."""
+    records = _tuning_scores(path.parent / RUNS)
+    for cell in selection.cells:
+        where = f"{path}: {cell.task}/{cell.method}"
+        sign = 1 if cell.higher_is_better else -1
+        complete = [c for c in cell.configurations if c.mean is not None]
+        for c in cell.configurations:
+            for seed, score in c.scores.items():
+                held = _held_score(records, cell, seed, c.settings)
+                if score is not None and not (score != score and held is not None and held != held) and \
+                        (held is None or abs(score - held) > 1e-12):
+                    raise ReportError(f"{where}: {_settings(c.settings)} at tuning seed {seed} scored {score} here, "
+                                      f"but {'no tuning record holds it' if held is None else f'its record {held}'}; "
+                                      "the file is stale or edited. " + _RESELECT)
+        if cell.selected is not None and complete:
+            best = max(complete, key=lambda c: sign * c.mean)  # ties: the first configuration, as the grid chose
+            if best.settings != cell.selected:
+                raise ReportError(f"{where}: selects {_settings(cell.selected)}, but the best mean tuning-split "
+                                  f"score is {_settings(best.settings)}'s; the file is edited. " + _RESELECT)
+
+
+_RESELECT = "Give the study's command again to select anew from the tuning records"
+
+
+def _held_score(records: dict, cell: SelectedCell, seed: str, settings: dict[str, Any]) -> float | None:
+    """The tuning-split score of the record of `cell` at `seed` that ran `settings`; None when none did."""
+    for values, score in records.get((cell.model, cell.task, cell.method, seed), []):
+        if all(_same_value(values.get(k.replace(f"{cell.method}.", "hp.", 1)), v) for k, v in settings.items()):
+            return score
+    return None
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as the run saw them (a search space may quote "1e-4"; the run trained on the float)."""
+    def number(x: Any) -> Any:
+        if isinstance(x, str):
+            try:
+                return float(x)
+            except ValueError:
+                return x
+        return x
+    return number(a) == number(b)
+
+
+def _tuning_scores(folder: Path) -> dict[tuple, list[tuple[dict[str, Any], float]]]:
+    """(model, task, method, seed as text) -> (every setting of the run as `train.KEY` / `hp.KEY`, its tuning-split
+    score) of each ok tuning record."""
+    import json
+
+    found: dict[tuple, list] = {}
+    for file in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = json.loads(file.read_text())
+            cfg, score = rec["config"], (rec.get("tune") or {}).get("score")
+            if rec.get("status") != "ok" or not isinstance(score, (int, float)):
+                continue
+            values = {**{f"train.{k}": v for k, v in cfg["train"].items()},
+                      **{f"hp.{k}": v for k, v in cfg["hparams"].items()}}
+            found.setdefault((cfg["model"], cfg["task"], cfg["method"], str(cfg["seed"])), []).append(
+                (values, float(score)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # the loader names broken records; here they only cannot vouch for a score
     return found
 
 
