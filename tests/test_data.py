@@ -16,8 +16,9 @@ def test_task_names_are_case_and_dash_insensitive():
     assert select_tasks("SST-2,sst2,Sst_2") == ["sst2"]
     assert select_tasks("glue") == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
     assert select_tasks("STS-B,MNLI") == ["stsb", "mnli"]
-    with pytest.raises(UnknownNameError, match="Valid tasks: cola, mnli, mrpc"):
+    with pytest.raises(UnknownNameError, match="Valid tasks: cola, mnli, ") as unknown:  # outside plugins' too
         select_tasks("sst3")
+    assert all(name in str(unknown.value) for name in ("mrpc", "sst2", "wnli"))
 
 
 def test_cola_without_header_and_final_newline(glue_dir):
