@@ -25,7 +25,7 @@ import pandas as pd
 
 from suite.report.load import Setting
 from suite.report.stages import selections
-from suite.report.vocabulary import default_hparams, key_of, reconstruction_note, task_order
+from suite.report.vocabulary import default_hparams, key_of, reconstruction_note, same_value, task_order
 from suite.run.settings import changed_settings, setting_value
 
 __all__ = ["FOLDED", "Selection", "curve_methods", "curve_runs", "fold_selected", "has_variation", "lookup",
@@ -151,25 +151,6 @@ def _split(method: str, selected: dict[str, Any]) -> tuple[dict[str, Any], dict[
     return train, own
 
 
-def _number(x: Any) -> float | None:
-    """A number, or a number written as text (a search space may quote "1e-4"; the run trained on the float)."""
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    try:
-        return float(x) if isinstance(x, str) else None
-    except ValueError:
-        return None
-
-
-def _same(a: Any, b: Any) -> bool:
-    na, nb = _number(a), _number(b)
-    if na is not None and nb is not None and (not isinstance(a, str) or not isinstance(b, str)):
-        return na == nb
-    return a == b
-
-
 def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     """The frame with each selected run's searched keys taken out of its settings (see the module's text);
     unchanged when no folder has a tuning stage."""
@@ -187,8 +168,8 @@ def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd
         if selected is None:
             continue
         train, own = _split(row["method"], selected)
-        if not (all(_same(row["train"].get(k), v) for k, v in train.items())
-                and all(_same(row["hp"].get(k), v) for k, v in own.items())):
+        if not (all(same_value(row["train"].get(k), v) for k, v in train.items())
+                and all(same_value(row["hp"].get(k), v) for k, v in own.items())):
             continue
         frame.at[i, "train"] = row["train"].without(train)
         frame.at[i, "hp"] = row["hp"].without(own)

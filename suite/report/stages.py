@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.api.errors import ReportError
+from suite.report.vocabulary import same_value
 from suite.run.layout import (
     RUNS,
     SELECTION,
@@ -88,7 +89,7 @@ def check_selection(path: Path, selection: SelectionFile) -> None:
         if cell.selected is not None and complete:
             best = max(complete, key=lambda c: sign * c.mean)  # ties: the first configuration, as the grid chose
             same = best.settings.keys() == cell.selected.keys() and all(
-                _same_value(best.settings[k], v) for k, v in cell.selected.items())
+                same_value(best.settings[k], v) for k, v in cell.selected.items())
             if not same:
                 raise ReportError(f"{where}: selects {_settings(cell.selected)}, but the best mean tuning-split "
                                   f"score is {_settings(best.settings)}'s; the file is edited. " + _RESELECT)
@@ -100,21 +101,9 @@ _RESELECT = "Give the study's command again to select anew from the tuning recor
 def _held_score(records: dict, cell: SelectedCell, seed: str, settings: dict[str, Any]) -> float | None:
     """The tuning-split score of the record of `cell` at `seed` that ran `settings`; None when none did."""
     for values, score in records.get((cell.model, cell.task, cell.method, seed), []):
-        if all(_same_value(values.get(k.replace(f"{cell.method}.", "hp.", 1)), v) for k, v in settings.items()):
+        if all(same_value(values.get(k.replace(f"{cell.method}.", "hp.", 1)), v) for k, v in settings.items()):
             return score
     return None
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """Equal as the run saw them (a search space may quote "1e-4"; the run trained on the float)."""
-    def number(x: Any) -> Any:
-        if isinstance(x, str):
-            try:
-                return float(x)
-            except ValueError:
-                return x
-        return x
-    return number(a) == number(b)
 
 
 def _tuning_scores(folder: Path) -> dict[tuple, list[tuple[dict[str, Any], float]]]:

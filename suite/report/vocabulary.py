@@ -20,9 +20,9 @@ from tabulate import tabulate
 from suite.api.registry import normalise
 
 __all__ = ["DASH", "FIGURES", "SCALE", "Part", "Table", "average_note", "default_hparams", "fmt", "higher_is_better",
-           "is_regression", "key_of", "metric_order", "num", "plural", "reconstruction_note", "slug", "sort_key",
-           "table", "task_benchmark", "task_display", "task_in_average", "task_order", "task_source", "task_spec",
-           "unique", "value_text"]
+           "is_regression", "key_of", "metric_order", "num", "plural", "reconstruction_note", "same_value", "slug",
+           "sort_key", "table", "task_benchmark", "task_display", "task_in_average", "task_order", "task_source",
+           "task_spec", "unique", "value_text"]
 
 SCALE = 100.0                  # scores are stored in [0, 1] (correlations in [-1, 1]) and shown x100
 DASH = "–"                     # a cell with no run at all
@@ -221,3 +221,23 @@ def metric_order(task: str, keys: Iterable[str]) -> list[str]:
     official = spec.metric_keys() if spec is not None else []
     keys = set(keys) - {"score"}
     return [k for k in official if k in keys] + sorted(keys - set(official))
+
+
+def _number(x: Any) -> float | None:
+    """A number, or a number written as text (a search space may quote "1e-4"; the run trained on the float)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    try:
+        return float(x) if isinstance(x, str) else None
+    except ValueError:
+        return None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equal as the runs read them: a setting written as text in a search space ("1e-4") and the number it ran."""
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None and (not isinstance(a, str) or not isinstance(b, str)):
+        return na == nb
+    return a == b
