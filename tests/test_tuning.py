@@ -12,10 +12,12 @@ from suite.grid.resolve import resolve_study
 from suite.grid.study import load_study
 from suite.grid.tuning import (
     TuningIncomplete,
+    budget_text,
     configurations,
     plan_tuning_runs,
     select_configurations,
     selected_jobs,
+    tuning_notes,
     write_selection,
 )
 
@@ -26,8 +28,8 @@ seeds: [1, 2]
 out: {out}
 tune:
   holdout: 6
-  seeds: [101, 102]
-  budget: 2
+  seeds: [101, 102, 103]
+  budget: 3
   space:
     default: {{train.lr: [1.0e-4, 3.0e-4, 1.0e-3]}}
     scores_dropout: {{scores_dropout.p: [0.05, 0.2]}}
@@ -50,9 +52,9 @@ def test_every_method_gets_the_same_budget_drawn_repeatably(tmp_path):
     request, plan, tuning = _plans(_study(tmp_path))
     per_method = {m: [c for (_, _, method), cands in tuning.cells.items() if method == m for c in cands]
                   for m in ("vanilla", "scores_dropout")}
-    assert {m: len(c) for m, c in per_method.items()} == {"vanilla": 2, "scores_dropout": 2}
-    assert all(len(c.jobs) == 2 and set(c.jobs) == {101, 102} for cs in per_method.values() for c in cs)
-    # scores_dropout's space has 6 points: a seeded draw of 2, the same every time
+    assert {m: len(c) for m, c in per_method.items()} == {"vanilla": 3, "scores_dropout": 3}
+    assert all(len(c.jobs) == 3 and set(c.jobs) == {101, 102, 103} for cs in per_method.values() for c in cs)
+    # scores_dropout's space has 6 points: a seeded draw of 3, the same every time
     assert [c.settings for c in per_method["scores_dropout"]] == configurations(request.study.tune, "scores_dropout")
     assert all(set(c.settings) == {"train.lr", "scores_dropout.p"} for c in per_method["scores_dropout"])
     assert all(j.train.holdout == 6 for j in tuning.jobs + plan.jobs)  # both stages carve the tuning split
@@ -60,7 +62,7 @@ def test_every_method_gets_the_same_budget_drawn_repeatably(tmp_path):
 
 
 def test_a_space_smaller_than_the_budget_is_refused(tmp_path):
-    path = _study(tmp_path, STUDY.replace("budget: 2", "budget: 4"))
+    path = _study(tmp_path, STUDY.replace("budget: 3", "budget: 4"))
     with pytest.raises(BadInput, match=r"tune.budget=4: vanilla's space has only 3 configuration"):
         _plans(path)
 
@@ -123,8 +125,8 @@ def test_failed_and_missing_tuning_runs(tmp_path):
     cands = tuning.cells[("minilm", "rte", "vanilla")]
     for job in cands[0].jobs.values():  # the better configuration diverged on one seed: it cannot be selected
         _write_record(tuning.store, job, 0.99, 0.5, ok=job.seed == 101)
-    for job in cands[1].jobs.values():
-        _write_record(tuning.store, job, 0.6, 0.5)
+    for job in [*cands[1].jobs.values(), *cands[2].jobs.values()]:
+        _write_record(tuning.store, job, 0.6 if job in cands[1].jobs.values() else 0.5, 0.5)
     cells = {c["method"]: c for c in select_configurations(tuning)["cells"]}
     assert cells["vanilla"]["selected"] == cands[1].settings
     assert "have no record yet" in cells["scores_dropout"]["reason"]
@@ -151,7 +153,7 @@ def test_dry_run_shows_both_stages(tmp_path, capsys):
     assert main(["run", "--study", str(_study(tmp_path)), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "stage 1: tuning" in out and "stage 2: final grid, after tuning" in out
-    assert "8 tuning jobs (0 with ok records); 4 final jobs" in out
+    assert "18 tuning jobs (0 with ok records); 4 final jobs" in out
 
 
 def test_two_stages_run_end_to_end_and_resume(tmp_path, tiny_bert_dir, glue_dir, capsys):
@@ -241,3 +243,89 @@ def test_a_run_narrowed_to_some_methods_writes_every_cells_selection(tmp_path, g
     cells = {c["method"]: c for c in json.loads(selection.read_text())["cells"]}
     assert cells["vanilla"]["selected"]["train.lr"] == 1e-3 and cells["scores_dropout"]["selected"] is not None
     assert order == ["vanilla", "scores_dropout"]  # the study's order, whichever part ran last
+
+
+def _tune(tmp_path, block: str):
+    path = tmp_path / "study.yaml"
+    path.write_text(f"methods: [vanilla, no_dropout, scores_dropout]\ntasks: [rte]\nseeds: [1]\n"
+                    f"out: {tmp_path / 'out'}\ntune:\n" + "".join(f"  {line}\n" for line in block.splitlines()))
+    return load_study(path).tune
+
+
+SPACE = ("space:\n  default: {train.lr: [1.0e-4, 3.0e-4, 1.0e-3]}\n"
+         "  scores_dropout: {scores_dropout.p: [0.05, 0.1, 0.2]}")
+
+
+def test_budget_all_gives_every_method_its_whole_grid(tmp_path):
+    """Equal in kind: every method tries every learning rate, crossed with its own rates where it has them."""
+    tune = _tune(tmp_path, f"holdout: 6\nseeds: [101, 102, 103]\nbudget: all\n{SPACE}")
+    found = {m: configurations(tune, m) for m in ("vanilla", "no_dropout", "scores_dropout")}
+    assert {m: len(points) for m, points in found.items()} == {"vanilla": 3, "no_dropout": 3, "scores_dropout": 9}
+    assert all({p["train.lr"] for p in points} == {1e-4, 3e-4, 1e-3} for points in found.values())
+    assert {(p["train.lr"], p["scores_dropout.p"]) for p in found["scores_dropout"]} == {
+        (lr, p) for lr in (1e-4, 3e-4, 1e-3) for p in (0.05, 0.1, 0.2)}
+    assert budget_text(tune, {m: len(p) for m, p in found.items()}) == (
+        "every method's whole grid (vanilla 3, no_dropout 3, scores_dropout 9 configurations)")
+    assert tuning_notes(tune, found) == []
+
+
+def test_a_stratified_draw_gives_every_method_every_learning_rate(tmp_path):
+    """Whatever the draw seed: each learning rate at least once, as evenly as the budget allows, repeatably."""
+    for budget in (3, 4, 5):
+        for draw_seed in range(12):
+            tune = _tune(tmp_path, f"holdout: 6\nseeds: [101]\nbudget: {budget}\ndraw_seed: {draw_seed}\n{SPACE}")
+            points = configurations(tune, "scores_dropout")
+            counts = [sum(p["train.lr"] == lr for p in points) for lr in (1e-4, 3e-4, 1e-3)]
+            assert len(points) == budget and min(counts) >= 1 and max(counts) - min(counts) <= 1, (budget, counts)
+            assert len({tuple(p.items()) for p in points}) == budget  # no point twice
+            assert points == configurations(tune, "scores_dropout")
+            assert not any("never tries" in note for note in tuning_notes(tune, {"scores_dropout": points}))
+
+
+def test_a_budget_too_small_for_every_learning_rate_is_refused(tmp_path):
+    tune = _tune(tmp_path, f"holdout: 6\nseeds: [101]\nbudget: 2\n{SPACE}")
+    with pytest.raises(BadInput, match=r"each of the 3 points of train.lr at least once.*raise the budget to 3"):
+        configurations(tune, "scores_dropout")
+
+
+def test_the_uniform_draw_is_the_published_studys_and_the_notes_name_what_it_missed(tmp_path):
+    """`draw: uniform` plans exactly the configurations the committed tuning records ran (results/), and the
+    warnings say which learning rates a method never tried and that one tuning seed decided."""
+    root = Path(__file__).resolve().parents[1]
+    tune = load_study(root / "studies" / "glue-minilm.yaml").tune
+    published = json.loads((root / "results" / "tuning" / "selection.json").read_text())
+    for cell in published["cells"]:
+        assert configurations(tune, cell["method"]) == [c["settings"] for c in cell["configurations"]], cell["method"]
+    points = {m: configurations(tune, m) for m in ("scores_dropout", "no_dropout")}
+    notes = tuning_notes(tune, points)
+    assert "rests on 1 tuning seed(s), fewer than 3" in notes[0] and "Bouthillier" in notes[0]
+    assert "scores_dropout never tries train.lr=0.0002" in notes[1] and "no_dropout" not in notes[1]
+
+
+def test_fewer_than_three_tuning_seeds_still_run_with_a_warning(tmp_path, capsys):
+    path = _study(tmp_path, STUDY.replace("seeds: [101, 102, 103]", "seeds: [101, 102]"))
+    assert main(["run", "--study", str(path), "--dry-run"]) == 0
+    assert "warning: tuning: the selection rests on 2 tuning seed(s), fewer than 3" in capsys.readouterr().err
+    assert main(["run", "--study", str(_study(tmp_path)), "--dry-run"]) == 0
+    assert "warning: tuning" not in capsys.readouterr().err
+
+
+def test_batch_size_and_epochs_are_chosen_on_the_tuning_split(tmp_path):
+    """A budget (batch size, epochs) is a training setting a tune space searches; the final grid runs the one with
+    the best tuning-split score."""
+    text = STUDY.replace("budget: 3", "budget: all").replace(
+        "default: {{train.lr: [1.0e-4, 3.0e-4, 1.0e-3]}}",
+        "default: {{train.lr: [1.0e-4], train.batch_size: [8, 16], train.epochs: [2, 3]}}").replace(
+        "    scores_dropout: {{scores_dropout.p: [0.05, 0.2]}}\n", "")
+    _, plan, tuning = _plans(_study(tmp_path, text))
+    cands = tuning.cells[("minilm", "rte", "vanilla")]
+    assert sorted((c.settings["train.batch_size"], c.settings["train.epochs"]) for c in cands) == [
+        (8, 2), (8, 3), (16, 2), (16, 3)]
+    assert all(j.train.batch_size == c.settings["train.batch_size"] and j.train.epochs == c.settings["train.epochs"]
+               for c in cands for j in c.jobs.values())
+    for c in tuning.cells[("minilm", "rte", "scores_dropout")] + cands:
+        for job in c.jobs.values():  # the tuning split prefers 16 x 3; dev (never read) the opposite
+            best = job.train.batch_size == 16 and job.train.epochs == 3
+            _write_record(tuning.store, job, tune_score=0.9 if best else 0.6, dev_score=0.1 if best else 0.9)
+    final = selected_jobs(plan.jobs, select_configurations(tuning))
+    assert {(j.train.batch_size, j.train.epochs) for j in final} == {(16, 3)}

@@ -96,6 +96,8 @@ def print_tuning_dry_run(tuning, plan: GridPlan, store) -> None:
              f"tuning/runs/{j.filename}"]
             for cands in tuning.cells.values() for c in cands for j in c.jobs.values()]
     print("stage 1: tuning (scored on the tuning split)\n" + tabulate(rows, headers=["record", "job", "file"]))
+    for note in tuning.notes:  # it runs, but its selection is weaker than docs/protocol.md recommends
+        print(f"warning: tuning: {note}", file=sys.stderr)
     try:
         final = selected_jobs(plan.jobs, select_configurations(tuning))
         rows = [[store.status(j.filename) or "", j.label, j.filename] for j in final]

@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import pydantic
 
@@ -102,15 +102,20 @@ class UntilDecidedSection(_Section):
 
 
 class TuneSection(_Section):
-    """The tuning protocol (docs/protocol.md): a tuning split carved from the train set, seeds kept for tuning, an
-    equal budget of configurations per method drawn from each method's search space."""
+    """The tuning protocol (docs/protocol.md): a tuning split carved from the train set, seeds kept for tuning, and
+    per method either its whole grid (`budget: all`) or an equal budget of configurations drawn from it."""
 
     holdout: Positive                     # a fraction of the train split, or a count; the final runs keep it too
     holdout_seed: Optional[int] = None
-    seeds: list[int]                      # tuning seeds: disjoint from the final grid's
-    budget: pydantic.PositiveInt          # configurations per method, the same for every method
+    seeds: list[int]                      # tuning seeds: disjoint from the final grid's; 3 or more recommended
+    # configurations per method, the same for every method; `all`: every method's whole grid (the shared settings'
+    # grid crossed with its own hyper-parameters)
+    budget: Union[pydantic.PositiveInt, Literal["all"]]
     space: dict[str, dict[str, list[Scalar]]]  # method (or default) -> KEY -> values, as --sweep writes them
     draw_seed: int = 0                    # seed of the draw of `budget` configurations from a larger space
+    # how `budget` points are drawn from a larger grid: stratified (every point of the default space, e.g. every
+    # learning rate, at least once) or uniform (a plain draw from the whole grid, as the published study ran)
+    draw: Literal["stratified", "uniform"] = "stratified"
 
 
 class _Grid(_Section):

@@ -1,7 +1,10 @@
-"""The tuning stage of a study (`tune:`, docs/protocol.md): every method gets the same budget of configurations,
-each trained on the tuning seeds and scored on the tuning split carved from the train set, never on dev. Each
-(model, task, method) keeps the configuration with the best mean tuning-split score; the final grid runs it on the
-study's own seeds (disjoint from the tuning seeds) and is scored on dev.
+"""The tuning stage of a study (`tune:`, docs/protocol.md): every method gets its whole grid (`budget: all`: the
+shared settings' grid, e.g. the learning rates, crossed with its own hyper-parameters) or the same number of
+configurations drawn from it (stratified: every point of the shared grid at least once), each trained on the tuning
+seeds and scored on the tuning split carved from the train set, never on dev. Each (model, task, method) keeps the
+configuration with the best mean tuning-split score; the final grid runs it on the study's own seeds (disjoint from
+the tuning seeds) and is scored on dev. Fewer than MIN_SEEDS tuning seeds still run, with a warning: one seed's luck
+can pick the configuration (Bouthillier et al. 2021).
 
 Tuning records live in OUT/tuning/runs/, where no leaderboard looks; the selection, with every configuration's
 scores, in OUT/tuning/selection.json. A rerun skips the tuning runs that have records and selects again.
@@ -23,11 +26,14 @@ from suite.grid.store import Store, atomic_write
 from suite.run.layout import SELECTION, OutputFolder, SelectionFile, own_folder, state_json
 from suite.run.settings import RunConfig, check_seeds
 
-__all__ = ["TuningIncomplete", "TuningPlan", "apply_settings", "check_space", "configurations", "plan_tuning_runs",
-           "protocol_train", "run_tuning_stage", "select_configurations", "selected_jobs", "settings_text",
-           "write_selection"]  # what the rest of the suite uses; other names are this module's own
+__all__ = ["ALL", "MIN_SEEDS", "TuningIncomplete", "TuningPlan", "apply_settings", "budget_text", "check_space",
+           "configurations", "plan_tuning_runs", "protocol_train", "run_tuning_stage", "select_configurations",
+           "selected_jobs", "settings_text", "shared_keys", "tuning_notes", "write_selection"]
+# (what the rest of the suite uses; other names are this module's own)
 
 DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)
+ALL = "all"                       # `budget: all`: every method's whole grid
+MIN_SEEDS = 3                     # fewer tuning seeds than this: the selection may be one seed's luck
 # settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
 FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "data_seed", "subset_draw", "max_eval_samples")
 
@@ -94,25 +100,87 @@ def method_space(tune, method: str) -> dict[str, list]:
     return space
 
 
+def shared_keys(tune, space: dict[str, list]) -> list[str]:
+    """The keys of a method's space whose every value each method must try: the default space's (training settings
+    every method searches), and train.lr in any case."""
+    shared = set(tune.space.get(DEFAULT_SPACE, {})) | {"train.lr"}
+    return [k for k in space if k in shared]
+
+
 def configurations(tune, method: str) -> list[dict[str, Any]]:
-    """Exactly `tune.budget` configurations of the method's space: all of its points when it has that many, a seeded
-    draw of them when it has more; fewer is refused (the budget must be the same for every method)."""
+    """The method's configurations: its whole grid under `budget: all`; else exactly `tune.budget` of them, all of
+    its points when it has that many, a seeded draw when it has more (`tune.draw`: stratified, each point of the
+    shared grid at least once, or uniform); fewer is refused (the budget must be the same for every method)."""
     space = method_space(tune, method)
     if "train.lr" not in space:
         raise BadInput(f"tune.space: {method} has no train.lr to search; give it in tune.space.default (every "
                        "method) or tune.space.{method}")
     keys = list(space)
     points = [dict(zip(keys, combo)) for combo in itertools.product(*(list(dict.fromkeys(space[k])) for k in keys))]
+    if tune.budget == ALL or len(points) == tune.budget:
+        return points
     if len(points) < tune.budget:
         raise BadInput(f"tune.budget={tune.budget}: {method}'s space has only {len(points)} configuration(s) "
                        f"({' x '.join(f'{len(set(space[k]))} {k}' for k in keys)}); every method gets the same "
-                       "budget, so lower the budget or give its space more values")
-    if len(points) > tune.budget:  # one draw per method, repeatable: the study's draw_seed and the method's name
-        import numpy as np
+                       "budget, so lower the budget, give its space more values, or give `budget: all` (every "
+                       "method its whole grid)")
+    import numpy as np
 
-        rng = np.random.default_rng([tune.draw_seed, zlib.crc32(method.encode())])
-        points = [points[i] for i in sorted(rng.choice(len(points), size=tune.budget, replace=False))]
-    return points
+    rng = np.random.default_rng([tune.draw_seed, zlib.crc32(method.encode())])  # repeatable: seed and name
+    if tune.draw == "uniform":  # the draw the published study ran
+        return [points[i] for i in sorted(rng.choice(len(points), size=tune.budget, replace=False))]
+    return _stratified(tune, method, space, points, rng)
+
+
+def _stratified(tune, method: str, space: dict[str, list], points: list[dict[str, Any]], rng) -> list[dict]:
+    """`tune.budget` points, every stratum (a point of the shared keys: a learning rate) at least once and the
+    strata as even as the budget allows: rounds that take one point from each stratum, strata and points within
+    them in a seeded order."""
+    keys = shared_keys(tune, space)
+    strata: dict[tuple, list[int]] = {}
+    for i, point in enumerate(points):
+        strata.setdefault(tuple(_text(point[k]) for k in keys), []).append(i)
+    if tune.budget < len(strata):
+        raise BadInput(f"tune.budget={tune.budget}: the stratified draw gives every method each of the "
+                       f"{len(strata)} points of {' x '.join(keys)} at least once, which {method} cannot have in "
+                       f"{tune.budget} configurations; raise the budget to {len(strata)} or more, or give "
+                       "`budget: all` (every method its whole grid)")
+    queues = [[int(i) for i in rng.permutation(idx)] for idx in strata.values()]
+    chosen: list[int] = []
+    while len(chosen) < tune.budget:
+        for q in rng.permutation(len(queues)):
+            if queues[q] and len(chosen) < tune.budget:
+                chosen.append(queues[q].pop(0))
+    return [points[i] for i in sorted(chosen)]
+
+
+def tuning_notes(tune, points: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Warnings on a tuning stage that still runs: fewer than MIN_SEEDS tuning seeds; methods that never try some
+    value of the shared grid (a uniform draw). `points`: method -> its configurations."""
+    notes = []
+    if len(tune.seeds) < MIN_SEEDS:
+        notes.append(f"the selection rests on {len(tune.seeds)} tuning seed(s), fewer than {MIN_SEEDS}: one seed's "
+                     "luck can pick the configuration (Bouthillier et al. 2021); give tune.seeds at least "
+                     f"{MIN_SEEDS} seeds")
+    unseen = []
+    for method, tried in points.items():
+        space = method_space(tune, method)
+        missing = [f"{k}={_text(v)}" for k in shared_keys(tune, space) for v in dict.fromkeys(space[k])
+                   if not any(p[k] == v for p in tried)]
+        if missing:
+            unseen.append(f"{method} never tries {', '.join(missing)}")
+    if unseen:
+        notes.append(f"the {tune.draw} draw of {tune.budget} configurations is equal in count, "
+                     f"not in kind: {'; '.join(unseen)}. `draw: stratified` or `budget: all` gives every method "
+                     "each of them")
+    return notes
+
+
+def budget_text(tune, counts: dict[str, int]) -> str:
+    """How many configurations each method gets (`counts`: method -> number)."""
+    if tune.budget != ALL:
+        return f"{tune.budget} configurations per method"
+    return "every method's whole grid (" + ", ".join(f"{m} {n}" for m, n in counts.items()) + " configurations)"
 
 
 def apply_settings(job: RunConfig, settings: dict[str, Any]) -> RunConfig:
@@ -142,6 +210,7 @@ class TuningPlan:
     tune: Any
     store: Store
     cells: dict[Cell, list[Candidate]]
+    notes: list[str] = dataclasses.field(default_factory=list)  # warnings: it runs, but see docs/protocol.md
 
     @property
     def jobs(self) -> list[RunConfig]:
@@ -154,7 +223,7 @@ class TuningPlan:
 
 
 def plan_tuning_runs(tune, final_jobs: list[RunConfig], final_seeds: list[int], out: str | Path) -> TuningPlan:
-    """The tuning runs of every (model, task, method) of the final grid: `budget` configurations x the tuning seeds,
+    """The tuning runs of every (model, task, method) of the final grid: its configurations x the tuning seeds,
     each based on the cell's first final job (its grid's training settings, the tuning split included)."""
     overlap = sorted(set(tune.seeds) & set(final_seeds))
     if overlap:
@@ -178,7 +247,7 @@ def plan_tuning_runs(tune, final_jobs: list[RunConfig], final_seeds: list[int], 
         cells[cell] = [Candidate(settings, {seed: apply_settings(dataclasses.replace(base, seed=seed), settings)
                                             for seed in tune.seeds})
                        for settings in points[cell[2]]]
-    return TuningPlan(tune, Store(OutputFolder(out).tuning.root), cells)
+    return TuningPlan(tune, Store(OutputFolder(out).tuning.root), cells, tuning_notes(tune, points))
 
 
 def _tune_score(store: Store, job: RunConfig) -> float | None:
@@ -218,7 +287,7 @@ def select_configurations(plan: TuningPlan) -> dict[str, Any]:
                       "configurations": rows, "selected": selected, "reason": reason})
     tune = plan.tune
     protocol = {"holdout": tune.holdout, "holdout_seed": tune.holdout_seed, "seeds": list(tune.seeds),
-                "budget": tune.budget, "draw_seed": tune.draw_seed,
+                "budget": tune.budget, "draw_seed": tune.draw_seed, "draw": tune.draw,
                 "space": {method: method_space(tune, method) for method in dict.fromkeys(c[2] for c in plan.cells)},
                 "scored_on": "tuning split (train.holdout), never dev"}
     return {"protocol": protocol, "cells": cells}
@@ -270,8 +339,11 @@ def run_tuning_stage(tuning: TuningPlan, final_jobs: list[RunConfig], run_jobs: 
     from suite.grid.executors import status_table
 
     tune = tuning.tune
-    say(f"tuning: {len(tuning.jobs)} runs ({tune.budget} configurations per method x {len(tune.seeds)} tuning "
-        f"seed(s)) -> {tuning.store.runs}")
+    counts = {cell[2]: len(cands) for cell, cands in tuning.cells.items()}
+    say(f"tuning: {len(tuning.jobs)} runs ({budget_text(tune, counts)} x {len(tune.seeds)} tuning seed(s)) -> "
+        f"{tuning.store.runs}")
+    for note in tuning.notes:
+        say(f"warning: {note}")
     say(status_table(run_jobs(tuning.jobs, tuning.store)))
     own = select_configurations(tuning)
     written = write_selection(tuning, with_other_cells(own, select_configurations(whole)) if whole is not None

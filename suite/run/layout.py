@@ -116,8 +116,9 @@ class TuningProtocol(_Model):
     holdout: Optional[float]
     holdout_seed: Optional[int]
     seeds: list[int]
-    budget: int
+    budget: int | str                         # configurations per method; "all": each method's whole grid
     draw_seed: int
+    draw: Optional[str] = None                # stratified or uniform; absent: written before draws had a name
     space: dict[str, dict[str, list[Any]]]    # method -> "train.lr"/"METHOD.KEY" -> the values searched
     scored_on: str
 
