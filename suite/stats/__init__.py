@@ -11,4 +11,5 @@
   aso.py         almost stochastic order, where a comparison's outcomes are bimodal
   curves.py      the data-efficiency table's tests (each size of a curve against the reference), one family
   sequential.py  group-sequential looks for adding seeds until decided
+  evp.py         expected validation performance: the expected best tuning score of k configurations drawn
 """
