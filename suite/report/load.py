@@ -2,6 +2,11 @@
 
 Every record is parsed by `suite.run.record.RunRecord.from_dict`; a file that is not a valid record is named (with the
 reason) and skipped, and leftover `.tmp-*.json` files of an interrupted write are not records at all.
+
+The split a run is scored on: its held-out test split when it has one (`train.test_holdout`; the record's `heldout`),
+else dev. A row's `score`, `final`, `baseline` and `predictions` are that split's, so the tables, comparisons and
+example-level statistics read one split without asking which; `scored_on` names it, and `dev_score` / `dev_final`
+keep the dev metrics beside.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ import pandas as pd
 from suite.api.errors import ReportError
 from suite.report.vocabulary import key_of, num
 from suite.run.layout import COMMANDS, RUNS
-from suite.run.record import InvalidRecord, RunRecord
+from suite.run.record import InvalidRecord, RunRecord, heldout_predictions
 from suite.run.settings import with_added_defaults
 
 TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
@@ -146,10 +151,12 @@ class DataSizes:
     train: int | None = None
     train_subset: int | None = None              # the fixed train subset the generalisation gap is measured on
     dev: tuple[tuple[str, int], ...] = ()        # (eval-split suffix, examples), in order
+    heldout: int | None = None                   # the held-out test split (train.test_holdout; None: none)
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> "DataSizes":
-        return cls(data.get("train"), data.get("train_subset"), tuple(sorted((data.get("dev") or {}).items())))
+        return cls(data.get("train"), data.get("train_subset"), tuple(sorted((data.get("dev") or {}).items())),
+                   data.get("heldout"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,12 +207,15 @@ def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
     train_all = {**{k: v for k, v in train.items() if k not in OUTCOME_NEUTRAL}, "data_source": cfg.get("data_source")}
     ok = rec.status == "ok"
     final, timing, params = rec.final or {}, rec.timing or {}, rec.parameters or {}
+    scored = scored_split(rec)
     return {
         "model": str(cfg.get("model")), "task": str(cfg["task"]), "method": str(cfg["method"]),
         "hp": Setting.of(hp), "train": Setting.of(train_all),
         "seed": cfg.get("seed"), "status": rec.status,
-        "score": num(final.get("score")) if ok else math.nan,
-        "final": Metrics.of(final) if ok else Metrics(), "best_score": num((rec.best or {}).get("score")),
+        "score": num(scored.metrics.get("score")) if ok else math.nan,
+        "final": Metrics.of(scored.metrics) if ok else Metrics(), "scored_on": scored.name,
+        "dev_score": num(final.get("score")) if ok else math.nan, "dev_final": Metrics.of(final) if ok else Metrics(),
+        "best_score": num((rec.best or {}).get("score")),
         "gap": _gap(rec) if ok else math.nan,
         "wall_s": num(rec.wall_s), "step_s": num(timing.get("step_s")), "peak_mb": num(timing.get("peak_memory_mb")),
         "peak_kind": timing.get("peak_memory_kind"),
@@ -219,9 +229,29 @@ def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
         "data": DataSizes.of(rec.data or {}), "started": rec.started or "", "finished": rec.finished or "",
         "label": rec.label or f"{cfg['task']}/{cfg['method']}/seed{cfg.get('seed')}",
         "error": rec.error or "", "hash": rec.hash or str(path), "file": path.name,
-        "baseline": RecordedBaseline.of(rec.baselines or {}),
-        "predictions": str(path.parent / rec.predictions) if ok and rec.predictions else "",
+        "baseline": RecordedBaseline.of(scored.baselines),
+        "predictions": scored.predictions(str(path.parent / rec.predictions)) if ok and rec.predictions else "",
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Scored:
+    """The split a run is scored on: its name, metrics, learn-nothing baselines and how its predictions are read."""
+    name: str                       # "heldout" (train.test_holdout) or "dev"
+    metrics: Mapping[str, Any]
+    baselines: Mapping[str, Any]
+
+    def predictions(self, sidecar: str) -> str:
+        """What the example-level statistics load this split's predictions by, from the run's sidecar."""
+        return heldout_predictions(sidecar) if self.name == "heldout" else sidecar
+
+
+def scored_split(rec: RunRecord) -> Scored:
+    """The held-out test split when the record has its score, else dev: a run is never scored on dev when it kept
+    a held-out test split (dev then shows beside, as `dev_score`)."""
+    if isinstance(rec.heldout, dict):
+        return Scored("heldout", rec.heldout, rec.heldout_baselines or {})
+    return Scored("dev", rec.final or {}, rec.baselines or {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +288,8 @@ NESTED_TYPES: dict[str, type | tuple[type, ...]] = {
     "timing.step_s": NUMBER, "timing.peak_memory_mb": NUMBER, "parameters": OPTIONAL_DICT, "parameters.*": NUMBER,
     "data": OPTIONAL_DICT, "attention": OPTIONAL_DICT, "attention.mean": OPTIONAL_DICT,
     "attention.per_layer": OPTIONAL_DICT, "analyses": OPTIONAL_DICT, "method_record": OPTIONAL_DICT,
-    "baselines": OPTIONAL_DICT, "predictions": OPTIONAL_STR, "started": OPTIONAL_STR, "finished": OPTIONAL_STR,
+    "baselines": OPTIONAL_DICT, "heldout": OPTIONAL_DICT, "heldout.score": NUMBER, "heldout_baselines": OPTIONAL_DICT,
+    "predictions": OPTIONAL_STR, "started": OPTIONAL_STR, "finished": OPTIONAL_STR,
     "error": OPTIONAL_STR, "generalisation_gap": NUMBER, "version": int,
 }
 
@@ -305,12 +336,14 @@ def _sidecar(path: Path, rec: RunRecord) -> str:
     if rec.status != "ok" or not rec.predictions:
         return ""
     sidecar = path.parent / rec.predictions
+    scored = scored_split(rec)
     try:
         with zipfile.ZipFile(sidecar) as archive:
             bad = archive.testzip()
-        if bad is None:
-            return str(sidecar)
-        why = f"member {bad} is corrupt"
+            held = any(n.startswith(f"{scored.name}/") for n in archive.namelist())
+        if bad is None and (scored.name == "dev" or held):
+            return scored.predictions(str(sidecar))
+        why = f"member {bad} is corrupt" if bad is not None else "no held-out test predictions in it"
     except (OSError, zipfile.BadZipFile, ValueError) as exc:
         why = f"{type(exc).__name__}: {exc}"
     print(f"warning: {sidecar}: predictions file unreadable ({why}); {path.name} is reported without its "

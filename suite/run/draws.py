@@ -4,6 +4,13 @@ data draw, the dev subset.
 - The tuning split (`train.holdout`: a fraction of the train split, or a count) is drawn first, with its own seed
   (`train.holdout_seed`), stratified by label for classification; it is the same for every draw and every size, and
   no run ever trains on it.
+- The held-out test split (`train.test_holdout`: a fraction of the train split, or a count) is drawn before
+  everything else, with a fixed seed (`TEST_SEED`) that no setting changes: every run of a task that asks for one
+  many rows is scored on the same rows, whatever its seed, method, draw or tuning split. Stratified by label for
+  classification; no run trains, tunes or chooses anything on it. Without it the tuning split and the subsets are
+  drawn from the whole train split exactly as before, so records made without it keep their rows.
+- The tuning split then comes from the rows the held-out test split leaves (its size still counted on the whole
+  train split).
 - The training subset comes from the rest. Its draw follows the run's seed unless `train.data_seed` fixes it. With
   `train.subset_draw=nested` a subset is the prefix of the draw's seeded permutation, so the subsets of one draw are
   nested (250 rows within 500 within 1000); `legacy` is the unnested draw of the records written before.
@@ -13,15 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from suite.api.errors import DataError
+from suite.api.errors import DataError, HyperParameterError
 from suite.run.data import seeded_subset  # the legacy draw, and the dev subset's
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["check_holdouts", "dev_rows", "draw_seed", "draw_train", "holdout_size", "nested_subset", "tuning_split"]
+__all__ = ["TEST_SEED", "check_heldout_task", "check_holdouts", "dev_rows", "draw_seed", "draw_train",
+           "heldout_split", "holdout_size", "nested_subset", "tuning_split"]
+
+TEST_SEED = 0  # the held-out test split's draw: fixed, so that every run of a task is scored on the same rows
 
 
 def nested_subset(n: int, limit: int | None, seed: int) -> list[int]:
@@ -37,19 +47,26 @@ def draw_seed(t, run_seed: int) -> int:
     return run_seed if t.data_seed is None else int(t.data_seed)
 
 
-def holdout_size(holdout: float | None, n: int) -> int:
-    """Rows of the tuning split for a train split of `n` rows: a count, or a fraction of the split (0: none)."""
+def holdout_size(holdout: float | None, n: int, setting: str = "holdout", left: int | None = None) -> int:
+    """Rows of the tuning split (or, with `setting="test_holdout"`, of the held-out test split) for a train split of
+    `n` rows: a count, or a fraction of the split (0: none). `left`: the rows it is drawn from, when another split
+    took some before it (default `n`)."""
     if holdout is None:
         return 0
+    left = n if left is None else left
     size = int(holdout) if holdout >= 1 else int(round(holdout * n))
-    if not 1 <= size < n:
-        raise DataError(f"train.holdout={holdout:g} gives a tuning split of {size} of the {n} training rows; it "
+    if not 1 <= size < left:
+        what = "a tuning split" if setting == "holdout" else "a held-out test split"
+        taken = "" if left == n else f" ({n - left} of them are the held-out test split's)"
+        raise DataError(f"train.{setting}={holdout:g} gives {what} of {size} of the {n} training rows{taken}; it "
                         f"needs at least 1 and must leave rows to train on")
     return size
 
 
-def tuning_split(labels: Sequence, size: int, seed: int, stratify: bool) -> tuple[list[int], list[int]]:
-    """(rows left to train on, tuning rows): a seeded split, stratified by label when `stratify`."""
+def tuning_split(labels: Sequence, size: int, seed: int, stratify: bool,
+                 setting: str = "holdout") -> tuple[list[int], list[int]]:
+    """(rows left to train on, tuning rows): a seeded split, stratified by label when `stratify` (`setting`: the one
+    that asked for it, named when it cannot be drawn)."""
     from sklearn.model_selection import train_test_split
 
     if size == 0:
@@ -58,9 +75,29 @@ def tuning_split(labels: Sequence, size: int, seed: int, stratify: bool) -> tupl
         rest, tune = train_test_split(np.arange(len(labels)), test_size=size, random_state=seed,
                                       stratify=np.asarray(labels) if stratify else None)
     except ValueError as exc:  # a class too rare to split, or fewer tuning rows than classes
-        raise DataError(f"train.holdout: cannot draw a stratified tuning split of {size} rows ({exc}); give a "
-                        "larger holdout") from None
+        what = "tuning split" if setting == "holdout" else "held-out test split"
+        raise DataError(f"train.{setting}: cannot draw a stratified {what} of {size} rows ({exc}); give a larger "
+                        f"{setting}") from None
     return sorted(rest.tolist()), sorted(tune.tolist())
+
+
+def heldout_split(labels: Sequence, t, stratify: bool) -> tuple[list[int], list[int]]:
+    """(rows left for the tuning split and the subsets, held-out test rows): drawn with TEST_SEED, never with a
+    setting's seed; (every row, none) without train.test_holdout."""
+    size = holdout_size(t.test_holdout, len(labels), "test_holdout")
+    return tuning_split(labels, size, TEST_SEED, stratify, "test_holdout")
+
+
+def carve(labels: Sequence, t, stratify: bool) -> tuple[list[int], list[int], list[int]]:
+    """(rows the subsets are drawn from, tuning rows, held-out test rows), as rows of the train split: the held-out
+    test split first, then the tuning split from what it leaves."""
+    left, test = heldout_split(labels, t, stratify)
+    if not test:  # exactly the draw of the records made before the held-out test split existed
+        rest, tune = tuning_split(labels, holdout_size(t.holdout, len(labels)), t.holdout_seed, stratify)
+        return rest, tune, []
+    size = holdout_size(t.holdout, len(labels), left=len(left))
+    rest, tune = tuning_split([labels[i] for i in left], size, t.holdout_seed, stratify)
+    return [left[i] for i in rest], sorted(left[i] for i in tune), test
 
 
 def fingerprint(rows: Sequence[int]) -> str:
@@ -77,34 +114,62 @@ class Draw:
     seed: int
     subset_draw: str
     holdout_seed: int
+    test: list[int] = dataclasses.field(default_factory=list)  # the held-out test split (train.test_holdout)
 
     def facts(self) -> dict[str, Any]:
-        """What the record keeps: which draw, which subset (its size and digest), which tuning split."""
+        """What the record keeps: which draw, which subset (its size and digest), which tuning split, which
+        held-out test split."""
         facts = {"subset_draw": self.subset_draw, "data_seed": self.seed, "train_rows": len(self.train),
                  "train_rows_sha": fingerprint(self.train)}
         if self.tune:
             facts |= {"holdout_seed": self.holdout_seed, "tune_rows": len(self.tune),
                       "tune_rows_sha": fingerprint(self.tune)}
+        if self.test:
+            facts |= {"heldout_seed": TEST_SEED, "heldout_rows": len(self.test),
+                      "heldout_rows_sha": fingerprint(self.test)}
         return facts
 
 
 def draw_train(labels: Sequence, t, run_seed: int, classification: bool) -> Draw:
-    """The tuning split and the training subset of one run, as rows of the train split."""
-    rest, tune = tuning_split(labels, holdout_size(t.holdout, len(labels)), t.holdout_seed, classification)
+    """The held-out test split, the tuning split and the training subset of one run, as rows of the train split."""
+    rest, tune, test = carve(labels, t, classification)
     seed = draw_seed(t, run_seed)
     subset = nested_subset if t.subset_draw == "nested" else seeded_subset
     train = [rest[i] for i in subset(len(rest), t.max_train_samples, seed)]
-    return Draw(train, tune, seed, t.subset_draw, t.holdout_seed)
+    return Draw(train, tune, seed, t.subset_draw, t.holdout_seed, test)
 
 
 def check_holdouts(labels: Sequence, trains, classification: bool, task: str) -> None:
-    """Draw every distinct tuning split that runs with settings `trains` ask for, so that an impossible one (larger
-    than the train split, or a class too rare to stratify) stops a grid before anything trains."""
-    for holdout, seed in {(t.holdout, t.holdout_seed) for t in trains if t.holdout is not None}:
+    """Draw every distinct held-out test split and tuning split that runs with settings `trains` ask for, so that an
+    impossible one (larger than the train split or than what the other leaves, or a class too rare to stratify)
+    stops a grid before anything trains."""
+    asked = {(t.test_holdout, t.holdout, t.holdout_seed) for t in trains
+             if t.holdout is not None or t.test_holdout is not None}
+    for test_holdout, holdout, seed in asked:
         try:
-            tuning_split(labels, holdout_size(holdout, len(labels)), seed, classification)
+            carve(labels, Holdouts(test_holdout, holdout, seed), classification)
         except DataError as exc:
             raise DataError(f"{task}: {exc}") from None
+
+
+def check_heldout_task(spec, trains) -> None:
+    """A held-out test split is one split scored with the task's unsuffixed metrics: a task scored on several dev
+    sets (MNLI's matched and mismatched) has a headline no single split gives, so it is refused there."""
+    asked = [t.test_holdout for t in trains if t.test_holdout is not None]
+    if asked and len(spec.eval_splits) > 1:
+        raise HyperParameterError(
+            f"train.test_holdout={asked[0]:g}: {spec.display} is scored on {len(spec.eval_splits)} dev sets "
+            f"({', '.join(spec.eval_splits.values())}), the mean of which is its score; a held-out test split carved "
+            "from its train set is one split, which cannot stand in for them. Leave train.test_holdout unset for "
+            f"{spec.display} (a study can set it in an also: grid of the other tasks)")
+
+
+class Holdouts(NamedTuple):
+    """The settings `carve` reads."""
+
+    test_holdout: float | None
+    holdout: float | None
+    holdout_seed: int
 
 
 def dev_rows(n: int, t) -> list[int]:

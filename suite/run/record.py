@@ -6,7 +6,9 @@ names the file when it is not a record. Version 1 records (written before the ve
 are: every field added since has a default.
 
 Per-example dev predictions live in a sidecar `.npz` next to the record (`predictions` names it), so that the
-record stays small and readable while statistics can still work at the example level.
+record stays small and readable while statistics can still work at the example level. A run with a held-out test
+split (`train.test_holdout`) keeps its predictions there too, under HELDOUT; `load_predictions(path)` gives the dev
+sets' and `load_predictions(path + "#heldout")` the held-out split's, each as a run's predictions on one dev set.
 """
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["InvalidRecord", "NewerRecord", "RECORD_VERSION", "RunRecord", "load_predictions", "predictions_filename",
-           "save_predictions"]  # what the rest of the suite uses; other names are this module's own
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["HELDOUT", "InvalidRecord", "NewerRecord", "RECORD_VERSION", "RunRecord", "heldout_predictions",
+           "load_predictions", "predictions_filename", "save_predictions"]
 
 if TYPE_CHECKING:
     import numpy as np  # imported where used: dry runs read records without it
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 
 RECORD_VERSION = 2
 STATUSES = ("ok", "failed")
+HELDOUT = "heldout"  # the held-out test split's group in the predictions sidecar (never a dev set's suffix)
 
 
 class InvalidRecord(ValueError):
@@ -50,6 +54,8 @@ class RunRecord:
     final: dict[str, Any] = dataclasses.field(default_factory=dict)           # dev metrics at the last epoch
     best: dict[str, Any] = dataclasses.field(default_factory=dict)            # best epoch by dev score (reference)
     tune: dict[str, Any] | None = None          # tuning-split metrics at the selected epoch (train.holdout), beside dev
+    heldout: dict[str, Any] | None = None       # held-out test split's metrics (train.test_holdout) of the final model
+    heldout_baselines: dict[str, Any] | None = None  # majority / constant / chance scores on the held-out test split
     generalisation_gap: float | None = None
     timing: dict[str, Any] = dataclasses.field(default_factory=dict)
     data: dict[str, Any] = dataclasses.field(default_factory=dict)            # split sizes actually used
@@ -97,6 +103,9 @@ class RunRecord:
                 raise InvalidRecord(f"{where}an ok record without final metrics or history")
             if not _finite(d["final"].get("score")):
                 raise InvalidRecord(f"{where}an ok record whose final score is {d['final'].get('score')!r}")
+            if d.get("heldout") is not None and not (isinstance(d["heldout"], dict)
+                                                     and _finite(d["heldout"].get("score"))):
+                raise InvalidRecord(f"{where}an ok record whose held-out test score is not a number")
         rec = cls(**{k: v for k, v in d.items() if k in names - {"prediction_arrays"}})
         if rec.version > RECORD_VERSION:
             raise NewerRecord(f"{where}record version {rec.version} is newer than this suite reads "
@@ -145,12 +154,31 @@ def save_predictions(file, predictions: dict[str, dict[str, np.ndarray]]) -> Non
 
 
 def load_predictions(path: str | Path) -> dict[str, dict[str, np.ndarray]]:
-    """The inverse of `save_predictions`: {suffix: {"index", "label", "logits"}} ('' is the single dev set)."""
+    """The inverse of `save_predictions`: {suffix: {"index", "label", "logits"}} ('' is the single dev set), the dev
+    sets only. `PATH#heldout` (`heldout_predictions`): the held-out test split's, as {'': ...}, read as a dev set's
+    (its index: rows of the train split)."""
     import numpy as np
 
+    path, held = _selected(path)
     out: dict[str, dict[str, np.ndarray]] = {}
     with np.load(path) as data:
         for key in data.files:
             split, name = key.split("/", 1)
-            out.setdefault("" if split == "dev" else split, {})[name] = data[key]
+            if (split == HELDOUT) == held:
+                out.setdefault("" if split in ("dev", HELDOUT) else split, {})[name] = data[key]
+    if held and not out:
+        raise KeyError(f"{path}: no held-out test predictions")
     return out
+
+
+def heldout_predictions(sidecar: str | Path) -> str:
+    """The name `load_predictions` reads a sidecar's held-out test predictions by."""
+    return f"{sidecar}#{HELDOUT}"
+
+
+def _selected(path: str | Path) -> tuple[str | Path, bool]:
+    """(the file, whether the held-out test split's predictions are asked for)."""
+    text = str(path)
+    if text.endswith(f".npz#{HELDOUT}"):
+        return text[:-len(HELDOUT) - 1], True
+    return path, False

@@ -34,10 +34,10 @@ from suite.run.device import (
     pick_device,
     precision_label,
 )
-from suite.run.draws import dev_rows, draw_seed, draw_train
+from suite.run.draws import check_heldout_task, dev_rows, draw_seed, draw_train
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
-from suite.run.record import RECORD_VERSION, RunRecord
+from suite.run.record import HELDOUT, RECORD_VERSION, RunRecord
 from suite.run.settings import RunConfig, resolve_model
 from suite.run.training import FitData, FitEnv, Fitted, fit
 
@@ -61,11 +61,14 @@ class TokenizedCache:
     def get(self, job: RunConfig, spec: TaskSpec, tokenizer, data_dir) -> "Tokenized":
         t, seed = job.train, draw_seed(job.train, job.seed)
         key = (job.model, spec.name, job.data_source, str(data_dir), t.max_length, t.max_train_samples,
-               t.max_eval_samples, t.train_eval_samples, t.data_seed, seed, t.subset_draw, t.holdout, t.holdout_seed)
+               t.max_eval_samples, t.train_eval_samples, t.data_seed, seed, t.subset_draw, t.holdout, t.holdout_seed,
+               t.test_holdout)
         if key != self._key:  # other processes' work is reused through the disk cache (suite.run.cache)
             disk_key = tokenized_key(spec, tokenizer, data_dir, dataclasses.replace(t, data_seed=seed))
             # the dev subset is drawn with train.data_seed (0 when unset), never with the run seed: it joins the key
             disk_key = disk_key and f"{disk_key}-{t.subset_draw}-{t.holdout}-{t.holdout_seed}-dev{t.data_seed or 0}"
+            if t.test_holdout is not None:  # keys of runs without it stay as they were
+                disk_key = disk_key and f"{disk_key}-test{t.test_holdout}"
             value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)), _is_tokenized)
             self._key, self._value = key, Tokenized(*value)  # the disk cache keeps plain tuples
         return self._value
@@ -73,35 +76,41 @@ class TokenizedCache:
 
 class Tokenized(NamedTuple):
     """A run's tokenised data: what it trains on, its dev sets, the fixed train subset scored for the overfitting
-    gap, its tuning split (empty without train.holdout) and how its rows were drawn (`Draw.facts`)."""
+    gap, its tuning split (empty without train.holdout), how its rows were drawn (`Draw.facts`) and its held-out test
+    split (empty without train.test_holdout)."""
 
     train: Encoded
     devs: dict[str, Encoded]
     train_subset: Encoded
     tune: Encoded
     draw: dict[str, Any]
+    heldout: Encoded = Encoded([], [], [])  # a cache entry written before the held-out split existed has none
 
 
 def _is_tokenized(value) -> bool:
-    """Whether a cached value is shaped as a Tokenized: three tokenised splits, a dict of them, a dict of facts."""
-    return (isinstance(value, tuple) and len(value) == len(Tokenized._fields)
-            and all(isinstance(value[i], Encoded) for i in (0, 2, 3)) and isinstance(value[4], dict)
+    """Whether a cached value is shaped as a Tokenized: three tokenised splits, a dict of them, a dict of facts, and
+    (but in entries written before it existed) the held-out test split."""
+    return (isinstance(value, tuple) and len(value) in (len(Tokenized._fields) - 1, len(Tokenized._fields))
+            and all(isinstance(value[i], Encoded) for i in (0, 2, 3, *range(5, len(value))))
+            and isinstance(value[4], dict)
             and isinstance(value[1], dict) and all(isinstance(v, Encoded) for v in value[1].values()))
 
 
 def _tokenize(spec: TaskSpec, tokenizer, data_dir, t, run_seed: int) -> Tokenized:
+    check_heldout_task(spec, [t])
     splits = load_splits(spec, data_dir)
     # Subsets are drawn before tokenising (same rows): a 2000-example run need not tokenise all of MNLI.
     columns = splits[spec.train_split]
     draw = draw_train(columns["label"], t, run_seed, classification=not spec.is_regression)
     train = encode(spec, _rows(columns, draw.train), tokenizer, t.max_length)
     tune = encode(spec, _rows(columns, draw.tune), tokenizer, t.max_length) if draw.tune else Encoded([], [], [])
+    test = encode(spec, _rows(columns, draw.test), tokenizer, t.max_length) if draw.test else Encoded([], [], [])
     devs = {suffix: encode(spec, _rows(splits[split], dev_rows(len(splits[split]["label"]), t)), tokenizer,
                            t.max_length)
             for suffix, split in spec.eval_splits.items()}
     train_subset = train.subset(seeded_subset(len(train), t.train_eval_samples, draw.seed + 1))
     stopping.check()  # a stop swallowed while the tokenizer ran (signals land in its destructors too)
-    return Tokenized(train, devs, train_subset, tune, draw.facts())
+    return Tokenized(train, devs, train_subset, tune, draw.facts(), test)
 
 
 def _rows(columns: dict[str, list], keep: list[int]) -> dict[str, list]:
@@ -146,11 +155,27 @@ def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, data: Tokenized, mo
                       "training_only": method.training_only_parameters()}
     rec.method_record = method.record()
     rec.baselines = baseline_scores(spec, {k: np.asarray(v.labels) for k, v in devs.items()})
-    rec.prediction_arrays = {
-        suffix: {"index": np.asarray(devs[suffix].index if devs[suffix].index is not None else range(e.n)),
-                 "label": np.asarray(devs[suffix].labels, dtype=np.float32 if spec.is_regression else np.int64),
-                 "logits": e.logits.astype(np.float32)}
-        for suffix, e in fitted.final_evals.items()}
+    rec.prediction_arrays = {suffix: _arrays(devs[suffix], e, spec) for suffix, e in fitted.final_evals.items()}
+    if fitted.heldout is not None:
+        _heldout(rec, fitted.heldout, data.heldout, spec)
+
+
+def _arrays(enc: Encoded, e, spec: TaskSpec) -> dict[str, np.ndarray]:
+    """One split's per-example predictions as the sidecar keeps them: row in its split, gold label, logits."""
+    return {"index": np.asarray(enc.index if enc.index is not None else range(e.n)),
+            "label": np.asarray(enc.labels, dtype=np.float32 if spec.is_regression else np.int64),
+            "logits": e.logits.astype(np.float32)}
+
+
+def _heldout(rec: RunRecord, e, enc: Encoded, spec: TaskSpec) -> None:
+    """The held-out test split's score (beside dev's), its learn-nothing baselines, size and predictions."""
+    if not math.isfinite(e.metrics["score"]):
+        raise NonFiniteLoss(f"the held-out test score is {e.metrics['score']}: the model's predictions are constant "
+                            "(collapsed), so the task's correlation metrics are undefined")
+    rec.heldout = e.metrics
+    rec.heldout_baselines = baseline_scores(spec, {"": np.asarray(enc.labels)})
+    rec.data["heldout"] = len(enc)
+    rec.prediction_arrays[HELDOUT] = _arrays(enc, e, spec)
 
 
 def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.device, quiet: bool,
@@ -172,7 +197,8 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    fit_data = FitData(spec, data.train, devs, data.train_subset, data.tune if len(data.tune) else None, pad_id)
+    fit_data = FitData(spec, data.train, devs, data.train_subset, data.tune if len(data.tune) else None, pad_id,
+                       data.heldout if len(data.heldout) else None)
     env = FitEnv(device, amp_dtype, job.label, quiet, on_epoch, hooks.step if hooks is not None else None)
     fitted = fit(model, method, fit_data, t, job.seed, env)
     _results(rec, fitted, spec, data, model, method, extra, device, amp_dtype)

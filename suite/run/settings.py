@@ -121,6 +121,12 @@ class TrainSettings:
                                           "stratified for classification; scored each epoch as `tune` (none: no "
                                           "tuning split)", hashed=ADDED)
     holdout_seed: int = setting(0, "seed of the tuning split's draw (train.holdout)", minimum=0, hashed=ADDED)
+    test_holdout: float | None = setting(None, "held-out test split carved from the train set first, before the "
+                                               "tuning split and the subset: a fraction (< 1) of the train split, "
+                                               "or a count of rows; drawn once per task by a fixed seed (the same "
+                                               "rows for every run), stratified for classification, scored at the "
+                                               "end as `heldout`; the report scores on it when runs have one "
+                                               "(none: no held-out test split)", hashed=ADDED)
     precision: str = setting("auto", "auto (bf16 autocast where the device computes bf16 natively: a CUDA GPU "
                                      "of compute capability 8.0+, a CPU with AVX512-BF16 or AMX; else fp32; resolved "
                                      "before the run is named), fp32, bf16 or fp16 (with loss scaling)",
@@ -165,9 +171,11 @@ class TrainSettings:
         for name in ("data_seed", "holdout_seed"):
             if not (getattr(self, name) or 0) < SEED_RANGE[1]:
                 raise HyperParameterError(f"train.{name}={getattr(self, name)} must lie in [0, 2**32)")
-        if self.holdout is not None and (self.holdout <= 0 or (self.holdout >= 1 and self.holdout % 1)):
-            raise HyperParameterError(f"train.holdout={self.holdout} is impossible: give a fraction in (0, 1) of the "
-                                      "training rows, or a whole count of rows")
+        for name in ("holdout", "test_holdout"):
+            value = getattr(self, name)
+            if value is not None and (value <= 0 or (value >= 1 and value % 1)):
+                raise HyperParameterError(f"train.{name}={value} is impossible: give a fraction in (0, 1) of the "
+                                          "training rows, or a whole count of rows")
         if self.holdout is None and (self.early_stopping_patience or self.select_epoch == "best"):
             used = "train.early_stopping_patience" if self.early_stopping_patience else "train.select_epoch=best"
             raise HyperParameterError(f"{used} chooses epochs by the tuning split, never by dev (dev is the test "

@@ -126,6 +126,7 @@ class Fitted:
     ctx: StepContext
     selected_epoch: int = 0      # the epoch whose model the run ends with (train.select_epoch); 0: the last
     stopped_early: bool = False  # early stopping ended the run before train.epochs
+    heldout: Evaluation | None = None  # the held-out test split scored by the model the run ends with
 
 
 class EpochSelection:
@@ -211,8 +212,8 @@ def check_finite_model(model: torch.nn.Module, dev_loss: float, epoch: int) -> N
 @dataclasses.dataclass(frozen=True)
 class FitData:
     """What `fit` trains on and scores: the task, the training rows, the eval splits (by metric suffix), the fixed
-    train subset scored each epoch for the overfitting gap, the tuning split (train.holdout; None: none) and the
-    tokenizer's padding id."""
+    train subset scored each epoch for the overfitting gap, the tuning split (train.holdout; None: none), the
+    tokenizer's padding id and the held-out test split (train.test_holdout; None: none), scored once at the end."""
 
     spec: TaskSpec
     train: Encoded
@@ -220,6 +221,7 @@ class FitData:
     train_subset: Encoded
     tune: Encoded | None
     pad_id: int
+    heldout: Encoded | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +239,8 @@ class FitEnv:
 
 def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: int, env: FitEnv) -> Fitted:
     """Train for `t.epochs`, scoring dev, the train subset and the tuning split each epoch; early stopping and
-    `select_epoch=best` read the tuning split's score only."""
+    `select_epoch=best` read the tuning split's score only. The held-out test split is scored once, by the model the
+    run ends with, after every choice is made."""
     spec, train, devs, train_subset, tune, pad_id = (data.spec, data.train, data.devs, data.train_subset, data.tune,
                                                      data.pad_id)
     device, amp_dtype, label, quiet, on_epoch, on_step = (env.device, env.amp_dtype, env.label, env.quiet,
@@ -291,4 +294,9 @@ def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: i
         if stop := selection.update(epoch, entry["tune"]["score"] if tune is not None else math.nan, model, evals):
             break
     selected, evals = selection.finish(model, len(history), evals)
-    return Fitted(history, evals, train_s, eval_s, ctx.step, seen, ctx, selected, stop)
+    heldout = None
+    if data.heldout is not None:  # the task's unsuffixed metrics, as the tuning split's
+        heldout = evaluate(model, data.heldout, spec, t.eval_batch_size, pad_id, device, amp_dtype,
+                           widths=widths(data.heldout))
+        heldout.metrics["score"] = metrics.headline(heldout.metrics, list(spec.metrics))
+    return Fitted(history, evals, train_s, eval_s, ctx.step, seen, ctx, selected, stop, heldout)

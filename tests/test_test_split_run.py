@@ -1,0 +1,104 @@
+"""A run with a held-out test split (train.test_holdout) scores it at the end of training, records its score beside
+dev's and keeps its per-example predictions in the sidecar; the report scores such runs on it (dev beside) and its
+example-level statistics read the held-out predictions; runs without one are read as before."""
+import json
+
+import numpy as np
+import pytest
+
+from suite.run.record import HELDOUT, RunRecord, heldout_predictions, load_predictions
+
+FLAGS = ["--tasks", "sst2", "--methods", "vanilla,drophead", "--seeds", "1,2", "--max-length", "32",
+         "--set", "train.test_holdout=8", "--set", "train.holdout=4", "--set", "train.stats_batches=0"]
+
+
+@pytest.fixture(scope="module")
+def heldout_runs(tiny_bert_dir, glue_dir, tmp_path_factory):
+    from tests.conftest import run_cli
+
+    out = tmp_path_factory.mktemp("heldout")
+    assert run_cli(tiny_bert_dir, glue_dir, out, *FLAGS) == 0
+    return out
+
+
+def _records(out):
+    return [(p, RunRecord.from_dict(json.loads(p.read_text()))) for p in sorted((out / "runs").glob("*.json"))]
+
+
+def test_a_run_records_the_held_out_score_beside_dev_and_keeps_its_predictions(heldout_runs):
+    records = _records(heldout_runs)
+    assert len(records) == 4 and all(rec.ok for _, rec in records)
+    rows = set()
+    for path, rec in records:
+        assert set(rec.heldout) == {"accuracy", "score"} and rec.final["score"] == rec.history[-1]["dev"]["score"]
+        assert rec.data["heldout"] == 8 and rec.data["tune"] == 4 and rec.data["train"] == 24 - 8 - 4
+        assert rec.data["draw"]["heldout_rows"] == 8 and "majority" in rec.heldout_baselines
+        assert all("heldout" not in e for e in rec.history)  # scored once, at the end: no epoch is chosen on it
+        dev = load_predictions(path.parent / rec.predictions)
+        held = load_predictions(heldout_predictions(path.parent / rec.predictions))
+        assert set(dev) == {""} and len(dev[""]["label"]) == 12  # the dev set, as before
+        assert set(held) == {""} and held[""]["logits"].shape == (8, 2)
+        assert np.mean(held[""]["logits"].argmax(1) == held[""]["label"]) == pytest.approx(rec.heldout["accuracy"])
+        rows.add(tuple(held[""]["index"].tolist()))
+    assert len(rows) == 1  # every seed and method: the same train rows
+    assert set(next(iter(rows))) <= set(range(24))  # rows of the train split (24 rows)
+    assert json.loads(records[0][0].read_text())["config"]["train"]["test_holdout"] == 8
+
+
+def test_the_report_scores_on_the_held_out_split_and_keeps_dev_beside(heldout_runs):
+    from suite.report.load import load
+    from suite.stats.evidence import compare_runs, loaded_predictions
+
+    frame = load([heldout_runs]).frame
+    assert set(frame["scored_on"]) == {"heldout"}
+    for row in frame.itertuples():
+        rec = RunRecord.from_dict(json.loads((heldout_runs / "runs" / row.file).read_text()))
+        assert row.score == rec.heldout["score"] and row.dev_score == rec.final["score"]
+        assert row.final.get("accuracy") == rec.heldout["accuracy"]
+        assert row.dev_final.get("accuracy") == rec.final["accuracy"]
+        assert row.baseline.constant == rec.heldout_baselines["majority"]["score"]
+        assert row.predictions.endswith(f".npz#{HELDOUT}") and row.data.heldout == 8
+        assert len(loaded_predictions(row.predictions)[""]["label"]) == 8
+    from suite.stats.evidence import RunOutcome
+
+    def outcomes(method):
+        return {int(r.seed): RunOutcome(r.score * 100, r.predictions) for r in frame[frame["method"] == method]
+                .itertuples()}
+
+    ev = compare_runs("sst2", outcomes("drophead"), outcomes("vanilla"))
+    assert ev.n_seeds == 2 and np.isfinite(ev.diff)
+    held = [loaded_predictions(p) for p in frame["predictions"]]  # what the example-level statistics resample
+    assert all(set(p) == {""} and np.array_equal(p[""]["index"], held[0][""]["index"]) for p in held)
+
+
+def test_the_report_builds_from_held_out_runs(heldout_runs):
+    from suite.report import build_report
+
+    md = build_report([heldout_runs], aso=False, figures=False, allow_uncommitted=True).read_text()
+    assert "drophead" in md
+
+
+def test_a_record_without_it_is_read_on_dev(heldout_runs, tmp_path):
+    from suite.report.load import read_record
+
+    path, rec = _records(heldout_runs)[0]
+    data = json.loads(path.read_text())
+    for key in ("heldout", "heldout_baselines"):
+        del data[key]
+    (tmp_path / path.name).write_text(json.dumps(data))
+    (tmp_path / rec.predictions).write_bytes((path.parent / rec.predictions).read_bytes())
+    row = read_record(tmp_path / path.name)
+    assert row["scored_on"] == "dev" and row["score"] == row["dev_score"] == rec.final["score"]
+    assert row["predictions"] == str(tmp_path / rec.predictions)
+    assert row["baseline"].constant == rec.baselines["majority"]["score"]
+
+
+def test_a_held_out_score_that_is_not_a_number_is_no_record(heldout_runs, tmp_path, capsys):
+    from suite.report.load import read_folder
+
+    path, _ = _records(heldout_runs)[0]
+    data = json.loads(path.read_text())
+    data["heldout"] = {"score": "high"}
+    (tmp_path / path.name).write_text(json.dumps(data))
+    rows, problems = read_folder(tmp_path)
+    assert not rows and "heldout.score" in problems[path.name]
