@@ -102,3 +102,32 @@ def test_a_held_out_score_that_is_not_a_number_is_no_record(heldout_runs, tmp_pa
     (tmp_path / path.name).write_text(json.dumps(data))
     rows, problems = read_folder(tmp_path)
     assert not rows and "heldout.score" in problems[path.name]
+
+
+def test_it_is_scored_once_after_the_epoch_is_chosen(tiny_bert_dir, glue_dir, monkeypatch):
+    """select_epoch=best and early stopping read the tuning split; the held-out split is scored after the choice,
+    by the model the run ends with, and never enters an epoch's entry."""
+    from suite.run import training
+    from suite.run.runner import TokenizedCache, run_one
+    from suite.run.settings import RunConfig, TrainSettings
+
+    calls, evaluate, finish = [], training.evaluate, training.EpochSelection.finish
+
+    def logged_evaluate(model, enc, *args, **kwargs):
+        calls.append(("evaluate", len(enc)))
+        return evaluate(model, enc, *args, **kwargs)
+
+    def logged_finish(self, *args):
+        calls.append(("finish", None))
+        return finish(self, *args)
+
+    monkeypatch.setattr(training, "evaluate", logged_evaluate)
+    monkeypatch.setattr(training.EpochSelection, "finish", logged_finish)
+    t = TrainSettings(epochs=2, batch_size=8, max_length=32, train_eval_samples=0, stats_batches=0, precision="fp32",
+                      holdout=5, test_holdout=7, select_epoch="best", early_stopping_patience=1)
+    rec = run_one(RunConfig(tiny_bert_dir, "sst2", "vanilla", {"p": 0.1}, 1, t), glue_dir, device="cpu", quiet=True,
+                  cache=TokenizedCache())
+    assert rec.ok, rec.error
+    assert calls.count(("evaluate", 7)) == 1 and calls[-2:] == [("finish", None), ("evaluate", 7)]
+    assert all(set(e) & {"heldout", "heldout_loss"} == set() for e in rec.history)
+    assert rec.data["heldout"] == 7 and rec.prediction_arrays[HELDOUT]["logits"].shape == (7, 2)
