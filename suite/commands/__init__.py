@@ -1,4 +1,4 @@
-"""Every command of `python -m suite {run,list,bench,report,check,predict}`, and the parser that assembles them.
+"""Every command of `python -m suite {run,list,bench,report,check,predict,plan}`, and the parser that assembles them.
 
 Every command is a module with COMMAND, add_parser(sub) and main(args). Bad input (`suite.api.errors.BadInput`) exits 2
 with a message that says how to fix it, before anything trains.
@@ -25,6 +25,8 @@ COMMANDS = {
                                       "validation, output shape, identity, padding, finite values, deterministic "
                                       "evaluation, parameters on the model's device)"),
     "predict": ("suite.commands.predict", "test-set predictions in the GLUE server's format from saved checkpoints"),
+    "plan": ("suite.commands.plan", "each primary comparison's chance of a decision under a study's design, before "
+                                    "anything runs"),
 }
 
 

@@ -118,6 +118,23 @@ class TuneSection(_Section):
     draw: Literal["stratified", "uniform"] = "stratified"
 
 
+class TaskNoise(_Section):
+    """A task's noise for the power table, points x100 (docs/statistics.md, "Power before running")."""
+
+    seed_sd: NonNegative                 # sd of one seed's paired difference (method - reference)
+    example_se: NonNegative = 0.0        # sd of the dev-set offset all seeds share (sqrt of v_shared)
+
+
+class PowerSection(_Section):
+    """The power table of `run --dry-run` (suite.grid.power_table): each task's noise, declared here or estimated
+    from the records of a pilot folder (default: the study's own `out`), and the decision probability its seeds and
+    margin columns aim at."""
+
+    tasks: dict[str, TaskNoise] = pydantic.Field(default_factory=dict)   # task (or default) -> its noise
+    pilot: Optional[str] = None           # a folder of records (OUT of an earlier study) for the tasks not declared
+    target: Optional[Level] = None        # probability of a decision at a true difference of 0 (default 0.8)
+
+
 class _Grid(_Section):
     """What one grid of a study varies: models x tasks x methods x seeds, its training settings, sets and sweeps."""
 
@@ -163,6 +180,7 @@ class Study(_Grid):
     also: list[AlsoGrid] = pydantic.Field(default_factory=list)  # further grids, written to the same folder
     tune: Optional[TuneSection] = None  # tune every method on a held-out split first (suite.grid.tuning)
     until_decided: Optional[UntilDecidedSection] = None  # run --until-decided: seeds in rounds where undecided
+    power: Optional[PowerSection] = None  # the dry run's power table: declared noise, pilot folder, target
     _source: Optional[str] = pydantic.PrivateAttr(default=None)  # the file as the command named it (messages)
 
     @property

@@ -1,0 +1,52 @@
+"""`python -m suite plan`: the power of a study's design before anything runs. It takes `run`'s options (the same
+study, picks, seeds and `--until-decided` give the same grid and design) and prints, per task of the primary
+comparisons, the chance of each verdict and what a decision at a true difference of 0 would take
+(suite.grid.power_table; docs/statistics.md, "Power before running"). It trains nothing and writes nothing."""
+from __future__ import annotations
+
+import argparse
+
+from suite.commands.run_options import add_run_options, run_overrides
+
+COMMAND = "plan"
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1, got {text!r}")
+    return value
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(COMMAND, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Before anything runs: for each task of the primary comparisons, the chance that\n"
+                                   "one ends better/worse, equivalent or undecided (and stopped for futility under\n"
+                                   "--until-decided) at a true difference of 0, the margin and twice the margin, by\n"
+                                   "simulating the design; and the seeds or the margin a decision at 0 would take.\n"
+                                   "Each task's noise is the study's power: tasks: entry, else estimated from pilot\n"
+                                   "records (--pilot DIR, else power: pilot:, else the study's out folder).\n"
+                                   "Takes run's options; nothing trains.")
+    power = p.add_argument_group("power")
+    power.add_argument("--pilot", metavar="DIR", help="output folder of earlier runs to estimate each task's noise "
+                                                      "from (its runs/ records)")
+    power.add_argument("--target", type=_probability, metavar="P",
+                       help="probability of a decision at a true difference of 0 that the seeds and margin columns "
+                            "aim at (default: the study's power: target:, else 0.8)")
+    add_run_options(p)
+
+
+def main(args) -> int:
+    from suite.api import startup_cache
+    from suite.grid.power_table import power_lines
+    from suite.grid.stages import plan_stages
+    from suite.grid.study import Study, load_study
+
+    startup_cache.plan_only()
+    study = load_study(args.study) if args.study else Study()
+    stages = plan_stages(study, run_overrides(args))
+    print("\n".join(power_lines(stages.plan, pilot=args.pilot, target=args.target)))
+    return 0

@@ -1,0 +1,138 @@
+"""Power before running (suite.stats.design_power, `python -m suite plan`): the simulated design claims a difference at
+its level when there is none, always when the difference is huge; equivalence gets likelier with seeds until the dev
+set's shared noise is the limit; the plan command prints the table from declared noise or pilot records."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from suite.commands import main
+from suite.grid.store import Store
+from suite.stats.design_power import (
+    Noise,
+    margin_to_decide,
+    monte_carlo_error,
+    seeds_to_decide,
+    simulate,
+)
+from suite.stats.sequential import Design
+
+
+def test_a_fixed_design_claims_a_difference_that_is_not_there_at_its_level():
+    """One look at 5 seeds at alpha 0.05: the report's test, simulated, rejects a true difference of 0 at the nominal
+    rate (within 4 Monte-Carlo standard errors) when the seeds are the only noise. With a shared dev-set part of
+    comparable size, Cochran-Cox's weighted critical value is conservative at few seeds (about 3.3% here): the
+    simulation shows the test as it is."""
+    sims = 20000
+    tolerance = 4 * monte_carlo_error(0.05, sims)
+    seeds_only = simulate(Noise(1.0, 0.0), Design((5,), 0.05), 0.0, margin=1.0, sims=sims, seed=3)
+    assert abs(seeds_only.difference - 0.05) < tolerance, seeds_only
+    assert seeds_only.futility == 0 and seeds_only.mean_seeds == 5
+    assert math.isclose(seeds_only.difference + seeds_only.equivalent + seeds_only.undecided, 1.0)
+    mixed = simulate(Noise(1.0, 0.5), Design((5,), 0.05), 0.0, margin=1.0, sims=sims, seed=3)
+    assert 0.025 < mixed.difference < 0.05 + tolerance, mixed
+
+
+def test_a_sequential_design_keeps_its_false_claims_under_alpha():
+    sims = 8000
+    design = Design((5, 10, 15, 20), 0.05, futility=0.1)
+    chances = simulate(Noise(1.0, 0.3), design, 0.0, margin=1.0, sims=sims, seed=4)
+    assert chances.difference < 0.05 + 3 * monte_carlo_error(0.05, sims), chances
+    assert chances.futility > 0 and 5 <= chances.mean_seeds < 20
+
+
+@pytest.mark.parametrize("design", [Design((5,), 0.01), Design((5, 10, 15, 20), 0.01)], ids=["fixed", "sequential"])
+def test_a_huge_difference_is_claimed_almost_always(design):
+    chances = simulate(Noise(1.0, 0.2), design, 20.0, margin=1.0, sims=2000)
+    assert chances.difference > 0.99 and chances.equivalent == 0, chances
+
+
+def test_equivalence_grows_with_seeds_and_a_fixed_seed_repeats_the_table():
+    noise = Noise(1.0, 0.1)
+    shown = [simulate(noise, Design((n,), 0.05), 0.0, margin=1.0, sims=4000, seed=7).equivalent for n in (3, 6, 12, 24)]
+    assert all(a < b for a, b in zip(shown, shown[1:])), shown
+    assert shown[0] < 0.2 and shown[-1] > 0.8, shown
+    assert simulate(noise, Design((6,), 0.05), 0.0, 1.0, 4000, seed=7) == \
+        simulate(noise, Design((6,), 0.05), 0.0, 1.0, 4000, seed=7)
+
+
+def test_the_seeds_to_decide_are_the_fewest_that_reach_the_target():
+    noise, design = Noise(1.0, 0.1), Design((5,), 0.05)
+    n = seeds_to_decide(noise, design, margin=1.0, target=0.8, sims=2000, seed=1)
+    assert 2 < n < 100
+    at = {k: simulate(noise, Design((k,), 0.05), 0.0, 1.0, 2000, seed=1).decided for k in (int(n) - 1, int(n))}
+    assert at[n - 1] < 0.8 <= at[n]
+
+
+def test_the_dev_set_can_put_a_decision_out_of_reach_of_any_number_of_seeds():
+    """A shared dev-set offset of sd 0.8 against a margin of 1: with infinitely many seeds equivalence still needs
+    |offset| + 1.96 x 0.8 < 1, which never happens; a wider margin decides it at the planned seeds."""
+    noise = Noise(1.0, 0.8)
+    assert seeds_to_decide(noise, Design((5,), 0.05), margin=1.0, sims=1000) == math.inf
+    wide = margin_to_decide(noise, Design((5,), 0.05), target=0.8, sims=2000, seed=2)
+    assert 1.0 < wide < 10
+    assert simulate(noise, Design((5,), 0.05), 0.0, wide, 2000, seed=2).decided >= 0.8
+    assert simulate(noise, Design((5,), 0.05), 0.0, 0.95 * wide, 2000, seed=2).decided < 0.8
+
+
+def test_a_sequential_search_keeps_the_looks_fractions():
+    noise = Noise(1.0, 0.1)
+    cap = seeds_to_decide(noise, Design((5, 10, 15, 20), 0.05), margin=1.0, sims=1000)
+    assert cap % 4 == 0 and cap >= 8   # looks at m, 2m, 3m, 4m seeds
+
+
+def _study(tmp_path, extra: str = "") -> str:
+    path = tmp_path / "study.yaml"
+    path.write_text("methods: [vanilla, no_dropout, drophead]\ntasks: [rte]\nseeds: [1, 2, 3, 4, 5]\n"
+                    f"out: {tmp_path / 'out'}\nreport: {{primary: [no_dropout, drophead], margin: 2.0}}\n"
+                    "until_decided: {start: 3, step: 3, cap: 9}\n" + extra)
+    return str(path)
+
+
+def test_plan_prints_the_table_from_declared_noise(tmp_path, capsys):
+    study = _study(tmp_path, "power: {tasks: {rte: {seed_sd: 1.5, example_se: 0.3}}, target: 0.7}\n")
+    assert main(["plan", "--study", study]) == 0
+    out = capsys.readouterr().out
+    assert "2 primary comparison(s), alpha 0.05 over the family, Holm" in out and "0.025 each" in out
+    assert "one look at 5 seeds" in out
+    assert "declared (power: tasks:)" in out and "seeds for 70% at 0" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("rte ")]
+    assert [r[1] for r in rows[1:]] == ["0", "2", "4"]   # 0, the margin, twice the margin
+    claims = [float(next(w for w in r if w.endswith("%")).rstrip("%")) for r in rows[1:]]
+    assert claims[0] < 10 < claims[1] < claims[2], claims   # claims grow with the true difference
+    assert "add --until-decided" in out
+
+    assert main(["plan", "--study", study, "--until-decided"]) == 0
+    out = capsys.readouterr().out
+    assert "looks at 3, 6, 9 seeds" in out and "of which futility" in out and "cap for 70% at 0" in out
+
+
+def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
+    """Without declared noise: the pilot's comparisons (seed sd of their paired differences, their median), or the
+    reference's seeds in two halves when no comparison ran; no records at all is said, not simulated."""
+    from test_report import make_record
+
+    study = _study(tmp_path)
+    assert main(["plan", "--study", study]) == 0
+    assert "no records in" in capsys.readouterr().out
+
+    pilot = Store(tmp_path / "pilot")
+    rng = np.random.default_rng(0)
+    reference = {s: 0.6 + 0.01 * rng.normal() for s in range(1, 9)}
+    for s, score in reference.items():
+        pilot.write(*make_record("rte", "vanilla", s, {"accuracy": score}))
+    assert main(["plan", "--study", study, "--pilot", str(tmp_path / "pilot")]) == 0
+    out = capsys.readouterr().out
+    halves = [100 * (reference[a] - reference[b]) for a, b in zip((1, 2, 3, 4), (5, 6, 7, 8))]
+    assert f"{np.std(halves, ddof=1):.2f}" in out and "vanilla's 8 seeds in two halves" in out
+
+    diffs = {"no_dropout": [0.01, -0.02, 0.015, 0.0, -0.01], "drophead": [0.03, -0.03, 0.02, 0.0, -0.02]}
+    for method, ds in diffs.items():
+        for s, d in enumerate(ds, 1):
+            pilot.write(*make_record("rte", method, s, {"accuracy": reference[s] + d}))
+    assert main(["plan", "--study", study, "--pilot", str(tmp_path / "pilot")]) == 0
+    out = capsys.readouterr().out
+    sd = math.sqrt(np.median([np.var(100 * np.array(ds), ddof=1) for ds in diffs.values()]))
+    assert f"{sd:.2f}" in out and "2 comparison(s), 5 seeds" in out and "none (no prediction sidecars)" in out
