@@ -12,6 +12,7 @@ from suite.commands import main
 from suite.grid.store import Store
 from suite.stats.design_power import (
     Noise,
+    equivalence_limit,
     margin_to_decide,
     monte_carlo_error,
     seeds_to_decide,
@@ -70,7 +71,13 @@ def test_the_dev_set_can_put_a_decision_out_of_reach_of_any_number_of_seeds():
     """A shared dev-set offset of sd 0.8 against a margin of 1: with infinitely many seeds equivalence still needs
     |offset| + 1.96 x 0.8 < 1, which never happens; a wider margin decides it at the planned seeds."""
     noise = Noise(1.0, 0.8)
+    assert equivalence_limit(noise, Design((5,), 0.05), margin=1.0) == 0
     assert seeds_to_decide(noise, Design((5,), 0.05), margin=1.0, sims=1000) == math.inf
+    # a limit is a limit: with a small shared part the simulated chance at many seeds approaches it from below
+    small = Noise(1.0, 0.3)
+    limit = equivalence_limit(small, Design((400,), 0.05), margin=1.0)
+    assert 0.8 < limit < 0.95
+    assert limit - 0.05 < simulate(small, Design((400,), 0.05), 0.0, 1.0, 2000, seed=2).equivalent <= limit + 0.02
     wide = margin_to_decide(noise, Design((5,), 0.05), target=0.8, sims=2000, seed=2)
     assert 1.0 < wide < 10
     assert simulate(noise, Design((5,), 0.05), 0.0, wide, 2000, seed=2).decided >= 0.8
@@ -103,6 +110,9 @@ def test_plan_prints_the_table_from_declared_noise(tmp_path, capsys):
     claims = [float(next(w for w in r if w.endswith("%")).rstrip("%")) for r in rows[1:]]
     assert claims[0] < 10 < claims[1] < claims[2], claims   # claims grow with the true difference
     assert "add --until-decided" in out
+    assert main(["run", "--study", study, "--dry-run"]) == 0   # the dry run names the command, it does not simulate
+    out = capsys.readouterr().out
+    assert "`python -m suite plan` with the same options" in out and "simulated" not in out
 
     assert main(["plan", "--study", study, "--until-decided"]) == 0
     out = capsys.readouterr().out

@@ -75,6 +75,9 @@ def print_dry_run(stages: StudyStages, store) -> None:
         print(f"--until-decided: looks at {', '.join(map(str, request.schedule.looks))} seeds; the first runs every "
               "job of its seeds, each later one only the undecided primary comparisons' (the list above is the "
               "most that can run)")
+    if len(plan.methods) > 1:  # simulating the design takes seconds, more than a dry run should: a command of its own
+        print("\neach primary comparison's chance of a decision at these seeds, before anything runs: "
+              "`python -m suite plan` with the same options (docs/statistics.md, \"Power before running\")")
 
 
 def print_jobs(plan: GridPlan, store) -> None:

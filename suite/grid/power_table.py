@@ -31,7 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from suite.api.errors import BadInput
-from suite.stats.design_power import SIMULATIONS, Chances, Noise, margin_to_decide, seeds_to_decide, simulate
+from suite.stats.design_power import (
+    MOST_SEEDS,
+    SIMULATIONS,
+    Chances,
+    Noise,
+    equivalence_limit,
+    margin_to_decide,
+    seeds_to_decide,
+    simulate,
+)
 from suite.stats.sequential import Design, family_alpha
 
 __all__ = ["TaskPlan", "power_lines", "task_plans"]  # what the rest of the suite uses; other names are its own
@@ -200,7 +209,13 @@ def _chance_rows(t: TaskPlan, design: Design) -> list[list[str]]:
 def _reach(t: TaskPlan, design: Design, target: float) -> list[str]:
     seeds = seeds_to_decide(t.noise, design, t.margin, target, seed=SEED)
     margin = margin_to_decide(t.noise, design, target, seed=SEED)
-    return [f"{seeds:.0f}" if math.isfinite(seeds) else "none up to 100", f"{margin:.2f}"]
+    if math.isfinite(seeds):
+        text = f"{seeds:.0f}"
+    elif equivalence_limit(t.noise, design, t.margin) + design.alpha < target:
+        text = "never (dev set)"
+    else:
+        text = f"over {MOST_SEEDS}"
+    return [text, f"{margin:.2f}"]
 
 
 def power_lines(plan, pilot: str | None = None, target: float | None = None) -> list[str]:
@@ -238,7 +253,8 @@ def power_lines(plan, pilot: str | None = None, target: float | None = None) -> 
     lines += ["", f"better or worse: a difference is claimed (at a true difference of 0, falsely); equivalent: "
                   f"within the margin; {what} for {target:.0%} at 0: the fewest "
                   + ("seeds of the cap (looks at the same fractions of it)" if sequential else "seeds")
-                  + f" with which a true difference of 0 is decided with probability {target:.0%}; margin for "
+                  + f" with which a true difference of 0 is decided with probability {target:.0%} (never: the "
+                  "dev-set noise every seed shares keeps it below that with any number of seeds); margin for "
                   f"{target:.0%} at 0: the smallest margin with which the planned seeds do"]
     if not sequential and plan.request.study.until_decided is not None:
         lines.append("the study declares until_decided: add --until-decided for its sequential design")

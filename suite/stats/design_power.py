@@ -18,6 +18,8 @@ Public names (what `suite.grid.power_table` calls):
   `delta` (method - reference, x100) and the mean number of seeds a comparison uses.
 - `seeds_to_decide(noise, design, margin, target, ...)`: the fewest seeds (a fixed design's seeds, or a sequential
   design's cap with its start and step) with which a true difference of 0 is decided with probability `target`.
+- `equivalence_limit(noise, design, margin)`: the probability of equivalence at a true difference of 0 with
+  unlimited seeds: the dev set's shared offset alone decides it, so below `target` no number of seeds will do.
 - `margin_to_decide(noise, design, target, ...)`: the smallest equivalence margin with which the design decides a
   true difference of 0 with probability `target`.
 - `SIMULATIONS`: simulated comparisons per probability, enough for a Monte-Carlo error below 1 point.
@@ -29,17 +31,18 @@ import math
 from types import SimpleNamespace
 
 import numpy as np
+from scipy import stats
 
 from suite.stats.evidence import evidence_arrays
 from suite.stats.sequential import Design
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["Chances", "Noise", "SIMULATIONS", "monte_carlo_error", "margin_to_decide", "seeds_to_decide",
-           "simulate"]
+__all__ = ["Chances", "MOST_SEEDS", "Noise", "SIMULATIONS", "equivalence_limit", "monte_carlo_error",
+           "margin_to_decide", "seeds_to_decide", "simulate"]
 
 SIMULATIONS = 4000    # the standard error of a probability is at most 0.5 / sqrt(4000) = 0.79 points
 SEARCH_SIMULATIONS = 1000   # per step of the searches for seeds or a margin (their answers are rounded anyway)
-MOST_SEEDS = 100      # the searches give up beyond this many seeds (the dev set's own noise can be the limit)
+MOST_SEEDS = 500      # the search for seeds gives up beyond this many
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,11 +134,23 @@ def _scaled(design: Design) -> list[Design]:
             for m in range(first, MOST_SEEDS // base[-1] + 1)]
 
 
+def equivalence_limit(noise: Noise, design: Design, margin: float) -> float:
+    """P(equivalence | true difference 0) as the seeds grow without bound under the design's last-look level: the
+    seed part of se vanishes, and the TOST needs |offset| + z * example_se < margin for the shared dev-set offset."""
+    if noise.example_se == 0:
+        return 1.0
+    z = stats.norm.isf(design.levels(design.looks)[1])
+    room = margin - z * noise.example_se
+    return float(max(2 * stats.norm.cdf(room / noise.example_se) - 1, 0.0))
+
+
 def seeds_to_decide(noise: Noise, design: Design, margin: float, target: float = 0.8,
                     sims: int = SEARCH_SIMULATIONS, seed: int = 0) -> float:
     """The fewest seeds (a sequential design: the cap, its looks at the planned fractions of it) with which a true
     difference of 0 ends in a decision with probability `target`; inf when MOST_SEEDS do not (the dev set's shared
     noise can keep equivalence out of reach). The decision probability grows with seeds: the search bisects."""
+    if equivalence_limit(noise, design, margin) + design.alpha < target:
+        return math.inf   # the shared dev-set noise alone keeps a decision below the target
     designs = _scaled(design)
 
     def enough(k: int) -> bool:
