@@ -57,7 +57,7 @@ def test_scores_dropout_passes_every_check(capsys):
     assert _cli("scores_dropout") == 0
     out = capsys.readouterr().out
     assert "scores_dropout: passed" in out and "FAIL" not in out
-    for name in ("identity", "padding", "finite", "hparams", "shape", "eval", "prepare", "hooks"):
+    for name in ("identity", "padding", "finite", "hparams", "shape", "values", "params", "eval", "prepare", "hooks"):
         assert f" {name} " in out
 
 
@@ -208,8 +208,9 @@ def test_wrong_output_layout_is_a_shape_error_that_names_the_shapes(register, ca
     assert _cli(name) == check.EXIT_FAILED
     out = capsys.readouterr().out
     assert "attends to padding" not in out and _failed_checks(out) == {"shape"}
-    assert "(3, 4, 12, 8)" in out and "(B, L, H, d) = (3, 12, 4, 8)" in out  # B=3, H=4, L=12, d=8
-    assert "not run on this model: the output shape is wrong" in out
+    assert "(5, 4, 12, 8)" in out and "(B, L, H, d) = (5, 12, 4, 8)" in out  # B=5, H=4, L=12, d=8
+    assert "it is in the (B, H, L, d) layout" in out and "needs .transpose(1, 2)" in out
+    assert "not run on this model: the output layout is wrong" in out
 
 
 def test_output_without_probabilities_is_a_shape_error(register):

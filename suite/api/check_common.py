@@ -11,12 +11,14 @@ from suite.api.attention import AttentionMethod
 from suite.api.tiny_models import padded_batch, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["CheckReport", "CheckResult", "attached", "checked_batch", "forward", "gradients", "max_diff"]
+__all__ = ["ROWS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff", "forward", "gradients",
+           "max_diff", "rows"]
 
 
 @dataclasses.dataclass
 class CheckResult:
-    check: str          # hparams | shape | identity | padding | finite | eval | prepare | hooks | others
+    # hparams | shape | values | params | identity | finite | padding | eval | prepare | hooks | others
+    check: str
     setting: str        # which model / precision / value it ran on
     passed: bool | None  # None: skipped
     detail: str = ""
@@ -43,13 +45,29 @@ class CheckReport:
         return "\n".join(lines)
 
 
+# the rows of the padded checked batch, by what they test; a row with no real token and a row of one token are where
+# masked softmaxes divide by zero and statistics over the keys of a row are empty
+ROWS = {"rows with real tokens": [0, 1, 2], "a length-1 row": [3], "a fully padded row": [4]}
+
+
 def checked_batch(model, seed: int = 0, padded: bool = True):
-    """(input_ids, attention_mask, labels) of three rows for `model`: padded differently per row, or not at all."""
-    ids, mask = padded_batch(length=12, vocab=model.config.vocab_size, seed=seed, pad_id=model.config.pad_token_id)
+    """(input_ids, attention_mask, labels) for `model`. Padded: five rows of 12, 9, 6, 1 and 0 real tokens (the last
+    row's attention mask is all 0, see ROWS); unpadded: three rows without padding."""
+    pad = model.config.pad_token_id
+    ids, mask = padded_batch(length=12, vocab=model.config.vocab_size, seed=seed, pad_id=pad)
     if not padded:
         mask = torch.ones_like(mask)
-        ids[ids == model.config.pad_token_id] = 3
-    return ids, mask, torch.tensor([0, 1, 0])
+        ids[ids == pad] = 3
+        return ids, mask, torch.tensor([0, 1, 0])
+    short = torch.zeros(2, ids.shape[1], dtype=mask.dtype)
+    short[0, 0] = 1
+    ids = torch.cat([ids, torch.where(short.bool(), ids[:2], torch.full_like(ids[:2], pad))])
+    return ids, torch.cat([mask, short]), torch.tensor([0, 1, 0, 1, 0])
+
+
+def rows(batch: tuple, which: list[int]) -> tuple:
+    """The rows `which` of a checked batch (input_ids, attention_mask, labels)."""
+    return tuple(t[which] for t in batch)
 
 
 def attached(method: AttentionMethod, kind: str):
@@ -63,9 +81,10 @@ def forward(model, ids, mask, labels, seed: int = 0):
     """(the model's output with hidden states, a loss that reaches every real token's final state)."""
     torch.manual_seed(seed)  # methods that sample (dropout masks) draw the same numbers in compared passes
     out = model(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
-    valid = mask.bool()
-    # a loss on every real token's final state, so the gradients see every attention row, not just [CLS]
-    return out, out.loss + out.hidden_states[-1][valid].square().mean()
+    real = out.hidden_states[-1][mask.bool()]
+    # a loss on every real token's final state, so the gradients see every attention row, not just [CLS] (a batch of
+    # fully padded rows has no real token: a mean over none would be NaN)
+    return out, out.loss + (real.square().mean() if real.numel() else real.sum())
 
 
 def gradients(model) -> dict[str, torch.Tensor]:
@@ -74,3 +93,11 @@ def gradients(model) -> dict[str, torch.Tensor]:
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.detach().float() - b.detach().float()).abs().max()) if a.numel() else 0.0
+
+
+def finite_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, bool]:
+    """(the largest difference where both are finite, whether either holds NaN or inf): checks that compare two
+    passes leave non-finite values to the finite check rather than reading NaN - NaN as a difference."""
+    a, b = a.detach().float(), b.detach().float()
+    both = torch.isfinite(a) & torch.isfinite(b)
+    return (float((a - b)[both].abs().max()) if both.any() else 0.0), not bool(both.all())

@@ -1,17 +1,24 @@
 """The method check: what every attention method must satisfy, runnable by a method's author.
 
-`check_method(name_or_class, **hparams)` runs, on tiny random-init BERT and RoBERTa models with padded batches:
+`check_method(name_or_class, **hparams)` runs, on tiny random-init BERT and RoBERTa models with padded batches whose
+rows hold 12, 9, 6, 1 and 0 real tokens (the last row's attention mask is all 0):
 
 - hparams     the method's own validation refuses impossible values of its probability fields (`p`, `p_*`: -0.1,
               1.5 and NaN raise HyperParameterError) while the hyper-parameters under test are accepted;
-- shape       `attention()` returns `(output, probabilities)` with the output in transformers' (B, L, H, d) layout
-              (a wrong layout would be reshaped silently into wrong hidden states); when it fails, the checks
-              below are not run for that model, so the report names the shapes, not a symptom;
+- shape       `attention()` returns `(output, probabilities)` with the output in transformers' (B, L, H, d) layout,
+              each element in its place (noise on one position's queries changes that position's outputs only): a
+              (B, H, L, d) output, or one reshaped from it, would be read silently as wrong hidden states. The message
+              says which layout the output is in; when the check fails, the checks below are not run for that model,
+              so the report names the layout, not a symptom;
+- values      every value channel of every head reaches that head's output (also without an identity setting);
+- params      every tensor a training step's gradient reaches is held by an optimizer: none is created after
+              `prepare()` (lazily in `attention()`, or in `setup_training()`) or kept outside the model;
 - identity    at the method's `identity` setting it equals transformers' SDPA attention (outputs and gradients,
-              train and eval mode); skipped when the method declares no identity setting;
+              train and eval mode, on the rows with a real token); skipped when the method declares none;
+- finite      outputs, loss and gradients are finite under fp32 and under bf16 autocast, with and without padding;
+              a failure names the rows that cause it (a fully padded row, a length-1 row);
 - padding     padded positions are never attended: changing what sits at the padded positions changes no real
               position's output, and the probabilities a method hands to `suite.attend` are 0 on padded keys;
-- finite      outputs, loss and gradients are finite under fp32 and under bf16 autocast, with and without padding;
 - eval        evaluation is deterministic: two eval-mode passes over the same batch, under different random seeds,
               give identical outputs, with and without padding;
 - prepare     parameters and buffers that `prepare()` adds sit on the model's device (a model on PyTorch's `meta`
@@ -19,8 +26,10 @@
 - hooks       two training steps through the hooks as the runner calls them: `training_step` returns the detached
               loss, `epoch_record()` and `record()` are JSON, `training_only_parameters()` is a count.
 
-The checks on the output layout, evaluation, `prepare` and the hooks live in `suite.api.check_contract`; the report
-types and the checked batch in `suite.api.check_common`.
+The padding and eval checks compare finite values only: NaN and inf are the finite check's finding, not a sign of
+attending to padding or of sampling in evaluation. The checks on the output layout, value channels, parameters,
+evaluation, `prepare` and the hooks live in `suite.api.check_contract`; the report types and the checked batch in
+`suite.api.check_common`.
 
 `python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders (`tiny_model`,
 `tiny_config`, `padded_batch`, `tiny_tokenizer`, from `suite.api.tiny_models`) are the ones the test suite uses too.
@@ -36,8 +45,26 @@ from typing import Any, Callable
 import torch
 
 from suite.api.attention import METHODS, AttentionMethod, HyperParameterError, probes
-from suite.api.check_common import CheckReport, CheckResult, attached, checked_batch, forward, gradients, max_diff
-from suite.api.check_contract import check_deterministic, check_hooks, check_prepare_device, check_shape
+from suite.api.check_common import (
+    ROWS,
+    CheckReport,
+    CheckResult,
+    attached,
+    checked_batch,
+    finite_diff,
+    forward,
+    gradients,
+    max_diff,
+    rows,
+)
+from suite.api.check_contract import (
+    check_deterministic,
+    check_hooks,
+    check_parameters,
+    check_prepare_device,
+    check_shape,
+    check_values,
+)
 from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: F401
 
 MODEL_KINDS = ("bert", "roberta")
@@ -56,7 +83,9 @@ def check_identity(cls: type[AttentionMethod], kind: str) -> CheckResult:
     ref = tiny_model(kind)
     model = copy.deepcopy(ref)
     cls(cls.Config(**cls.identity)).attach(model)
-    ids, mask, labels = checked_batch(ref)
+    # rows with a real token: SDPA's output on a row with none is a convention of its own, not softmax attention
+    ids, mask, labels = rows(checked_batch(ref), [i for name, which in ROWS.items() if name != "a fully padded row"
+                                                  for i in which])
     valid = mask.bool()
     for mode in ("train", "eval"):
         for m in (ref, model):
@@ -94,13 +123,15 @@ def _noise_on_padding(model, mask: torch.Tensor, scale: float):
 
 
 def _padded_mass_probe(mask: torch.Tensor, found: list[float]):
-    """A statistics probe that records, per call of `suite.attend`, the largest weight a real query puts on a
-    padded key."""
+    """A statistics probe that records, per call of `suite.attend`, the largest finite weight a real query puts on a
+    padded key and whether any was not finite."""
     padded_key = (mask == 0)[:, None, None, :]
     real_query = mask.bool()[:, None, :, None]
 
     def probe(module, probs):
-        found.append(float((probs.detach().float().abs() * (padded_key & real_query)).max()))
+        weight = probs.detach().float().abs().masked_fill(~(padded_key & real_query), 0)
+        # NaN or inf is the finite check's finding, not weight on padding: such rows are left out and noted
+        found.append((float(weight.nan_to_num(0.0, 0.0, 0.0).max()), not bool(torch.isfinite(weight).all())))
 
     return probe
 
@@ -109,26 +140,36 @@ def check_padding(method: AttentionMethod, kind: str) -> list[CheckResult]:
     """Padding never attended: output invariance under noise at padded positions, and zero weight on them."""
     model = attached(method, kind)
     ids, mask, labels = checked_batch(model)
-    valid = mask.bool()
     results = []
     for mode in ("train", "eval"):
         model.train(mode == "train")
         with torch.no_grad():
+            # the noisy pass starts from a copy of the clean one's state: a method that draws from a generator of its
+            # own then draws the same numbers in both
+            twin = copy.deepcopy(model)
             clean, _ = forward(model, ids, mask, labels)
-            with _noise_on_padding(model, mask, PERTURBATION):
-                noisy, _ = forward(model, ids, mask, labels)
-        diff = max_diff(clean.hidden_states[-1][valid], noisy.hidden_states[-1][valid])
-        ok = diff <= TOLERANCE["outputs"]
-        detail = ("real tokens' outputs unchanged when padded positions change" if ok else
-                  f"real tokens' outputs changed by {diff:.2e} when only padded positions' inputs changed: the "
-                  "method attends to padding (is the attention_mask used, also when it is None or boolean?)")
-        results.append(CheckResult("padding", f"{kind}, {mode}", ok, detail))
+            with _noise_on_padding(twin, mask, PERTURBATION):
+                noisy, _ = forward(twin, ids, mask, labels)
+        results.append(_padding_result(kind, mode, clean, noisy, mask.bool()))
     results.append(_padded_weight_result(model, kind, ids, mask, labels))
     return results
 
 
+def _padding_result(kind: str, mode: str, clean, noisy, valid: torch.Tensor) -> CheckResult:
+    diff, non_finite = finite_diff(clean.hidden_states[-1][valid], noisy.hidden_states[-1][valid])
+    setting = f"{kind}, {mode}"
+    if diff > TOLERANCE["outputs"]:
+        return CheckResult("padding", setting, False, f"real tokens' outputs changed by {diff:.2e} when only padded "
+                           "positions' inputs changed: the method attends to padding (is the attention_mask used, "
+                           "also when it is None or boolean?)")
+    if non_finite:
+        return CheckResult("padding", setting, None, "not judged: real tokens' outputs are not finite (see the "
+                           "finite check)")
+    return CheckResult("padding", setting, True, "real tokens' outputs unchanged when padded positions change")
+
+
 def _padded_weight_result(model, kind, ids, mask, labels) -> CheckResult:
-    found: list[float] = []
+    found: list[tuple[float, bool]] = []
     model.eval()
     with torch.no_grad(), probes(model, _padded_mass_probe(mask, found)):
         forward(model, ids, mask, labels)
@@ -136,11 +177,14 @@ def _padded_weight_result(model, kind, ids, mask, labels) -> CheckResult:
     if not found:
         return CheckResult("padding", setting, None, "the method never calls suite.attend: its probabilities "
                            "cannot be inspected (attention statistics and analyses will be empty)")
-    worst = max(found)
-    if worst == 0.0:
-        return CheckResult("padding", setting, True, f"weight on padded keys is 0 in all {len(found)} layers")
-    return CheckResult("padding", setting, False, f"real queries put weight up to {worst:.3g} on padded keys "
-                       "(must be exactly 0)")
+    worst = max(w for w, _ in found)
+    if worst != 0.0:
+        return CheckResult("padding", setting, False, f"real queries put weight up to {worst:.3g} on padded keys "
+                           "(must be exactly 0)")
+    if any(non_finite for _, non_finite in found):
+        return CheckResult("padding", setting, None, "finite weights on padded keys are 0; some rows are not finite "
+                           "(see the finite check)")
+    return CheckResult("padding", setting, True, f"weight on padded keys is 0 in all {len(found)} layers")
 
 
 def check_finite(method: AttentionMethod, kind: str) -> list[CheckResult]:
@@ -157,24 +201,52 @@ def check_finite(method: AttentionMethod, kind: str) -> list[CheckResult]:
 
 
 def _non_finite(model, autocast) -> list[str]:
-    bad = []
+    found: dict[str, list[str]] = {}  # what was found: where (one line for train and eval when they agree)
     for padded in (True, False):
-        ids, mask, labels = checked_batch(model, padded=padded)
+        batch = checked_batch(model, padded=padded)
         for mode in ("train", "eval"):
-            model.train(mode == "train")
-            model.zero_grad()
-            with autocast:
-                out, loss = forward(model, ids, mask, labels)
-            where = f"{mode}, {'padded' if padded else 'unpadded'}"
-            if not torch.isfinite(out.hidden_states[-1][mask.bool()].float()).all():
-                bad.append(f"{where}: non-finite outputs at real tokens")
-            loss.backward()
-            if not torch.isfinite(loss.float()):
-                bad.append(f"{where}: loss is {float(loss.detach())}")
-            grads = [n for n, g in gradients(model).items() if not torch.isfinite(g).all()]
-            if grads:
-                bad.append(f"{where}: non-finite gradients in {', '.join(grads[:3])}")
-    return bad
+            what = _non_finite_pass(model, autocast, mode, batch)
+            if not what:
+                continue
+            located = _locate(model, autocast, mode, batch) if padded else []
+            text = "; ".join(located) if located else f"non-finite {', '.join(what)}"
+            found.setdefault(text, []).append(f"{mode}, {'padded' if padded else 'unpadded'}")
+    return [f"{' and '.join(where)}: {text}" for text, where in found.items()]
+
+
+def _non_finite_pass(model, autocast, mode: str, batch: tuple) -> list[str]:
+    """What is NaN or inf in one forward and backward: outputs (every row's logits, real tokens' final states), the
+    loss, gradients."""
+    ids, mask, labels = batch
+    model.train(mode == "train")
+    model.zero_grad()
+    with autocast:
+        out, loss = forward(model, ids, mask, labels)
+    found = []
+    if not (torch.isfinite(out.hidden_states[-1][mask.bool()].float()).all() and torch.isfinite(out.logits).all()):
+        found.append("outputs")
+    loss.backward()
+    if not torch.isfinite(loss.float()):
+        found.append(f"loss ({float(loss.detach())})")
+    grads = [n for n, g in gradients(model).items() if not torch.isfinite(g).all()]
+    if grads:
+        found.append(f"gradients (in {', '.join(grads[:3])})")
+    return found
+
+
+def _locate(model, autocast, mode: str, batch: tuple) -> list[str]:
+    """Which rows of the padded batch make it non-finite, each group of rows run alone."""
+    found = []
+    for name, which in ROWS.items():
+        what = _non_finite_pass(model, autocast, mode, rows(batch, which))
+        if what:
+            hint = "" if name == "rows with real tokens" else (
+                ": no key may be attended there (a softmax over none is 0/0); give such rows finite weights, e.g. "
+                "mask with suite.mask_fill_value instead of -inf, and guard sums, norms and statistics over no or "
+                "one key" if name == "a fully padded row" else ": one real key (a variance or norm over one key "
+                "is 0 or undefined)")
+            found.append(f"non-finite {', '.join(what)} on {name}{hint}")
+    return found or ["non-finite values only when the rows are batched together (a statistic over the batch?)"]
 
 
 def _non_finite_rows(model, autocast) -> list[str]:
@@ -276,14 +348,17 @@ def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: C
     for kind in MODEL_KINDS:
         _guarded(results, "shape", kind, lambda: check_shape(cls(cls.Config(**hparams)), kind))
         if results[-1].passed is False:  # every later check would only see the scrambled outputs
-            results.append(CheckResult("others", kind, None, "not run on this model: the output shape is wrong"))
+            results.append(CheckResult("others", kind, None, "not run on this model: the output layout is wrong"))
             continue
+        _guarded(results, "values", kind, lambda: check_values(cls(cls.Config(**hparams)), kind))
+        _guarded(results, "params", kind, lambda: check_parameters(cls(cls.Config(**hparams)), kind))
         if cls.identity is None:
             results.append(CheckResult("identity", kind, None, "no identity setting declared"))
         else:
             _guarded(results, "identity", kind, lambda: check_identity(cls, kind))
-        _guarded(results, "padding", kind, lambda: check_padding(cls(cls.Config(**hparams)), kind))
+        # finite first: the padding and eval checks compare finite values only and leave NaN and inf to it
         _guarded(results, "finite", kind, lambda: check_finite(cls(cls.Config(**hparams)), kind))
+        _guarded(results, "padding", kind, lambda: check_padding(cls(cls.Config(**hparams)), kind))
         _guarded(results, "eval", kind, lambda: check_deterministic(cls(cls.Config(**hparams)), kind))
         _guarded(results, "prepare", kind, lambda: check_prepare_device(cls(cls.Config(**hparams)), kind))
         _guarded(results, "hooks", kind, lambda: check_hooks(cls(cls.Config(**hparams)), kind))

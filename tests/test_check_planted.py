@@ -1,0 +1,182 @@
+"""Methods with the bugs method authors make, each registered as a method (the padding one through a real entry
+point) and run through the whole check: each fails, in the check that names its cause and no other, with a message
+that says what is wrong; every built-in method passes."""
+import pytest
+import torch
+from test_check import (  # the planted methods tests/test_check.py already has, and its plugin fixture
+    CpuGate,
+    DropoutInEval,
+    HeadsFirstOutput,
+    OutputOnly,
+    TensorRecord,
+    UndetachedLoss,
+    leaky_plugin,  # noqa: F401
+)
+
+import suite
+from suite.api import testing
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with testing.one_thread():
+        yield
+
+
+@pytest.fixture
+def register():
+    """Registers planted methods for one test (check_method attaches by name) and removes them afterwards."""
+    names = []
+
+    def add(cls: type, name: str) -> str:
+        suite.register_method(name)(cls)
+        names.append(name)
+        return name
+
+    yield add
+    for name in names:
+        suite.METHODS.remove(name)
+
+
+def _attention(module, query, key, value, attention_mask, scaling):
+    return suite.attend(module, suite.softmax(suite.scores(query, key, scaling, attention_mask)), value)
+
+
+class NaNOnPaddedRow(suite.AttentionMethod):
+    """Masks padded keys with -inf: a row with no real token is a softmax over nothing, 0/0."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        s = suite.scores(query, key, scaling)
+        s = s.masked_fill(~suite.valid_keys(attention_mask, s), float("-inf"))
+        return suite.attend(module, torch.softmax(s, dim=-1), value)
+
+
+class NaNOnLengthOneRow(suite.AttentionMethod):
+    """Standardises each row's scores over its real keys with the unbiased variance: 0/0 where there is one key."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        s = suite.scores(query, key, scaling)
+        valid = suite.valid_keys(attention_mask, s)
+        n = valid.sum(-1, keepdim=True)
+        mean = (s * valid).sum(-1, keepdim=True) / n.clamp(min=1)
+        var = ((s - mean).square() * valid).sum(-1, keepdim=True) / (n - 1)
+        s = (s - mean) / (var + 1e-6).sqrt()
+        return suite.attend(module, suite.softmax(s if attention_mask is None else s + attention_mask), value)
+
+
+class LazyModuleParameter(suite.AttentionMethod):
+    """Creates its per-head query scale at the first forward instead of in prepare()."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        if not hasattr(module, "toy_scale"):
+            module.toy_scale = torch.nn.Parameter(torch.ones(module.num_attention_heads, 1, 1, dtype=query.dtype))
+        return _attention(module, query * module.toy_scale, key, value, attention_mask, scaling)
+
+
+class LazyMethodParameter(suite.AttentionMethod):
+    """Keeps a learned temperature on the method object, created at the first forward: no optimizer sees it."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        if not hasattr(self, "temperature"):
+            self.temperature = torch.nn.Parameter(torch.ones(()))
+        return _attention(module, query / self.temperature, key, value, attention_mask, scaling)
+
+
+class HalfValueChannels(suite.AttentionMethod):
+    """Zeroes the second half of each head's value channels (a leftover mask); it declares no identity setting."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        keep = torch.arange(value.shape[-1], device=value.device) < value.shape[-1] // 2
+        return _attention(module, query, key, value * keep, attention_mask, scaling)
+
+
+class ReshapedHeads(suite.AttentionMethod):
+    """Reshapes the (B, H, L, d) product into (B, L, H, d) instead of transposing it: the right shape, scrambled."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        b, h, length, d = value.shape
+        return torch.matmul(p, value).reshape(b, length, h, d), p
+
+
+class ViewedFlat(suite.AttentionMethod):
+    """Views the (B, H, L, d) product as (B, L, H * d): the right number of elements in the wrong layout."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        b, h, length, d = value.shape
+        return torch.matmul(p, value).view(b, length, h * d), p
+
+
+# name: (planted method, the checks it must fail, words every failure's message holds)
+PLANTED = {
+    "nan_on_padded_row": (NaNOnPaddedRow, {"finite"}, "on a fully padded row"),
+    "nan_on_length_one_row": (NaNOnLengthOneRow, {"finite"}, "on a length-1 row"),
+    "lazy_module_parameter": (LazyModuleParameter, {"params"}, "the forward pass created parameters"),
+    "lazy_method_parameter": (LazyMethodParameter, {"params"}, "no optimizer holds (method.temperature)"),
+    "half_value_channels": (HalfValueChannels, {"values"}, "channels [4, 5, 6, 7]"),
+    "reshaped_heads": (ReshapedHeads, {"shape"}, "a (B, H, L, d) result reshaped (.view/.reshape)"),
+    "viewed_flat": (ViewedFlat, {"shape"}, "a (B, H, L, d) result reshaped (.view/.reshape)"),
+    "heads_first": (HeadsFirstOutput, {"shape"}, "needs .transpose(1, 2)"),
+    "dropout_in_eval": (DropoutInEval, {"eval"}, "the method samples (dropout, random rates) in evaluation"),
+    "output_only": (OutputOnly, {"shape"}, "it must return (output, probabilities)"),
+    "cpu_gate": (CpuGate, {"prepare"}, "toy_gate (cpu)"),
+    "tensor_record": (TensorRecord, {"hooks"}, "record() is not JSON"),
+    "undetached_loss": (UndetachedLoss, {"hooks"}, "that requires grad"),
+}
+# what a message says when it blames another cause than the planted one
+OTHER_CAUSES = {"padding": "attends to padding", "eval": "samples", "shape": "needs .transpose(1, 2)",
+                "values": "value channels", "params": "create them in prepare()"}
+
+
+@pytest.mark.parametrize("case", PLANTED)
+def test_a_planted_bug_fails_the_check_that_names_its_cause(case, register):
+    cls, failing, words = PLANTED[case]
+    report = testing.check_method(register(cls, f"planted_{case}"))
+    failures = report.failures()
+    assert {r.check for r in failures} == failing, str(report)
+    assert {r.setting.split(",")[0] for r in failures} == {"bert", "roberta"}, str(report)
+    for r in failures:
+        assert words in r.detail, str(report)
+    blamed = " ".join(r.detail for r in failures)
+    for check, cause in OTHER_CAUSES.items():
+        if check not in failing:
+            assert cause not in blamed, f"{case}: a message blames {cause!r}\n{report}"
+
+
+def test_a_reshape_is_not_told_to_transpose(register):
+    """Only an output that is the transpose of the expected layout is told it needs .transpose(1, 2)."""
+    for cls in (ReshapedHeads, ViewedFlat):
+        report = testing.check_method(register(cls, f"planted_{cls.__name__.lower()}"))
+        assert "needs .transpose(1, 2)" not in str(report) and "heads and positions are mixed up" in str(report)
+
+
+def test_nan_on_a_padded_row_is_not_blamed_on_padding_or_evaluation(register):
+    name = register(NaNOnPaddedRow, "planted_nan_row")
+    cls = suite.METHODS.get(name)
+    padding = testing.check_padding(cls(), "bert")
+    assert [r.passed for r in padding] == [True, True, True], padding  # real tokens never see the NaN row
+    assert testing.check_deterministic(cls(), "bert").passed is True
+    finite = testing.check_finite(cls(), "bert")
+    assert all(r.passed is False and "non-finite outputs, loss" in r.detail for r in finite), finite
+
+
+def test_a_method_that_ignores_padding_fails_the_padding_check_only(leaky_plugin):  # noqa: F811
+    report = testing.check_method(leaky_plugin)
+    assert {r.check for r in report.failures()} == {"padding"}, str(report)
+    assert "the method attends to padding" in str(report) and "on padded keys" in str(report)
+
+
+def test_a_correct_method_passes_every_check():
+    report = testing.check_method("vanilla")
+    assert report.ok, str(report)
+    assert {r.check for r in report.results if r.passed} >= {"shape", "values", "params", "finite", "padding", "eval"}
+
+
+BUILT_IN = sorted(n for n in suite.METHODS.names() if suite.METHODS.get(n).__module__.startswith("suite.methods"))
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_method_passes_the_check(name):
+    report = testing.check_method(name)
+    assert report.ok, str(report)
