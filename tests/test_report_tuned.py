@@ -8,6 +8,7 @@ from test_report import MODEL, make_record, parse_table
 
 from suite.grid.store import Store
 from suite.report import build_report
+from suite.report.vocabulary import slug
 
 # (task, method) -> the selected configuration and the dev accuracy of seeds 1-3
 SELECTED = {
@@ -87,3 +88,69 @@ def test_a_quoted_number_in_the_search_space_still_folds(tmp_path):
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "62.00 ± 2.00 (3)" and board["scores_dropout"]["SST-2"] == "80.00 ± 1.00 (3)"
     assert "## Runs outside the leaderboard settings" not in md
+
+
+def _with_configurations(root, seeds=(101,), budget=3):
+    """Each cell tried three learning rates (rte/scores_dropout one fewer: a draw that missed 1e-3), the selected
+    configuration the best."""
+    path = root / "tuning" / "selection.json"
+    data = json.loads(path.read_text())
+    scores = {"vanilla": [0.70, 0.60, 0.50], "scores_dropout": [0.66, 0.64, 0.20]}
+    for cell in data["cells"]:
+        method, selected = cell["method"], cell["selected"]
+        lrs = [selected["train.lr"], *[lr for lr in (5e-5, 1e-4, 2e-4, 1e-3) if lr != selected["train.lr"]][:2]]
+        if (cell["task"], method) == ("rte", "scores_dropout"):
+            lrs = [selected["train.lr"], 5e-5, 1e-4]
+        cell["configurations"] = [
+            {"settings": {**selected, "train.lr": lr}, "scores": {str(s): v for s in seeds}, "mean": v}
+            for lr, v in zip(lrs, scores[method])]
+    data["protocol"].update(seeds=list(seeds), budget=budget, draw="uniform", space={
+        m: {"train.lr": [5e-5, 1e-4, 2e-4, 1e-3]} for m in ("vanilla", "scores_dropout")})
+    path.write_text(json.dumps(data))
+
+
+def test_the_tuning_section_says_each_methods_configurations_and_a_single_seed(tmp_path):
+    write_tuned_study(tmp_path)
+    _with_configurations(tmp_path)
+    md = build_report([tmp_path], figures=False).read_text()
+    tuning = md.split("## Tuning", 1)[1].split("Selected per task")[0]
+    assert "The selection rests on 1 tuning seed, fewer than 3" in tuning and "Bouthillier" in tuning
+    assert "| vanilla | train.lr: 5e-05, 0.0001, 0.0002, 0.001 | 4 | 3 | 3 of 4 (never 0.001) |" in tuning
+    assert "uniform draw, which may leave a learning rate untried" in tuning
+    _with_configurations(tmp_path, seeds=(101, 102, 103), budget="all")
+    md = build_report([tmp_path], figures=False).read_text()
+    assert "fewer than 3" not in md and "on its whole grid" in md
+
+
+def test_expected_validation_performance_per_task_with_its_figure_and_csv(tmp_path):
+    from suite.stats.evp import expected_best
+
+    write_tuned_study(tmp_path)
+    _with_configurations(tmp_path)
+    md = build_report([tmp_path], out=tmp_path / "report").read_text()
+    section = md.split("## Expected validation performance", 1)[1]
+    rows = parse_table(section, f"### SST-2 (`{MODEL}`)")
+    means, stds = expected_best([0.66, 0.64, 0.20])
+    assert rows["scores_dropout"] == {"method": "scores_dropout", "N": "3", **{
+        f"k = {k + 1}": f"{100 * means[k]:.2f} ± {100 * stds[k]:.2f}" for k in range(3)}}
+    assert rows["scores_dropout"]["k = 1"] == "50.00 ± 21.23" and rows["vanilla"]["k = 1"] == "60.00 ± 8.16"
+    assert "vanilla leads at every k." in section
+    figure = f"figures/evp_{slug(MODEL)}.png"
+    assert (tmp_path / "report" / figure).is_file() and figure in section
+    csv = (tmp_path / "report" / "tuning_expected_performance.csv").read_text().splitlines()
+    assert csv[0] == "model,task,method,N,k = 1,k = 2,k = 3" and len(csv) == 5
+
+
+def test_a_leader_that_changes_with_the_budget_is_named(tmp_path):
+    """scores_dropout's configurations are steady, vanilla's spread: vanilla leads only when it gets 3 draws."""
+    write_tuned_study(tmp_path)
+    path = tmp_path / "tuning" / "selection.json"
+    data = json.loads(path.read_text())
+    for cell in data["cells"]:
+        values = [0.9, 0.4, 0.4] if cell["method"] == "vanilla" else [0.7, 0.68, 0.66]
+        cell["configurations"] = [{"settings": {**cell["selected"], "train.lr": lr}, "scores": {"101": v}, "mean": v}
+                                  for lr, v in zip((cell["selected"]["train.lr"], 1.0, 2.0), values)]
+    path.write_text(json.dumps(data))
+    section = build_report([tmp_path], figures=False).read_text().split("## Expected validation performance")[1]
+    assert ("Best expected score by k: k = 1–2: scores_dropout; k = 3: vanilla. **The leader changes with the "
+            "budget.**") in section

@@ -17,7 +17,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from suite.api.errors import ReportError
-from suite.report import analysis_sections, details, figure_sections, header, leaderboard, stages
+from suite.report import analysis_sections, details, figure_sections, header, leaderboard, stages, tuning_budget
 from suite.report.facts import (
     DEFAULT_ALPHA,
     DEFAULT_BASELINE,
@@ -36,10 +36,11 @@ from suite.stats.families import CORRECTIONS
 __all__ = ["EXPORTS", "build_report", "write_exports"]
 
 # stale figures with these prefixes (of tasks or methods no longer in the records) are removed
-FIGURE_PREFIXES = ("curves_", "loss_", "seeds_", "attention_", "drop_rate_", "analysis_")
+FIGURE_PREFIXES = ("curves_", "loss_", "seeds_", "attention_", "drop_rate_", "analysis_", "evp_")
 # the exported tables: a section's table kind -> the files' stem
 EXPORTS = {"leaderboard": "leaderboard", "differences": "leaderboard_differences",
-           "comparisons": "leaderboard_comparisons", "stability": "leaderboard_stability"}
+           "comparisons": "leaderboard_comparisons", "stability": "leaderboard_stability",
+           tuning_budget.KIND: "tuning_expected_performance"}
 LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
                  "±": r"$\pm$", "×": r"$\times$", "–": "--", "°": r"$^\circ$", "†": r"$^\dagger$",
@@ -181,12 +182,15 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     report = report_facts(loaded, options, stages.verdicts(run_dirs, loaded.frame))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
-    path.write_text(written.text + stages.tuning_markdown(run_dirs)  # the tuning stage's selection, if any
+    # the tuning stage's selection and its expected validation performance, if any
+    budget, budget_tables = tuning_budget.expected_performance(stages.selection_files(run_dirs), options)
+    evp = "\n" + "\n".join(budget.lines).rstrip("\n") + "\n" if budget.lines else ""
+    path.write_text(written.text + stages.tuning_markdown(run_dirs) + evp
                     + stages.sequential_markdown(run_dirs))  # run --until-decided: looks and stopping reasons
-    write_exports(out_dir, written.tables, {model: dict(f.comparisons) for model, f in report.models.items()
-                                            if baseline in f.sel.methods})
+    write_exports(out_dir, {**written.tables, **budget_tables}, {model: dict(f.comparisons) for model, f in
+                                                                 report.models.items() if baseline in f.sel.methods})
     if figures:
-        _remove_stale_figures(options.figure_dir, {p.name for p in written.figures})
+        _remove_stale_figures(options.figure_dir, {p.name for p in [*written.figures, *budget.figures]})
     return path
 
 

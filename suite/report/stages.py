@@ -14,12 +14,12 @@ Each section is '' when no reported folder has its file.
 """
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
 from suite.api.errors import ReportError
+from suite.report.tuning_budget import method_rows, seeds_warning, tuned_with
 from suite.report.vocabulary import same_value
 from suite.run.layout import (
     RUNS,
@@ -241,10 +241,6 @@ def _score(x: float | None) -> str:
     return "—" if x is None else "failed" if x != x else f"{100 * x:.2f}"
 
 
-def _space(space: dict[str, list]) -> str:
-    return "; ".join(f"{k}: " + ", ".join(map(_value, values)) for k, values in space.items())
-
-
 def _short(settings: dict[str, Any], method: str) -> str:
     """Selected settings without the method's own prefix (`vanilla.p` -> `p`, `train.lr` -> `lr`)."""
     def key(k: str) -> str:
@@ -278,14 +274,10 @@ def tuning_markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
         data = read_state(path, SelectionFile)
         p = data.protocol
         lines += ["", "## Tuning", "",
-                  f"Each method was tuned with the same budget ({p.budget} configurations x tuning seeds "
-                  f"{', '.join(map(str, p.seeds))}) on a tuning split carved from the training data "
+                  f"Each method was tuned {tuned_with(p)} on a tuning split carved from the training data "
                   f"(train.holdout={_value(p.holdout)}), never on dev; the configuration with the best mean "
                   "tuning-split score is the one the tables above report, run on other seeds and scored on dev "
-                  f"(`{path}`).", "",
-                  "| method | search space | points | budget |", "|---|---|---:|---:|"]
-        lines += [f"| {m} | {_space(space)} | {math.prod(len(set(v)) for v in space.values())} | {p.budget} |"
-                  for m, space in p.space.items()]
+                  f"(`{path}`).", "", *seeds_warning(p), *method_rows(p, data.cells)]
         lines += ["", "Selected per task (tuning-split score x 100 in brackets):", "",
                   *_selected_table(data.cells), "", "### Every configuration tried"]
         for cell in data.cells:
