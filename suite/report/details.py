@@ -26,6 +26,8 @@ def setup(facts: ModelFacts, options: Options) -> Part:
         sub = board[(board["task"] == t) & (board["status"] == "ok")]
         data = sub["data"].iloc[0] if len(sub) else DataSizes()
         dev_txt = ", ".join(f"{k or 'dev'} {v:,}" for k, v in data.dev) if data.dev else DASH
+        if data.heldout is not None:  # train.test_holdout: the split the runs are scored on
+            dev_txt += f"; held-out test {data.heldout:,} (scored)"
         rows.append([task_display(t), f"{data.train:,}" if data.train is not None else DASH, dev_txt,
                      f"{data.train_subset:,}" if data.train_subset is not None else DASH,
                      *[value_text(trains[t].get(k)) for k in varying]])
@@ -35,14 +37,16 @@ def setup(facts: ModelFacts, options: Options) -> Part:
     return part
 
 
-def _per_task_row(facts: ModelFacts, sub: pd.DataFrame, keys: list[str], method: str) -> list[str]:
+def _per_task_row(facts: ModelFacts, sub: pd.DataFrame, keys: list[str], method: str, dev: bool = False
+                  ) -> list[str]:
     headline = Cell.of(sub)
     metric_cells = [Cell.of(sub.assign(_m=[f.get(k) for f in sub["final"]]), "_m").text(with_n=False)
                     for k in keys]
     best = Cell.of(sub, "best_score")
     c = facts.comparisons.get((method, sub["task"].iloc[0]))
     stats = [DASH] if c is None else [difference_text(c)]
-    return [facts.label(method), *metric_cells, headline.text(with_n=False), str(headline.n),
+    beside = [Cell.of(sub, "dev_score").text(with_n=False)] if dev else []
+    return [facts.label(method), *metric_cells, headline.text(with_n=False), *beside, str(headline.n),
             str(headline.failed), best.text(with_n=False), *stats]
 
 
@@ -58,12 +62,15 @@ def per_task(facts: ModelFacts, options: Options) -> Part:
     for t in sel.tasks:
         bt = board[board["task"] == t]
         keys = metric_order(t, {k for f in bt["final"] for k in f.names})
-        rows = [_per_task_row(facts, bt[bt["method"] == m], keys, m)
+        heldout = bool((bt.get("scored_on", pd.Series(dtype=object)) == "heldout").any())
+        rows = [_per_task_row(facts, bt[bt["method"] == m], keys, m, heldout)
                 for m in sel.methods if (bt["method"] == m).any()]
         if rows:
-            part.add(f"#### {task_display(t)}", "",
-                     table(rows, ["method", *keys, "headline", "seeds", "failed", "best epoch",
-                                  f"Δ vs {options.baseline}"]), "")
+            note = ["Scored on the held-out test split carved from the train set (train.test_holdout); dev: the "
+                    "dev headline of the same runs, beside.", ""] if heldout else []
+            part.add(f"#### {task_display(t)}", "", *note,
+                     table(rows, ["method", *keys, "headline", *(["dev"] if heldout else []), "seeds", "failed",
+                                  "best epoch", f"Δ vs {options.baseline}"]), "")
     return part
 
 
