@@ -329,3 +329,15 @@ def test_batch_size_and_epochs_are_chosen_on_the_tuning_split(tmp_path):
             _write_record(tuning.store, job, tune_score=0.9 if best else 0.6, dev_score=0.1 if best else 0.9)
     final = selected_jobs(plan.jobs, select_configurations(tuning))
     assert {(j.train.batch_size, j.train.epochs) for j in final} == {(16, 3)}
+
+
+def test_a_budget_an_also_grid_sets_on_purpose_cannot_be_searched(tmp_path):
+    """A data-efficiency curve scales its epochs with the training-set size; a tuned train.epochs would replace them
+    in every grid that runs the cell."""
+    path = tmp_path / "study.yaml"
+    path.write_text("methods: [vanilla]\ntasks: [rte]\nalso:\n  - {tasks: [rte], train: {epochs: 8}}\n"
+                    "tune: {holdout: 6, seeds: [9], budget: all, space: {default: {train.epochs: [2, 3]}}}\n")
+    with pytest.raises(BadInput, match=r"tune.space.default.train.epochs: also\[0\].train sets epochs on purpose"):
+        load_study(path)
+    path.write_text(path.read_text().replace("epochs: 8", "max_train_samples: 250"))
+    assert load_study(path).tune.budget == "all"

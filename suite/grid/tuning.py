@@ -16,7 +16,7 @@ import itertools
 import math
 import zlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from suite.api.errors import BadInput, SuiteError
 from suite.api.method_facts import METHODS
@@ -53,10 +53,20 @@ def _assignment(key: str, values: list) -> str:
     return f"{key}={','.join(_text(v) for v in values)}"
 
 
-def check_space(tune) -> None:
+def check_space(tune, grids: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
     """The search space names registered methods, and each key is a training setting or the owning method's own
-    hyper-parameter (the default space: training settings only) with values of the right type."""
+    hyper-parameter (the default space: training settings only) with values of the right type. `grids`: (where,
+    the training settings it gives) of the study's `also:` grids, none of which may set a searched training setting:
+    the selected value replaces it in every grid that runs the cell, so a grid's own epochs (a data-efficiency
+    curve's) would be lost without a word."""
     check_seeds(list(tune.seeds))
+    searched = {key.split(".", 1)[1]: f"tune.space.{owner}.{key}" for owner, entries in tune.space.items()
+                for key in entries if key.startswith("train.")}
+    for where, train in grids:
+        for name in sorted(set(train) & set(searched)):
+            raise BadInput(f"{searched[name]}: {where} sets {name} on purpose, and the value tuning selects replaces "
+                           f"it in every grid that runs the cell; search it only where no grid sets it, or drop "
+                           f"{where}.{name}")
     for owner, entries in tune.space.items():
         method = None if owner == DEFAULT_SPACE else METHODS.canonical(owner)
         if not entries:
