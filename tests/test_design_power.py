@@ -146,3 +146,12 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
     out = capsys.readouterr().out
     sd = math.sqrt(np.median([np.var(100 * np.array(ds), ddof=1) for ds in diffs.values()]))
     assert f"{sd:.2f}" in out and "2 comparison(s), 5 seeds" in out and "none (no prediction sidecars)" in out
+
+
+def test_plan_refuses_a_grid_without_primary_comparisons_and_impossible_noise(tmp_path, capsys):
+    path = tmp_path / "one.yaml"
+    path.write_text("methods: [vanilla]\ntasks: [rte]\n")
+    assert main(["plan", "--study", str(path)]) == 2
+    assert "plan: no power table" in capsys.readouterr().err
+    assert main(["plan", "--study", _study(tmp_path, "power: {tasks: {rte: {seed_sd: 0}}}\n")]) == 2
+    assert "power.tasks.rte.seed_sd" in capsys.readouterr().err

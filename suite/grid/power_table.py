@@ -219,14 +219,14 @@ def _reach(t: TaskPlan, design: Design, target: float) -> list[str]:
 
 
 def power_lines(plan, pilot: str | None = None, target: float | None = None) -> list[str]:
-    """The power table as lines (a line that says why when there is none to compute). `pilot`: a folder of records
-    that replaces the study's `power: pilot:`; `target`: its `power: target:`."""
+    """The power table as lines (BadInput when the grid has no primary comparison to plan). `pilot`: a folder of
+    records that replaces the study's `power: pilot:`; `target`: its `power: target:`."""
     from tabulate import tabulate
 
     try:
         primary = _primary(plan)
-    except BadInput as exc:
-        return [f"power: not computed: {exc}"]
+    except BadInput as exc:   # no primary comparison, a sweep in one's arm, no reference on a task
+        raise BadInput(f"plan: no power table: {exc}") from None
     design, head = design_of(plan, primary)
     section = plan.request.study.power
     if target is None:

@@ -121,7 +121,7 @@ class TuneSection(_Section):
 class TaskNoise(_Section):
     """A task's noise for the power table, points x100 (docs/statistics.md, "Power before running")."""
 
-    seed_sd: NonNegative                 # sd of one seed's paired difference (method - reference)
+    seed_sd: Positive                    # sd of one seed's paired difference (method - reference)
     example_se: NonNegative = 0.0        # sd of the dev-set offset all seeds share (sqrt of v_shared)
 
 
@@ -266,7 +266,7 @@ def load_study(path: str | Path) -> Study:
         from suite.grid.tuning import check_space
 
         try:
-            check_space(study.tune, [(f"also[{i}].train", g.train_values()) for i, g in enumerate(study.also)])
+            check_space(study.tune)
         except BadInput as exc:
             raise BadInput(f"{path}: {exc}") from None
     return study
