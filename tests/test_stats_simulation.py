@@ -4,9 +4,10 @@ The generative model: a task's population of examples, each with a difficulty a_
 method helps some examples and hurts others); a dev set is N examples drawn from it. Run (method m, seed s) gets
 example i right with probability sigmoid(a_i +- e_i / 2 + u_ms), u_ms the seed's effect; with probability `collapse`
 the run collapses and predicts the majority class for every example. The target of inference is the population
-difference, so the dev set's draw is noise that seeds cannot show. The dev-example variance is the bootstrap's
-variance of accuracy computed in closed form (test_example_variance_matches_the_bootstrap checks the real bootstrap
-against it). Monte-Carlo tolerance: two binomial standard errors of the nominal rate at the number of simulations.
+difference, so the dev set's draw is noise that seeds cannot show. The dev-example variance the test adds is the part
+all seeds share, computed in closed form for accuracy as the jackknife gives it (test_example_variance_matches_the_
+jackknife checks the real code against it). The rejection rate must be nominal, not merely below alpha: within three
+binomial standard errors of alpha at the number of simulations.
 """
 from __future__ import annotations
 
@@ -20,15 +21,15 @@ from suite.stats.examples import example_variance, split_variance
 
 ALPHA = 0.05
 SIMS = 4000
-TOLERANCE = 2 * math.sqrt(ALPHA * (1 - ALPHA) / SIMS)     # 0.0069
+TOLERANCE = 3 * math.sqrt(ALPHA * (1 - ALPHA) / SIMS)     # 0.0103
 # (seed effect sd, per-example effect sd) on the logit scale: dev examples dominate / seeds dominate
 NOISE = {"examples": (0.15, 0.8), "seeds": (0.5, 0.3)}
 
 
 def simulate(rng, sims: int, n: int, seed_sd: float, tau: float, delta: float = 0.0, collapse: float = 0.0,
              examples: int = 400):
-    """Paired differences (sims, n) in points, the bootstrap variance of their mean (sims), and the correctness
-    arrays (sims, 2, n, examples) of method and reference."""
+    """Paired differences (sims, n) in points, the dev-example variance of their mean that all seeds share (sims),
+    and the correctness arrays (sims, 2, n, examples) of method and reference."""
     a = rng.normal(1.0, 1.5, (sims, 1, 1, examples)).astype(np.float32)
     e = rng.normal(delta, tau, (sims, 1, 1, examples)).astype(np.float32)
     majority = rng.random((sims, 1, 1, examples)) < 0.6
@@ -37,8 +38,17 @@ def simulate(rng, sims: int, n: int, seed_sd: float, tau: float, delta: float = 
     right = rng.random((sims, 2, n, examples), dtype=np.float32) < 1 / (1 + np.exp(-(a + half * e + u)))
     right = np.where(rng.random((sims, 2, n, 1)) < collapse, majority, right)
     score = right.mean(axis=-1) * 100
-    per_example = (right[:, 0].astype(np.float32) - right[:, 1]).mean(axis=1)       # (sims, examples)
-    return score[:, 0] - score[:, 1], per_example.var(axis=-1) / examples * 1e4, right
+    return score[:, 0] - score[:, 1], example_parts(right)[1], right
+
+
+def example_parts(right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(variance of the mean difference over resampled examples, its part all seeds share), x100 squared, in
+    closed form for accuracy: the jackknife's variance of a mean over N examples is their sample variance / N."""
+    c = right[:, 0].astype(np.float32) - right[:, 1]                              # (sims, n, examples)
+    n, examples = c.shape[1], c.shape[2]
+    v_k = c.mean(axis=1).var(axis=-1, ddof=1) / examples
+    v_1 = c.var(axis=-1, ddof=1).mean(axis=1) / examples
+    return v_k * 1e4, np.clip((n * v_k - v_1) / (n - 1), 0, v_k) * 1e4
 
 
 def population_difference(seed_sd: float, tau: float, delta: float, draws: int = 2_000_000) -> float:
@@ -53,14 +63,26 @@ def rejection_rate(diffs: np.ndarray, example_var) -> float:
     return float(np.mean(np.nan_to_num(p, nan=1.0) < ALPHA))
 
 
-@pytest.mark.parametrize("seeds", [3, 5, 10])
+@pytest.mark.parametrize("seeds", [3, 5, 10, 20])
 @pytest.mark.parametrize("collapse", [0.0, 0.2])
-def test_type_one_error_holds_at_few_seeds_with_and_without_collapsed_runs(seeds, collapse):
+def test_type_one_error_is_nominal_at_few_and_many_seeds_with_and_without_collapsed_runs(seeds, collapse):
     rng = np.random.default_rng(seeds * 10 + int(collapse * 10))
     for noise, (seed_sd, tau) in NOISE.items():
         d, v, _ = simulate(rng, SIMS, seeds, seed_sd, tau, collapse=collapse)
         rate = rejection_rate(d, v)
-        assert rate <= ALPHA + TOLERANCE, (noise, seeds, collapse, rate)
+        assert abs(rate - ALPHA) <= TOLERANCE, (noise, seeds, collapse, rate)
+
+
+def test_adding_each_runs_own_example_luck_again_is_conservative():
+    """The check above can fail: the seeds' spread already holds each run's own luck on the dev examples, so adding
+    the whole example variance (shared + per run / n) counts it twice, and where the examples dominate the test
+    rejects a true null well below alpha (power lost for nothing)."""
+    _, _, right = simulate(np.random.default_rng(5), SIMS, 10, *NOISE["examples"])
+    d = (right.mean(axis=-1) * 100)
+    d = d[:, 0] - d[:, 1]
+    whole, shared = example_parts(right)
+    assert rejection_rate(d, whole) < ALPHA - TOLERANCE
+    assert abs(rejection_rate(d, shared) - ALPHA) <= TOLERANCE
 
 
 def test_seed_only_variance_rejects_a_true_null_too_often():
@@ -78,15 +100,15 @@ def test_nominal_95_interval_covers_the_population_difference_at_5_seeds():
     d, v, _ = simulate(np.random.default_rng(11), SIMS, 5, seed_sd, tau, delta=delta)
     ev = evidence_arrays(d, v)
     covered = float(np.mean((ev["low"] <= truth) & (truth <= ev["high"])))
-    assert covered >= 0.93, covered
+    assert abs(covered - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / SIMS), covered
     seed_only = evidence_arrays(d, 0.0)
     assert float(np.mean((seed_only["low"] <= truth) & (truth <= seed_only["high"]))) < 0.93
 
 
-def test_example_variance_matches_the_bootstrap():
-    """The closed form used above is what the report's bootstrap (the task's own metric on resampled dev examples)
-    estimates; and the split into a shared and a per-run part recovers the closed form's shared part."""
-    _, v, right = simulate(np.random.default_rng(3), 1, 4, 0.3, 0.8, examples=300)
+def test_example_variance_matches_the_jackknife():
+    """The closed form used above is what the report's jackknife (the task's own metric with each dev example left
+    out in turn) gives, to rounding; and the split into a shared and a per-run part is the closed form's."""
+    _, _, right = simulate(np.random.default_rng(3), 1, 4, 0.3, 0.8, examples=300)
     labels = np.ones(300, dtype=int)
 
     def preds(r):   # a run that gets an example right predicts its label 1, else 0
@@ -94,12 +116,31 @@ def test_example_variance_matches_the_bootstrap():
 
     a = {s: preds(right[0, 0, s]) for s in range(4)}
     b = {s: preds(right[0, 1, s]) for s in range(4)}
-    total, shared = example_variance("sst2", a, b, seed=0, resamples=400)
-    assert total == pytest.approx(float(v[0]), rel=0.2)
-    c = right[0, 0].astype(float) - right[0, 1]                       # (seeds, examples)
-    v1 = float(c.var(axis=1).mean()) / 300 * 1e4
-    assert shared == pytest.approx((4 * float(v[0]) - v1) / 3, rel=0.35, abs=0.05)
+    total, shared = example_variance("sst2", a, b)
+    whole, common = example_parts(right)
+    assert total == pytest.approx(float(whole[0]), rel=1e-5)
+    assert shared == pytest.approx(float(common[0]), rel=1e-5, abs=1e-9)
     assert 0 <= shared <= total
+
+
+@pytest.mark.parametrize("name", ["accuracy", "f1", "mcc", "pearson", "spearman"])
+def test_jackknife_variance_is_what_a_long_bootstrap_estimates(name):
+    """The jackknife replaces a 200-resample bootstrap whose variance had 10% Monte-Carlo error: for every built-in
+    metric it agrees with a 20,000-resample bootstrap (1% error) within a few percent."""
+    from suite.stats.examples import _counts, _weighted
+
+    rng = np.random.default_rng(8)
+    n = 300
+    if name in ("pearson", "spearman"):
+        gold = rng.normal(size=n)
+        pred = np.round(gold + rng.normal(size=n), 1)
+    else:
+        gold = rng.integers(0, 2, n)
+        pred = np.where(rng.random(n) < 0.75, gold, 1 - gold)
+    boot = np.var(_weighted(name, pred, gold, _counts(rng, n, 20_000)), ddof=1)
+    loo = _weighted(name, pred, gold, np.ones((n, n)) - np.eye(n))
+    jack = (n - 1) / n * np.sum((loo - loo.mean()) ** 2)
+    assert jack == pytest.approx(boot, rel=0.06), (jack, boot)
 
 
 def test_split_variance_separates_shared_and_per_run_parts():

@@ -373,7 +373,7 @@ def margin_for(margin, task: str) -> float:
 
 def record_evaluator(store: Store, margin=None) -> Evaluate:
     """A look's evidence from ok records: each run's dev score (x100) and its per-example predictions sidecar."""
-    from suite.stats.evidence import RunOutcome, compare_runs
+    from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
 
     def outcome(rec: dict) -> RunOutcome:
         sidecar = rec.get("predictions")
@@ -381,6 +381,7 @@ def record_evaluator(store: Store, margin=None) -> Evaluate:
 
     def evaluate(cmp: Comparison, ours: dict[int, dict], theirs: dict[int, dict]):
         return compare_runs(cmp.task, {s: outcome(r) for s, r in ours.items()},
-                            {s: outcome(r) for s, r in theirs.items()}, margin_for(margin, cmp.task))
+                            {s: outcome(r) for s, r in theirs.items()}, margin_for(margin, cmp.task),
+                            seed=bootstrap_seed(cmp.task, cmp.method, cmp.reference))
 
     return evaluate

@@ -100,7 +100,7 @@ def _paired_outcomes(sub: pd.DataFrame) -> dict:
 
 def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
     return Comparison(method, column, ev.n_seeds, ev.diff, ev.low, ev.high, ev.se, ev.df, ev.p, margin=ev.margin,
-                      p_equiv=ev.p_equiv, example_se=ev.example_se if ev.example_se > 0 else math.nan,
+                      p_equiv=ev.p_equiv, example_se=ev.example_se if ev.has_examples else math.nan,
                       effect_size=effect_size(ev))
 
 
@@ -123,10 +123,10 @@ def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list,
     evidence: dict[tuple[str, str], Evidence] = {}
     runs = {(m, t): _outcomes(board[(board["method"] == m) & (board["task"] == t)])
             for m in sel.methods for t in sel.tasks}
-    for i, m in enumerate(x for x in sel.methods if x != base):
-        for j, t in enumerate(sel.tasks):
+    for m in (x for x in sel.methods if x != base):
+        for t in sel.tasks:
             ev = compare_runs(t, runs[m, t], runs[base, t], per_task(options.margin, t, DEFAULT_MARGIN),
-                              seed=bootstrap_seed(i, j), higher_is_better=higher_is_better(t))
+                              seed=bootstrap_seed(t, m, base), higher_is_better=higher_is_better(t))
             evidence[m, t], out[m, t] = ev, _from_evidence(m, t, ev)
         for a_ in avgs:
             ev = averaged_evidence(_seed_averages(cells, m, a_.tasks), _seed_averages(cells, base, a_.tasks),

@@ -16,6 +16,8 @@ def cochran_cox_df(seed_var: np.ndarray, example_var: np.ndarray, n: np.ndarray,
     seed part (n - 1 df) and the example part (normal). Vectorised; NaN where the variance is 0 or undefined."""
     a, b = np.broadcast_arrays(np.asarray(seed_var, float), np.asarray(example_var, float))
     n = np.broadcast_to(np.asarray(n, float), a.shape)
+    if not b.any():   # seeds only: the seed part's own t (the bisection below would find n - 1)
+        return np.where(a > 0, n - 1, np.nan)
     q = 0.5 + level / 2
     with np.errstate(invalid="ignore", divide="ignore"):
         w = a / (a + b)

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from suite.stats.evidence import RunOutcome, compare_runs, loaded_predictions
+from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs, loaded_predictions
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["VsConstant", "beats_level_p", "majority_predictions", "vs_constant"]
@@ -80,12 +80,13 @@ def vs_constant(task: str, scores: np.ndarray, predictions: Sequence[str | None]
     if any(p is not None for p in preds):
         model = {i: RunOutcome(float(s), p) for i, (s, p) in enumerate(zip(scores, preds))}   # paired by run
         baseline = {i: RunOutcome(constant, majority_predictions(p) if p else None) for i, p in enumerate(preds)}
-        ev = compare_runs(task, model, baseline, higher_is_better=higher)
+        ev = compare_runs(task, model, baseline, seed=bootstrap_seed(task, "constant"), higher_is_better=higher,
+                          collapse_endpoint=False)
     if ev is None or not math.isfinite(ev.p):
         p = beats_level_p(scores, constant, higher)
         return VsConstant(margin, len(scores), p, p < alpha, True)
     p = ev.p / 2 if (ev.diff > 0) == higher else 1 - ev.p / 2
     # no dev-example variance although runs kept predictions: the examples could not be resampled (e.g. runs scored
     # on different examples), unless the runs predicted the constant exactly (no difference on any example)
-    seeds_only = ev.example_se == 0 and abs(ev.diff) > 0
+    seeds_only = not ev.has_examples and abs(ev.diff) > 0
     return VsConstant(margin, len(scores), float(p), bool(p < alpha), seeds_only)

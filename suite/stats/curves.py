@@ -12,7 +12,7 @@ from typing import Hashable, Mapping
 
 import numpy as np
 
-from suite.stats.evidence import RunOutcome, compare_runs
+from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
 from suite.stats.families import adjust
 
 __all__ = ["size_tests"]  # what the rest of the suite uses; other names are this module's own
@@ -26,7 +26,7 @@ def size_tests(cells: Mapping[Hashable, tuple[str, Outcomes, Outcomes]], correct
     reference's runs)}, in the order given, for the cells with a test."""
     keys, diffs, ps = [], [], []
     for key, (task, method, reference) in cells.items():
-        ev = compare_runs(task, method, reference)
+        ev = compare_runs(task, method, reference, seed=bootstrap_seed(task, key))
         if ev.n_seeds >= 2 and math.isfinite(ev.p):
             keys.append(key)
             diffs.append(ev.diff)

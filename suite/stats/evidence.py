@@ -8,12 +8,13 @@ Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` cal
   `{suffix: {"index", "label", "logits"}}` of `suite.run.record.load_predictions`), None when the run kept none.
 - `Evidence`: n_seeds, diff (method - reference, x100, positive = method's score higher), se, df, low, high, p
   (two-sided test of no difference), p_equiv (TOST of |diff| < margin), margin, and the parts behind se: seed_sd
-  (sd of the per-seed paired differences), example_se (the dev-example part, 0 without predictions),
-  example_shared_se (the part of example_se that more seeds would not shrink: see `suite.stats.examples`) and
+  (sd of the per-seed paired differences), example_se (the dev-example part of se: the part all seeds share, 0
+  without predictions), example_shared_se (the same number, kept under its older name for power and looks),
+  example_run_se (each run's own dev-example luck, which s_d already holds: shown, never added) and
   higher_is_better (the task's metric direction: "better" means higher only when it is True).
-- `compare_runs(task, method, reference, margin, level=0.95, seed=None) -> Evidence`, runs keyed by seed; the
-  seed of its dev-example bootstrap is `bootstrap_seed`'s (the one place that rule is written).
-- `bootstrap_seed(method_index=0, column_index=0) -> int`: that seed.
+- `compare_runs(task, method, reference, margin, level=0.95, seed=None) -> Evidence`, runs keyed by seed; `seed`
+  only matters for metrics without a closed form (see below): `bootstrap_seed(task, method, reference)`.
+- `bootstrap_seed(*identity) -> int`: the seed a comparison's identity gives (the one place that rule is written).
 - `averaged_evidence(method, reference, tasks, margin) -> Evidence`: the same on a benchmark average, from each
   seed's average over the tasks and the tasks' own evidence.
 - `paired(a, b)`: two {seed: value} at the seeds both have; `paired_t_p(diffs)`: the paired t-test over seeds.
@@ -24,32 +25,34 @@ Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` cal
 - `evidence_arrays(diffs, example_var, margin, level)`: the same statistics vectorised (the simulation tests use it).
 
 The procedure. Runs are paired by seed (same classifier initialisation and batch order); d_s is the paired
-difference at seed s. The variance of the mean difference has two parts:
+difference at seed s. The variance of the mean difference over both noise sources (which seeds, which dev examples)
+is, by the law of total variance, the seeds' part given the dev set plus the dev set's part that every seed shares:
 
-- seeds: s_d^2 / n, the sample variance of the d_s over n seeds (n - 1 degrees of freedom);
-- dev examples: v_ex, the variance of the mean difference when the dev examples are resampled (a bootstrap that
-  draws the same examples for every seed and both methods and re-scores each run with the task's official metric).
-  The dev set is one sample of the task's examples; the seeds cannot see that noise, since every run shares it.
+- seeds: s_d^2 / n, the sample variance of the d_s over n seeds (n - 1 degrees of freedom). It holds each run's own
+  luck on the dev examples as well: a seed's difference is measured on the dev set, so that luck is part of how the
+  d_s scatter.
+- dev examples: v_shared, the part of the examples' variance that no number of seeds would shrink, because it is
+  which examples the dev set happens to hold (`suite.stats.examples.split_variance`: from delete-one replicates that
+  leave the same example out for every seed and both methods and re-score each run with the task's official metric).
 
-se^2 = s_d^2 / n + v_ex. The reference distribution is a t whose degrees of freedom make its quantile equal to
-Cochran & Cox's (1950) weighted critical value w t_{n-1} + (1 - w) z with w = (s_d^2 / n) / se^2: the seed part is
-known to n - 1 degrees of freedom, the example part (hundreds of examples) as good as exactly. Welch-Satterthwaite
-degrees of freedom were tried first and rejected: at 3 seeds, when the seed part dominates, a small s_d^2 also makes
-the estimated df large, and the test rejected a true null 6-7.5% of the time at alpha 5%. With Cochran-Cox the
-rejection rate stayed within 1-4.8% in every simulated setting (3, 5 and 10 seeds; seed-dominated or
-example-dominated noise; 0% or 20% collapsed runs; tests/test_stats_simulation.py). A hierarchical bootstrap was not
-used: resampling 3-5 seeds gives percentile intervals that cover 76-84% (the published study's simulation). The test
-is conservative where the example part dominates (the bootstrap also re-counts each run's own prediction noise, which
-the seeds already show); that costs power, never error rate.
+se^2 = s_d^2 / n + v_shared. Adding the whole example variance instead (v_shared + v_run / n) counts each run's own
+luck twice, once in s_d and once in v_run: the test then rejected a true null 2-3% of the time at alpha 5% in a null
+built from real predictions (tests/test_stats_real_null.py), where the formula above rejects at the nominal rate.
+
+The reference distribution is a t whose degrees of freedom make its quantile equal to Cochran & Cox's (1950)
+weighted critical value w t_{n-1} + (1 - w) z with w = (s_d^2 / n) / se^2: the seed part is known to n - 1 degrees
+of freedom, the shared example part (hundreds of examples) as good as exactly. Welch-Satterthwaite degrees of freedom
+were tried first and rejected: at 3 seeds, when the seed part dominates, a small s_d^2 also makes the estimated df
+large, and the test rejected a true null 6-7.5% of the time at alpha 5%. A hierarchical bootstrap was not used:
+resampling 3-5 seeds gives percentile intervals that cover 76-84%.
 
 Without predictions for the paired seeds (old records, missing sidecars) the example part is unknown and left
 out: the evidence is over seeds only (example_se == 0), which the report says. Where only some paired seeds kept
-predictions, the example part is that of the mean over those seeds (larger than over all: conservative).
+predictions, the shared part is estimated from those seeds.
 
-The example part v_ex also re-counts each run's own luck on the examples, which the seeds' spread already shows;
-`suite.stats.examples.split_variance` separates it from the part all seeds share. The test keeps the whole v_ex
-(conservative: with the shared part alone the simulated rejection rate reached 5.6% at 3 seeds); power and seeds
-needed use the split, since only the shared part stays as seeds are added.
+The jackknife behind v_shared has no Monte-Carlo error; plugin metrics without a closed form use a bootstrap whose
+seed is the comparison's identity (`bootstrap_seed`), the same in every table and in every look of
+`run --until-decided`.
 
 Equivalence: two one-sided tests (Schuirmann 1987) of diff <= -margin and diff >= margin on the same t; p_equiv is
 the larger p. A comparison is better/worse when p < alpha (the direction from the task's metric), else equivalent
@@ -58,6 +61,7 @@ when p_equiv < alpha_equiv, else undecided. Family corrections adjust p and p_eq
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import warnings
 from pathlib import Path
@@ -66,6 +70,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from suite.stats import collapse
 from suite.stats.cochran_cox import cochran_cox_df
 from suite.stats.examples import example_variance
 from suite.stats.power import seeds_needed  # noqa: F401  part of this module's public names (see above)
@@ -97,13 +102,25 @@ class Evidence:
     p_equiv: float
     margin: float
     seed_sd: float = math.nan
-    example_se: float = 0.0          # dev-example part of se (0: no predictions, evidence over seeds only)
-    example_shared_se: float = 0.0   # the part of it all seeds share, which more seeds do not shrink
+    example_se: float = 0.0          # dev-example part of se: what all seeds share (0: no predictions)
+    example_shared_se: float = 0.0   # the same: the part more seeds do not shrink
+    example_run_se: float = 0.0      # each run's own dev-example luck: already in seed_sd, so never added to se
     higher_is_better: bool = True
+    # the collapse endpoint (`suite.stats.collapse.degenerate`): the score is compared at the n_seeds of the
+    # n_paired seeds where neither run degenerated; how often each degenerated is tested on its own (McNemar)
+    n_paired: int = -1               # paired seeds in all (-1: as n_seeds)
+    degenerate: int = 0              # the method's degenerate runs among them
+    degenerate_reference: int = 0    # the reference's
+    collapse_p: float = math.nan     # exact two-sided test of equal rates (NaN: no run could be judged)
 
     @property
     def tested(self) -> bool:
         return math.isfinite(self.p)
+
+    @property
+    def has_examples(self) -> bool:
+        """The dev examples were resampled (a shared part estimated at 0 still counts: it was estimated)."""
+        return self.example_se > 0 or self.example_run_se > 0
 
 
 def evidence_arrays(diffs: np.ndarray, example_var: np.ndarray | float = 0.0, margin: float = DEFAULT_MARGIN,
@@ -152,43 +169,64 @@ def loaded_predictions(predictions):
         return None   # a missing or damaged sidecar: that seed has seed-level evidence only
 
 
-def bootstrap_seed(method_index: int = 0, column_index: int = 0) -> int:
-    """The seed of one comparison's dev-example bootstrap, so that the same records give the same numbers.
-
-    The report's tables number their comparisons: the method's place among the methods compared with the reference
-    (the reference left out) and the column's place among the tasks, 1000 * i + j, so that no two comparisons of a
-    table share resamples (up to 1000 tasks). A comparison made on its own (each look of `run --until-decided`, a
-    cell of the data-efficiency table, a cell against the constant predictor) is (0, 0): seed 0."""
-    return 1000 * method_index + column_index
+def bootstrap_seed(*identity: object) -> int:
+    """The seed of one comparison's dev-example bootstrap (metrics without a closed form only), from what the
+    comparison is (task, method, reference, ...), so that the same records give the same numbers in every table and
+    in every look of `run --until-decided`."""
+    text = "\x1f".join(str(part) for part in identity)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
 
 
 def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping[int, RunOutcome],
                  margin: float = DEFAULT_MARGIN, level: float = LEVEL, seed: int | None = None,
-                 higher_is_better: bool | None = None) -> Evidence:
-    """The evidence that `method` differs from `reference` on `task` (runs keyed by seed, paired by seed).
-    `seed`: of the dev-example bootstrap (default `bootstrap_seed()`, a comparison on its own);
+                 higher_is_better: bool | None = None, collapse_endpoint: bool = True) -> Evidence:
+    """The evidence that `method` differs from `reference` on `task` (runs keyed by seed, paired by seed): the score
+    at the seeds where neither run degenerated, and how often each degenerated (`Evidence.collapse_p`; without
+    `collapse_endpoint`, every paired seed is scored: a constant predictor as the reference degenerates by design).
+    `seed`: of the dev-example bootstrap where a metric has no closed form (default `bootstrap_seed(task)`);
     `higher_is_better` defaults to the task's metric direction (True for an unknown task)."""
     if seed is None:
-        seed = bootstrap_seed()
+        seed = bootstrap_seed(task)
     if higher_is_better is None:
         higher_is_better = _higher_is_better(task)
-    seeds = sorted(set(method) & set(reference))
+    paired_seeds = sorted(set(method) & set(reference))
+    a = {s: loaded_predictions(method[s].predictions) for s in paired_seeds}
+    b = {s: loaded_predictions(reference[s].predictions) for s in paired_seeds}
+    regression = _is_regression(task)
+    flags = {s: (collapse.degenerate(a[s], regression), collapse.degenerate(b[s], regression))
+             if collapse_endpoint else (None, None) for s in paired_seeds}
+    judged = [s for s in paired_seeds if None not in flags[s]]
+    seeds = [s for s in paired_seeds if not any(flags[s])]   # a run that could not be judged counts as healthy
     d = np.array([method[s].score - reference[s].score for s in seeds], dtype=float)
-    ex_var = shared = 0.0
+    total = shared = 0.0
     if len(seeds) > 1:
-        a = {s: loaded_predictions(method[s].predictions) for s in seeds}
-        b = {s: loaded_predictions(reference[s].predictions) for s in seeds}
         kept = [s for s in seeds if a[s] is not None and b[s] is not None]
         if kept:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 found = example_variance(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed)
             if math.isfinite(found[0]):
-                ex_var, shared = found
-    arr = evidence_arrays(d, ex_var, margin, level)
+                total, shared = found
+    arr = evidence_arrays(d, shared, margin, level)
+    # each run's own luck: one seed's part of the example variance beyond the shared part (v_1 - v_shared)
+    run = max(max(len(seeds), 1) * (total - shared), 0.0)
     return Evidence(len(seeds), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
-                    margin=float(margin), seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(ex_var),
-                    example_shared_se=math.sqrt(shared), higher_is_better=bool(higher_is_better))
+                    margin=float(margin), seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(shared),
+                    example_shared_se=math.sqrt(shared), example_run_se=math.sqrt(run),
+                    higher_is_better=bool(higher_is_better), n_paired=len(paired_seeds),
+                    degenerate=sum(bool(flags[s][0]) for s in paired_seeds),
+                    degenerate_reference=sum(bool(flags[s][1]) for s in paired_seeds),
+                    collapse_p=collapse.degenerate_test([flags[s][0] for s in judged], [flags[s][1] for s in judged])
+                    if judged else math.nan)
+
+
+def _is_regression(task: str) -> bool:
+    from suite.api.tasks import get_task
+
+    try:
+        return bool(get_task(task).is_regression)
+    except Exception:  # noqa: BLE001  a task from an uninstalled plugin: judged as a classifier
+        return False
 
 
 def _higher_is_better(task: str) -> bool:

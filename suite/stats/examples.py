@@ -1,15 +1,22 @@
 """The dev-example part of a comparison's noise: how much the mean paired difference moves when the dev examples are
 resampled, from the per-example predictions a run keeps next to its record (the `.npz` sidecar).
 
-Every resample draws the same dev examples for both methods and all seeds (they were scored on the same examples) and
-re-scores each run with the task's official metric, so metrics that are not means over examples (F1, Matthews
-correlation, Pearson/Spearman) are resampled as they are computed. Accuracy, binary F1 and MCC (from the confusion
-counts), Pearson (from weighted moments) and Spearman (Pearson of each resample's ranks) are computed for all
-resamples at once from how often each example was drawn; other metrics (plugin ones, multi-class F1 / MCC) are
-computed on each resample.
+Every replicate leaves out (or draws) the same dev examples for both methods and all seeds (they were scored on the
+same examples) and re-scores each run with the task's official metric, so metrics that are not means over examples
+(F1, Matthews correlation, Pearson/Spearman) are resampled as they are computed.
+
+The variance is the delete-one jackknife's (Efron & Stein 1981): N replicates, each leaving one of the N dev examples
+out, v = (N - 1) / N * sum (theta_(i) - mean)^2. It is what the bootstrap estimates (for accuracy it equals the ideal
+bootstrap's variance times N / (N - 1)), with no Monte-Carlo error: the same records give the same numbers whatever
+seed, so a verdict cannot move with one. Accuracy, binary F1 and MCC (from the confusion counts), Pearson (from
+weighted moments) and Spearman (Pearson of each replicate's ranks) are computed for all replicates at once, in blocks
+of leave-one-out weights. Metrics without such a form (plugin metrics, multi-class F1 / MCC) fall back to a seeded
+bootstrap of `BOOTSTRAP_RESAMPLES` resamples, the metric computed on each (its seed is the comparison's identity:
+`suite.stats.evidence.bootstrap_seed`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -17,10 +24,12 @@ import numpy as np
 
 from suite.api import metrics
 
-__all__ = ["example_variance", "split_variance"]  # what the rest of the suite uses; other names are this module's own
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["BOOTSTRAP_RESAMPLES", "Replicates", "example_replicates", "example_variance", "split_variance"]
 
 SCALE = 100.0
-EXAMPLE_RESAMPLES = 200      # each re-scores every seed of both methods: ~1 s per comparison on a busy CPU
+BOOTSTRAP_RESAMPLES = 2000   # the fallback's resamples: the variance's relative Monte-Carlo error sqrt(2/B) = 3%
+JACKKNIFE_BLOCK = 256        # leave-one-out weight rows at a time: (256, N) floats, whatever the dev set's size
 
 
 def _task_spec(task: str):
@@ -106,45 +115,100 @@ def _counts(rng, n: int, resamples: int) -> np.ndarray:
     return np.bincount(draws.ravel(), minlength=resamples * n).reshape(resamples, n).astype(float)
 
 
+@dataclasses.dataclass(frozen=True)
+class Replicates:
+    """Replicates (R, seeds), x100, of each seed's difference a - b, and how their spread becomes a variance:
+    `groups` (R,) names the eval split each delete-one replicate left an example out of (a jackknife, stratified
+    by split: splits are independent samples), None for bootstrap resamples."""
+
+    values: np.ndarray
+    groups: np.ndarray | None = None
+
+    def variance(self, x: np.ndarray) -> np.ndarray:
+        """The variance over replicates (axis 0) of a statistic x (R, ...) computed on each."""
+        x = np.asarray(x, dtype=float)
+        if self.groups is None:
+            return np.var(x, axis=0, ddof=1)
+        total = np.zeros(x.shape[1:])
+        for g in np.unique(self.groups):
+            part = x[self.groups == g]
+            total = total + (len(part) - 1) / len(part) * ((part - part.mean(axis=0)) ** 2).sum(axis=0)
+        return total
+
+
+def _closed_form(spec, run: dict) -> bool:
+    """Every metric of the task has an all-replicates-at-once form for this run's predictions."""
+    for p in run.values():
+        pred = metrics.predictions(p["logits"], spec.is_regression)
+        if any(_weighted(name, pred, p["label"], np.ones((1, len(pred)))) is None for name in spec.metrics):
+            return False
+    return True
+
+
+def _jackknife(spec, a: dict, b: dict, seeds: list) -> Replicates:
+    """Delete-one replicates over every eval split's examples, in blocks of leave-one-out weights."""
+    sizes = {suffix: len(arrays["label"]) for suffix, arrays in a[seeds[0]].items()}
+    rows, groups = [], []
+    for suffix, n in sizes.items():
+        for start in range(0, n, JACKKNIFE_BLOCK):
+            left_out = np.arange(start, min(start + JACKKNIFE_BLOCK, n))
+            w = np.ones((len(left_out), n))
+            w[np.arange(len(left_out)), left_out] = 0.0
+            weights = {s: (w if s == suffix else np.ones((len(left_out), m))) for s, m in sizes.items()}
+            rows.append(np.stack([resampled_headline(spec, a[s], weights) - resampled_headline(spec, b[s], weights)
+                                  for s in seeds], axis=1))
+            groups.append(np.full(len(left_out), suffix, dtype=object))
+    return Replicates(np.concatenate(rows) * SCALE, np.concatenate(groups))
+
+
 def example_replicates(task: str, a: dict, b: dict, seed: int = 0,
-                       resamples: int = EXAMPLE_RESAMPLES) -> np.ndarray:
-    """Bootstrap replicates (resamples, shared seeds), x100, of each shared seed's difference a - b (runs'
-    predictions keyed by seed); empty when the two share no seed with predictions or were scored on different
-    examples. A resample whose metric is undefined (a constant correlation) is dropped."""
+                       resamples: int = BOOTSTRAP_RESAMPLES) -> Replicates:
+    """Replicates of each shared seed's difference a - b (runs' predictions keyed by seed): the jackknife where
+    every metric has a closed form, else `resamples` bootstrap resamples drawn from `seed`. Empty when the two share
+    no seed with predictions or were scored on different examples. A replicate whose metric is undefined (a constant
+    correlation) is dropped."""
     spec = _task_spec(task)
     seeds = sorted(set(a) & set(b))
     if spec is None or not seeds or not same_examples({s: a[s] for s in seeds}, {s: b[s] for s in seeds}):
-        return np.empty((0, 0))
-    rng = np.random.default_rng(seed)
-    weights = {suffix: _counts(rng, len(arrays["label"]), resamples) for suffix, arrays in a[seeds[0]].items()}
+        return Replicates(np.empty((0, 0)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        d = np.stack([resampled_headline(spec, a[s], weights) - resampled_headline(spec, b[s], weights)
-                      for s in seeds], axis=1) * SCALE
-    return d[np.all(np.isfinite(d), axis=1)]
+        if all(_closed_form(spec, run[s]) for run in (a, b) for s in seeds):
+            found = _jackknife(spec, a, b, seeds)
+        else:
+            rng = np.random.default_rng(seed)
+            weights = {suffix: _counts(rng, len(arrays["label"]), resamples)
+                       for suffix, arrays in a[seeds[0]].items()}
+            found = Replicates(np.stack([resampled_headline(spec, a[s], weights)
+                                         - resampled_headline(spec, b[s], weights) for s in seeds], axis=1) * SCALE)
+    keep = np.all(np.isfinite(found.values), axis=1)
+    return Replicates(found.values[keep], None if found.groups is None else found.groups[keep])
 
 
-def split_variance(replicates: np.ndarray) -> tuple[float, float]:
-    """(variance of the mean over seeds, the part of it that seeds share) from replicates (resamples, seeds).
+def split_variance(replicates: Replicates | np.ndarray) -> tuple[float, float]:
+    """(variance of the mean over seeds, the part of it that seeds share) from replicates (R, seeds) (an array:
+    bootstrap resamples).
 
     Over resampled examples the mean of k seeds' differences varies by v_k = v_shared + v_run / k: v_run is each
     run's own luck on the examples (the seeds' spread already shows it, and it shrinks with more seeds), v_shared
     is which examples the dev set happens to hold (every run shares it; it does not shrink). With one seed's
     variance v_1 = v_shared + v_run: v_shared = (k v_k - v_1) / (k - 1), clipped at 0. One seed: all of it shared.
     """
-    r = np.asarray(replicates, dtype=float)
+    if not isinstance(replicates, Replicates):
+        replicates = Replicates(np.asarray(replicates, dtype=float))
+    r = replicates.values
     k = r.shape[-1]
     if r.shape[-2] < 2 or k < 1:
         return math.nan, math.nan
-    v_k = np.var(r.mean(axis=-1), axis=-1, ddof=1)
+    v_k = float(replicates.variance(r.mean(axis=-1)))
     if k == 1:
-        return float(v_k), float(v_k)
-    v_1 = np.var(r, axis=-2, ddof=1).mean(axis=-1)
-    return float(v_k), float(np.clip((k * v_k - v_1) / (k - 1), 0.0, v_k))
+        return v_k, v_k
+    v_1 = float(replicates.variance(r).mean())
+    return v_k, float(np.clip((k * v_k - v_1) / (k - 1), 0.0, v_k))
 
 
 def example_variance(task: str, a: dict, b: dict, seed: int = 0,
-                     resamples: int = EXAMPLE_RESAMPLES) -> tuple[float, float]:
+                     resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
     """(variance of the mean paired difference over resampled dev examples, the part shared by all seeds), x100
     squared; NaNs when not estimable."""
     return split_variance(example_replicates(task, a, b, seed, resamples))
