@@ -266,7 +266,7 @@ def load_study(path: str | Path) -> Study:
         from suite.grid.tuning import check_space
 
         try:
-            check_space(study.tune)
+            check_space(study.tune, [(f"also[{i}].train", g.train_values()) for i, g in enumerate(study.also)])
         except BadInput as exc:
             raise BadInput(f"{path}: {exc}") from None
     return study
