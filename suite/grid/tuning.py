@@ -297,7 +297,7 @@ def select_configurations(plan: TuningPlan) -> dict[str, Any]:
                       "configurations": rows, "selected": selected, "reason": reason})
     tune = plan.tune
     protocol = {"holdout": tune.holdout, "holdout_seed": tune.holdout_seed, "seeds": list(tune.seeds),
-                "budget": tune.budget, "draw_seed": tune.draw_seed, "draw": tune.draw,
+                "budget": tune.budget, "draw_seed": tune.draw_seed, "draw": tune.draw if tune.budget != ALL else None,
                 "space": {method: method_space(tune, method) for method in dict.fromkeys(c[2] for c in plan.cells)},
                 "scored_on": "tuning split (train.holdout), never dev"}
     return {"protocol": protocol, "cells": cells}
