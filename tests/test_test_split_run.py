@@ -76,6 +76,8 @@ def test_the_report_builds_from_held_out_runs(heldout_runs):
 
     md = build_report([heldout_runs], aso=False, figures=False, allow_uncommitted=True).read_text()
     assert "held-out test 8 (scored)" in md and "Scored on the held-out test split" in md
+    assert "a held-out test split of the train set as the test set for SST-2 (train.test_holdout" in md
+    assert "dev split as the test set" not in md
     assert re.search(r"\| headline +\| dev +\| seeds", md)  # the dev headline beside the held-out one
 
 

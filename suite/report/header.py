@@ -46,7 +46,18 @@ def data_line(df) -> str:
                        for b in by_benchmark)
     sources = unique(v.get("data_source") for v in df["train"])
     return (f"- **Data:** {'; '.join(groups)}; source: {', '.join(map(str, sources)) or 'unknown'} ({origin}); "
-            "dev split as the test set; sizes in the setup tables")
+            f"{_test_set(df)}; sizes in the setup tables")
+
+
+def _test_set(df) -> str:
+    """Which split the runs are scored on: dev, or a held-out test split of the train set (train.test_holdout)."""
+    asked = [tr.get("test_holdout") is not None for tr in df["train"]]
+    if not any(asked):
+        return "dev split as the test set"
+    held = sorted({task_display(t) for t, a in zip(df["task"], asked) if a})
+    return (f"a held-out test split of the train set as the test set for {', '.join(held)} (train.test_holdout; "
+            "dev scores beside in the per-task tables)" + ("; dev split as the test set for the others"
+                                                          if not all(asked) else ""))
 
 
 def runs_line(loaded, df) -> str:
