@@ -108,3 +108,15 @@ def test_impossible_held_out_splits_stop_the_grid_before_training(tiny_bert_dir,
     assert run_cli(tiny_bert_dir, glue_dir, tmp_path, *flags) == 2  # RTE has 24 train rows
     assert message in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*.json"))
+
+
+def test_a_study_declares_it_in_its_train_section(tmp_path):
+    from suite.api.errors import BadInput
+    from suite.grid.study import load_study
+
+    path = tmp_path / "study.yaml"
+    path.write_text("tasks: [sst2]\ntrain: {test_holdout: 10000, holdout: 2000}\n")
+    assert load_study(path).train_values() == {"test_holdout": 10000, "holdout": 2000}
+    path.write_text("tasks: [sst2]\ntrain: {test_holdout: true}\n")
+    with pytest.raises(BadInput, match="test_holdout"):
+        load_study(path)
