@@ -108,6 +108,29 @@ class ViewedFlat(suite.AttentionMethod):
         return torch.matmul(p, value).view(b, length, h * d), p
 
 
+class SampledKey(suite.AttentionMethod):
+    """Draws one key per query among the real keys (torch.multinomial): a row with no real key has nothing to draw."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        s = suite.scores(query, key, scaling, attention_mask)
+        p = suite.softmax(s)
+        real = p.masked_fill(~suite.valid_keys(attention_mask, s).expand_as(p), 0.0)
+        torch.multinomial(real.flatten(0, -2), 1)
+        return suite.attend(module, p, value)
+
+
+class LateParameter(suite.AttentionMethod):
+    """Registers its per-head gate in setup_training(), after the optimizer was built."""
+
+    def setup_training(self, ctx):
+        for module in suite.attention_modules(ctx.model):
+            module.register_parameter("toy_gate", torch.nn.Parameter(torch.ones(module.num_attention_heads, 1, 1)))
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        gate = getattr(module, "toy_gate", None)
+        return _attention(module, query if gate is None else query * gate, key, value, attention_mask, scaling)
+
+
 # name: (planted method, the checks it must fail, words every failure's message holds)
 PLANTED = {
     "nan_on_padded_row": (NaNOnPaddedRow, {"finite"}, "on a fully padded row"),
@@ -117,6 +140,8 @@ PLANTED = {
     "half_value_channels": (HalfValueChannels, {"values"}, "channels [4, 5, 6, 7]"),
     "reshaped_heads": (ReshapedHeads, {"shape"}, "a (B, H, L, d) result reshaped (.view/.reshape)"),
     "viewed_flat": (ViewedFlat, {"shape"}, "a (B, H, L, d) result reshaped (.view/.reshape)"),
+    "sampled_key": (SampledKey, {"shape"}, "on a fully padded row (run alone)"),
+    "late_parameter": (LateParameter, {"params"}, "setup_training() added parameters"),
     "heads_first": (HeadsFirstOutput, {"shape"}, "needs .transpose(1, 2)"),
     "dropout_in_eval": (DropoutInEval, {"eval"}, "the method samples (dropout, random rates) in evaluation"),
     "output_only": (OutputOnly, {"shape"}, "it must return (output, probabilities)"),

@@ -10,7 +10,7 @@ import json
 import torch
 
 from suite.api.attention import AttentionMethod, StepContext
-from suite.api.check_common import CheckResult, attached, checked_batch, finite_diff, forward
+from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, finite_diff, forward, rows
 from suite.api.tiny_models import tiny_model
 
 # what the rest of the suite uses; other names are this module's own
@@ -65,7 +65,7 @@ def _first_problem(model, calls: list) -> tuple[str, str, tuple | None] | None:
                 if tuple(result[0].shape) != _expected(query, value):
                     return mode, "shape", (query, value, tuple(result[0].shape))
             if failure is not None:
-                raise failure
+                return mode, _raised_on(model, (ids, mask, labels), failure) if padded else _raised(failure), None
             if not calls:
                 return mode, "the method's attention() was never called", None
             calls.clear()
@@ -234,6 +234,22 @@ def check_values(method: AttentionMethod, kind: str) -> CheckResult:
                        f"output ({len(judged)} layers, eval mode)")
 
 
+def _raised(exc: Exception, rows_name: str = "") -> str:
+    return f"the model raised {type(exc).__name__}: {exc}" + (f" on {rows_name} (run alone)" if rows_name else "")
+
+
+def _raised_on(model, batch: tuple, failure: Exception) -> str:
+    """The exception a forward over the padded batch raised, with the rows that raise it when run alone."""
+    for name, which in ROWS.items():
+        try:
+            with torch.no_grad():
+                forward(model, *rows(batch, which))
+        except Exception as exc:  # noqa: BLE001  the finding
+            return _raised(exc, name) + ("" if name == "rows with real tokens" else
+                                         ": a row with no or one real key must work like any other")
+    return _raised(failure)
+
+
 def check_shape(method: AttentionMethod, kind: str) -> CheckResult:
     """`attention()` returns (output, probabilities) with the output in the (B, L, H, d) layout, train and eval: the
     right shape, and each output where (B, L, H, d) puts it (noise on the queries at one position changes that
@@ -368,10 +384,11 @@ def check_parameters(method: AttentionMethod, kind: str) -> CheckResult:
         return CheckResult("params", setting, False, f"setup_training() added parameters ({', '.join(in_setup[:3])}) "
                            "after the optimizer was built: it never holds them; create them in prepare()")
     if stray:
-        return CheckResult("params", setting, False, f"the loss's gradient reaches {len(stray)} tensors that no "
-                           f"optimizer holds ({_names(model, method, stray)}): they never train. Register them on "
-                           "the attention modules in prepare() (module.register_parameter), or train them with an "
-                           "optimizer of the method's own built in setup_training()")
+        return CheckResult("params", setting, False, f"the loss's gradient reaches {len(stray)} "
+                           f"tensor{'s' if len(stray) > 1 else ''} that no optimizer holds "
+                           f"({_names(model, method, stray)}): they never train. Register them on the attention "
+                           "modules in prepare() (module.register_parameter), or train them with an optimizer of the "
+                           "method's own built in setup_training()")
     return CheckResult("params", setting, True, f"every tensor the gradient reaches ({len(leaves)}) is held by an "
                        "optimizer; no parameter appears after prepare()")
 

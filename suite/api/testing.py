@@ -347,8 +347,9 @@ def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: C
     results = report.results
     for kind in MODEL_KINDS:
         _guarded(results, "shape", kind, lambda: check_shape(cls(cls.Config(**hparams)), kind))
-        if results[-1].passed is False:  # every later check would only see the scrambled outputs
-            results.append(CheckResult("others", kind, None, "not run on this model: the output layout is wrong"))
+        if results[-1].passed is False:  # every later check would only see the scrambled outputs or the same error
+            results.append(CheckResult("others", kind, None, "not run on this model: " + (
+                "the model does not run" if "raised" in results[-1].detail else "the output layout is wrong")))
             continue
         _guarded(results, "values", kind, lambda: check_values(cls(cls.Config(**hparams)), kind))
         _guarded(results, "params", kind, lambda: check_parameters(cls(cls.Config(**hparams)), kind))
