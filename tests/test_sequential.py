@@ -145,7 +145,8 @@ def test_clear_questions_stop_early_and_hopeless_ones_stop_for_futility():
     tight, verdict, _ = run_design(design, look_evidence(rng.normal(0, 0.5, (2000, 20)), 1.0))
     assert np.mean(verdict == "equivalent") > 0.9
     noisy, _, looks_noisy = run_design(design, look_evidence(rng.normal(0, 8.0, (2000, 20)), 1.0))
-    assert np.mean(noisy == "futility") > 0.8 and np.median(looks_noisy) <= 2
+    # predictive power gives up later than conditional power at the estimate did: most stop by the third look
+    assert np.mean(noisy == "futility") > 0.7 and np.median(looks_noisy) <= 3
     assert not np.any(noisy[looks_noisy == len(LOOKS)] == "futility")  # the last look ends at the cap instead
 
 
@@ -163,3 +164,24 @@ def test_conditional_power_grows_with_the_estimated_difference():
     assert design.conditional_power(SimpleNamespace(diff=0.0, se=0.01, margin=1.0), 5) == 1.0  # surely equivalent
     shared = SimpleNamespace(diff=0.0, se=1.0, seed_sd=0.5, example_se=0.9, example_shared_se=0.9, margin=1.0)
     assert design.conditional_power(shared, 5) < 1e-6  # the dev set's own noise alone keeps the margin out of reach
+
+
+@pytest.mark.parametrize("alpha", [ALPHA, family_alpha(ALPHA, 36)])
+def test_futility_stops_only_comparisons_that_would_rarely_have_been_decided(alpha):
+    """Futility is predictive power (averaged over the true difference), not conditional power at a 5-seed
+    estimate: over true differences spread across +-3 margins, with seed-dominated or mixed noise, the comparisons
+    it stops would have been decided by the cap (had they gone on) at most about as often as its threshold says
+    (measured 0.4-4.7%; conditional power at the estimate stopped comparisons of which up to 25% would have been
+    decided)."""
+    design, without = Design(LOOKS, alpha), Design(LOOKS, alpha, futility=0.0)
+    for sd, shared in ((2.0, 0.25), (1.0, 0.04), (5.0, 0.1)):
+        rng = np.random.default_rng(int(sd * 10))
+        truth = rng.uniform(-3, 3, (SIMS, 1))
+        diffs = truth + rng.normal(0, sd, (SIMS, LOOKS[-1])) + rng.normal(0, math.sqrt(shared), (SIMS, 1))
+        evidence = look_evidence(diffs, 1.0, shared)
+        reason, _, _ = run_design(design, evidence)
+        _, verdict, _ = run_design(without, evidence)
+        stopped = reason == "futility"
+        if stopped.sum() >= 200:
+            realised = float(np.mean(verdict[stopped] != "undecided"))
+            assert realised <= design.futility + 3 * math.sqrt(0.1 * 0.9 / stopped.sum()), (alpha, sd, realised)

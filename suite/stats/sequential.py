@@ -25,9 +25,12 @@ Each look of a comparison ends in one of:
 - `efficacy`: p < the look's nominal level: better or worse (the direction from the task's metric).
 - `equivalence`: the two one-sided tests (TOST) reject |diff| >= margin at the look's one-sided nominal level, the
   same spending of alpha_equiv (alpha by default) over the looks.
-- `futility`: not the last look, and the conditional power of reaching either decision by the cap, if the difference
-  stays at its current estimate, is below `futility` (default 0.1). It only ever stops a comparison without a claim,
-  so it cannot raise an error rate (it is non-binding).
+- `futility`: not the last look, and the predictive power of reaching either decision by the cap is below
+  `futility` (default 0.1): the chance of a decision averaged over what the true difference may be given the seeds so
+  far (Spiegelhalter, Freedman & Blackburn 1986), not the conditional power at the point estimate, which treats a
+  5-seed estimate as the truth (among comparisons that rule stopped, up to 63% would have been decided by the cap).
+  It only ever stops a comparison without a claim, so it cannot raise an error rate (it is non-binding);
+  tests/test_sequential.py measures how often a comparison it stopped would have been decided.
 - `cap`: the last look, undecided.
 - otherwise `continue`: the comparison gets the next round of seeds.
 
@@ -200,28 +203,29 @@ class Design:
         return reason, verdict
 
     def conditional_power(self, ev, n: int):
-        """P(a decision at the cap | the difference stays at its estimate `ev.diff`) after n paired seeds.
+        """P(a decision at the cap) after n paired seeds, predictive: averaged over the true difference.
 
-        The cap's mean difference is normal around the estimate with the spread of the seeds still to come,
-        seed_sd sqrt(cap - n) / cap; it is judged at the last look's nominal levels against the cap's standard
-        error, in which the seed part and each run's own dev-example luck shrink with seeds and the dev-example
-        part every seed shares stays (`suite.stats.power.se_at`), with the test's Cochran-Cox critical values
+        The cap's mean difference D_cap = (n D_n + (cap - n) D_rest) / cap, with D_rest the mean of the seeds to
+        come. Given the seeds so far and a flat prior, the mean difference on this dev set is normal around the
+        estimate with the seeds' variance seed_sd^2 / n, and D_rest around it with seed_sd^2 / (cap - n), so D_cap
+        is normal around the estimate with variance seed_sd^2 (cap - n) / (cap n) (the conditional power at the
+        estimate would use only seed_sd^2 (cap - n) / cap^2). It is judged at the last look's nominal levels
+        against the cap's standard error, in which the seed part shrinks with seeds and the dev-example part every
+        seed shares stays (`suite.stats.power.se_at`), with the test's Cochran-Cox critical values
         (`suite.stats.cochran_cox`: the seed part's t and the example part's normal quantile, weighted by their
         shares of the variance). Without `seed_sd` the whole se is taken as seed noise."""
         diff, se = (np.asarray(getattr(ev, k), dtype=float) for k in ("diff", "se"))
         n = max(int(n), 1)
         seed_sd = np.asarray(getattr(ev, "seed_sd", se * math.sqrt(n)), dtype=float)
-        example = np.asarray(getattr(ev, "example_se", 0.0), dtype=float) ** 2
-        shared = np.minimum(np.asarray(getattr(ev, "example_shared_se", 0.0), dtype=float) ** 2, example)
+        shared = np.asarray(getattr(ev, "example_shared_se", getattr(ev, "example_se", 0.0)), dtype=float) ** 2
         if n >= self.cap:
             return np.zeros_like(diff)
         seed_part = seed_sd ** 2 / self.cap
-        example_part = shared + (example - shared) * n / self.cap
-        se_cap = np.sqrt(seed_part + example_part)
-        spread = np.maximum(seed_sd * math.sqrt(self.cap - n) / self.cap, 1e-12)
+        se_cap = np.sqrt(seed_part + shared)
+        spread = np.maximum(seed_sd * math.sqrt((self.cap - n) / (self.cap * n)), 1e-12)
         level, level_equiv = self.levels(self.looks)   # the last look's levels if every planned seed arrives
         with np.errstate(invalid="ignore", divide="ignore"):
-            w = seed_part / (seed_part + example_part)
+            w = seed_part / (seed_part + shared)
 
             def critical(tail: float):
                 return w * stats.t.isf(tail, self.cap - 1) + (1 - w) * stats.norm.isf(tail)
