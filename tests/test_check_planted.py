@@ -205,3 +205,32 @@ BUILT_IN = sorted(n for n in suite.METHODS.names() if suite.METHODS.get(n).__mod
 def test_every_built_in_method_passes_the_check(name):
     report = testing.check_method(name)
     assert report.ok, str(report)
+
+
+class OneSinkhornStep(suite.AttentionMethod):
+    """Normalises the weights over the queries, then over the keys again: a query's scores move every row of its
+    head, yet every output sits in its place (a correct method)."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        p = p / p.sum(-2, keepdim=True).clamp_min(1e-6)
+        return suite.attend(module, p / p.sum(-1, keepdim=True).clamp_min(1e-6), value)
+
+
+class OwnGradientLeaf(suite.AttentionMethod):
+    """Takes the weights through a detached copy that requires grad (to read a gradient of its own later): a tensor
+    made inside one forward, not a parameter (a correct method)."""
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        leaf = p.detach().requires_grad_()
+        return suite.attend(module, leaf + (p - p.detach()), value)
+
+
+def test_coupled_rows_or_a_gradient_of_its_own_are_no_bug(register):
+    sinkhorn = suite.METHODS.get(register(OneSinkhornStep, "correct_sinkhorn_step"))
+    assert testing.check_shape(sinkhorn(), "bert").passed is True  # a query's noise reaches other rows
+    assert testing.check_values(sinkhorn(), "roberta").passed is True
+    own_gradient = suite.METHODS.get(register(OwnGradientLeaf, "correct_own_gradient"))
+    result = testing.check_parameters(own_gradient(), "bert")
+    assert result.passed is True, result

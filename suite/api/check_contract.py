@@ -9,7 +9,7 @@ import json
 
 import torch
 
-from suite.api.attention import AttentionMethod, StepContext
+from suite.api.attention import AttentionMethod, StepContext, attention_modules
 from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, finite_diff, forward, rows
 from suite.api.tiny_models import tiny_model
 
@@ -162,13 +162,17 @@ def _leaks(response: Response, arrange) -> dict[str, tuple[float, str]]:
 
 
 def _misplaced(response: Response, arrange) -> str | None:
-    """None when the output read by `arrange` keeps every change in its place; else which noise moved elsewhere."""
+    """None when the output read by `arrange` keeps changes in their place; else which noise moved elsewhere. A
+    scrambled layout moves both: a value's noise into other heads and a query's noise into other positions. Either
+    alone can be the method's own doing (a norm over the heads, as ReLA's; a normalisation over the queries, as a
+    Sinkhorn method's), so the queries are read only where the method reads them."""
     leaks = _leaks(response, arrange)
     uses_queries = any(float(c.abs().max()) > 0 for (part, _), c in response.changes.items() if part == "position")
-    leak, where = leaks["queries" if uses_queries else "values"]
-    if leak <= LEAK_TOLERANCE:
+    (value_leak, value_where), (query_leak, query_where) = leaks["values"], leaks["queries"]
+    if value_leak <= LEAK_TOLERANCE or (uses_queries and query_leak <= LEAK_TOLERANCE):
         return None
-    return f"noise on {where} changed outputs at other {'positions' if uses_queries else 'heads or channels'}"
+    return f"noise on {value_where} changed other heads' or channels' outputs" + (
+        f", noise on {query_where} outputs at other positions" if uses_queries else "")
 
 
 def layout_problem(response: Response) -> str | None:
@@ -252,11 +256,9 @@ def _raised_on(model, batch: tuple, failure: Exception) -> str:
 
 def check_shape(method: AttentionMethod, kind: str) -> CheckResult:
     """`attention()` returns (output, probabilities) with the output in the (B, L, H, d) layout, train and eval: the
-    right shape, and each output where (B, L, H, d) puts it (noise on the queries at one position changes that
-    position's outputs only; for a method that reads no queries, noise on one head's or channel's values changes
-    that head's or channel's outputs only). A .view/.reshape of a (B, H, L, d) result has the right shape and mixes
-    heads and positions. When the layout is wrong the message says which layout the output is in, as far as reading
-    it in the candidate layouts shows."""
+    right shape, and each output where (B, L, H, d) puts it (see `_misplaced`). A .view/.reshape of a (B, H, L, d)
+    result has the right shape and mixes heads and positions. When the layout is wrong the message says which layout
+    the output is in, as far as reading it in the candidate layouts shows."""
     model = attached(method, kind)
     calls: list = []
     _recording_attention(method, calls)
@@ -351,10 +353,18 @@ def _own_optimizers(obj, depth: int = 2) -> list[torch.optim.Optimizer]:
     return found
 
 
-def _names(model, method, tensors: list[torch.Tensor]) -> str:
-    known = {id(t): n for n, t in model.named_parameters()}
-    known.update({id(t): f"method.{n}" for n, t in vars(method).items() if isinstance(t, torch.Tensor)})
-    return ", ".join(known.get(id(t), f"a {tuple(t.shape)} tensor") for t in tensors[:3]) + (
+def _kept(model, method) -> dict[int, str]:
+    """Tensors that outlive a step, by id: the model's parameters and the tensors kept on the method or on the
+    attention modules (a detached copy made inside one forward to take a gradient of its own is no parameter)."""
+    known = {id(t): f"method.{n}" for n, t in vars(method).items() if isinstance(t, torch.Tensor)}
+    for module in attention_modules(model):
+        known.update({id(t): f"attention module's {n}" for n, t in vars(module).items() if isinstance(t, torch.Tensor)})
+    known.update({id(t): n for n, t in model.named_parameters()})
+    return known
+
+
+def _names(known: dict[int, str], tensors: list[torch.Tensor]) -> str:
+    return ", ".join(known.get(id(t), f"a {tuple(t.shape)} parameter") for t in tensors[:3]) + (
         f" and {len(tensors) - 3} more" if len(tensors) > 3 else "")
 
 
@@ -374,7 +384,8 @@ def check_parameters(method: AttentionMethod, kind: str) -> CheckResult:
     leaves = _gradient_leaves(loss)
     in_forward = [n for n, _ in model.named_parameters() if n not in named and n not in in_setup]
     held = {id(p) for o in (optimizer, *_own_optimizers(method)) for g in o.param_groups for p in g["params"]}
-    stray = [t for i, t in leaves.items() if i not in held]
+    kept = _kept(model, method)
+    stray = [t for i, t in leaves.items() if i not in held and (i in kept or isinstance(t, torch.nn.Parameter))]
     setting = f"{kind}, train"
     if in_forward:
         return CheckResult("params", setting, False, f"the forward pass created parameters ({', '.join(in_forward[:3])}"
@@ -386,7 +397,7 @@ def check_parameters(method: AttentionMethod, kind: str) -> CheckResult:
     if stray:
         return CheckResult("params", setting, False, f"the loss's gradient reaches {len(stray)} "
                            f"tensor{'s' if len(stray) > 1 else ''} that no optimizer holds "
-                           f"({_names(model, method, stray)}): they never train. Register them on the attention "
+                           f"({_names(kept, stray)}): they never train. Register them on the attention "
                            "modules in prepare() (module.register_parameter), or train them with an optimizer of the "
                            "method's own built in setup_training()")
     return CheckResult("params", setting, True, f"every tensor the gradient reaches ({len(leaves)}) is held by an "

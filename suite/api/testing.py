@@ -6,10 +6,11 @@ rows hold 12, 9, 6, 1 and 0 real tokens (the last row's attention mask is all 0)
 - hparams     the method's own validation refuses impossible values of its probability fields (`p`, `p_*`: -0.1,
               1.5 and NaN raise HyperParameterError) while the hyper-parameters under test are accepted;
 - shape       `attention()` returns `(output, probabilities)` with the output in transformers' (B, L, H, d) layout,
-              each element in its place (noise on one position's queries changes that position's outputs only): a
-              (B, H, L, d) output, or one reshaped from it, would be read silently as wrong hidden states. The message
-              says which layout the output is in; when the check fails, the checks below are not run for that model,
-              so the report names the layout, not a symptom;
+              each element in its place (read from where noise on one head's values and on one position's queries
+              moves the output): a (B, H, L, d) output, or one reshaped from it, would be read silently as wrong
+              hidden states. The message says which layout the output is in, and which rows make the model raise;
+              when the check fails, the checks below are not run for that model, so the report names the layout,
+              not a symptom;
 - values      every value channel of every head reaches that head's output (also without an identity setting);
 - params      every tensor a training step's gradient reaches is held by an optimizer: none is created after
               `prepare()` (lazily in `attention()`, or in `setup_training()`) or kept outside the model;
