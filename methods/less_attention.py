@@ -2,12 +2,13 @@
 docs/methods.md#less_attention.
 
 The first encoder layers do no token mixing. Two forms:
-- "linear" (default, the suite's first version): every position attends only to itself, so the attention sublayer
-  is a position-wise map through the pre-trained value and output projections, with its residual and LayerNorm;
-- "lit": LIT's MLP blocks: the attention sublayer is removed entirely (its output is its input), so the layer is the
-  feed-forward block with its residual and LayerNorm alone.
+- "lit" (default, as in LIT): LIT's MLP blocks: the attention sublayer is removed entirely (its output is its
+  input), so the layer is the feed-forward block with its residual and LayerNorm alone;
+- "linear" (the suite's first version, which the published records ran): every position attends only to itself, so
+  the attention sublayer is a position-wise map through the pre-trained value and output projections, with its
+  residual and LayerNorm.
 How many layers: `layers` (a number), or with layers=-1 a share of the depth, `fraction` (default: the form's own,
-half for "linear", a third for "lit": LIT frees the first 4 of 12 layers), rounded down. The other layers keep softmax
+a third for "lit": LIT frees the first 4 of 12 layers; half for "linear"), rounded down. The other layers keep softmax
 attention with attention-probability dropout, as `vanilla` (the fused SDPA kernel unless a statistics probe needs
 the probabilities). At layers=0 and p=0 the method is softmax attention.
 """
@@ -36,8 +37,8 @@ DEFAULT_FRACTION = {"linear": 0.5, "lit": 1 / 3}  # lit: LIT's 4 of 12 layers
 class LessAttentionConfig:
     layers: int = -1   # attention-free layers counted from the bottom; -1: `fraction` of the model's layers
     p: float = 0.1     # attention-probability dropout in the layers that keep attention
-    form: str = "linear"  # linear: a position-wise sublayer through V and O; lit: no attention sublayer at all
-    fraction: float | None = None  # with layers=-1, the share of layers freed (rounded down); None: the form's
+    form: str = "lit"  # LIT's: no attention sublayer at all; linear: a position-wise sublayer through V and O
+    fraction: float | None = None  # with layers=-1, the share freed (rounded down); None: the form's, LIT's third
 
 
 def mixing_free_layers(cfg: LessAttentionConfig, num_layers: int) -> int:
@@ -50,13 +51,18 @@ def mixing_free_layers(cfg: LessAttentionConfig, num_layers: int) -> int:
 
 @register_method("less_attention")
 class LessAttention(Vanilla):
-    """The first layers do no token mixing: a position-wise sublayer (form "linear", default) or no attention
-    sublayer at all (form "lit", as LIT's MLP blocks); the others keep softmax attention."""
+    """The first layers do no token mixing: no attention sublayer at all (form "lit", default, as LIT's MLP blocks in
+    a third of the layers) or a position-wise sublayer (form "linear", in half); the others keep softmax attention."""
 
+    description = ("Less attention (after LIT): the first layers do no token mixing, the rest keep softmax attention "
+                   "with dropout p. Default as in LIT: no attention sublayer at all in the first third of the layers "
+                   "(form=lit); form=linear, the setting the published records ran, keeps a position-wise sublayer "
+                   "through V and O in the first half.")
     Config = LessAttentionConfig
     identity = {"layers": 0, "p": 0.0}
     cost_target = 1.0  # it does less than softmax attention in every layer
-    # records made before the forms existed ran "linear" with half the layers (fraction None is the form's own)
+    # the published records ran "linear" with half the layers, before the forms existed and while it was the default:
+    # at these values the fields stay out of the hash, so those records keep theirs; the default "lit" enters it
     hashed_when_changed = {"form": "linear", "fraction": None}
     reconstruction = ("the lower layers' attention removed from an encoder pre-trained with attention in every "
                       "layer: it measures how much fine-tuning depends on it, not LIT's model trained that way")
@@ -92,7 +98,9 @@ class LessAttention(Vanilla):
         if self.cfg.form == "lit":
             for module in attention_modules(model):
                 if module.layer_idx < self.free_layers:
-                    _sublayer_output(model, module).register_forward_hook(_skip_sublayer, with_kwargs=True)
+                    # its forward replaced, not hooked: the sublayer's dropout then draws nothing, so a compiled
+                    # graph (which drops the unused draw) and the eager step use the same random numbers
+                    _sublayer_output(model, module).forward = _residual_only
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         if module.layer_idx >= mixing_free_layers(self.cfg, module.config.num_hidden_layers):
@@ -118,6 +126,7 @@ def _sublayer_output(model: torch.nn.Module, attention: torch.nn.Module) -> torc
                               f"`attention.self` / `attention.output`); {type(model).__name__} has none")
 
 
-def _skip_sublayer(module, args, kwargs, output):
-    """The sublayer's output becomes its residual input: the attention sublayer is an identity (LIT's MLP block)."""
+def _residual_only(*args, **kwargs):
+    """The sublayer's forward (hidden_states, input_tensor) -> its residual input: the attention sublayer is an
+    identity (LIT's MLP block)."""
     return args[1] if len(args) > 1 else kwargs["input_tensor"]

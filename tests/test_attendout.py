@@ -178,7 +178,7 @@ def test_leave_one_out_advantages_by_hand():
 
 def _toy_run(sign, updates=15, **hp):
     """Policy updates whose reward is +-the share of pairs each sample's mask drops (RLOO over 2 masks)."""
-    model, method = _attach(g_lr=0.02, **hp)
+    model, method = _attach(g_lr=0.02, baseline="rloo", mask_samples=2, **hp)
     batch = _batch(length=16)
     start = _mean_pi(method, model, batch)
     for _ in range(updates):
@@ -281,8 +281,9 @@ def test_identity_and_eval_are_plain_softmax():
 
 
 @pytest.mark.parametrize("hp", [{"p_init": 0.3}, {"p_max": 1.0}, {"baseline": "mean"}, {"credit": "token"},
-                                {"mask_samples": 1}, {"g_update_every": 0}, {"g_accumulate": 0},
-                                {"rate_target": 1.5}, {"lookahead_lr": 0.0}, {"d_g": 0}, {"fd_decrease": 0.0},
+                                {"baseline": "rloo", "mask_samples": 1}, {"mask_samples": 0}, {"g_update_every": 0},
+                                {"g_accumulate": 0}, {"rate_target": 1.5}, {"lookahead_lr": 0.0}, {"d_g": 0},
+                                {"fd_decrease": 0.0},
                                 {"entropy_coef": float("nan")}, {"rate_penalty": float("inf")},
                                 {"reward_scale_floor": float("nan")}])
 def test_impossible_hyper_parameters_are_rejected(hp):
@@ -290,7 +291,8 @@ def test_impossible_hyper_parameters_are_rejected(hp):
         AttendOut(AttendOut.Config(**hp))
 
 
-@pytest.mark.parametrize("hp", [{"baseline": "defender", "mask_samples": 1}, {"credit": "batch", "g_accumulate": 2},
+@pytest.mark.parametrize("hp", [{"baseline": "rloo", "mask_samples": 2}, {"baseline": "defender", "mask_samples": 2},
+                                {"credit": "batch", "g_accumulate": 2},
                                 {"baseline": "ema", "mask_samples": 1, "credit": "batch"}])
 def test_other_baselines_and_credit_train(hp):
     model, method = _attach(cost_every=0, **hp)
@@ -298,8 +300,8 @@ def test_other_baselines_and_credit_train(hp):
     for i in range(2):
         method.training_step(ctx, _batch(seed=i), _batch(seed=i + 1))
     r = method.last_reward
-    assert r["rewards"].shape == (hp.get("mask_samples", 2), 4)
-    assert (r["defender"] is not None) == (hp.get("baseline") == "defender")
+    assert r["rewards"].shape == (hp.get("mask_samples", 1), 4)
+    assert (r["defender"] is not None) == (hp.get("baseline", "defender") == "defender")
     # g_accumulate=2 steps G once per two rewards; the ema baseline has no history at the first reward, so G first
     # steps at the second
     assert method.policy.updates == (1 if hp.get("g_accumulate") == 2 or hp.get("baseline") == "ema" else 2)

@@ -17,6 +17,7 @@ G_LR = 3e-3
 P_MAX = 0.9        # room to move: at the default cap 0.3 a drift from 0.1 saturates near the noise's size
 STRENGTH = 3.0     # planted signal / noise per reward
 BAND_FACTOR = 2.0  # a change counts as movement only beyond twice the largest placebo change
+LOO = {"baseline": "rloo", "mask_samples": 2}  # the control's baseline: a planted reward leaves a Defender's real
 
 
 def batches(n: int, vocab: int, size: int = 16, length: int = 12) -> list[dict]:
@@ -58,7 +59,7 @@ def drift(arm: str, strength: float = 0.0, seed: int = 0) -> np.ndarray:
     """Per layer, G's mean drop probability after STEPS updates minus before, on a fixed reference input."""
     torch.manual_seed(seed)
     model = tiny_model(seed=0)
-    method = AttendOut(AttendOutConfig(p_max=P_MAX, g_lr=G_LR, placebo=arm == "placebo", cost_every=0))
+    method = AttendOut(AttendOutConfig(p_max=P_MAX, g_lr=G_LR, placebo=arm == "placebo", cost_every=0, **LOO))
     torch.manual_seed(seed)
     method.attach(model)
     data = batches(STEPS + 1, model.config.vocab_size)
@@ -108,7 +109,7 @@ def test_planted_reward_gives_only_the_rewarded_layer_an_expected_gradient():
     the reference input in one direction (t > 5) and layer 1's by no more than chance (|t| < 3)."""
     torch.manual_seed(0)
     model = tiny_model(seed=0)
-    method = AttendOut(AttendOutConfig(p_max=P_MAX, g_lr=1e-30, cost_every=0))  # G's steps vanish
+    method = AttendOut(AttendOutConfig(p_max=P_MAX, g_lr=1e-30, cost_every=0, **LOO))  # G's steps vanish
     method.attach(model)
     data = batches(3, model.config.vocab_size)
     states = reference(model, data[0])

@@ -36,9 +36,11 @@ def _counted_step(name: str, amp=None, **hp):
 
 
 @pytest.mark.parametrize("hp", [{}, {"placebo": True}, {"baseline": "ema", "mask_samples": 1},
-                                {"baseline": "defender", "mask_samples": 3}, {"credit": "batch", "g_accumulate": 2},
+                                {"baseline": "rloo", "mask_samples": 2}, {"baseline": "defender", "mask_samples": 3},
+                                {"credit": "batch", "g_accumulate": 2},
                                 {"entropy_coef": 0.1, "rate_penalty": 1.0, "cost_every": 1}, {"amp": torch.bfloat16}],
-                         ids=["default", "placebo", "ema", "defender", "batch-credit", "entropy-rate-probe", "bf16"])
+                         ids=["default", "placebo", "ema", "rloo", "defender-3", "batch-credit", "entropy-rate-probe",
+                              "bf16"])
 def test_a_step_waits_for_the_host_no_more_than_vanilla(hp):
     """Every .item(), float(t), copy to the host or data-dependent shape stalls a GPU; AttendOut adds none (it used
     to add about 30 per step: reward statistics, seeding its masks, G's Adam, the diagnostics' copies)."""

@@ -92,9 +92,9 @@ def _layer_probs(model, ids, mask):
     return found
 
 
-def test_less_attention_frees_the_lower_half():
+def test_less_attention_linear_frees_the_lower_half():
     model = tiny_model("bert", num_hidden_layers=4).eval()
-    method = LessAttention()
+    method = LessAttention(LessAttention.Config(form="linear"))
     method.attach(model)
     assert method.record() == {"attention_free_layers": 2, "form": "linear"}
     ids, mask = padded_batch(vocab=model.config.vocab_size)
@@ -346,7 +346,7 @@ def test_less_attention_lit_frees_a_third_by_default_as_lit():
 
     cfg = LessAttention.Config(form="lit")
     assert [mixing_free_layers(cfg, n) for n in (12, 6, 2)] == [4, 2, 0]   # LIT: 4 of 12
-    assert mixing_free_layers(LessAttention.Config(), 6) == 3              # linear keeps half
+    assert mixing_free_layers(LessAttention.Config(form="linear"), 6) == 3  # linear frees half
     assert mixing_free_layers(LessAttention.Config(fraction=0.5, form="lit"), 12) == 6
     model = tiny_model("bert", num_hidden_layers=6)
     method = LessAttention(cfg)

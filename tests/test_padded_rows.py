@@ -12,7 +12,8 @@ from suite.testing import one_thread, tiny_model
 
 BUILT_IN = sorted(n for n in suite.METHODS.names() if suite.METHODS.get(n).__module__.startswith("suite.methods"))
 # settings whose code paths the defaults do not reach
-VARIANTS = [("uniform", {"boundary_tokens": False}), ("less_attention", {"form": "lit"}),
+VARIANTS = [("uniform", {"boundary_tokens": False}), ("less_attention", {"form": "linear"}),
+            ("less_attention", {"layers": 1}),
             ("dynamicconv", {"kernel_input": "query"}), ("topk", {"k_frac": 0.3}), ("topk", {"k": 1}),
             ("drophead", {"schedule": "v"}), ("lightconv", {"kernel_size": 40})]
 CASES = [(name, {}) for name in BUILT_IN] + VARIANTS

@@ -89,7 +89,8 @@ def build(args, spec, seed: int, placebo: bool):
     from suite.run.settings import RunConfig, TrainSettings
     from suite.run.training import StepContext
 
-    hp = {"placebo": placebo} | ({"g_lr": args.g_lr} if args.g_lr else {})
+    # the baseline the published runs used (the method's default then; today's is the Defender with one mask)
+    hp = {"placebo": placebo, "baseline": "rloo", "mask_samples": 2} | ({"g_lr": args.g_lr} if args.g_lr else {})
     job = RunConfig(args.model, args.task, "attendout", hp, seed, TrainSettings(lr=args.lr))
     model, method, _ = load_model(job, spec)
     torch.manual_seed(seed)

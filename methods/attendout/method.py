@@ -8,8 +8,9 @@ hyper-parameter.
   softmax; the diagonal is never dropped; padding stays masked). See `generator`.
 - Reward (see `reward`): per training sample, the first-order look-ahead eta * v . grad l_i under the sample's mask,
   with v the gradient of the next batch's loss; K masks are drawn per batch under the same hidden-dropout draws.
-- Baseline (see `policy`): leave-one-out over the K masks (default), the Defender (the same weights with vanilla
-  attention-probability dropout `p_defender` on the same batch and draws), or an EMA of past rewards.
+- Baseline (see `policy`): by default the paper's Attacker-vs-Defender comparison, one mask of G against the Defender
+  (the same weights with vanilla attention-probability dropout `p_defender` on the same batch and draws); or
+  leave-one-out over K >= 2 masks of G ("rloo", the default of the published records), or an EMA of past rewards.
 - G is trained by REINFORCE with normalised advantages, an optional entropy bonus and drop-rate penalty; Adam.
   No reward is computed while the learning rate is 0 (the step then moves nothing, so there is nothing to reward).
 - A's real optimizer step uses the gradient computed under the first mask sample.
@@ -57,8 +58,8 @@ class AttendOutConfig:
     p_init: float = 0.1              # G's drop probability at the start (sets the bias b)
     d_g: int = 32                    # size of G's query/key projections
     shared_generator: bool = False   # one G-Net for all layers plus a learned layer embedding
-    mask_samples: int = 2            # K masks drawn per reward step on the same batch and dropout draws
-    baseline: str = "rloo"           # rloo: the other masks' mean; defender: vanilla dropout's reward; ema: past
+    mask_samples: int = 1            # K masks of G per batch; 1 as in the paper: one Attacker mask against one Defender
+    baseline: str = "defender"       # the paper's: G's mask minus vanilla dropout's; rloo: minus G's other masks; ema
     credit: str = "sample"           # sample: each sample's own reward; batch: the mask's batch mean for all
     p_defender: float = 0.1          # the Defender's (and the cost probe's) attention-probability dropout
     lookahead_lr: float | None = None  # eta of the virtual step; None: the optimizer's current learning rate
@@ -83,10 +84,13 @@ def _sync(device: torch.device) -> None:
 
 @register_method("attendout")
 class AttendOut(AttentionMethod):
-    """AttendOut reconstruction: G-Net scores dropout trained by a first-order look-ahead reward with RLOO."""
+    """AttendOut reconstruction: G-Net scores dropout trained by a first-order look-ahead reward, the Attacker's mask
+    against the Defender's vanilla dropout on the same batch (the paper's comparison)."""
 
     description = ("AttendOut (reconstruction): a G-Net samples per-sample, per-layer scores-dropout masks, trained "
-                   "by REINFORCE on a first-order look-ahead reward (2 masks per batch, leave-one-out baseline). "
+                   "by REINFORCE on a first-order look-ahead reward against the Defender's, as in the paper (one G "
+                   "mask per batch against vanilla attention dropout on the same batch; baseline=rloo with "
+                   "mask_samples=2, the published records' setting, compares two G masks instead). "
                    "Whether G learns from the real reward is undecided at the models and horizons tested (SST-2: "
                    "MiniLM over 60 steps; a 2-layer random-init model that never learned the task, over 2,000 G "
                    "updates, about a third of what the planted control's scaling says the reward's signal needs); "
@@ -117,7 +121,8 @@ class AttendOut(AttentionMethod):
             if value not in valid:
                 raise HyperParameterError(f"attendout.{name}={value!r}: choose one of {', '.join(valid)}")
         if c.baseline == "rloo" and c.mask_samples < 2:
-            raise HyperParameterError("attendout.baseline='rloo' compares masks: it needs mask_samples >= 2")
+            raise HyperParameterError("attendout.baseline='rloo' compares G's masks with each other: it needs "
+                                      "mask_samples >= 2 (the records that ran it used 2)")
         if c.lookahead_lr is not None and not c.lookahead_lr > 0:
             raise HyperParameterError(f"attendout.lookahead_lr={c.lookahead_lr} must be > 0 (or None)")
         self._check_bounds(c)

@@ -3,9 +3,10 @@
 Rewards arrive as a (K, B) tensor: one reward per mask sample k and training sample i (with batch credit every
 sample of a mask gets the mask's batch mean). The advantage of each (k, i) is its reward minus a baseline:
 
+- "defender" (default, the paper's Attacker-vs-Defender comparison): the reward of the Defender's vanilla
+  attention-dropout mask on the same sample, batch and hidden-dropout draws;
 - "rloo": the mean reward of the other K - 1 masks on the same sample (leave-one-out, Kool et al. 2019), so masks are
-  compared on identical data and identical dropout draws;
-- "defender": the reward of the Defender's vanilla attention-dropout mask on the same sample;
+  compared on identical data and identical dropout draws (needs K >= 2; the setting the published records ran);
 - "ema": an exponential moving average of past batch rewards (the original single-sample REINFORCE baseline).
 
 Advantages are divided by a running root-mean-square (an EMA, bias-corrected) and clipped; the REINFORCE loss
