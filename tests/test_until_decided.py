@@ -264,3 +264,38 @@ def test_a_primary_cell_without_a_setting_at_every_seed_is_named_not_dropped_sil
     assert len(heard) == 1 and "not compared" in heard[0] and "mrpc/no_dropout vs vanilla (minilm)" in heard[0]
     comparisons(grid.jobs + curve, "vanilla", primary=lambda c: c.task == "sst2", seeds=grid.seeds, note=heard.append)
     assert len(heard) == 1  # a cell outside the primary family is not announced
+
+
+def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_rest(tmp_path):
+    """A look scores the method among healthy seeds (its information is their number) and records how often each
+    arm degenerated; a record with a held-out test split is read on it, as the report reads it."""
+    from suite.grid.until_decided import Comparison, Track, _look, record_evaluator
+    from suite.run.record import save_predictions
+    from suite.stats.sequential import Design
+
+    store = Store(tmp_path)
+    store.runs.mkdir(parents=True)
+    gold = (np.arange(200) % 3 == 0).astype(int)
+    rng = np.random.default_rng(0)
+
+    def record(name, pred, dev_score):
+        save_predictions(store.runs / f"{name}.npz", {"": {"index": np.arange(200), "label": gold,
+                                                           "logits": np.eye(2)[pred]},
+                                                      "heldout": {"index": np.arange(200), "label": gold,
+                                                                  "logits": np.eye(2)[pred]}})
+        return {"status": "ok", "final": {"score": dev_score}, "predictions": f"{name}.npz",
+                "heldout": {"score": float((pred == gold).mean())}}
+
+    ours, theirs = {}, {}
+    for seed in range(1, 7):
+        healthy = np.where(rng.random(200) < 0.8, gold, 1 - gold)
+        ours[seed] = record(f"m{seed}", np.zeros(200, dtype=int) if seed <= 2 else healthy, 0.5)
+        theirs[seed] = record(f"r{seed}", np.where(rng.random(200) < 0.8, gold, 1 - gold), 0.5)
+    track = Track(Comparison("minilm", "sst2", "topk", "vanilla"))
+    records = {("minilm", "sst2", "topk"): ours, ("minilm", "sst2", "vanilla"): theirs}
+    _look(track, Design((6, 12), 0.05), records, record_evaluator(store), 0, list(range(1, 7)))
+    entry = track.looks[0]
+    assert entry["paired"] == 6 and entry["n"] == 4 and entry["seeds"] == [3, 4, 5, 6]
+    assert entry["degenerate"] == 2 and entry["degenerate_reference"] == 0
+    held = np.mean([ours[s]["heldout"]["score"] - theirs[s]["heldout"]["score"] for s in (3, 4, 5, 6)]) * 100
+    assert entry["diff"] == pytest.approx(held)   # the held-out scores, not the dev ones (all 0.5)

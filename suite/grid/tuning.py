@@ -35,7 +35,7 @@ DEFAULT_SPACE = "default"         # the space every method gets; a method's own 
 ALL = "all"                       # `budget: all`: every method's whole grid
 MIN_SEEDS = 3                     # fewer tuning seeds than this: the selection may be one seed's luck
 # settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
-FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "data_seed", "subset_draw", "max_eval_samples")
+FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "test_holdout", "data_seed", "subset_draw", "max_eval_samples")
 
 Cell = tuple[str, str, str]  # (model, task, method): what one selection is made for
 

@@ -240,22 +240,28 @@ def _look(track: Track, design: Design, records, evaluate: Evaluate, look: int, 
     method_arm, reference_arm = _arms(track.comparison)
     ours, theirs = records.get(method_arm, {}), records.get(reference_arm, {})
     paired = sorted(set(ours) & set(theirs))
-    history = [entry["n"] for entry in track.looks] + [len(paired)]
-    entry: dict[str, Any] = {"look": look + 1, "planned_seeds": len(seeds), "n": len(paired), "seeds": paired}
+    entry: dict[str, Any] = {"look": look + 1, "planned_seeds": len(seeds), "n": len(paired), "seeds": paired,
+                             "paired": len(paired)}
     last = look == len(design.looks) - 1
-    if len(paired) < 2 or (len(track.looks) and len(paired) == track.looks[-1]["n"] and not last):
+    before = track.looks[-1].get("paired", track.looks[-1]["n"]) if track.looks else None
+    if len(paired) < 2 or (before is not None and len(paired) == before and not last):
         # no evidence yet (runs failed): nothing is spent at this look
         entry.update(reason="cap" if last else "continue", verdict="undecided",
                      note=f"{len(paired)} paired seed(s) with ok records: no new evidence at this look")
     else:
         ev = evaluate(track.comparison, {s: ours[s] for s in paired}, {s: theirs[s] for s in paired})
+        compared = list(getattr(ev, "compared", ()) or paired)   # the seeds where neither run degenerated
+        entry.update(n=len(compared), seeds=compared)
+        history = [e["n"] for e in track.looks] + [len(compared)]
         level, level_equiv = design.levels(history)
         reason, verdict = design.decide(ev, history)
         entry.update(reason=str(reason), verdict=str(verdict), level=level, level_equiv=level_equiv,
                      **{k: _number(getattr(ev, k)) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv",
-                                                             "margin", "seed_sd", "example_se") if hasattr(ev, k)})
+                                                             "margin", "seed_sd", "example_se", "collapse_p")
+                        if hasattr(ev, k)},
+                     **{k: int(getattr(ev, k)) for k in ("degenerate", "degenerate_reference") if hasattr(ev, k)})
         if entry["reason"] == "futility":
-            power = design.conditional_power(ev, len(paired))
+            power = design.conditional_power(ev, len(compared))
             entry["conditional_power"] = _number(power)
     track.looks.append(entry)
     track.reason, track.verdict = entry["reason"], entry["verdict"]
@@ -372,11 +378,16 @@ def margin_for(margin, task: str) -> float:
 
 
 def record_evaluator(store: Store, margin=None) -> Evaluate:
-    """A look's evidence from ok records: each run's dev score (x100) and its per-example predictions sidecar."""
+    """A look's evidence from ok records: each run's test score (x100) and its per-example predictions sidecar, on
+    the held-out test split where the run has one (`train.test_holdout`), else on dev (as the report scores it)."""
+    from suite.run.record import heldout_predictions
     from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
 
     def outcome(rec: dict) -> RunOutcome:
         sidecar = rec.get("predictions")
+        if rec.get("heldout"):
+            return RunOutcome(rec["heldout"]["score"] * 100,
+                              heldout_predictions(store.path(sidecar)) if sidecar else None)
         return RunOutcome(rec["final"]["score"] * 100, store.path(sidecar) if sidecar else None)
 
     def evaluate(cmp: Comparison, ours: dict[int, dict], theirs: dict[int, dict]):

@@ -153,6 +153,11 @@ class Look(_Model):
     seed_sd: Optional[float] = None
     example_se: Optional[float] = None
     conditional_power: Optional[float] = None
+    # the collapse endpoint: `seeds` are those where neither run degenerated, `paired` all paired seeds
+    paired: Optional[int] = None
+    degenerate: Optional[int] = None
+    degenerate_reference: Optional[int] = None
+    collapse_p: Optional[float] = None
 
 
 class TrackedComparison(_Model):

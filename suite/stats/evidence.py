@@ -112,10 +112,21 @@ class Evidence:
     degenerate: int = 0              # the method's degenerate runs among them
     degenerate_reference: int = 0    # the reference's
     collapse_p: float = math.nan     # exact two-sided test of equal rates (NaN: no run could be judged)
+    compared: tuple = ()             # the seeds the score was compared at (those where neither run degenerated)
 
     @property
     def tested(self) -> bool:
         return math.isfinite(self.p)
+
+    @property
+    def p_rope(self) -> float:
+        """P(|true difference| < margin): the posterior of a Bayesian t-test with a flat prior (the correlated
+        Bayesian t-test of Benavoli et al. 2017, whose posterior is the Student t of the frequentist test: here
+        centred at diff with scale se and the test's degrees of freedom). NaN without a test."""
+        if not (math.isfinite(self.se) and self.se > 0 and math.isfinite(self.df)):
+            return math.nan
+        t = stats.t(self.df, loc=self.diff, scale=self.se)
+        return float(t.cdf(self.margin) - t.cdf(-self.margin))
 
     @property
     def has_examples(self) -> bool:
@@ -217,7 +228,7 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
                     degenerate=sum(bool(flags[s][0]) for s in paired_seeds),
                     degenerate_reference=sum(bool(flags[s][1]) for s in paired_seeds),
                     collapse_p=collapse.degenerate_test([flags[s][0] for s in judged], [flags[s][1] for s in judged])
-                    if judged else math.nan)
+                    if judged else math.nan, compared=tuple(seeds))
 
 
 def _is_regression(task: str) -> bool:
