@@ -248,3 +248,38 @@ def test_the_header_sums_the_records_wall_time():
     note = compute_note(df)
     assert "1.5 run-hours" in note and "2 records'" in note
     assert compute_note(pd.DataFrame({"wall_s": [float("nan")]})) == ""
+
+
+def test_the_report_leaves_degenerate_runs_out_of_the_score_and_tests_them_apart(tmp_path):
+    """A method that labels every example with one class at 3 of 8 seeds: its difference is over the 5 healthy
+    seeds, the comparisons table counts the degenerate runs and tests them (McNemar), and the Bayesian
+    P(|Δ| < margin) stands beside the verdict."""
+    import numpy as np
+
+    from suite.run.record import save_predictions
+
+    rng = np.random.default_rng(0)
+    n = 300
+    labels = (np.arange(n) % 3 == 0).astype(int)
+    store = Store(tmp_path)
+    store.runs.mkdir(parents=True, exist_ok=True)
+    for method in ("vanilla", "scores_dropout"):
+        for seed in range(1, 9):
+            if method == "scores_dropout" and seed <= 3:
+                pred = np.zeros(n, dtype=int)
+            else:
+                pred = np.where(rng.random(n) < 0.8, labels, 1 - labels)
+            name, rec = make_record("rte", method, seed, {"accuracy": float((pred == labels).mean())},
+                                    hparams={"p": 0.1})
+            sidecar = name.replace(".json", ".predictions.npz")
+            save_predictions(store.runs / sidecar, {"": {"index": np.arange(n), "label": labels,
+                                                         "logits": np.eye(2)[pred].astype(np.float32)}})
+            rec["predictions"] = sidecar
+            store.write(name, rec)
+    md = build_report([tmp_path], aso=False, figures=False).read_text()
+    diff = parse_table(md, "### Difference to `vanilla`")["scores_dropout"]["RTE"]
+    assert "(5 of 8 seeds; degenerate 3 vs 0)" in diff
+    row = parse_table(md, "### Comparisons with `vanilla`")["scores_dropout"]
+    assert row["seeds"] == "5" and row["degenerate"] == "3/8 vs 0/8"
+    assert float(row["collapse p adj"]) == pytest.approx(stats.binomtest(3, 3, 0.5).pvalue, abs=1e-4)
+    assert 0.0 <= float(row["P(Δ within ±m)"]) <= 1.0

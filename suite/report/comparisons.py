@@ -65,6 +65,14 @@ class Comparison:
     # and `sequential` the reason it stopped; `fixed_verdict` treats all the seeds as one fixed-size sample
     sequential: str = ""
     fixed_verdict: str = "undecided"
+    # the collapse endpoint: n counts the seeds where neither run degenerated, n_paired all paired seeds
+    n_paired: int = 0
+    degenerate: int = 0             # the method's degenerate runs among the paired seeds
+    degenerate_reference: int = 0
+    collapse_p: float = math.nan    # McNemar's exact test of equal rates
+    collapse_p_adj: float = math.nan
+    collapse_verdict: str = ""      # "degenerates more" / "degenerates less" where the adjusted p < alpha
+    p_rope: float = math.nan        # Bayesian P(|Δ| < margin) (flat prior), beside the frequentist verdict
 
     @property
     def tested(self) -> bool:
@@ -101,7 +109,9 @@ def _paired_outcomes(sub: pd.DataFrame) -> dict:
 def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
     return Comparison(method, column, ev.n_seeds, ev.diff, ev.low, ev.high, ev.se, ev.df, ev.p, margin=ev.margin,
                       p_equiv=ev.p_equiv, example_se=ev.example_se if ev.has_examples else math.nan,
-                      effect_size=effect_size(ev))
+                      effect_size=effect_size(ev), n_paired=ev.n_paired if ev.n_paired >= 0 else ev.n_seeds,
+                      degenerate=ev.degenerate, degenerate_reference=ev.degenerate_reference,
+                      collapse_p=ev.collapse_p, p_rope=ev.p_rope)
 
 
 def _seed_averages(cells: Mapping, method: str, tasks: list[str]) -> dict[float, float]:
@@ -167,10 +177,17 @@ def _decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: 
         how = families.correction_of(family, correction)
         p_adj = families.adjust([comparisons[k].p for k in keys], how)
         p_equiv_adj = families.adjust([comparisons[k].p_equiv for k in keys], how)
+        # the collapse tests are a family of their own; a comparison where no run degenerated cannot reject (no
+        # discordant seed) and, conditioned on that as the exact test is, is left out (Tarone 1990)
+        collapse_adj = families.adjust([comparisons[k].collapse_p if comparisons[k].degenerate
+                                        + comparisons[k].degenerate_reference else math.nan for k in keys], how)
         tested = sum(comparisons[k].tested for k in keys)
-        for k, p, pe in zip(keys, p_adj, p_equiv_adj):
+        for k, p, pe, pc in zip(keys, p_adj, p_equiv_adj, collapse_adj):
             c, ev = comparisons[k], evidence[k]
-            c.p_adj, c.p_equiv_adj = float(p), float(pe)
+            c.p_adj, c.p_equiv_adj, c.collapse_p_adj = float(p), float(pe), float(pc)
+            if math.isfinite(pc) and pc < alpha:
+                c.collapse_verdict = "degenerates more" if c.degenerate > c.degenerate_reference \
+                    else "degenerates less"
             c.verdict = c.fixed_verdict = verdict(dataclasses.replace(ev, p=float(p), p_equiv=float(pe)), alpha)
             if k in sequential:
                 c.verdict, c.sequential = sequential[k]
@@ -227,4 +244,7 @@ def difference_text(c: Comparison | None) -> str:
         text += f" [{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]"
     if not math.isfinite(c.example_se) and c.tested:
         text += SEEDS_ONLY
+    if c.n_paired > c.n:   # degenerate runs were left out of the score comparison, and counted apart
+        text += f" ({c.n} of {c.n_paired} seeds; degenerate {c.degenerate} vs {c.degenerate_reference}" + \
+            (f": {c.collapse_verdict}" if c.collapse_verdict else "") + ")"
     return f"{verdict_text(c)} {text}"

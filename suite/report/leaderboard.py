@@ -231,7 +231,11 @@ def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> lis
              f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {options.alpha:g}); "
              "**undecided**: neither, so the data do not say whether the methods differ. Families: "
              + _family_text(options, comps) + ". No test with fewer than 2 paired seeds; "
-             f"{SEEDS_ONLY}: runs without per-example predictions, the interval covers seed noise only."]
+             f"{SEEDS_ONLY}: runs without per-example predictions, the interval covers seed noise only. A run that "
+             "degenerated (constant or near-constant predictions, or none correlated with the labels) is a state, "
+             "not a low score: the difference is taken over the seeds where neither run degenerated, and how often "
+             "each degenerated is tested on its own (\"n of m seeds; degenerate a vs b\", and the comparisons "
+             "table)."]
     sequential = [c for c in comps.values() if c.sequential]
     if sequential:
         differ = sorted((c for c in sequential if c.verdict != c.fixed_verdict), key=lambda c: (c.method, c.column))
@@ -268,13 +272,14 @@ def _comparison_table(facts: ModelFacts, options: Options) -> Part:
              f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
              fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.effect_size, sign=True),
              fmt(c.p, 4), fmt(c.p_adj, 4),
-             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), verdict_text(c), c.family, _seeds_text(c.seeds_needed),
-             fmt(c.aso, 2)]
+             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), fmt(c.p_rope, 3), verdict_text(c), c.family,
+             _seeds_text(c.seeds_needed), _degenerate_text(c), fmt(c.collapse_p_adj, 4), fmt(c.aso, 2)]
             for c in (comps[k] for k in sorted(comps)) if c.n]  # no paired seed: a "–" in the differences
     if not rows:
         return part
     headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",
-               "p equiv", "p equiv adj", "verdict", "family", "seeds needed", "ASO ε"]
+               "p equiv", "p equiv adj", "P(Δ within ±m)", "verdict", "family", "seeds needed", "degenerate",
+               "collapse p adj", "ASO ε"]
     part.tables["comparisons"] = Table(headers, rows)
     part.add(f"### Comparisons with `{options.baseline}`", "", table(rows, headers), "",
              "- Effect size: Δ over the standard deviation of one seed's difference, dev-example noise included "
@@ -282,12 +287,24 @@ def _comparison_table(facts: ModelFacts, options: Options) -> Part:
              "the margin; \"adj\": "
              "within the comparison's family. Seeds needed: total seeds with which an undecided comparison would be "
              "decided (a difference or equivalence) with 80% power if the true difference were the observed one "
-             "(\"never\": the dev set's own noise is the limit: more dev examples, not seeds). ASO ε: almost "
+             "(\"never\": the dev set's own noise is the limit: more dev examples, not seeds). P(Δ within ±m): the "
+             "posterior probability that the true difference lies within the margin (Bayesian t-test with a flat "
+             "prior: the same t as the test), beside the verdicts, not instead of them. Seeds: those where neither "
+             "run degenerated; degenerate: the method's and the reference's degenerate runs among all paired seeds "
+             "(constant predictions, or no detectable correlation; docs/statistics.md), compared by McNemar's exact "
+             "test (collapse p, adjusted within the family among comparisons with any degenerate run). ASO ε: almost "
              "stochastic order (Dror et al. 2019, `deepsig`) that the method is better, only where a cell's "
              f"outcomes are bimodal and both have at least {ASO_MIN_SEEDS} seeds (below {ASO_THRESHOLD:g}: almost "
              "stochastically better, 0.5 no order, near 1 worse); elsewhere it adds nothing the interval does not "
              "say.", "")
     return part
+
+
+def _degenerate_text(c) -> str:
+    if not (c.degenerate or c.degenerate_reference):
+        return DASH
+    return f"{c.degenerate}/{c.n_paired} vs {c.degenerate_reference}/{c.n_paired}" + \
+        (f" ({c.collapse_verdict})" if c.collapse_verdict else "")
 
 
 def _param_text(board: pd.DataFrame, method: str, column: str) -> str:
