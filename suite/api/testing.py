@@ -197,7 +197,8 @@ def check_finite(method: AttentionMethod, kind: str) -> list[CheckResult]:
                     else contextlib.nullcontext())
         bad = _non_finite(model, autocast) + _non_finite_rows(model, autocast)
         results.append(CheckResult("finite", f"{kind}, {precision}", not bad,
-                                   "; ".join(bad) if bad else "outputs, attention rows, loss and gradients finite"))
+                                   "; ".join(bad) if bad else "outputs, attention rows, loss and gradients finite "
+                                   "(rows of 0 and 1 real tokens included)"))
     return results
 
 
