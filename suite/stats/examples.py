@@ -161,19 +161,19 @@ def _jackknife(spec, a: dict, b: dict, seeds: list) -> Replicates:
     return Replicates(np.concatenate(rows) * SCALE, np.concatenate(groups))
 
 
-def example_replicates(task: str, a: dict, b: dict, seed: int = 0,
-                       resamples: int = BOOTSTRAP_RESAMPLES) -> Replicates:
+def example_replicates(task: str, a: dict, b: dict, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+                       jackknife: bool = True) -> Replicates:
     """Replicates of each shared seed's difference a - b (runs' predictions keyed by seed): the jackknife where
-    every metric has a closed form, else `resamples` bootstrap resamples drawn from `seed`. Empty when the two share
-    no seed with predictions or were scored on different examples. A replicate whose metric is undefined (a constant
-    correlation) is dropped."""
+    every metric has a closed form (and `jackknife`), else `resamples` bootstrap resamples drawn from `seed`. Empty
+    when the two share no seed with predictions or were scored on different examples. A replicate whose metric is
+    undefined (a constant correlation) is dropped."""
     spec = _task_spec(task)
     seeds = sorted(set(a) & set(b))
     if spec is None or not seeds or not same_examples({s: a[s] for s in seeds}, {s: b[s] for s in seeds}):
         return Replicates(np.empty((0, 0)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if all(_closed_form(spec, run[s]) for run in (a, b) for s in seeds):
+        if jackknife and all(_closed_form(spec, run[s]) for run in (a, b) for s in seeds):
             found = _jackknife(spec, a, b, seeds)
         else:
             rng = np.random.default_rng(seed)
@@ -207,8 +207,8 @@ def split_variance(replicates: Replicates | np.ndarray) -> tuple[float, float]:
     return v_k, float(np.clip((k * v_k - v_1) / (k - 1), 0.0, v_k))
 
 
-def example_variance(task: str, a: dict, b: dict, seed: int = 0,
-                     resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
+def example_variance(task: str, a: dict, b: dict, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+                     jackknife: bool = True) -> tuple[float, float]:
     """(variance of the mean paired difference over resampled dev examples, the part shared by all seeds), x100
-    squared; NaNs when not estimable."""
-    return split_variance(example_replicates(task, a, b, seed, resamples))
+    squared; NaNs when not estimable. `jackknife=False`: the bootstrap even where a closed form exists."""
+    return split_variance(example_replicates(task, a, b, seed, resamples, jackknife))
