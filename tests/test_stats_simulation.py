@@ -5,9 +5,10 @@ method helps some examples and hurts others); a dev set is N examples drawn from
 example i right with probability sigmoid(a_i +- e_i / 2 + u_ms), u_ms the seed's effect; with probability `collapse`
 the run collapses and predicts the majority class for every example. The target of inference is the population
 difference, so the dev set's draw is noise that seeds cannot show. The dev-example variance the test adds is the part
-all seeds share, computed in closed form for accuracy as the jackknife gives it (test_example_variance_matches_the_
-jackknife checks the real code against it). The rejection rate must be nominal, not merely below alpha: within Bradley's (1978) intermediate band,
-alpha +- 20%, widened by three binomial standard errors of the simulation's Monte-Carlo error.
+all seeds share, computed in closed form for accuracy as the jackknife gives it
+(test_example_variance_matches_the_jackknife checks the real code against it). The rejection rate must be nominal,
+not merely below alpha: within Bradley's (1978) intermediate band, alpha +- 20%, widened by three binomial standard
+errors of the simulation's Monte-Carlo error.
 """
 from __future__ import annotations
 

@@ -299,3 +299,32 @@ def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_
     assert entry["degenerate"] == 2 and entry["degenerate_reference"] == 0
     held = np.mean([ours[s]["heldout"]["score"] - theirs[s]["heldout"]["score"] for s in (3, 4, 5, 6)]) * 100
     assert entry["diff"] == pytest.approx(held)   # the held-out scores, not the dev ones (all 0.5)
+
+
+def test_replay_decides_again_from_the_records_and_leaves_a_comparison_open_where_seeds_were_never_run(
+        monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
+    """`run --until-decided --replay` trains nothing: on the records of a finished loop it gives back the same
+    state; with the records of seeds 4-6 of one arm gone, that comparison stays open at its first look instead of
+    being decided on fewer seeds."""
+    from suite import commands
+    from suite.api.errors import EXIT_BAD_INPUT
+
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: planted_record(job))
+    out = tmp_path / "out"
+    study = write_study(tmp_path / "s.yaml", glue_dir, tiny_bert_dir, out,
+                        "{start: 3, step: 3, cap: 9, futility: 0}", "report: {primary: [no_dropout, topk]}\n")
+    assert commands.main(["run", "--study", study, "--until-decided", "--quiet"]) == 0
+    state = json.loads((out / UNTIL_DECIDED).read_text())
+    monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: pytest.fail("trained"))
+    assert commands.main(["run", "--study", study, "--until-decided", "--replay", "--quiet"]) == 0
+    again = json.loads((out / UNTIL_DECIDED).read_text())
+    assert [c["looks"] for c in again["comparisons"]] == [c["looks"] for c in state["comparisons"]]
+    topk = next(c for c in state["comparisons"] if c["method"] == "topk")
+    assert len(topk["looks"]) > 1   # a noisy null without futility: it needed seeds 4-6
+    for path in (out / "runs").glob("sst2__topk__seed[4-6]__*.json"):
+        path.unlink()
+    assert commands.main(["run", "--study", study, "--until-decided", "--replay", "--quiet"]) == 0
+    left = next(c for c in json.loads((out / UNTIL_DECIDED).read_text())["comparisons"] if c["method"] == "topk")
+    assert left["reason"] == "continue" and len(left["looks"]) == 1
+    capsys.readouterr()
+    assert commands.main(["run", "--study", study, "--replay"]) == EXIT_BAD_INPUT

@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from suite.api.errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from suite.api.errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, BadInput, Terminated
 from suite.api.tasks import TASKS
 from suite.commands.run_options import add_run_options, run_overrides, train_keys_help
 from suite.grid.summary import compact_leaderboard, grid_records
@@ -50,6 +50,8 @@ def main(args) -> int:
     if args.dry_run:
         print_dry_run(stages, store)
         return 0
+    if getattr(args, "replay", False) and not args.until_decided:
+        raise BadInput("--replay re-decides the looks of --until-decided from the records: give both")
     preflight(stages, store)
     _write_command(store)
     return run_stages(stages, store, args)
@@ -131,7 +133,7 @@ def preflight(stages: StudyStages, store) -> None:
 
 def run_stages(stages: StudyStages, store, args) -> int:
     """The tuning stage, then the final grid (in rounds under --until-decided); the status table and leaderboard."""
-    from suite.grid.executors import run_grid, status_table
+    from suite.grid.executors import GridResult, run_grid, status_table
     from suite.grid.store import RecordNotSaved
     from suite.grid.tuning import TuningIncomplete, run_tuning_stage
     from suite.grid.until_decided import closing_lines, run_planned
@@ -139,6 +141,8 @@ def run_stages(stages: StudyStages, store, args) -> int:
     plan, request = stages.plan, stages.request
 
     def run_jobs(jobs, into=store):
+        if getattr(args, "replay", False):   # decisions from the records there are: nothing trains
+            return GridResult()
         return run_grid(jobs, into, plan.data_dir, executor=request.executor, force=args.force, quiet=args.quiet,
                         device=request.device, **plan.executor_options)
 
@@ -149,7 +153,7 @@ def run_stages(stages: StudyStages, store, args) -> int:
                 plan.jobs = run_tuning_stage(stages.tuning, plan.jobs, run_jobs, stages.whole_tuning, say=_stderr)
             _complete_finished_outputs(plan, store, args.force)
             if request.schedule is not None:  # rounds of seeds for the undecided primary comparisons
-                sequential = run_planned(plan, store, run_jobs, say=_stderr)
+                sequential = run_planned(plan, store, run_jobs, say=_stderr, replay=getattr(args, "replay", False))
             result = sequential.result if sequential is not None else run_jobs(plan.jobs)
     except (KeyboardInterrupt, Terminated) as exc:
         _stderr(f"\n{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: finished records are kept; "

@@ -140,6 +140,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                          help="add seeds in rounds only to the primary comparisons still undecided, under a "
                               "group-sequential rule that spends alpha across looks (the study's until_decided: "
                               "start, step, cap; default 5, 5, 20 seeds); docs/sequential.md")
+    control.add_argument("--replay", action="store_true",
+                         help="with --until-decided: train nothing; decide every look again from the records there "
+                              "are, with this code's statistics (after an update), and rewrite the state file; a "
+                              "comparison whose next look needs seeds without records stays open")
     control.add_argument("--force", action="store_true", help="rerun jobs whose records exist")
     control.add_argument("--quiet", action="store_true",
                          help="no progress bars, only a line per finished run with the grid's ETA (what a log "

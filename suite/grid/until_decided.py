@@ -179,14 +179,16 @@ Evaluate = Callable[[Comparison, dict[int, dict], dict[int, dict]], Any]  # -> a
 
 def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, seeds: list[int],
                       primary: list[Comparison], evaluate: Evaluate, alpha: float,
-                      run_round: Callable[[list[RunConfig]], GridResult], say: Callable[[str], None] = print
-                      ) -> Outcome:
+                      run_round: Callable[[list[RunConfig]], GridResult], say: Callable[[str], None] = print,
+                      replay: bool = False) -> Outcome:
     """Run the grid's jobs at the first look's seeds, then add `step` seeds per round to the undecided primary
     comparisons only, deciding each look by the sequential design (alpha split over the primary family).
 
     `jobs`: the grid planned up to the cap; `seeds`: `seed_sequence(...)`, the order in which seeds are added;
     `evaluate(comparison, method_records, reference_records)` gives a look's Evidence from the ok records by seed;
-    `run_round(jobs)` runs jobs the usual way (`run_grid`) and returns its GridResult."""
+    `run_round(jobs)` runs jobs the usual way (`run_grid`) and returns its GridResult. `replay`: nothing trains
+    (`run --replay`); a comparison whose look needs a seed that has no record (not run, as opposed to failed) stays
+    open at its last look instead of being decided on fewer seeds."""
     design = Design(schedule.looks, family_alpha(alpha, len(primary)), spending=schedule.spending,
                     futility=schedule.futility)
     tracks = [Track(c) for c in primary]
@@ -209,12 +211,20 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
             _merge(merged, run_round(todo))
         records = _records(jobs, store, set(seeds[:n]))
         for track in tracks:
-            if track.open:
+            if track.open and not (replay and _unrun(jobs, store, track.comparison, seeds[:n])):
                 _look(track, design, records, evaluate, look, seeds[:n])
         _write_state(state_path, tracks, schedule, design, alpha, seeds)
-        if not any(t.open for t in tracks):
+        if not any(t.open for t in tracks) or (replay and not any(len(t.looks) > look for t in tracks if t.open)):
             break
     return Outcome(merged, tracks, schedule, alpha, state_path)
+
+
+def _unrun(jobs: list[RunConfig], store: Store, c: Comparison, seeds: list[int]) -> bool:
+    """Some seed of the look has no record (of any status) for one of the comparison's arms."""
+    arms, wanted = set(_arms(c)), set(seeds)
+    found = {(j.model, j.task, j.method, j.seed) for j in jobs
+             if (j.model, j.task, j.method) in arms and j.seed in wanted and store.read(j.filename) is not None}
+    return len(found) < len(arms) * len(wanted)
 
 
 def _arms(c: Comparison) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
@@ -329,14 +339,14 @@ def study_schedule(section, source: str | None) -> Schedule:
 
 
 def run_planned(plan, store: Store, run_round: Callable[[list[RunConfig]], GridResult],
-                say: Callable[[str], None] = print) -> Outcome:
+                say: Callable[[str], None] = print, replay: bool = False) -> Outcome:
     """The loop over a grid planned under --until-decided (`resolve_study`, its seeds extended to the cap), with the
     study's report section: its baseline is the reference, its alpha is spent, its primary list picks the
     comparisons (all against the reference when it has none) and its margin is the equivalence margin."""
     report = plan.request.study.report
     alpha = DEFAULT_ALPHA if report.alpha is None else report.alpha  # 0 is refused when the study is read
     return run_until_decided(plan.jobs, store, plan.request.schedule, plan.request.seeds, primary_comparisons(plan),
-                             record_evaluator(store, report.margin), alpha, run_round, say)
+                             record_evaluator(store, report.margin), alpha, run_round, say, replay)
 
 
 def primary_comparisons(plan, note: Callable[[str], None] | None = None) -> list[Comparison]:
