@@ -37,7 +37,7 @@ DEFAULT_ALPHA, DEFAULT_REFERENCE = 0.05, "vanilla"  # the report's defaults (rep
 @dataclass(frozen=True)
 class Schedule:
     """The study's `until_decided:` section: starting seeds, seeds added per round, the cap, the spending function
-    and the futility threshold (conditional power below which an undecided comparison stops)."""
+    and the futility threshold (predictive power below which an undecided comparison stops)."""
 
     start: int = DEFAULT_START
     step: int = DEFAULT_STEP
@@ -294,7 +294,7 @@ def _write_state(path: Path, tracks: list[Track], schedule: Schedule, design: De
              "alpha": alpha, "primary": len(tracks), "alpha_each": design.alpha,
              "rule": f"Lan-DeMets {schedule.spending} spending of alpha/{len(tracks)} (Bonferroni over the primary "
                      f"comparisons) across the looks; equivalence by TOST spent the same way; futility when the "
-                     f"conditional power of a decision by the cap is below {schedule.futility}",
+                     f"predictive power of a decision by the cap is below {schedule.futility}",
              "comparisons": [t.to_dict() for t in tracks]}
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = state_json(UntilDecidedFile.model_validate(state))  # the model the report reads it with

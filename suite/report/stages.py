@@ -37,7 +37,7 @@ from suite.run.layout import (
 SELECTION_PATH = Path(TUNING) / SELECTION  # beside the records, at the output root
 REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (within the margin)",
            "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
-           "continue": "open (the loop is running or was interrupted)"}
+           "continue": "open (needs seeds not yet run: the loop is running, was interrupted, or was replayed)"}
 
 __all__ = ["output_files", "selection_files", "selections", "sequential_markdown", "state_files", "tuning_markdown",
            "verdicts"]
