@@ -20,8 +20,10 @@ EXIT_FAILED = 1
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(COMMAND, help="check attention methods on tiny BERT/RoBERTa models (hyper-parameter "
-                                     "validation, output shape, identity, padding, finite values, deterministic "
-                                     "evaluation, parameters on the model's device, training hooks and records)",
+                                     "validation, output layout, identity, padding, finite values on fully padded "
+                                     "and length-1 rows, value channels that reach the output, parameters an "
+                                     "optimizer holds, deterministic evaluation, parameters on the model's device, "
+                                     "training hooks and records)",
                        description="Runs the method check of suite.api.testing on each METHOD (names, wildcards or "
                                    "'all'; methods from installed plugins included) and prints a per-check report.")
     p.add_argument("methods", nargs="+", metavar="METHOD")
