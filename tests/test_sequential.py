@@ -156,14 +156,14 @@ def test_without_futility_every_undecided_comparison_runs_to_the_cap():
     assert "futility" not in set(reason) and set(looks[reason == "cap"]) == {len(LOOKS)}
 
 
-def test_conditional_power_grows_with_the_estimated_difference():
+def test_predictive_power_grows_with_the_estimated_difference():
     design = Design(LOOKS, ALPHA)
     ev = SimpleNamespace(diff=np.array([0.5, 1.5, 3.0, 6.0]), se=np.full(4, 1.0), margin=1.0)
-    power = design.conditional_power(ev, n=5)
+    power = design.predictive_power(ev, n=5)
     assert np.all(np.diff(power) > 0) and power[-1] > 0.9
-    assert design.conditional_power(SimpleNamespace(diff=0.0, se=0.01, margin=1.0), 5) == 1.0  # surely equivalent
+    assert design.predictive_power(SimpleNamespace(diff=0.0, se=0.01, margin=1.0), 5) == 1.0  # surely equivalent
     shared = SimpleNamespace(diff=0.0, se=1.0, seed_sd=0.5, example_se=0.9, example_shared_se=0.9, margin=1.0)
-    assert design.conditional_power(shared, 5) < 1e-6  # the dev set's own noise alone keeps the margin out of reach
+    assert design.predictive_power(shared, 5) < 1e-6  # the dev set's own noise alone keeps the margin out of reach
 
 
 @pytest.mark.parametrize("alpha", [ALPHA, family_alpha(ALPHA, 36)])

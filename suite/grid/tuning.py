@@ -25,6 +25,7 @@ from suite.grid.plan import parse_assignment
 from suite.grid.store import Store, atomic_write
 from suite.run.layout import SELECTION, OutputFolder, SelectionFile, own_folder, state_json
 from suite.run.settings import RunConfig, check_seeds
+from suite.stats.evp import MIN_TUNING_SEEDS
 
 __all__ = ["ALL", "MIN_SEEDS", "TuningIncomplete", "TuningPlan", "apply_settings", "budget_text", "check_space",
            "configurations", "plan_tuning_runs", "protocol_train", "run_tuning_stage", "select_configurations",
@@ -33,7 +34,7 @@ __all__ = ["ALL", "MIN_SEEDS", "TuningIncomplete", "TuningPlan", "apply_settings
 
 DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)
 ALL = "all"                       # `budget: all`: every method's whole grid
-MIN_SEEDS = 3                     # fewer tuning seeds than this: the selection may be one seed's luck
+MIN_SEEDS = MIN_TUNING_SEEDS      # fewer tuning seeds than this: the selection may be one seed's luck
 # settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
 FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "test_holdout", "data_seed", "subset_draw", "max_eval_samples")
 

@@ -271,8 +271,7 @@ def _look(track: Track, design: Design, records, evaluate: Evaluate, look: int, 
                         if hasattr(ev, k)},
                      **{k: int(getattr(ev, k)) for k in ("degenerate", "degenerate_reference") if hasattr(ev, k)})
         if entry["reason"] == "futility":
-            power = design.conditional_power(ev, len(compared))
-            entry["conditional_power"] = _number(power)
+            entry["predictive_power"] = _number(design.predictive_power(ev, len(compared)))
     track.looks.append(entry)
     track.reason, track.verdict = entry["reason"], entry["verdict"]
 
@@ -311,8 +310,9 @@ def stopping_line(track: Track) -> str:
         detail = f" (p {last['p']:.2g} < {last['level']:.2g})"
     elif track.reason == "equivalence":
         detail = f" (TOST p {last['p_equiv']:.2g} < {last['level_equiv']:.2g}, margin ±{last['margin']:g})"
-    elif track.reason == "futility" and last.get("conditional_power") is not None:
-        detail = f" (chance of a decision by the cap {last['conditional_power']:.0%})"
+    elif track.reason == "futility" and (power := last.get("predictive_power", last.get("conditional_power"))) \
+            is not None:
+        detail = f" (chance of a decision by the cap {power:.0%})"
     elif last.get("note"):
         detail = f" ({last['note']})"
     return (f"{track.comparison.label}: {len(track.looks)} look(s), {last.get('n', 0)} seeds: {why}, "

@@ -46,7 +46,7 @@ def tuned_with(p: TuningProtocol) -> str:
 
 def seeds_warning(p: TuningProtocol) -> list[str]:
     """A paragraph when the selection rests on fewer than MIN_SEEDS tuning seeds, else nothing."""
-    from suite.grid.tuning import MIN_SEEDS
+    from suite.stats.evp import MIN_TUNING_SEEDS as MIN_SEEDS
 
     if len(p.seeds) >= MIN_SEEDS:
         return []

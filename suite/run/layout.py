@@ -152,7 +152,8 @@ class Look(_Model):
     margin: Optional[float] = None
     seed_sd: Optional[float] = None
     example_se: Optional[float] = None
-    conditional_power: Optional[float] = None
+    predictive_power: Optional[float] = None    # of a futility stop
+    conditional_power: Optional[float] = None   # what futility stops wrote before predictive power
     # the collapse endpoint: `seeds` are those where neither run degenerated, `paired` all paired seeds
     paired: Optional[int] = None
     degenerate: Optional[int] = None

@@ -18,7 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["expected_best", "max_weights"]
+__all__ = ["MIN_TUNING_SEEDS", "expected_best", "max_weights"]
+
+MIN_TUNING_SEEDS = 3   # fewer tuning seeds than this: a selection may be one seed's luck (Bouthillier et al. 2021)
 
 
 def max_weights(n: int, k: int) -> np.ndarray:

@@ -195,14 +195,14 @@ class Design:
             futile = np.zeros_like(efficacy)
         else:
             with np.errstate(invalid="ignore"):
-                futile = ~efficacy & ~equivalent & (self.conditional_power(ev, seeds[-1]) < self.futility)
+                futile = ~efficacy & ~equivalent & (self.predictive_power(ev, seeds[-1]) < self.futility)
         reason = np.select([efficacy, equivalent, futile], ["efficacy", "equivalence", "futility"],
                            "cap" if last else "continue")
         verdict = np.select([efficacy & ((diff > 0) == higher), efficacy, equivalent],
                             ["better", "worse", "equivalent"], "undecided")
         return reason, verdict
 
-    def conditional_power(self, ev, n: int):
+    def predictive_power(self, ev, n: int):
         """P(a decision at the cap) after n paired seeds, predictive: averaged over the true difference.
 
         The cap's mean difference D_cap = (n D_n + (cap - n) D_rest) / cap, with D_rest the mean of the seeds to
