@@ -153,3 +153,28 @@ def test_the_published_colas_degenerate_runs_are_its_constant_predictors():
     assert set(found) == {"cola", "stsb"}
     assert len(found["cola"]) == 17 and max(found["cola"]) < 1.0
     assert max(found["stsb"]) < 10.0
+
+
+def test_a_comparison_where_every_seed_degenerated_still_reports_its_collapse_endpoint():
+    from suite.report.comparisons import Comparison, difference_text
+
+    c = Comparison("topk", "cola", 0, n_paired=6, degenerate=6, collapse_verdict="degenerates more")
+    assert difference_text(c) == "– (0 of 6 seeds; degenerate 6 vs 0: degenerates more)"
+    assert difference_text(Comparison("topk", "cola", 0)) == "–"
+
+
+def test_no_posterior_and_no_dev_part_where_the_data_cannot_give_them():
+    """Identical differences give no test, so no P(Δ within ±m); one seed's predictions cannot tell the dev set's
+    shared part from that run's own luck, so the evidence stays over seeds only."""
+    same = {s: RunOutcome(80.3) for s in (1, 2, 3)}
+    base = {s: RunOutcome(80.0) for s in (1, 2, 3)}
+    ev = compare_runs("sst2", same, base)
+    assert not ev.tested and math.isnan(ev.p_rope)
+    rng = np.random.default_rng(4)
+    gold = (rng.random(200) < 0.5).astype(int)
+    method = {s: RunOutcome(80.0 + s, _classifier(np.where(rng.random(200) < 0.8, gold, 1 - gold), gold) if s == 1
+                            else None) for s in (1, 2, 3)}
+    reference = {s: RunOutcome(79.0, _classifier(np.where(rng.random(200) < 0.8, gold, 1 - gold), gold))
+                 for s in (1, 2, 3)}
+    one = compare_runs("sst2", method, reference)
+    assert not one.has_examples and one.example_se == 0 and one.n_seeds == 3

@@ -328,3 +328,27 @@ def test_replay_decides_again_from_the_records_and_leaves_a_comparison_open_wher
     assert left["reason"] == "continue" and len(left["looks"]) == 1
     capsys.readouterr()
     assert commands.main(["run", "--study", study, "--replay"]) == EXIT_BAD_INPUT
+
+
+def test_a_look_where_every_pair_degenerated_spends_nothing_and_keeps_the_last_information():
+    """Every method run degenerated at the first look: no evidence, nothing spent (n 0), the degenerate runs and
+    McNemar's p recorded; the next look, with healthy seeds, is tested at a first look's level."""
+    from suite.grid.until_decided import Comparison, Track, _look
+    from suite.stats.evidence import Evidence
+    from suite.stats.sequential import Design
+
+    design = Design((6, 12), 0.05, spending="pocock")
+    track = Track(Comparison("minilm", "sst2", "topk", "vanilla"))
+    records = {("minilm", "sst2", "topk"): {s: {} for s in range(1, 7)},
+               ("minilm", "sst2", "vanilla"): {s: {} for s in range(1, 7)}}
+    down = Evidence(0, *[math.nan] * 7, margin=1.0, n_paired=6, degenerate=6, collapse_p=0.03125, compared=())
+    _look(track, design, records, lambda c, a, b: down, 0, list(range(1, 7)))
+    first = track.looks[0]
+    assert (first["n"], first["seeds"], first["reason"], first["degenerate"]) == (0, [], "continue", 6)
+    assert first["collapse_p"] == pytest.approx(0.03125)
+    records = {arm: {s: {} for s in range(1, 13)} for arm in records}
+    healthy = Evidence(6, 1.0, 0.5, 5.0, 0.0, 2.0, 0.5, 0.5, 1.0, n_paired=12, degenerate=6,
+                       compared=tuple(range(7, 13)))
+    _look(track, design, records, lambda c, a, b: healthy, 1, list(range(1, 13)))
+    assert track.looks[1]["n"] == 6 and track.looks[1]["level"] == pytest.approx(design.levels([0, 6])[0])
+    assert design.levels([0, 6])[0] > 0

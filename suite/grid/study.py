@@ -92,7 +92,7 @@ class ReportSection(_Section):
 
 class UntilDecidedSection(_Section):
     """`run --until-decided` (suite.grid.until_decided): looks at start, start + step, ... seeds up to cap; the
-    alpha-spending function (obrien-fleming or pocock) and the futility threshold (conditional power; 0: never)."""
+    alpha-spending function (obrien-fleming or pocock) and the futility threshold (predictive power; 0: never)."""
 
     start: Optional[int] = None
     step: Optional[int] = None

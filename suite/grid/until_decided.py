@@ -250,30 +250,37 @@ def _look(track: Track, design: Design, records, evaluate: Evaluate, look: int, 
     method_arm, reference_arm = _arms(track.comparison)
     ours, theirs = records.get(method_arm, {}), records.get(reference_arm, {})
     paired = sorted(set(ours) & set(theirs))
-    entry: dict[str, Any] = {"look": look + 1, "planned_seeds": len(seeds), "n": len(paired), "seeds": paired,
-                             "paired": len(paired)}
     last = look == len(design.looks) - 1
-    before = track.looks[-1].get("paired", track.looks[-1]["n"]) if track.looks else None
-    if len(paired) < 2 or (before is not None and len(paired) == before and not last):
-        # no evidence yet (runs failed): nothing is spent at this look
+    previous = track.looks[-1] if track.looks else None
+    # the look's information is its number of compared seeds; a look without new evidence keeps the last one's
+    entry: dict[str, Any] = {"look": look + 1, "planned_seeds": len(seeds), "n": previous["n"] if previous else 0,
+                             "seeds": list(previous["seeds"]) if previous else [], "paired": len(paired)}
+    new = previous is None or len(paired) != previous.get("paired", previous["n"]) or last
+    if len(paired) >= 2 and new:
+        ev = evaluate(track.comparison, {s: ours[s] for s in paired}, {s: theirs[s] for s in paired})
+        entry.update({k: _number(getattr(ev, k)) for k in ("collapse_p",) if hasattr(ev, k)},
+                     **{k: int(getattr(ev, k)) for k in ("degenerate", "degenerate_reference") if hasattr(ev, k)})
+        # the seeds where neither run degenerated (an evaluator without the collapse endpoint: every paired seed)
+        compared = list(ev.compared) if getattr(ev, "n_paired", -1) >= 0 else paired
+        if len(compared) >= 2:
+            _decide_look(entry, track, design, ev, compared)
+    if "reason" not in entry:   # no evidence (runs failed, or degenerated): nothing is spent at this look
         entry.update(reason="cap" if last else "continue", verdict="undecided",
                      note=f"{len(paired)} paired seed(s) with ok records: no new evidence at this look")
-    else:
-        ev = evaluate(track.comparison, {s: ours[s] for s in paired}, {s: theirs[s] for s in paired})
-        compared = list(getattr(ev, "compared", ()) or paired)   # the seeds where neither run degenerated
-        entry.update(n=len(compared), seeds=compared)
-        history = [e["n"] for e in track.looks] + [len(compared)]
-        level, level_equiv = design.levels(history)
-        reason, verdict = design.decide(ev, history)
-        entry.update(reason=str(reason), verdict=str(verdict), level=level, level_equiv=level_equiv,
-                     **{k: _number(getattr(ev, k)) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv",
-                                                             "margin", "seed_sd", "example_se", "collapse_p")
-                        if hasattr(ev, k)},
-                     **{k: int(getattr(ev, k)) for k in ("degenerate", "degenerate_reference") if hasattr(ev, k)})
-        if entry["reason"] == "futility":
-            entry["predictive_power"] = _number(design.predictive_power(ev, len(compared)))
     track.looks.append(entry)
     track.reason, track.verdict = entry["reason"], entry["verdict"]
+
+
+def _decide_look(entry: dict[str, Any], track: Track, design: Design, ev, compared: list[int]) -> None:
+    history = [e["n"] for e in track.looks] + [len(compared)]
+    level, level_equiv = design.levels(history)
+    reason, verdict = design.decide(ev, history)
+    entry.update(n=len(compared), seeds=compared, reason=str(reason), verdict=str(verdict), level=level,
+                 level_equiv=level_equiv,
+                 **{k: _number(getattr(ev, k)) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv", "margin",
+                                                         "seed_sd", "example_se") if hasattr(ev, k)})
+    if entry["reason"] == "futility":
+        entry["predictive_power"] = _number(design.predictive_power(ev, len(compared)))
 
 
 def _number(x) -> float | None:
@@ -379,11 +386,12 @@ def same_family(picked: list[Comparison], whole: list[Comparison], picking_flags
 
 
 def margin_for(margin, task: str) -> float:
-    """The equivalence margin of a task: one number for every task, or task -> number (default 1 point)."""
+    """The equivalence margin of a task: one number for every task, or task -> number with an optional `default`
+    entry (as the report reads it; default 1 point)."""
     from suite.stats.evidence import DEFAULT_MARGIN
 
     if isinstance(margin, dict):
-        margin = margin.get(task)
+        margin = margin.get(task, margin.get("default"))
     return DEFAULT_MARGIN if margin is None else float(margin)
 
 

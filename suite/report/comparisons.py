@@ -72,6 +72,7 @@ class Comparison:
     collapse_p: float = math.nan    # McNemar's exact test of equal rates
     collapse_p_adj: float = math.nan
     collapse_verdict: str = ""      # "degenerates more" / "degenerates less" where the adjusted p < alpha
+    collapse_excess: int = 0        # the sign of McNemar's discordant difference: which way the verdict goes
     p_rope: float = math.nan        # Bayesian P(|Δ| < margin) (flat prior), beside the frequentist verdict
 
     @property
@@ -111,7 +112,7 @@ def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
                       p_equiv=ev.p_equiv, example_se=ev.example_se if ev.has_examples else math.nan,
                       effect_size=effect_size(ev), n_paired=ev.n_paired if ev.n_paired >= 0 else ev.n_seeds,
                       degenerate=ev.degenerate, degenerate_reference=ev.degenerate_reference,
-                      collapse_p=ev.collapse_p, p_rope=ev.p_rope)
+                      collapse_p=ev.collapse_p, p_rope=ev.p_rope, collapse_excess=ev.collapse_excess)
 
 
 def _seed_averages(cells: Mapping, method: str, tasks: list[str]) -> dict[float, float]:
@@ -121,6 +122,13 @@ def _seed_averages(cells: Mapping, method: str, tasks: list[str]) -> dict[float,
         return {}
     seeds = set.intersection(*(set(d) for d in per_task_))
     return {s: float(np.mean([d[s] for d in per_task_])) for s in seeds}
+
+
+def _compared_everywhere(tasks: list[Evidence]):
+    """A filter of {seed: value} to the seeds each task's evidence compared (all of them where none says)."""
+    sets = [{float(x) for x in ev.compared} for ev in tasks if ev.n_paired >= 0]
+    keep = set.intersection(*sets) if sets else None
+    return lambda by_seed: by_seed if keep is None else {s: v for s, v in by_seed.items() if float(s) in keep}
 
 
 def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list, floor: Mapping[str, float],
@@ -139,7 +147,10 @@ def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list,
                               seed=bootstrap_seed(t, m, base), higher_is_better=higher_is_better(t))
             evidence[m, t], out[m, t] = ev, _from_evidence(m, t, ev)
         for a_ in avgs:
-            ev = averaged_evidence(_seed_averages(cells, m, a_.tasks), _seed_averages(cells, base, a_.tasks),
+            # the seeds every averaged task compared (neither run degenerated), as the tasks' own evidence
+            healthy = _compared_everywhere([evidence[m, t] for t in a_.tasks])
+            ev = averaged_evidence(healthy(_seed_averages(cells, m, a_.tasks)),
+                                   healthy(_seed_averages(cells, base, a_.tasks)),
                                    [evidence[m, t] for t in a_.tasks],
                                    per_task(options.margin, a_.header, DEFAULT_MARGIN))
             evidence[m, a_.header], out[m, a_.header] = ev, _from_evidence(m, a_.header, ev)
@@ -186,8 +197,7 @@ def _decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: 
             c, ev = comparisons[k], evidence[k]
             c.p_adj, c.p_equiv_adj, c.collapse_p_adj = float(p), float(pe), float(pc)
             if math.isfinite(pc) and pc < alpha:
-                c.collapse_verdict = "degenerates more" if c.degenerate > c.degenerate_reference \
-                    else "degenerates less"
+                c.collapse_verdict = "degenerates more" if c.collapse_excess > 0 else "degenerates less"
             c.verdict = c.fixed_verdict = verdict(dataclasses.replace(ev, p=float(p), p_equiv=float(pe)), alpha)
             if k in sequential:
                 c.verdict, c.sequential = sequential[k]
@@ -237,8 +247,11 @@ def verdict_text(c: Comparison) -> str:
 
 def difference_text(c: Comparison | None) -> str:
     """The verdict, then the difference with its 95% interval over seeds and dev examples."""
-    if c is None or not c.n:
+    if c is None or not (c.n or c.n_paired):
         return DASH
+    if not c.n:   # every paired seed had a degenerate run: only the collapse endpoint speaks
+        return f"{DASH} (0 of {c.n_paired} seeds; degenerate {c.degenerate} vs {c.degenerate_reference}" + \
+            (f": {c.collapse_verdict}" if c.collapse_verdict else "") + ")"
     text = fmt(c.diff, sign=True)
     if math.isfinite(c.low):
         text += f" [{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]"

@@ -121,7 +121,7 @@ def write_exports(out: Path, tables: Mapping[tuple[str, str], Table], comparison
         (out / f"{stem}.tex").write_text(_latex_tables(tables, kind))
         written += [out / f"{stem}.csv", out / f"{stem}.tex"]
     rows = [{"model": model, **dataclasses.asdict(c)} for model, comps in sorted(comparisons.items())
-            for _, c in sorted(comps.items()) if c.n]  # a cell one of the two never ran: nothing was compared
+            for _, c in sorted(comps.items()) if c.n or c.n_paired]  # a cell one of the two never ran: nothing to say
     if rows:
         pd.DataFrame(rows).to_csv(out / "comparisons.csv", index=False, lineterminator="\n", float_format="%.6g")
         written.append(out / "comparisons.csv")

@@ -274,7 +274,7 @@ def _comparison_table(facts: ModelFacts, options: Options) -> Part:
              fmt(c.p, 4), fmt(c.p_adj, 4),
              fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), fmt(c.p_rope, 3), verdict_text(c), c.family,
              _seeds_text(c.seeds_needed), _degenerate_text(c), fmt(c.collapse_p_adj, 4), fmt(c.aso, 2)]
-            for c in (comps[k] for k in sorted(comps)) if c.n]  # no paired seed: a "–" in the differences
+            for c in (comps[k] for k in sorted(comps)) if c.n or c.n_paired]  # no paired seed: a "–"
     if not rows:
         return part
     headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",

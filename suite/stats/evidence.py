@@ -113,6 +113,8 @@ class Evidence:
     degenerate_reference: int = 0    # the reference's
     collapse_p: float = math.nan     # exact two-sided test of equal rates (NaN: no run could be judged)
     compared: tuple = ()             # the seeds the score was compared at (those where neither run degenerated)
+    collapse_excess: int = 0         # among seeds where both runs were judged: the method's degenerate runs minus
+    #                                  the reference's (McNemar's discordant counts' difference: its direction)
 
     @property
     def tested(self) -> bool:
@@ -123,7 +125,7 @@ class Evidence:
         """P(|true difference| < margin): the posterior of a Bayesian t-test with a flat prior (the correlated
         Bayesian t-test of Benavoli et al. 2017, whose posterior is the Student t of the frequentist test: here
         centred at diff with scale se and the test's degrees of freedom). NaN without a test."""
-        if not (math.isfinite(self.se) and self.se > 0 and math.isfinite(self.df)):
+        if not (self.tested and math.isfinite(self.se) and self.se > 0 and math.isfinite(self.df)):
             return math.nan
         t = stats.t(self.df, loc=self.diff, scale=self.se)
         return float(t.cdf(self.margin) - t.cdf(-self.margin))
@@ -210,17 +212,17 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
     seeds = [s for s in paired_seeds if not any(flags[s])]   # a run that could not be judged counts as healthy
     d = np.array([method[s].score - reference[s].score for s in seeds], dtype=float)
     total = shared = 0.0
-    if len(seeds) > 1:
-        kept = [s for s in seeds if a[s] is not None and b[s] is not None]
-        if kept:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                found = example_variance(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed)
-            if math.isfinite(found[0]):
-                total, shared = found
+    # one seed with predictions cannot tell the shared part from its own luck: the evidence is then over seeds only
+    kept = [s for s in seeds if a[s] is not None and b[s] is not None] if len(seeds) > 1 else []
+    if len(kept) >= 2:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            found = example_variance(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed)
+        if math.isfinite(found[0]):
+            total, shared = found
     arr = evidence_arrays(d, shared, margin, level)
     # each run's own luck: one seed's part of the example variance beyond the shared part (v_1 - v_shared)
-    run = max(max(len(seeds), 1) * (total - shared), 0.0)
+    run = max(len(kept) * (total - shared), 0.0)
     return Evidence(len(seeds), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
                     margin=float(margin), seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(shared),
                     example_shared_se=math.sqrt(shared), example_run_se=math.sqrt(run),
@@ -228,7 +230,8 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
                     degenerate=sum(bool(flags[s][0]) for s in paired_seeds),
                     degenerate_reference=sum(bool(flags[s][1]) for s in paired_seeds),
                     collapse_p=collapse.degenerate_test([flags[s][0] for s in judged], [flags[s][1] for s in judged])
-                    if judged else math.nan, compared=tuple(seeds))
+                    if judged else math.nan, compared=tuple(seeds),
+                    collapse_excess=sum(int(bool(flags[s][0])) - int(bool(flags[s][1])) for s in judged))
 
 
 def _is_regression(task: str) -> bool:

@@ -1,12 +1,14 @@
 """Power of one comparison from its own variance (never pooled over methods): how many seeds would decide it, and the
 smallest difference its seeds can detect.
 
-A comparison's standard error with n seeds is se(n)^2 = seed_sd^2 / n + v_ex(n): the seed part shrinks with seeds,
-and of the dev-example part v_ex only each run's own luck on the examples shrinks, while the part all seeds share
-(which examples the dev set holds) stays (`suite.stats.examples.split_variance`). Power comes from statsmodels'
-`TTestPower` (noncentral t) with the standardised effect diff / (se(n) sqrt(n)) and the Cochran-Cox degrees of freedom
-of `suite.stats.evidence`, so power and test use one reference distribution. Power to show equivalence (TOST) uses
-the usual approximation P(lower test rejects) + P(upper test rejects) - 1 (Chow, Shao & Wang 2008, ch. 3).
+A comparison's standard error with n seeds is se(n)^2 = seed_sd^2 / n + v_shared: the seed part shrinks with seeds
+(each run's own luck on the dev examples is part of it), while the dev-example part all seeds share (which examples
+the dev set holds) stays (`suite.stats.examples.split_variance`). Evidence from before the variance was counted once
+carried each run's own luck in example_se as well; se_at still lets that part shrink with seeds. Power comes from
+statsmodels' `TTestPower` (noncentral t) with the standardised effect diff / (se(n) sqrt(n)) and the Cochran-Cox
+degrees of freedom of `suite.stats.evidence`, so power and test use one reference distribution. Power to show
+equivalence (TOST) uses the usual approximation P(lower test rejects) + P(upper test rejects) - 1 (Chow, Shao & Wang
+2008, ch. 3).
 """
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def plan_looks(start: int, step: int, cap: int) -> tuple[int, ...]:
 class Design:
     """A sequential design for one comparison: its looks (planned seed counts), its level for a difference claim
     (`alpha`, two-sided) and for an equivalence claim (`alpha_equiv`, the TOST level), the spending function and
-    the futility threshold (conditional power; 0 never stops for futility)."""
+    the futility threshold (predictive power; 0 never stops for futility)."""
 
     looks: tuple[int, ...]
     alpha: float
