@@ -1,13 +1,14 @@
-"""`python -m experiments.attendout_placebo [report|longhorizon|longhorizon-report|reassess] ...`: the first word
-picks the part (default: run, the placebo experiment)."""
+"""`python -m experiments.attendout_placebo PART ...`: the first word picks the part, one of report, longhorizon,
+longhorizon-report, reassess, information, information-report (default: run, the placebo experiment)."""
 import sys
 
-from . import longhorizon, longhorizon_report, reassess, report, run
+from . import information, longhorizon, longhorizon_report, reassess, report, run
 
 
 def main(argv: list[str]) -> int:
     parts = {"report": report.main, "longhorizon": longhorizon.main,
-             "longhorizon-report": longhorizon_report.main, "reassess": reassess.main}
+             "longhorizon-report": longhorizon_report.main, "reassess": reassess.main,
+             "information": information.main, "information-report": information.report_main}
     if argv and argv[0] in parts:
         return parts[argv[0]](argv[1:])
     return run.main(argv)
