@@ -199,3 +199,12 @@ def test_no_posterior_and_no_dev_part_where_the_data_cannot_give_them():
                  for s in (1, 2, 3)}
     one = compare_runs("sst2", method, reference)
     assert not one.has_examples and one.example_se == 0 and one.n_seeds == 3
+
+
+def test_a_benchmark_average_of_resampled_tasks_is_not_marked_seeds_only():
+    """Tasks whose shared dev-set part was estimated at 0 still resampled their examples; their average says so."""
+    from suite.stats.evidence import Evidence, averaged_evidence
+
+    task = Evidence(3, 0.1, 0.5, 2.0, -1.0, 1.0, 0.8, 0.5, 1.0, seed_sd=0.8, example_se=0.0, example_run_se=0.7)
+    ev = averaged_evidence({1: 80.0, 2: 81.0, 3: 79.5}, {1: 79.0, 2: 80.5, 3: 80.0}, [task, task])
+    assert ev.has_examples and ev.example_se == 0.0

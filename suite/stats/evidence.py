@@ -280,10 +280,11 @@ def averaged_evidence(method: Mapping[float, float], reference: Mapping[float, f
     k = max(len(tasks), 1) ** 2
     example_var = sum(ev.example_se ** 2 for ev in tasks) / k
     shared = sum(ev.example_shared_se ** 2 for ev in tasks) / k
+    run = sum(ev.example_run_se ** 2 for ev in tasks) / k   # shown, never added: so the average says it resampled
     arr = evidence_arrays(a - b, example_var, margin)
     return Evidence(len(a), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
                     margin=margin, seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
-                    example_shared_se=math.sqrt(shared))
+                    example_shared_se=math.sqrt(shared), example_run_se=math.sqrt(run))
 
 
 def paired_t_p(diffs: np.ndarray) -> np.ndarray:
