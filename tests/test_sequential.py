@@ -26,7 +26,7 @@ def look_evidence(diffs: np.ndarray, margin: float, example_var: float = 0.0) ->
     """Each look's evidence for every simulated comparison, by the suite's own test (`evidence_arrays`: seeds plus a
     dev-example variance `example_var` that every seed shares, so more seeds do not shrink it)."""
     return [SimpleNamespace(**evidence_arrays(diffs[:, :n], example_var, margin), margin=margin,
-                            example_se=math.sqrt(example_var), example_shared_se=math.sqrt(example_var))
+                            example_se=math.sqrt(example_var))
             for n in LOOKS]
 
 
@@ -162,7 +162,7 @@ def test_predictive_power_grows_with_the_estimated_difference():
     power = design.predictive_power(ev, n=5)
     assert np.all(np.diff(power) > 0) and power[-1] > 0.9
     assert design.predictive_power(SimpleNamespace(diff=0.0, se=0.01, margin=1.0), 5) == 1.0  # surely equivalent
-    shared = SimpleNamespace(diff=0.0, se=1.0, seed_sd=0.5, example_se=0.9, example_shared_se=0.9, margin=1.0)
+    shared = SimpleNamespace(diff=0.0, se=1.0, seed_sd=0.5, example_se=0.9, margin=1.0)
     assert design.predictive_power(shared, 5) < 1e-6  # the dev set's own noise alone keeps the margin out of reach
 
 

@@ -64,9 +64,9 @@ def test_families_primary_entries_name_methods_tasks_or_one_comparison():
     assert families.family_of("drophead", "rte", []) == families.ALL
 
 
-def evidence(sd: float, n: int, example_se: float = 0.0, shared_se: float = 0.0) -> Evidence:
+def evidence(sd: float, n: int, example_se: float = 0.0) -> Evidence:
     return Evidence(n, 0.0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, 1.0, seed_sd=sd,
-                    example_se=example_se, example_shared_se=shared_se)
+                    example_se=example_se)
 
 
 @pytest.mark.parametrize("example_se", [0.0, 0.5])
@@ -76,7 +76,7 @@ def test_power_of_the_test_matches_simulation(example_se):
     n, delta, sd, alpha = 6, 1.5, 1.2, 0.01
     d = rng.normal(delta, sd, size=(20_000, n)) + rng.normal(0, example_se, size=(20_000, 1))
     simulated = float(np.mean(evidence_arrays(d, example_se ** 2)["p"] < alpha))
-    ev = evidence(sd, n, example_se, example_se)
+    ev = evidence(sd, n, example_se)
     assert power.decision_power(ev, n, alpha, delta) == pytest.approx(simulated, abs=0.02)
     mdd = power.min_detectable(ev, alpha)
     assert power.decision_power(ev, n, alpha, mdd) == pytest.approx(0.8, abs=1e-6)
@@ -90,7 +90,7 @@ def test_seeds_needed_is_the_fewest_with_enough_power_and_the_dev_set_can_be_the
     # the shared dev-example part does not shrink with seeds: a 1-point difference with a shared se of 0.6 is
     # never detected with 80% power (it would need se below about 1 / 2.8)
     stuck = Evidence(3, 1.0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan, 0.5, seed_sd=1.2,
-                     example_se=0.6, example_shared_se=0.6)
+                     example_se=0.6)
     assert math.isinf(power.seeds_needed(stuck, alpha))
     assert math.isnan(power.seeds_needed(evidence(0.0, 3), alpha))
 

@@ -95,7 +95,7 @@ def _shared_se(task: str, a: dict[int, dict], b: dict[int, dict], identity: tupl
     seeds = sorted(set(a) & set(b))[:PILOT_SEEDS]
     ev = compare_runs(task, {s: _outcome(a[s]) for s in seeds}, {s: _outcome(b[s]) for s in seeds},
                       seed=bootstrap_seed(*identity))
-    return ev.example_shared_se if ev.has_examples else math.nan
+    return ev.example_se if ev.has_examples else math.nan
 
 
 def _seed_sd(a: dict[int, dict], b: dict[int, dict]) -> float:
@@ -132,7 +132,7 @@ def _from_halves(task: str, reference: str, runs) -> tuple[Noise, str] | None:
     ev = compare_runs(task, a, b, seed=bootstrap_seed(task, reference, "halves"))
     if not math.isfinite(ev.seed_sd):
         return None
-    return (Noise(ev.seed_sd, ev.example_shared_se),
+    return (Noise(ev.seed_sd, ev.example_se),
             f"{reference}'s {2 * half} seeds in two halves (dev-set part: a lower bound)")
 
 

@@ -101,8 +101,7 @@ def _decide_looks(diffs: np.ndarray, noise: Noise, design: Design, margin: float
         if not len(idx):
             break
         ev = evidence_arrays(diffs[idx, :n], shared, margin)
-        look = SimpleNamespace(**ev, margin=margin, example_se=noise.example_se,
-                               example_shared_se=noise.example_se, higher_is_better=True)
+        look = SimpleNamespace(**ev, margin=margin, example_se=noise.example_se, higher_is_better=True)
         r, v = design.decide(look, list(design.looks[:k + 1]))
         reason[idx], verdict[idx], used[idx] = r, v, n
         open_[idx] = np.asarray(r) == "continue"

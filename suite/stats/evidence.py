@@ -9,9 +9,8 @@ Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` cal
 - `Evidence`: n_seeds, diff (method - reference, x100, positive = method's score higher), se, df, low, high, p
   (two-sided test of no difference), p_equiv (TOST of |diff| < margin), margin, and the parts behind se: seed_sd
   (sd of the per-seed paired differences), example_se (the dev-example part of se: the part all seeds share, 0
-  without predictions), example_shared_se (the same number, kept under its older name for power and looks),
-  example_run_se (each run's own dev-example luck, which s_d already holds: shown, never added) and
-  higher_is_better (the task's metric direction: "better" means higher only when it is True).
+  without predictions), example_run_se (each run's own dev-example luck, which s_d already holds: shown, never
+  added) and higher_is_better (the task's metric direction: "better" means higher only when it is True).
 - `compare_runs(task, method, reference, margin, level=0.95, seed=None) -> Evidence`, runs keyed by seed; `seed`
   only matters for metrics without a closed form (see below): `bootstrap_seed(task, method, reference)`.
 - `bootstrap_seed(*identity) -> int`: the seed a comparison's identity gives (the one place that rule is written).
@@ -72,7 +71,7 @@ from scipy import stats
 
 from suite.stats import collapse
 from suite.stats.cochran_cox import cochran_cox_df
-from suite.stats.examples import example_variance
+from suite.stats.examples import example_variance, task_spec
 from suite.stats.power import seeds_needed  # noqa: F401  part of this module's public names (see above)
 
 # what the rest of the suite uses; other names are this module's own
@@ -103,7 +102,6 @@ class Evidence:
     margin: float
     seed_sd: float = math.nan
     example_se: float = 0.0          # dev-example part of se: what all seeds share (0: no predictions)
-    example_shared_se: float = 0.0   # the same: the part more seeds do not shrink
     example_run_se: float = 0.0      # each run's own dev-example luck: already in seed_sd, so never added to se
     higher_is_better: bool = True
     # the collapse endpoint (`suite.stats.collapse.degenerate`): the score is compared at the n_seeds of the
@@ -205,7 +203,7 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
     paired_seeds = sorted(set(method) & set(reference))
     a = {s: loaded_predictions(method[s].predictions) for s in paired_seeds}
     b = {s: loaded_predictions(reference[s].predictions) for s in paired_seeds}
-    regression = _is_regression(task)
+    regression = bool(getattr(task_spec(task), "is_regression", False))   # an unknown task: judged as a classifier
     flags = {s: (collapse.degenerate(a[s], regression), collapse.degenerate(b[s], regression))
              if collapse_endpoint else (None, None) for s in paired_seeds}
     judged = [s for s in paired_seeds if None not in flags[s]]
@@ -225,7 +223,7 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
     run = max(len(kept) * (total - shared), 0.0)
     return Evidence(len(seeds), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
                     margin=float(margin), seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(shared),
-                    example_shared_se=math.sqrt(shared), example_run_se=math.sqrt(run),
+                    example_run_se=math.sqrt(run),
                     higher_is_better=bool(higher_is_better), n_paired=len(paired_seeds),
                     degenerate=sum(bool(flags[s][0]) for s in paired_seeds),
                     degenerate_reference=sum(bool(flags[s][1]) for s in paired_seeds),
@@ -234,23 +232,9 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
                     collapse_excess=sum(int(bool(flags[s][0])) - int(bool(flags[s][1])) for s in judged))
 
 
-def _is_regression(task: str) -> bool:
-    from suite.api.tasks import get_task
-
-    try:
-        return bool(get_task(task).is_regression)
-    except Exception:  # noqa: BLE001  a task from an uninstalled plugin: judged as a classifier
-        return False
-
-
 def _higher_is_better(task: str) -> bool:
-    from suite.api.tasks import get_task
-
-    try:
-        spec = get_task(task)
-    except Exception:  # noqa: BLE001  a task from an uninstalled plugin: GLUE's direction
-        return True
-    return bool(getattr(spec, "higher_is_better", True))
+    """The task's metric direction; GLUE's (higher) for a task from an uninstalled plugin."""
+    return bool(getattr(task_spec(task), "higher_is_better", True))
 
 
 def verdict(ev: Evidence, alpha: float, alpha_equiv: float | None = None) -> str:
@@ -279,12 +263,11 @@ def averaged_evidence(method: Mapping[float, float], reference: Mapping[float, f
     a, b = paired(method, reference)
     k = max(len(tasks), 1) ** 2
     example_var = sum(ev.example_se ** 2 for ev in tasks) / k
-    shared = sum(ev.example_shared_se ** 2 for ev in tasks) / k
     run = sum(ev.example_run_se ** 2 for ev in tasks) / k   # shown, never added: so the average says it resampled
     arr = evidence_arrays(a - b, example_var, margin)
     return Evidence(len(a), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
                     margin=margin, seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
-                    example_shared_se=math.sqrt(shared), example_run_se=math.sqrt(run))
+                    example_run_se=math.sqrt(run))
 
 
 def paired_t_p(diffs: np.ndarray) -> np.ndarray:

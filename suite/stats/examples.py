@@ -25,19 +25,21 @@ import numpy as np
 from suite.api import metrics
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["BOOTSTRAP_RESAMPLES", "Replicates", "example_replicates", "example_variance", "split_variance"]
+__all__ = ["BOOTSTRAP_RESAMPLES", "Replicates", "example_replicates", "example_variance", "split_variance",
+           "task_spec"]
 
 SCALE = 100.0
 BOOTSTRAP_RESAMPLES = 2000   # the fallback's resamples: the variance's relative Monte-Carlo error sqrt(2/B) = 3%
 JACKKNIFE_BLOCK = 256        # leave-one-out weight rows at a time: (256, N) floats, whatever the dev set's size
 
 
-def _task_spec(task: str):
+def task_spec(task: str):
+    """The task's spec; None for a task from an uninstalled plugin (no metric to re-score with)."""
     from suite.api.tasks import get_task
 
     try:
         return get_task(task)
-    except Exception:  # noqa: BLE001  a task from an uninstalled plugin: no metric to re-score with
+    except Exception:  # noqa: BLE001  whatever an uninstalled plugin's name makes get_task raise
         return None
 
 
@@ -167,7 +169,7 @@ def example_replicates(task: str, a: dict, b: dict, seed: int = 0, resamples: in
     every metric has a closed form (and `jackknife`), else `resamples` bootstrap resamples drawn from `seed`. Empty
     when the two share no seed with predictions or were scored on different examples. A replicate whose metric is
     undefined (a constant correlation) is dropped."""
-    spec = _task_spec(task)
+    spec = task_spec(task)
     seeds = sorted(set(a) & set(b))
     if spec is None or not seeds or not same_examples({s: a[s] for s in seeds}, {s: b[s] for s in seeds}):
         return Replicates(np.empty((0, 0)))

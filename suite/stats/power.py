@@ -3,12 +3,10 @@ smallest difference its seeds can detect.
 
 A comparison's standard error with n seeds is se(n)^2 = seed_sd^2 / n + v_shared: the seed part shrinks with seeds
 (each run's own luck on the dev examples is part of it), while the dev-example part all seeds share (which examples
-the dev set holds) stays (`suite.stats.examples.split_variance`). Evidence from before the variance was counted once
-carried each run's own luck in example_se as well; se_at still lets that part shrink with seeds. Power comes from
-statsmodels' `TTestPower` (noncentral t) with the standardised effect diff / (se(n) sqrt(n)) and the Cochran-Cox
-degrees of freedom of `suite.stats.evidence`, so power and test use one reference distribution. Power to show
-equivalence (TOST) uses the usual approximation P(lower test rejects) + P(upper test rejects) - 1 (Chow, Shao & Wang
-2008, ch. 3).
+the dev set holds) stays (`suite.stats.examples.split_variance`). Power comes from statsmodels' `TTestPower`
+(noncentral t) with the standardised effect diff / (se(n) sqrt(n)) and the Cochran-Cox degrees of freedom of
+`suite.stats.evidence`, so power and test use one reference distribution. Power to show equivalence (TOST) uses the
+usual approximation P(lower test rejects) + P(upper test rejects) - 1 (Chow, Shao & Wang 2008, ch. 3).
 """
 from __future__ import annotations
 
@@ -28,15 +26,13 @@ _POWER = TTestPower()
 
 
 def se_at(ev, n: float) -> float:
-    """The comparison's standard error with n seeds: the shared dev-example part stays, the rest shrinks as 1/n."""
-    shrinking = ev.seed_sd ** 2 + ev.n_seeds * max(ev.example_se ** 2 - ev.example_shared_se ** 2, 0.0)
-    return math.sqrt(shrinking / n + ev.example_shared_se ** 2)
+    """The comparison's standard error with n seeds: the shared dev-example part stays, the seeds' shrinks as 1/n."""
+    return math.sqrt(sum(_parts(ev, n)))
 
 
 def _parts(ev, n: float) -> tuple[float, float]:
     """(the part of se(n)^2 known to n - 1 df, the dev-example part), as the test at n seeds would split it."""
-    run = max(ev.example_se ** 2 - ev.example_shared_se ** 2, 0.0) * ev.n_seeds / n
-    return ev.seed_sd ** 2 / n, ev.example_shared_se ** 2 + run
+    return ev.seed_sd ** 2 / n, ev.example_se ** 2
 
 
 def _df(ev, n: float, level: float) -> float:

@@ -217,7 +217,7 @@ class Design:
         diff, se = (np.asarray(getattr(ev, k), dtype=float) for k in ("diff", "se"))
         n = max(int(n), 1)
         seed_sd = np.asarray(getattr(ev, "seed_sd", se * math.sqrt(n)), dtype=float)
-        shared = np.asarray(getattr(ev, "example_shared_se", getattr(ev, "example_se", 0.0)), dtype=float) ** 2
+        shared = np.asarray(getattr(ev, "example_se", 0.0), dtype=float) ** 2
         if n >= self.cap:
             return np.zeros_like(diff)
         seed_part = seed_sd ** 2 / self.cap
