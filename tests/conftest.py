@@ -20,6 +20,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 SHARED_GLUE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
 # The tiny-model builders are public (suite.testing) so that method authors' checks and these tests share them.
+import suite  # noqa: E402  after the environment above, as the line below
 from suite.testing import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: E402,F401
 
 
@@ -132,3 +133,18 @@ def fake_ok_record(job):
     rec.status, rec.wall_s, rec.final = "ok", 0.0, {"score": 0.5, "accuracy": 0.5}
     rec.history = [{"epoch": 1, "dev": rec.final}]
     return rec
+
+
+@pytest.fixture
+def register():
+    """Registers toy (or planted) methods for one test (check_method attaches by name) and removes them afterwards."""
+    names = []
+
+    def add(cls: type, name: str) -> str:
+        suite.register_method(name)(cls)
+        names.append(name)
+        return name
+
+    yield add
+    for name in names:
+        suite.METHODS.remove(name)

@@ -141,21 +141,6 @@ def test_probability_fields_follow_the_naming_rule():
     assert testing.probability_fields(M) == ["p", "p_max"]
 
 
-@pytest.fixture
-def register():
-    """Registers toy methods for one test (check_method attaches by name) and removes them afterwards."""
-    names = []
-
-    def add(cls: type, name: str) -> str:
-        suite.register_method(name)(cls)
-        names.append(name)
-        return name
-
-    yield add
-    for name in names:
-        suite.METHODS.remove(name)
-
-
 class DropoutInEval(suite.AttentionMethod):
     """Keeps attention dropout on in eval mode (training=True instead of module.training)."""
 

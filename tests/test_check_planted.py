@@ -23,21 +23,6 @@ def _one_thread():
         yield
 
 
-@pytest.fixture
-def register():
-    """Registers planted methods for one test (check_method attaches by name) and removes them afterwards."""
-    names = []
-
-    def add(cls: type, name: str) -> str:
-        suite.register_method(name)(cls)
-        names.append(name)
-        return name
-
-    yield add
-    for name in names:
-        suite.METHODS.remove(name)
-
-
 def _attention(module, query, key, value, attention_mask, scaling):
     return suite.attend(module, suite.softmax(suite.scores(query, key, scaling, attention_mask)), value)
 
