@@ -110,6 +110,7 @@ def banded_matrix(weights: torch.Tensor, length: int) -> torch.Tensor:
 
 
 class _Convolution(AttentionMethod):
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     Config = ConvConfig
     identity = None  # replaces attention: no setting equals softmax
     cost_target = 1.3

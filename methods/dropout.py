@@ -28,6 +28,7 @@ class DropoutConfig:
 @register_method("vanilla")
 class Vanilla(AttentionMethod):
     """Attention-probability dropout as in BERT/RoBERTa: P' = P * m / (1-p) after the softmax (fused SDPA)."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropoutConfig
@@ -61,6 +62,7 @@ class NoDropout(Vanilla):
 @register_method("scores_dropout")
 class ScoresDropout(AttentionMethod):
     """Scores dropout: dropped query-key pairs are masked before the softmax; diagonal kept, no rescale."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropoutConfig
@@ -86,6 +88,7 @@ class ScoresDropoutNaive(AttentionMethod):
 
     The dropout acts before the padding mask is added, so a dropped padded logit can never unmask padding.
     """
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropoutConfig

@@ -150,6 +150,7 @@ def _no_autocast(device: torch.device):
 
 
 class _EntmaxFamily(AttentionMethod):
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     Config = NoConfig
     identity = None  # a different mapping from softmax: no setting equals it
 
@@ -201,6 +202,7 @@ def pre_from_alpha(alpha: float, lr_mult: float = 1.0) -> float:
 @register_method("entmax_alpha")
 class EntmaxAlpha(AttentionMethod):
     """alpha-entmax with one learned alpha in (1, 2] per head and layer (bisection); alphas go into the record."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     Config = EntmaxAlphaConfig
     identity = None

@@ -54,6 +54,7 @@ def gated_rms_norm(x: torch.Tensor, scale: torch.Tensor, gate: torch.Tensor, eps
 @register_method("rela")
 class ReLA(AttentionMethod):
     """ReLU attention (unnormalised, null rows allowed) with a gated RMSNorm on the concatenated heads (ReLA-g)."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.2  # x eager attention step (CUDA)
 
     Config = ReLAConfig

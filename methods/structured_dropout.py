@@ -26,6 +26,7 @@ from suite.api.attention import (
     HyperParameterError,
     attend,
     has_probe,
+    in_graph,
     mask_fill_value,
     register_method,
     scores,
@@ -55,6 +56,7 @@ def scheduled_rate(p: float, schedule: str, progress: float) -> float:
 @register_method("drophead")
 class DropHead(AttentionMethod):
     """DropHead: whole heads dropped per sample in training, the kept ones rescaled by H / kept."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropHeadConfig
@@ -79,10 +81,9 @@ class DropHead(AttentionMethod):
             raise HyperParameterError("drophead.schedule needs the number of training steps (ctx.total_steps)")
         self._rate_tensor = torch.zeros((), device=getattr(ctx, "device", None))
 
-    def training_step(self, ctx, batch: dict, next_batch: dict | None) -> torch.Tensor:
-        if self._rate_tensor is not None:  # outside the compiled model: no guard on the step number
+    def before_step(self, ctx) -> None:
+        if self._rate_tensor is not None:  # outside a compiled model or captured graph: no guard on the step number
             self._rate_tensor.fill_(self.rate())
-        return super().training_step(ctx, batch, next_batch)
 
     def rate(self) -> float:
         if self._ctx is not None and self._total:
@@ -101,9 +102,10 @@ class DropHead(AttentionMethod):
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         if not module.training or self.cfg.p <= 0:
             rate = 0.0
-        elif torch.compiler.is_compiling() and self._rate_tensor is not None:
-            # a compiled model reads the rate as a tensor: a Python number of the step would be guarded on and
-            # recompile the model at every step; heads are drawn even at rate 0 (all kept: factors of exactly 1)
+        elif in_graph() and self._rate_tensor is not None:
+            # a compiled model or a captured step reads the rate as a tensor: a Python number of the step would be
+            # guarded on (recompiling at every step) or baked into the graph; heads are drawn even at rate 0 (all
+            # kept: factors of exactly 1)
             rate = self._rate_tensor
         else:
             rate = self.rate()
@@ -131,6 +133,7 @@ class DropAttentionConfig:
 @register_method("dropattention_col")
 class DropAttentionColumn(AttentionMethod):
     """DropAttention(c): whole key columns dropped per sample and head, rows renormalised over the kept keys."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 
     Config = DropAttentionConfig

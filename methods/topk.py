@@ -70,6 +70,7 @@ def topk_mask(s: torch.Tensor, valid: torch.Tensor | None, k: int | None, k_frac
 @register_method("topk")
 class TopK(AttentionMethod):
     """Top-k selective attention: only each query's k largest scores (ties kept) enter the softmax."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 
     hashed_when_changed = {"div": None, "lb": 1}  # the official ratio mode came later

@@ -39,6 +39,7 @@ def uniform_weights(valid: torch.Tensor, boundary_tokens: bool) -> torch.Tensor:
 @register_method("uniform")
 class Uniform(AttentionMethod):
     """Every query attends uniformly to the real keys (optionally without [CLS]/[SEP]); no identity setting."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     hashed_when_changed = {"boundary_tokens": True}  # the W&P variant came later
     Config = UniformConfig

@@ -140,6 +140,7 @@ def captured_step(name: str, backend: str | None) -> tuple[torch.Tensor, dict[st
         batch = {"input_ids": torch.randint(5, 100, (4, 16), generator=g), "attention_mask": mask,
                  "labels": torch.randint(0, 2, (4,), generator=g)}
         ctx.step += 1
+        method.before_step(ctx)
         losses.append(method.training_step(ctx, batch, None))
     return torch.stack(losses), {n: p.detach().clone() for n, p in model.named_parameters()}
 

@@ -25,7 +25,7 @@ from suite.api.method_facts import METHODS, check_precision  # noqa: F401 (torch
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["AttentionMethod", "NoConfig", "StepContext", "attend", "attention_modules", "check_integer",
-           "check_probability", "drop_scores", "has_probe", "mask_fill_value", "probes", "probs_dropout",
+           "check_probability", "drop_scores", "has_probe", "in_graph", "mask_fill_value", "probes", "probs_dropout",
            "register_method", "same_device", "scores", "softmax", "valid_keys"]
 
 
@@ -67,6 +67,9 @@ class StepContext:
     group_end: bool = True
     # dynamic loss scaling under fp16 autocast; disabled, it passes the loss and the optimizer step through unchanged
     scaler: torch.amp.GradScaler = dataclasses.field(default_factory=lambda: torch.amp.GradScaler("cpu", enabled=False))
+    # steps replayed from CUDA graphs (suite.run.capture): autocast keeps no cache of cast weights, which a graph
+    # would free under its replays
+    graphs: bool = False
 
     @property
     def lr(self) -> float:
@@ -76,7 +79,7 @@ class StepContext:
     def autocast(self):
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=not self.graphs)
 
     def loss(self, batch: dict, model: torch.nn.Module | None = None) -> torch.Tensor:
         """Task loss plus the method's auxiliary loss, under autocast."""
@@ -89,16 +92,22 @@ class StepContext:
     def apply(self, loss: torch.Tensor) -> None:
         """Backward, clip, optimizer and scheduler step (under fp16, with the loss scaled and the gradients unscaled
         before clipping; a step whose gradients overflowed is skipped and the scale lowered)."""
+        if self.update(loss):
+            self.scheduler.step()
+
+    def update(self, loss: torch.Tensor) -> bool:
+        """`apply` less the scheduler's step, which runs on the host (a captured step replays this part, then steps
+        the scheduler outside the graph); True when the optimizer stepped (the last batch of a group)."""
         self.scaler.scale(loss / self.group_size if self.group_size > 1 else loss).backward()
         if not self.group_end:
-            return
+            return False
         if self.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        return True
 
 
 
@@ -107,8 +116,8 @@ class AttentionMethod:
 
     Every hook below has a no-op default; override only what the method needs. The runner and `bench` call each
     hook unconditionally, in this order: `prepare` when the method is attached, `setup_training` once the
-    optimizer exists, `training_step` for every batch (which calls `aux_loss` through `ctx.loss`), `epoch_record`
-    after each epoch, `record` and `training_only_parameters` at the end of the run.
+    optimizer exists, `before_step` and `training_step` for every batch (which calls `aux_loss` through
+    `ctx.loss`), `epoch_record` after each epoch, `record` and `training_only_parameters` at the end of the run.
     """
 
     name: ClassVar[str] = ""
@@ -131,6 +140,11 @@ class AttentionMethod:
     # Why the method does not compile well (graph breaks, data-dependent shapes), or None: with train.compile the
     # run still compiles the model and warns with this note.
     compile_warning: ClassVar[str | None] = None
+    # True when the standard step with this method can be replayed from a CUDA graph (suite.run.capture): its forward
+    # and aux_loss only queue device work (no host read of a value, no shape that depends on values), what changes
+    # from step to step lives in tensors (filled in `before_step`), and its random numbers come from torch's default
+    # generator. A string says why not; False: not declared (the step then runs eagerly on a GPU, as before).
+    capturable: ClassVar[bool | str] = False
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -168,6 +182,10 @@ class AttentionMethod:
     def aux_loss(self, model: torch.nn.Module) -> torch.Tensor | None:
         """A scalar added to the task loss (regularizers); None adds nothing."""
         return None
+
+    def before_step(self, ctx: "StepContext") -> None:
+        """Host-side work before each training step, outside any captured graph: e.g. filling a tensor with this
+        step's scheduled rate, which the captured forward then reads."""
 
     def training_step(self, ctx: "StepContext", batch: dict, next_batch: dict | None) -> torch.Tensor:
         """One optimizer step on `batch`; returns the detached training loss. The default is the standard step
@@ -269,11 +287,19 @@ def _register_with_transformers(name: str) -> None:
 
 def additive_mask(*args, **kwargs):
     """transformers' `eager_mask`, always built: its shortcut for batches without padding (`None` when every token is
-    real) reads the padding mask on the host (`padding_mask.all()`), a GPU synchronisation in every forward."""
-    from transformers.masking_utils import eager_mask
+    real) reads the padding mask on the host (`padding_mask.all()`), a GPU synchronisation in every forward. The
+    boolean mask becomes 0 / finfo.min here rather than in `eager_mask`, whose transformers 5.17 builds its 0 with
+    `torch.tensor(0.0, device=...)`: a copy of host data, which a CUDA graph capture refuses (seen on an H200)."""
+    from transformers.masking_utils import eager_mask, sdpa_mask
 
     kwargs["allow_is_bidirectional_skip"] = False
-    return eager_mask(*args, **kwargs)
+    if args:  # transformers passes keywords; anything else gets its own function
+        return eager_mask(*args, **kwargs)
+    dtype = kwargs.pop("dtype", torch.float32)
+    kwargs["allow_is_causal_skip"] = False
+    allowed = sdpa_mask(**kwargs)
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed,
+                                                                                     torch.finfo(dtype).min)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -313,6 +339,14 @@ def drop_scores(s: torch.Tensor, drop: torch.Tensor, attention_mask=None) -> tor
         query_valid = (attention_mask == 0).diagonal(dim1=-2, dim2=-1).unsqueeze(-1)  # self-attention: Lq == Lk
         drop = drop & query_valid
     return s.masked_fill(drop & ~diag, mask_fill_value(s))
+
+
+def in_graph() -> bool:
+    """Whether the code runs inside torch.compile's tracing or a CUDA graph capture: a value that changes from step to
+    step must then be read from a tensor, since a Python number would be baked into the graph."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def same_device(a: torch.device | str, b: torch.device | str) -> bool:

@@ -417,6 +417,7 @@ def check_hooks(method: AttentionMethod, kind: str) -> CheckResult:
     batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
     for step in (1, 2):
         ctx.step = step
+        method.before_step(ctx)
         loss = method.training_step(ctx, batch, batch if step == 1 else None)
         if not (isinstance(loss, torch.Tensor) and loss.numel() == 1 and not loss.requires_grad):
             return CheckResult("hooks", kind, False, f"training_step() returned {type(loss).__name__}"

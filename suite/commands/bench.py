@@ -60,6 +60,9 @@ def add_parser(sub) -> None:
     loop.add_argument("--data-dir", help="folder of GLUE TSVs (default: $SUITE_DATA_DIR, else the hub)")
     loop.add_argument("--pad-to", default="auto", choices=["auto", "buckets", "longest"],
                       help="train.pad_to (default auto: buckets on a GPU, longest on the CPU)")
+    loop.add_argument("--capture", default="auto",
+                      help="train.capture, or a comma list to compare side by side in one run (auto,off): auto "
+                           "replays the standard step from CUDA graphs where it can (the table says why not)")
     loop.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak, for a GPU the table lacks")
 
 
@@ -209,14 +212,19 @@ def loop_main(args, device) -> int:
     methods = METHODS.select(args.methods or "vanilla")
     tasks = TASKS.select(args.tasks)
     batch_size = args.batch_size or (32 if device.type == "cuda" else 16)
+    captures = [c.strip() for c in args.capture.split(",") if c.strip()]
+    if not captures or set(captures) - {"auto", "off"}:
+        raise BadInput(f"--capture {args.capture!r}: give auto, off or both (auto,off)")
     rows = []
     for task in tasks:
         for method in methods:
-            print(f"{task} / {method}: {args.steps} steps counted, then {args.steps} timed", file=sys.stderr,
-                  flush=True)
-            spec = LoopSpec(task=task, method=method, model=args.model, steps=args.steps, batch_size=batch_size,
-                            precision=args.precision, pad_to=args.pad_to, peak_tflops=args.peak_tflops)
-            rows.append(profile_loop(spec, args.data_dir, device))
+            for capture in captures:
+                print(f"{task} / {method} / capture {capture}: {args.steps} steps counted, then {args.steps} "
+                      "timed", file=sys.stderr, flush=True)
+                spec = LoopSpec(task=task, method=method, model=args.model, steps=args.steps,
+                                batch_size=batch_size, precision=args.precision, pad_to=args.pad_to,
+                                peak_tflops=args.peak_tflops, capture=capture)
+                rows.append(profile_loop(spec, args.data_dir, device))
     command = "python -m suite bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:])
     text = "\n".join(["## The training loop, profiled", "", f"Command: `{command}`", "",
                       f"Device: {rows[0]['device']}; batch {batch_size}; {args.steps} steps per epoch", "",

@@ -8,7 +8,9 @@ these points are counted where the code asks for them, which is what a GPU would
 - operators whose output size depends on values (`nonzero`, `masked_select`, `unique`, ...),
 - `Tensor.cpu()`, `.numpy()`, `.tolist()` and `.to("cpu")` with the device written as that string, on any tensor (on
   CUDA each is a device-to-host copy that waits; `.to(x.device)` is not counted, since on the CPU the two cannot be
-  told apart at run time), and `torch.cuda.synchronize`.
+  told apart at run time), and `torch.cuda.synchronize`,
+- `torch.tensor(data, device=...)` and `torch.as_tensor(data, device=...)` from host data: on CUDA a copy from
+  pageable memory that waits, and one that a CUDA graph capture refuses.
 
 Dispatched operators are every aten call the dispatcher sees (forward, backward and the optimizer), views included;
 launch-bound GPU steps cost host time per operator, so their count is a device-independent proxy for it.
@@ -30,6 +32,9 @@ DATA_DEPENDENT = {"nonzero", "masked_select", "unique", "_unique", "_unique2", "
                   "nonzero_static_fallback", "repeat_interleave", "argwhere"}
 SCALAR_READ = "_local_scalar_dense"
 HOST_COPIES = {"cpu", "numpy", "tolist"}
+# torch.tensor(data, device=d): host data copied to the device from pageable memory, which waits on a GPU and which a
+# CUDA graph capture refuses (the same call without a device builds a host tensor, as a batch's collation does)
+HOST_DATA = {"tensor", "as_tensor"}
 
 
 @dataclasses.dataclass
@@ -73,6 +78,8 @@ class _Function(TorchFunctionMode):
         kwargs = kwargs or {}
         if name in HOST_COPIES:
             self.counts.add_sync(name)
+        elif name in HOST_DATA and kwargs.get("device") is not None and not isinstance(args[0], torch.Tensor):
+            self.counts.add_sync(f"{name}(host data, device=...)")
         elif name == "to" and _to_cpu(args, kwargs):
             self.counts.add_sync("to(cpu)")
         return func(*args, **kwargs)

@@ -67,6 +67,7 @@ class LoopSpec:
     pad_to: str = "auto"
     seed: int = 1
     peak_tflops: float | None = None  # overrides the table (a GPU it lacks)
+    capture: str = "auto"  # train.capture: steps replayed from CUDA graphs where they can be, or off
 
 
 def _model(spec_model: str, task, method_name: str, seed: int):
@@ -95,6 +96,7 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
     """Count, then time, two epochs of `ls.steps` batches of the real loop, and count one dev evaluation."""
     from suite.api.tasks import get_task
     from suite.run.batching import BATCHINGS, padded_widths, resolve_pad_to
+    from suite.run.capture import Steps, eager_reason
     from suite.run.device import autocast_dtype, machine
     from suite.run.runner import TokenizedCache
     from suite.run.settings import RunConfig, preset_train
@@ -103,7 +105,8 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
     task = get_task(ls.task)
     t = dataclasses.replace(preset_train("quick", ls.task), epochs=2, batch_size=ls.batch_size,
                             max_train_samples=ls.steps * ls.batch_size, train_eval_samples=0, stats_batches=0,
-                            max_length=ls.max_length, precision=ls.precision, pad_to=ls.pad_to)
+                            max_length=ls.max_length, precision=ls.precision, pad_to=ls.pad_to,
+                            capture=ls.capture)
     model, method, tokenizer = _model(ls.model, task, ls.method, ls.seed)
     job = RunConfig(ls.model, task.name, ls.method, {}, ls.seed, t)
     data = TokenizedCache().get(job, task, tokenizer, data_dir)
@@ -115,7 +118,9 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
     train_w, dev_w = padded_widths(train.lengths(), pad_to, t.max_length), padded_widths(dev.lengths(), pad_to,
                                                                                         t.max_length)
     steps = math.ceil(len(train) / t.batch_size)
-    ctx = build_context(model, method, t, 2 * steps, device, amp)
+    reason = eager_reason(method, t.capture, device, amp, t.compile, t.grad_accumulation)
+    ctx = build_context(model, method, t, 2 * steps, device, amp, graphs=reason is None)
+    stepper = Steps(ctx, reason)
     shapes: set[tuple[int, int]] = set()
     hook = model.register_forward_pre_hook(
         lambda m, args, kwargs: shapes.add(tuple(kwargs["input_ids"].shape)) if m.training else None,
@@ -123,7 +128,7 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
     generator = torch.Generator().manual_seed(ls.seed)
 
     def epoch(number: int) -> None:
-        train_epoch(ctx, train, task, t, pad_id, generator, number, "bench", True, None, train_w)
+        train_epoch(ctx, train, task, t, pad_id, generator, number, "bench", True, None, train_w, stepper)
 
     with counting() as counted:
         epoch(1)
@@ -158,7 +163,8 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
             "padding_share": 1 - real_tokens / padded_tokens,
             "eval_host_syncs_per_batch": evaluated.syncs / eval_batches,
             "eval_host_sync_kinds": dict(evaluated.sync_kinds), "eval_batches": eval_batches,
-            "achieved_tflops": achieved, "peak_tflops": peak, "mfu": achieved / peak if peak else None}
+            "achieved_tflops": achieved, "peak_tflops": peak, "mfu": achieved / peak if peak else None,
+            "step_mode": stepper.facts()}
 
 
 def _sync(device: torch.device) -> None:
@@ -172,10 +178,18 @@ def loop_table(rows: list[dict[str, Any]]) -> str:
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    body = [[r["task"], r["method"], r["pad_to"], num(r["host_syncs_per_step"], ".2f"), r["shapes_per_epoch"],
+    body = [[r["task"], r["method"], r["pad_to"], _mode(r.get("step_mode", {})),
+             num(r["host_syncs_per_step"], ".2f"), r["shapes_per_epoch"],
              num(r["ops_per_step"], ".0f"), num(r["steps_per_s"], ".2f"), num(r["tokens_per_s"], ".0f"),
              num(r["padding_share"], ".1%"), num(r["eval_host_syncs_per_batch"], ".2f"),
              num(r["achieved_tflops"], ".3f"), num(r["mfu"], ".1%")] for r in rows]
-    return tabulate(body, headers=["task", "method", "pad_to", "host syncs/step", "shapes/epoch", "ops/step",
+    return tabulate(body, headers=["task", "method", "pad_to", "step", "host syncs/step", "shapes/epoch", "ops/step",
                                    "steps/s", "tokens/s", "padding", "eval syncs/batch", "TFLOP/s", "MFU"],
                     tablefmt="github", disable_numparse=True)
+
+
+def _mode(facts: dict[str, Any]) -> str:
+    """'captured (8 graphs)' or 'eager: the reason'."""
+    if facts.get("mode") == "captured":
+        return f"captured ({facts['graphs']} graphs)"
+    return f"eager: {facts.get('reason', '?')}"

@@ -93,7 +93,7 @@ def build_candidates(cfg, methods: list[tuple[str, Any]], device: torch.device,
                                      + method.training_only_parameters())
             cand.ctx = ctx = context(model, method)
             method.setup_training(ctx)
-            cand.step = lambda b, nb, m=method, c=ctx: m.training_step(c, b, nb)
+            cand.step = lambda b, nb, m=method, c=ctx: (m.before_step(c), m.training_step(c, b, nb))[1]
             if type(method).training_step is not AttentionMethod.training_step:
                 cand.note = "its own training step (batch + next batch)"
         except Exception as exc:  # noqa: BLE001  one broken method must not end the benchmark

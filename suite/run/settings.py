@@ -57,6 +57,10 @@ def canonical_model(model: str) -> str:
 
 ANALYSES = ("importance", "seeds", "heads")  # end-of-run analyses (suite.run.analyses, docs/analyses.md)
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+CAPTURE = {"auto": "on a CUDA device, the standard training step replayed from CUDA graphs captured once per batch "
+                   "shape, where the method declares it capturable and the settings allow (else eager, with the "
+                   "reason in the record: suite.run.capture)",
+           "off": "every training step eager"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +156,8 @@ class TrainSettings:
                                          "bit-repeatable without it (CPU runs are)", hashed=ADDED)
     pad_to: str = setting("auto", "; ".join(f"{name}: {h}" for name, h in PAD_TO.items()),
                           choices=tuple(PAD_TO), hashed=unless("longest"))
+    capture: str = setting("auto", "; ".join(f"{name}: {h}" for name, h in CAPTURE.items()), choices=tuple(CAPTURE),
+                           hashed=NEVER)  # speed only: a graph replays the eager step's kernels and random draws
     batching: str = setting("length", "; ".join(f"{name}: {b.help}" for name, b in BATCHINGS.items()),
                             choices=tuple(BATCHINGS), hashed=ADDED)
 

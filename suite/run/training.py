@@ -21,6 +21,7 @@ from suite.api.errors import HyperParameterError, NonFiniteLoss
 from suite.api.tasks import TaskSpec
 from suite.run import stopping
 from suite.run.batching import BATCHINGS, Widths, padded_widths, resolve_pad_to, sorted_batches, to_device
+from suite.run.capture import Steps, eager_reason
 from suite.run.data import Encoded
 from suite.run.settings import TrainSettings
 
@@ -33,19 +34,23 @@ def _no_decay(name: str) -> bool:
 
 
 def build_context(model, method: AttentionMethod, t: TrainSettings, steps: int, device: torch.device,
-                  amp_dtype: torch.dtype | None) -> StepContext:
-    """AdamW (no decay on biases and norms), linear warm-up and decay, loss scaling under fp16."""
+                  amp_dtype: torch.dtype | None, graphs: bool = False) -> StepContext:
+    """AdamW (no decay on biases and norms), linear warm-up and decay, loss scaling under fp16. For steps replayed
+    from CUDA graphs (`graphs`) the learning rate is a tensor on the device, which the scheduler fills and the
+    fused, capturable AdamW reads at every replay."""
     from transformers import get_linear_schedule_with_warmup
 
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    lr = torch.tensor(t.lr, dtype=torch.float32, device=device) if graphs else t.lr
     optimizer = torch.optim.AdamW([{"params": [p for n, p in named if not _no_decay(n)],
                                     "weight_decay": t.weight_decay},
                                    {"params": [p for n, p in named if _no_decay(n)], "weight_decay": 0.0}],
-                                  lr=t.lr, fused=device.type in ("cuda", "cpu"))
+                                  lr=lr, fused=device.type in ("cuda", "cpu"),
+                                  capturable=graphs and device.type == "cuda")
     scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * steps), steps)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     ctx = StepContext(model, method, optimizer, scheduler, device, amp_dtype, t.grad_clip, total_steps=steps,
-                      scaler=scaler)
+                      scaler=scaler, graphs=graphs)
     method.setup_training(ctx)
     return ctx
 
@@ -71,8 +76,9 @@ def evaluate(model, enc: Encoded, spec: TaskSpec, batch_size: int, pad_id: int, 
     model.eval()
     lengths = enc.lengths()
     batches = sorted_batches(lengths, batch_size)
-    # logits stay on the device until the split is done: one copy to the host per split, not one per batch
-    logits = torch.empty((len(enc), spec.num_labels), dtype=torch.float32, device=device)
+    # logits stay on the device until the split is done: one copy to the host per split, not one per batch, and
+    # they are put back in the split's order on the host (an index tensor per batch would be a copy to the device)
+    outs = []
     total = torch.zeros((), device=device)
     autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype else contextlib.nullcontext()
     for b in batches:
@@ -80,9 +86,11 @@ def evaluate(model, enc: Encoded, spec: TaskSpec, batch_size: int, pad_id: int, 
         with autocast:
             out = model(**batch)
         total += out.loss.float() * len(b)
-        logits[torch.as_tensor(b, device=device)] = out.logits.float()
+        outs.append(out.logits.float())
     model.train(was_training)
-    arr = logits.cpu().numpy()
+    arr = np.empty((len(enc), spec.num_labels), dtype=np.float32)
+    if outs:
+        arr[[i for b in batches for i in b]] = torch.cat(outs).cpu().numpy()
     found = metrics.compute(spec.metrics, arr, np.asarray(enc.labels), spec.is_regression, suffix)
     return Evaluation(total.item() / len(enc), found, arr, len(enc))
 
@@ -127,6 +135,7 @@ class Fitted:
     selected_epoch: int = 0      # the epoch whose model the run ends with (train.select_epoch); 0: the last
     stopped_early: bool = False  # early stopping ended the run before train.epochs
     heldout: Evaluation | None = None  # the held-out test split scored by the model the run ends with
+    step_mode: dict[str, Any] = dataclasses.field(default_factory=dict)  # captured or eager, and why (Steps.facts)
 
 
 class EpochSelection:
@@ -159,10 +168,11 @@ class EpochSelection:
 def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettings, pad_id: int, generator,
                 epoch: int, label: str, quiet: bool,
                 on_step: Callable[[int, dict[str, float]], None] | None = None,
-                widths: Widths = Widths()) -> tuple[float, int]:
+                widths: Widths = Widths(), steps: Steps | None = None) -> tuple[float, int]:
     """One pass over shuffled batches, drawn as train.batching says and padded as `widths` says; (mean training
     loss, examples seen). `on_step(optimizer step, values)` gets the mean loss of the last STEP_LOG_BATCHES batches
-    and the learning rate."""
+    and the learning rate. `steps` runs each step (None: the method's training_step, eagerly)."""
+    steps = steps or Steps(ctx, "no Steps given")
     lengths = train.lengths()
     batches = BATCHINGS[t.batching].order(lengths, t.batch_size, generator)
     bar = _progress(len(batches), f"{label} ep{epoch}/{t.epochs}", quiet)
@@ -181,7 +191,7 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
             ctx.step += 1
             ctx.group_size = min(accumulate, len(batches) - i)
         ctx.group_end = (i + 1) % accumulate == 0 or i + 1 == len(batches)
-        loss_sum += ctx.method.training_step(ctx, batch, nxt).float()
+        loss_sum += steps(batch, nxt).float()
         seen += len(batches[i])
         bar.update(1)
         if (i + 1) % STEP_LOG_BATCHES == 0 or i + 1 == len(batches):  # one host sync every STEP_LOG_BATCHES
@@ -191,7 +201,7 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
                 raise NonFiniteLoss(f"training loss became {running} in epoch {epoch} near step {i + 1}")
             bar.set_postfix(loss=f"{running:.4f}")
             if on_step is not None:
-                lr = ctx.scheduler.get_last_lr()[0] if hasattr(ctx.scheduler, "get_last_lr") else math.nan
+                lr = float(ctx.scheduler.get_last_lr()[0]) if hasattr(ctx.scheduler, "get_last_lr") else math.nan
                 on_step(ctx.step, {"step/train_loss": (total - logged_sum) / (i + 1 - logged_at), "step/lr": lr})
             logged_sum, logged_at = total, i + 1
     bar.close()
@@ -249,7 +259,9 @@ def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: i
         raise HyperParameterError("early stopping and select_epoch=best need a tuning split (train.holdout): they "
                                   "never read dev")
     steps_per_epoch = math.ceil(math.ceil(len(train) / t.batch_size) / t.grad_accumulation)
-    ctx = build_context(model, method, t, steps_per_epoch * t.epochs, device, amp_dtype)
+    reason = eager_reason(method, t.capture, device, amp_dtype, t.compile, t.grad_accumulation)
+    ctx = build_context(model, method, t, steps_per_epoch * t.epochs, device, amp_dtype, graphs=reason is None)
+    steps = Steps(ctx, reason)
     pad_to = resolve_pad_to(t.pad_to, device.type, t.compile)
 
     def widths(enc: Encoded) -> Widths:  # each split's bucket widths, from its own lengths (train.pad_to)
@@ -263,7 +275,8 @@ def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: i
     model.train()
     for epoch in range(1, t.epochs + 1):
         start = time.perf_counter()
-        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet, on_step, train_w)
+        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet, on_step, train_w,
+                                    steps)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - start
@@ -299,4 +312,4 @@ def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: i
         heldout = evaluate(model, data.heldout, spec, t.eval_batch_size, pad_id, device, amp_dtype,
                            widths=widths(data.heldout))
         heldout.metrics["score"] = metrics.headline(heldout.metrics, list(spec.metrics))
-    return Fitted(history, evals, train_s, eval_s, ctx.step, seen, ctx, selected, stop, heldout)
+    return Fitted(history, evals, train_s, eval_s, ctx.step, seen, ctx, selected, stop, heldout, steps.facts())

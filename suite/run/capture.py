@@ -1,0 +1,138 @@
+"""Training steps replayed from CUDA graphs (`train.capture`): the step's forward, backward, clipping and optimizer
+step captured once per batch shape, then replayed, so the host queues one graph instead of ~1,500 operators.
+
+On a GPU a small encoder's step is bound by the host (about 20 us per dispatched operator on an H100: MiniLM 32 ms
+a step, its arithmetic well under 1 ms). A graph replays the same kernels with the same random-number offsets
+(torch's default generator is graph-safe: each replay draws fresh numbers), so a captured run computes what the
+eager run computes; what changes from step to step lives in tensors: the batch is copied into the graph's static
+input buffers, the learning rate is a tensor the scheduler fills between replays, and AdamW is fused and
+`capturable`.
+
+Each batch shape's first step runs eagerly (a real step, which also warms up what a capture needs: cuBLAS handles,
+the optimizer's state, autograd's threads), its second is captured and every later one replays. With
+`train.pad_to=buckets` an epoch sees at most 8 shapes. Steps run eagerly, with the reason in the record, where a
+graph would be wrong or cannot be captured (`eager_reason`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import torch
+
+from suite.api.attention import AttentionMethod, StepContext
+
+__all__ = ["Steps", "eager_reason"]  # what the rest of the suite uses; other names are this module's own
+
+MAX_GRAPHS = 16  # shapes beyond these run eagerly: a graph per shape holds its own activation memory
+
+
+def eager_reason(method: AttentionMethod, capture: str, device: torch.device, amp_dtype: torch.dtype | None,
+                 compiled: bool, grad_accumulation: int) -> str | None:
+    """Why this run's training steps run eagerly, or None when they are replayed from CUDA graphs."""
+    if capture == "off":
+        return "train.capture=off"
+    if device.type != "cuda":
+        return "CUDA graphs need a CUDA device"
+    if type(method).training_step is not AttentionMethod.training_step:
+        note = method.capturable if isinstance(method.capturable, str) else "not captured"
+        return f"{method.name} replaces the training step: {note}"
+    if method.capturable is not True:
+        return f"{method.name}: {method.capturable}" if isinstance(method.capturable, str) else (
+            f"{method.name} does not declare `capturable = True` (suite.api.attention.AttentionMethod.capturable)")
+    if compiled:
+        return "train.compile: torch.compile runs the model (its own graphs)"
+    if grad_accumulation > 1:
+        return "train.grad_accumulation > 1: the optimizer steps on every few batches only"
+    if amp_dtype is torch.float16:
+        return "fp16: loss scaling reads the overflow flag on the host at every step"
+    return None
+
+
+@dataclasses.dataclass
+class _Graph:
+    """One captured step: its static inputs and the loss tensor it writes (overwritten by the next replay)."""
+
+    inputs: dict[str, torch.Tensor]
+    replay: Callable[[], None]
+    loss: torch.Tensor
+
+
+class Steps:
+    """Runs a run's training steps: the method's `before_step` (always on the host), then its `training_step`
+    eagerly, or the standard step replayed from the graph of the batch's shape. `emulate` (tests on the CPU) runs
+    the captured function on the static inputs instead of replaying a graph: the same code path but the graph."""
+
+    def __init__(self, ctx: StepContext, reason: str | None, emulate: bool = False):
+        self.ctx, self.reason, self.emulate = ctx, reason, emulate
+        self.graphs: dict[tuple, _Graph] = {}
+        self.seen: set[tuple] = set()
+        self.eager_steps, self.replays, self.capture_s = 0, 0, 0.0
+        self.stream = torch.cuda.Stream(ctx.device) if reason is None and not emulate else None
+
+    @property
+    def captured(self) -> bool:
+        return self.reason is None
+
+    def __call__(self, batch: dict, next_batch: dict | None) -> torch.Tensor:
+        """One step on `batch`; the detached training loss (a captured step's is valid until the next step)."""
+        ctx = self.ctx
+        ctx.method.before_step(ctx)
+        if self.reason is not None:
+            return ctx.method.training_step(ctx, batch, next_batch)
+        key = tuple((k, tuple(v.shape), v.dtype) for k, v in batch.items())
+        graph = self.graphs.get(key)
+        if graph is None:
+            if key not in self.seen or len(self.graphs) >= MAX_GRAPHS:
+                self.seen.add(key)
+                self.eager_steps += 1
+                return self._side(lambda: ctx.method.training_step(ctx, batch, next_batch))
+            start = time.perf_counter()
+            graph = self.graphs[key] = self._capture(batch)
+            self.capture_s += time.perf_counter() - start
+        for name, buffer in graph.inputs.items():
+            buffer.copy_(batch[name], non_blocking=True)
+        graph.replay()
+        ctx.scheduler.step()  # on the host, between replays: it fills the learning-rate tensor the graph reads
+        self.replays += 1
+        return graph.loss
+
+    def _side(self, work: Callable[[], Any]) -> Any:
+        """Run `work` on the capture stream (eager warm-up steps belong there, as PyTorch's capture recipe says)."""
+        if self.stream is None:
+            return work()
+        self.stream.wait_stream(torch.cuda.current_stream(self.ctx.device))
+        with torch.cuda.stream(self.stream):
+            out = work()
+        torch.cuda.current_stream(self.ctx.device).wait_stream(self.stream)
+        return out
+
+    def _capture(self, batch: dict) -> _Graph:
+        ctx = self.ctx
+        inputs = {k: v.clone() for k, v in batch.items()}
+
+        def step() -> torch.Tensor:
+            loss = ctx.loss(inputs)
+            ctx.update(loss)  # backward, clipping, AdamW, gradients to None: the scheduler steps outside
+            return loss.detach()
+
+        if self.emulate:
+            holder: dict[str, torch.Tensor] = {}
+
+            def run() -> None:
+                holder["loss"].copy_(step())
+
+            holder["loss"] = torch.zeros((), device=ctx.device)
+            return _Graph(inputs, run, holder["loss"])
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.stream):
+            loss = step()
+        return _Graph(inputs, graph.replay, loss)
+
+    def facts(self) -> dict[str, Any]:
+        """What the record says of how the steps ran."""
+        if self.reason is not None:
+            return {"mode": "eager", "reason": self.reason}
+        return {"mode": "captured", "graphs": len(self.graphs), "eager_steps": self.eager_steps,
+                "replays": self.replays, "capture_s": round(self.capture_s, 4)}
