@@ -477,3 +477,29 @@ def test_returned_outputs_replace_an_earlier_copy(tmp_path):
     assert (driver / "runs" / "a.model" / "w.bin").read_bytes() == b"new"
     assert not (driver / "runs" / "a.model" / "stale.bin").exists()
     assert not (driver / "tracking" / "mlflow.db").exists()
+
+
+def test_workers_auto_packs_runs_by_cores_and_memory():
+    from suite.grid.executors.local import AUTO_MAX_WORKERS, RUN_CPU_BYTES, RUN_GPU_BYTES
+
+    h100 = local_plan("auto", workers="auto", gpu_count=1, cpu_count=16, env={}, memory=80 * 2**30)
+    assert h100.workers == AUTO_MAX_WORKERS and h100.memory_fraction == 1 / AUTO_MAX_WORKERS
+    assert all(e == {"CUDA_VISIBLE_DEVICES": "0"} for e in h100.envs) and h100.threads == 2
+    assert local_plan("auto", workers="auto", gpu_count=1, cpu_count=16, env={},
+                      memory=3 * RUN_GPU_BYTES).workers == 3                 # the GPU's memory bounds it
+    assert local_plan("auto", workers="auto", gpu_count=2, cpu_count=6, env={},
+                      memory=80 * 2**30).workers == 6                        # three cores per GPU: 3 + 3
+    assert local_plan("auto", workers="auto", gpu_count=1, cpu_count=1, env={},
+                      memory=80 * 2**30).workers == 0                        # one fits: in this process
+    cpu = local_plan("cpu", workers="auto", gpu_count=0, cpu_count=2, memory=24 * 2**30)
+    assert cpu.workers == 2 and cpu.threads == 1                            # this project's 2-core machine
+    assert local_plan("cpu", workers="auto", gpu_count=0, cpu_count=32,
+                      memory=4 * RUN_CPU_BYTES).workers == 4
+
+
+def test_workers_flag_takes_auto_and_refuses_words(capsys):
+    from suite.commands import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--workers", "many", "--dry-run"])
+    assert exc.value.code == 2 and "give a number of worker processes or auto" in capsys.readouterr().err

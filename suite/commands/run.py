@@ -121,6 +121,7 @@ def preflight(stages: StudyStages, store) -> None:
     from suite.grid import preflight as checks
 
     plan, request = stages.plan, stages.request
+    checks.check_dependencies()
     checks.check_data(plan)
     checks.check_grid(plan.jobs, request.device, request.top.sets, request.top.sweeps, request.executor)
     checks.check_out(store, tuning=stages.tuning is not None, until_decided=request.schedule is not None)

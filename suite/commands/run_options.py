@@ -117,7 +117,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--executor",
                        help="local (default: sequential; one worker process per GPU when several are visible) or ray")
     for name, option in EXECUTOR_OPTIONS.items():
-        where.add_argument("--" + name.replace("_", "-"), type=option.type, metavar=option.metavar,
+        where.add_argument("--" + name.replace("_", "-"), type=option.parse or option.type, metavar=option.metavar,
                            help=option.flag_help)
 
     outputs = p.add_argument_group("what each run leaves besides its record")

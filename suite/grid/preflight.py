@@ -1,6 +1,7 @@
 """Checks made once, after the grid is built and before anything trains, so that impossible input exits 2 with a
 message instead of giving one failed record per job (or, worse, an `ok` record of garbage).
 
+- every package the suite requires is installed, and what a run imports imports (`check_dependencies`);
 - every distinct model loads: its config, a tokenizer with a real vocabulary (a local folder must hold the tokenizer
   files), weights that are complete and match the architecture, and attention modules that go through transformers'
   attention interface (the only way a method can be attached);
@@ -28,8 +29,8 @@ from suite.run.device import cpu_bf16_native, device_type, pick_device
 from suite.run.layout import COMMANDS, OutputFolder, own_folder
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
-__all__ = ["VERIFIED_MODEL_TYPES", "check_data", "check_device", "check_grid", "check_methods_fit_models",
-           "check_model", "check_out", "machine_memory", "warn_emulated_bf16", "warn_grid",
+__all__ = ["VERIFIED_MODEL_TYPES", "check_data", "check_dependencies", "check_device", "check_grid",
+           "check_methods_fit_models", "check_model", "check_out", "machine_memory", "warn_emulated_bf16", "warn_grid",
            "warn_unused_settings"]  # what the rest of the suite uses; other names are this module's own
 
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
@@ -43,6 +44,41 @@ FRESH_WEIGHT_PARTS = ("pooler.",)
 # Files of the output folder that a grid appends to (records, sidecars and test predictions are written through a
 # temporary file and renamed, which replaces a link instead of following it).
 APPENDED_FILES = (COMMANDS,)
+
+
+DISTRIBUTION = "attention-suite"  # pyproject.toml's project name: its requirements are what a run imports
+
+
+def check_dependencies() -> None:
+    """Every package the suite requires is installed and what a run imports imports, checked once in the driver: a
+    missing one would otherwise kill every worker at its start, each job retried on a fresh worker that dies too
+    (seen on a GPU machine without `datasets`)."""
+    import importlib
+    import re
+    from importlib import metadata
+
+    try:
+        required = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed: imports decide
+        required = []
+    missing = []
+    for requirement in required:
+        if "extra ==" in requirement:  # an optional part (test, ray, tracking)
+            continue
+        name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(requirement.split(";")[0].strip())
+    if missing:
+        raise BadInput(f"the suite needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
+                       f"installed: pip install {' '.join(repr(m) if ' ' in m else m for m in missing)} (or "
+                       "reinstall the suite: pip install -e .)")
+    try:
+        importlib.import_module("suite.run.runner")  # what every run and every worker imports first
+    except ImportError as exc:
+        raise BadInput(f"a package the runs import is missing or broken ({exc.name or 'unknown'}): {exc}; install "
+                       "or repair it (pip install --force-reinstall NAME) before running") from None
 
 
 def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = (),

@@ -274,12 +274,17 @@ def git_commit(root: Path | None = None) -> str | None:
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    import datasets
+    from importlib import metadata
+
     import torch
     import transformers
 
+    try:  # its version without importing it (half a second per worker; only hub data needs the package)
+        datasets_version = metadata.version("datasets")
+    except metadata.PackageNotFoundError:
+        datasets_version = None
     env = {"suite": __version__, "python": platform.python_version(), "torch": torch.__version__,
-           "transformers": transformers.__version__, "datasets": datasets.__version__,
+           "transformers": transformers.__version__, "datasets": datasets_version,
            "platform": platform.platform(), "machine": platform.machine(), "cpu_threads": torch.get_num_threads(),
            "device": str(device), "git_commit": git_commit(), "host": platform.node()}
     if device.type == "cuda":

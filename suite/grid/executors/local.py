@@ -16,7 +16,7 @@ from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["LocalPlan", "local_plan", "run_local", "visible_gpus"]
+__all__ = ["LocalPlan", "auto_workers", "local_plan", "run_local", "visible_gpus"]
 
 
 @dataclass
@@ -40,19 +40,36 @@ def visible_gpus(count: int, env: dict[str, str] | None = None) -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def local_plan(device: str = "auto", workers: int | None = None, gpu_count: int | None = None,
-               cpu_count: int | None = None, env: dict[str, str] | None = None) -> LocalPlan:
-    """Decide the local executor's layout. `gpu_count`/`cpu_count`/`env` default to this machine's (tests pass
-    stand-ins). Several GPUs (device auto or cuda): one worker per GPU (or `workers`, assigned round-robin, which
-    packs several runs onto a GPU). Otherwise `workers` CPU processes (default 1: in this process), sharing the
-    cores."""
-    if workers is not None and workers < 1:
-        raise ExecutorError(f"--workers {workers}: give at least 1")
+AUTO_MAX_WORKERS = 8  # per GPU, or on the CPU: beyond it a small run's share of the host is too thin to measure
+# What one run may take, for `--workers auto`: a BERT-base run with its captured graphs (one activation pool per
+# batch shape) on a GPU; the driver's 2.7 GB peak of the README's main job on the CPU
+RUN_GPU_BYTES, RUN_CPU_BYTES = 10 * 2**30, 3 * 2**30
+
+
+def auto_workers(slots: int, cores: int, memory: int, per_run: int) -> int:
+    """Runs side by side on one device for `--workers auto`: as many as its memory holds (`per_run` bytes each)
+    and the host's cores give one each, at most AUTO_MAX_WORKERS, at least 1."""
+    return max(1, min(AUTO_MAX_WORKERS, slots, cores, memory // per_run))
+
+
+def local_plan(device: str = "auto", workers: int | str | None = None, gpu_count: int | None = None,
+               cpu_count: int | None = None, env: dict[str, str] | None = None,
+               memory: int | None = None) -> LocalPlan:
+    """Decide the local executor's layout. `gpu_count`/`cpu_count`/`env`/`memory` (one GPU's, or the machine's
+    RAM) default to this machine's (tests pass stand-ins). Several GPUs (device auto or cuda): one worker per GPU
+    (or `workers`, assigned round-robin, which packs several runs onto a GPU; `auto`: `auto_workers` per GPU).
+    Otherwise `workers` CPU processes (default 1: in this process; `auto`: one per core as the memory allows),
+    sharing the cores."""
+    if workers is not None and workers != "auto" and workers < 1:
+        raise ExecutorError(f"--workers {workers}: give at least 1 (or auto)")
     if gpu_count is None:
         gpu_count = _cuda_device_count() if device in ("auto", "cuda") else 0
     cpu_count = cpu_count or _cpu_count()
     if device in ("auto", "cuda") and gpu_count > 0:
         gpus = visible_gpus(gpu_count, env)
+        if workers == "auto":
+            per_gpu = auto_workers(AUTO_MAX_WORKERS, cpu_count // len(gpus), memory or _gpu_memory(), RUN_GPU_BYTES)
+            workers = per_gpu * len(gpus)
         n = workers or len(gpus)
         if n == 1:
             return LocalPlan(0, [], device, None)
@@ -62,6 +79,10 @@ def local_plan(device: str = "auto", workers: int | None = None, gpu_count: int 
         return LocalPlan(n, envs, "cuda", max(1, cpu_count // n), 1 / per_gpu if per_gpu > 1 else None)
     if device == "cuda":
         raise ExecutorError("--device cuda was asked for but no CUDA device is visible")
+    if workers == "auto":
+        from suite.grid.preflight import machine_memory
+
+        workers = auto_workers(AUTO_MAX_WORKERS, cpu_count, memory or machine_memory()[0], RUN_CPU_BYTES)
     n = workers or 1
     if n == 1:
         return LocalPlan(0, [], device, None)
@@ -75,6 +96,13 @@ def _cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _gpu_memory() -> int:
+    """The smallest visible GPU's memory in bytes."""
+    import torch
+
+    return min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+
+
 def _cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -83,7 +111,7 @@ def _cpu_count() -> int:
 
 
 def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
-              quiet: bool, status: GridStatus | None = None, workers: int | None = None,
+              quiet: bool, status: GridStatus | None = None, workers: int | str | None = None,
               max_retries: int = DEFAULT_MAX_RETRIES, plan: LocalPlan | None = None,
               max_run_minutes: float | None = None) -> None:
     """Sequential in this process, or a spawned worker pool when the plan says so (several GPUs, or workers > 1).

@@ -3,26 +3,42 @@ type, the executor it belongs to and its help. The study schema, the flags of `r
 takes what are built from this table."""
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
 from dataclasses import dataclass
+from typing import Any, Callable, Literal, Union
 
 __all__ = ["EXECUTOR_OPTIONS", "options_of"]  # what the rest of the suite uses; other names are this module's own
 
 
 @dataclass(frozen=True)
 class ExecutorOption:
-    type: type
+    type: Any                  # the study schema's type
     executor: str              # the executor that takes it (another one refuses it before anything runs)
     help: str
     metavar: str | None = None
     positive: bool = False     # a value must be > 0 (checked before anything runs)
+    parse: Callable[[str], Any] | None = None  # the flag's parser, where `type` is none (default: `type`)
 
     @property
     def flag_help(self) -> str:
         return f"{self.executor} executor: {self.help}"
 
 
+def workers_value(text: str) -> int | str:
+    """--workers: a count, or `auto` (as many as the cores and the memory allow: suite.grid.executors.local)."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r}: give a number of worker processes or auto") from None
+
+
 EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
-    "workers": ExecutorOption(int, "local", "worker processes (default: 1 on CPU, one per GPU)"),
+    "workers": ExecutorOption(Union[int, Literal["auto"]], "local",
+                              "worker processes (default: 1 on CPU, one per GPU); auto: several runs side by side "
+                              "on each GPU (up to 8, as its memory and the host's cores allow), or one per core "
+                              "(up to 8, as the memory allows) on the CPU", "N|auto", parse=workers_value),
     "max_run_minutes": ExecutorOption(float, "local", "a run still going after M minutes (hung, stopped) is killed "
                                                       "and recorded failed, and the grid goes on; runs each job in a "
                                                       "worker process (default: $SUITE_MAX_RUN_MINUTES, else no "
