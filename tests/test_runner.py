@@ -41,6 +41,7 @@ def test_fp16_run_records_loss_scaling(tiny_bert_dir, glue_dir, tmp_path):
                  "--set", "train.precision=fp16"]) == 0
     (rec,) = list(Store(tmp_path))
     assert rec["status"] == "ok" and rec["timing"]["precision"] == "fp16 autocast, loss scaling"
+    assert rec["timing"]["step_mode"] == {"mode": "eager", "reason": "CUDA graphs need a CUDA device"}
     assert torch.isfinite(torch.tensor(rec["history"][0]["train_loss"]))
 
 
