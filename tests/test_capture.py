@@ -140,3 +140,17 @@ def test_a_capturable_methods_step_reads_nothing_back_to_the_host(name):
         with counting() as counted:
             steps(batch, None)
         assert counted.syncs == 0, (name, dict(counted.sync_kinds))
+
+
+def test_a_failed_capture_goes_on_eagerly_and_says_why(monkeypatch):
+    """A capture refused mid-run (a step a graph cannot hold) leaves the run training eagerly, with the error as the
+    record's reason, and the losses of the eager run."""
+    eager_losses, _, _ = _train("vanilla", {}, False, monkeypatch)
+
+    def refuse(self, batch):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(Steps, "_capture", refuse)
+    losses, _, facts = _train("vanilla", {}, True, monkeypatch)
+    assert facts["mode"] == "eager" and facts["reason"].startswith("capture failed at step 3 (operation not permitted")
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=1e-5, atol=1e-6)

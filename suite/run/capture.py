@@ -89,7 +89,10 @@ class Steps:
                 self.eager_steps += 1
                 return self._side(lambda: ctx.method.training_step(ctx, batch, next_batch))
             start = time.perf_counter()
-            graph = self.graphs[key] = self._capture(batch)
+            try:
+                graph = self.graphs[key] = self._capture(batch)
+            except RuntimeError as exc:  # something in the step a graph cannot hold: the run goes on eagerly
+                return self._give_up(exc, batch, next_batch)
             self.capture_s += time.perf_counter() - start
         for name, buffer in graph.inputs.items():
             buffer.copy_(batch[name], non_blocking=True)
@@ -97,6 +100,19 @@ class Steps:
         ctx.scheduler.step()  # on the host, between replays: it fills the learning-rate tensor the graph reads
         self.replays += 1
         return graph.loss
+
+    def _give_up(self, exc: RuntimeError, batch: dict, next_batch: dict | None) -> torch.Tensor:
+        """After a failed capture: nothing captured ran, so the weights and the optimizer's state are as they were;
+        gradients the capture allocated are dropped, the graphs freed, and this and every later step runs eagerly,
+        the error kept as the reason (the record says so)."""
+        ctx = self.ctx
+        ctx.optimizer.zero_grad(set_to_none=True)
+        self.graphs.clear()
+        if self.stream is not None:
+            torch.cuda.synchronize(ctx.device)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self.reason = f"capture failed at step {ctx.step} ({first[:300]}): eager from there"
+        return self._side(lambda: ctx.method.training_step(ctx, batch, next_batch))
 
     def _side(self, work: Callable[[], Any]) -> Any:
         """Run `work` on the capture stream (eager warm-up steps belong there, as PyTorch's capture recipe says)."""
@@ -133,6 +149,6 @@ class Steps:
     def facts(self) -> dict[str, Any]:
         """What the record says of how the steps ran."""
         if self.reason is not None:
-            return {"mode": "eager", "reason": self.reason}
+            return {"mode": "eager", "reason": self.reason, **({"replays": self.replays} if self.replays else {})}
         return {"mode": "captured", "graphs": len(self.graphs), "eager_steps": self.eager_steps,
                 "replays": self.replays, "capture_s": round(self.capture_s, 4)}
