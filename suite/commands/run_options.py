@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from suite.grid.executors.options import EXECUTOR_OPTIONS
+from suite.grid.executors.options import EXECUTOR_OPTIONS, flag_parser
 from suite.grid.overrides import NAME_KEYS, Overrides
 from suite.run.data import DATA_DIR_ENV
 from suite.run.settings import ANALYSES, DEFAULT_MODEL, PRESETS, TRAIN_FIELDS, TrainSettings, setting_help
@@ -117,7 +117,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     where.add_argument("--executor",
                        help="local (default: sequential; one worker process per GPU when several are visible) or ray")
     for name, option in EXECUTOR_OPTIONS.items():
-        where.add_argument("--" + name.replace("_", "-"), type=option.parse or option.type, metavar=option.metavar,
+        where.add_argument("--" + name.replace("_", "-"), type=flag_parser(option), metavar=option.metavar,
                            help=option.flag_help)
 
     outputs = p.add_argument_group("what each run leaves besides its record")

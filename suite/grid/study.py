@@ -60,7 +60,8 @@ TrainSection = _train_section()
 
 def _executor_section() -> type[pydantic.BaseModel]:
     """The executor's name (local or ray) and every declared executor option, optional."""
-    options = {name: (Optional[option.type], None) for name, option in EXECUTOR_OPTIONS.items()}
+    options = {name: (Optional[Annotated[option.type, pydantic.BeforeValidator(option.parse)]
+                               if option.parse else option.type], None) for name, option in EXECUTOR_OPTIONS.items()}
     return pydantic.create_model("ExecutorSection", __base__=_Section, name=(Optional[str], None), **options)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from argparse import ArgumentTypeError
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable, Union
 
-__all__ = ["EXECUTOR_OPTIONS", "options_of"]  # what the rest of the suite uses; other names are this module's own
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["EXECUTOR_OPTIONS", "flag_parser", "options_of"]
 
 
 @dataclass(frozen=True)
@@ -24,18 +25,34 @@ class ExecutorOption:
         return f"{self.executor} executor: {self.help}"
 
 
-def workers_value(text: str) -> int | str:
-    """--workers: a count, or `auto` (as many as the cores and the memory allow: suite.grid.executors.local)."""
-    if str(text).strip().lower() == "auto":
+def workers_value(text: Any) -> int | str:
+    """--workers: a count, or `auto` (as many as the cores and the memory allow: suite.grid.executors.local);
+    ValueError otherwise (argparse and the study schema both say it)."""
+    if isinstance(text, str) and text.strip().lower() == "auto":
         return "auto"
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise ValueError(f"{text!r}: give a number of worker processes or auto")
     try:
         return int(text)
     except ValueError:
-        raise ArgumentTypeError(f"{text!r}: give a number of worker processes or auto") from None
+        raise ValueError(f"{text!r}: give a number of worker processes or auto") from None
+
+
+def flag_parser(option: ExecutorOption) -> Callable[[str], Any]:
+    """The flag's argparse type: the option's parser, its ValueError as argparse's own message."""
+    parse = option.parse or option.type
+
+    def parsed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise ArgumentTypeError(str(exc)) from None
+
+    return parsed
 
 
 EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
-    "workers": ExecutorOption(Union[int, Literal["auto"]], "local",
+    "workers": ExecutorOption(Union[int, str], "local",
                               "worker processes (default: 1 on CPU, one per GPU); auto: several runs side by side "
                               "on each GPU (up to 8, as its memory and the host's cores allow), or one per core "
                               "(up to 8, as the memory allows) on the CPU", "N|auto", parse=workers_value),
