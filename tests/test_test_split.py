@@ -92,7 +92,14 @@ def test_a_task_scored_on_several_dev_sets_is_refused():
     with pytest.raises(HyperParameterError, match="MNLI is scored on 2 dev sets"):
         check_heldout_task(get_task("mnli"), [TrainSettings(test_holdout=100)])
     check_heldout_task(get_task("mnli"), [TrainSettings()])
-    check_heldout_task(get_task("sst2"), [TrainSettings(test_holdout=100)])
+    check_heldout_task(get_task("cola"), [TrainSettings(test_holdout=100)])
+
+
+def test_sst2_is_refused_until_its_splits_keep_sentences_together():
+    """SST-2's train rows are phrases of its own sentences: rows carved at random leak into train."""
+    with pytest.raises(HyperParameterError, match="phrases of its own sentences"):
+        check_heldout_task(get_task("sst2"), [TrainSettings(test_holdout=100)])
+    check_heldout_task(get_task("sst2"), [TrainSettings()])
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -9,7 +9,7 @@ import pytest
 
 from suite.run.record import HELDOUT, RunRecord, heldout_predictions, load_predictions
 
-FLAGS = ["--tasks", "sst2", "--methods", "vanilla,drophead", "--seeds", "1,2", "--max-length", "32",
+FLAGS = ["--tasks", "rte", "--methods", "vanilla,drophead", "--seeds", "1,2", "--max-length", "32",
          "--set", "train.test_holdout=8", "--set", "train.holdout=4", "--set", "train.stats_batches=0"]
 
 
@@ -66,7 +66,7 @@ def test_the_report_scores_on_the_held_out_split_and_keeps_dev_beside(heldout_ru
         return {int(r.seed): RunOutcome(r.score * 100, r.predictions) for r in frame[frame["method"] == method]
                 .itertuples()}
 
-    compare_runs("sst2", outcomes("drophead"), outcomes("vanilla"))  # reads the held-out sidecars as it reads dev's
+    compare_runs("rte", outcomes("drophead"), outcomes("vanilla"))  # reads the held-out sidecars as it reads dev's
     held = [loaded_predictions(p) for p in frame["predictions"]]  # what the example-level statistics resample
     assert all(set(p) == {""} and np.array_equal(p[""]["index"], held[0][""]["index"]) for p in held)
 
@@ -76,7 +76,7 @@ def test_the_report_builds_from_held_out_runs(heldout_runs):
 
     md = build_report([heldout_runs], aso=False, figures=False, allow_uncommitted=True).read_text()
     assert "held-out test 8 (scored)" in md and "Scored on the held-out test split" in md
-    assert "a held-out test split of the train set as the test set for SST-2 (train.test_holdout" in md
+    assert "a held-out test split of the train set as the test set for RTE (train.test_holdout" in md
     assert "dev split as the test set" not in md
     assert re.search(r"\| headline +\| dev +\| seeds", md)  # the dev headline beside the held-out one
 
@@ -128,7 +128,7 @@ def test_it_is_scored_once_after_the_epoch_is_chosen(tiny_bert_dir, glue_dir, mo
     monkeypatch.setattr(training.EpochSelection, "finish", logged_finish)
     t = TrainSettings(epochs=2, batch_size=8, max_length=32, train_eval_samples=0, stats_batches=0, precision="fp32",
                       holdout=5, test_holdout=7, select_epoch="best", early_stopping_patience=1)
-    rec = run_one(RunConfig(tiny_bert_dir, "sst2", "vanilla", {"p": 0.1}, 1, t), glue_dir, device="cpu", quiet=True,
+    rec = run_one(RunConfig(tiny_bert_dir, "rte", "vanilla", {"p": 0.1}, 1, t), glue_dir, device="cpu", quiet=True,
                   cache=TokenizedCache())
     assert rec.ok, rec.error
     assert calls.count(("evaluate", 7)) == 1 and calls[-2:] == [("finish", None), ("evaluate", 7)]
