@@ -282,6 +282,12 @@ def _comparison_table(facts: ModelFacts, options: Options) -> Part:
                "collapse p adj", "ASO ε"]
     part.tables["comparisons"] = Table(headers, rows)
     part.add(f"### Comparisons with `{options.baseline}`", "", table(rows, headers), "",
+             "- Dev-example se: the part of the interval's standard error that every seed shares, which examples the "
+             "dev set happens to hold (no number of seeds shrinks it). 0.00 means it was estimated at 0: the "
+             "methods' example-by-example differences did not repeat from seed to seed beyond chance (usual when "
+             "each seed trains on its own draw of the data), so the dev-example noise is all in the seeds' "
+             "spread, which the interval holds already; – : no per-example predictions, the interval is over seeds "
+             "only.\n"
              "- Effect size: Δ over the standard deviation of one seed's difference, dev-example noise included "
              "(each comparison's own). p: two-sided test of no difference; p equiv: two one-sided tests of |Δ| ≥ "
              "the margin; \"adj\": "
