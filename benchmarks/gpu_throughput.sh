@@ -17,7 +17,7 @@ if [ -n "${QUICK:-}" ]; then   # the CPU rehearsal: tiny versions of every step
   SST="--set train.max_train_samples=64 --epochs 1"; MAIN="--set train.max_train_samples=64 --epochs 1 --seeds 1"
 else
   CAP=""; LOOP="--steps 60"; TP="--tasks rte,mrpc,stsb,cola --seeds 4 --epochs 3 --workers 1,auto"; TP_EAGER="--tasks rte,mrpc,stsb,cola --seeds 4 --epochs 3 --workers auto"
-  SST="--set train.max_train_samples=none --epochs 3"; MAIN=""
+  SST="--preset paper --model minilm"; MAIN=""
 fi
 step "device"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
