@@ -57,7 +57,7 @@ def test_committed_studies_load_and_plan_their_records():
     ("methods: [vanilla]\nseeds: [1, two]\n", "study.yaml: seeds.1: Input should be a valid integer"),
     ("methods: [vanilla]\nsweep: {scores_dropout.q: [0.1]}\n", "study.yaml: sweep.scores_dropout.q: scores_dropout "
                                                                 "has no hyper-parameter 'q'"),
-    ("methods: [vanilla]\nexecutor: {workers: many}\n", "study.yaml: executor.workers: Input should be a valid"),
+    ("methods: [vanilla]\nexecutor: {workers: many}\n", "study.yaml: executor.workers.int: Input should be a valid"),
     ("methods: [vanilla]\nreport: {alpha: .nan}\n", "study.yaml: report.alpha: Input should be greater than 0"),
     ("methods: [vanilla]\nreport: {alpha: 2}\n", "study.yaml: report.alpha: Input should be less than 1"),
     ("methods: [vanilla]\nreport: {alpha: 0}\n", "study.yaml: report.alpha: Input should be greater than 0"),
