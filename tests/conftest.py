@@ -162,3 +162,21 @@ def register():
     yield add
     for name in names:
         suite.METHODS.remove(name)
+
+
+MEMORY_LIMIT_GIB = 2  # address space a bounded input may take in a bomb test (the bombs took 6-19 GB)
+
+
+def run_under_memory_limit(argv: list[str], gib: float = MEMORY_LIMIT_GIB, timeout: float = 120, cwd=None):
+    """`python -m suite ARGV` in a child process whose address space is capped (RLIMIT_AS) at `gib` GiB: an input that
+    would exhaust memory dies there (MemoryError, exit 1) instead of taking the machine; one that is refused exits 2."""
+    import subprocess
+    import sys
+
+    code = ("import resource, sys\n"
+            f"limit = int({gib} * 2**30)\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+            "from suite.commands import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)

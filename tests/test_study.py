@@ -307,3 +307,40 @@ def test_report_refuses_impossible_levels_margins_and_floors(flag, value, tmp_pa
     with pytest.raises(SystemExit) as exit_:
         main(["report", str(tmp_path), flag, value])
     assert exit_.value.code == 2 and f"argument {flag}: {value!r} is not" in capsys.readouterr().err
+
+
+def _doubling(n: int) -> str:
+    return "methods: [vanilla]\ns0: ab\n" + "".join(f"s{i}: '${{s{i - 1}}}${{s{i - 1}}}'\n" for i in range(1, n))
+
+
+def _laughs(n: int) -> str:
+    lines = ["methods: [vanilla]", "l0: &l0 [a, a, a, a, a, a, a, a, a, a]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, n)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (_doubling(40), "a study file reads only ${oc.env:VAR}"),   # 2^40 bytes: 18.6 GB before it was refused
+    (_laughs(9), "more than 100,000 values once its aliases (*name) are expanded"),  # 10^9 values
+    ("methods: [vanilla]\nout: '${oc.create:{a: 1}}'\n", "a study file reads only ${oc.env:VAR}"),
+    ("methods: [vanilla]\nout: ${oc.env:SUITE_TEST_UNSET_VARIABLE}\n", "SUITE_TEST_UNSET_VARIABLE is not set"),
+    ("methods: [vanilla]\n" + "# " + "x" * (1 << 20) + "\n", "larger than 1024 KiB"),
+], ids=["doubling-interpolations", "alias-bomb", "other-resolver", "unset-variable", "huge-file"])
+def test_study_files_that_would_exhaust_memory_are_refused_under_a_memory_limit(tmp_path, text, message):
+    """Interpolations (OmegaConf resolved every one, unknown keys included, before the file was checked), alias bombs
+    and huge files exit 2 at once, in a process that may take 2 GiB."""
+    from conftest import run_under_memory_limit
+
+    out = run_under_memory_limit(["run", "--study", str(_write(tmp_path, text)), "--dry-run", "--out",
+                                  str(tmp_path / "out")])
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert message in out.stderr and "Traceback" not in out.stderr, out.stderr[-3000:]
+
+
+def test_environment_interpolations_still_work_with_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("STUDY_SEEDS_OUT", str(tmp_path / "env"))
+    monkeypatch.delenv("SUITE_TEST_UNSET_VARIABLE", raising=False)
+    study = load_study(_write(tmp_path, "methods: [vanilla]\nout: runs/${oc.env:STUDY_SEEDS_OUT}/x\n"
+                                        "data_dir: ${oc.env:SUITE_TEST_UNSET_VARIABLE,glue}\n"
+                                        "report: {out: '${oc.env:SUITE_TEST_UNSET_VARIABLE,null}'}\n"))
+    assert study.out == f"runs/{tmp_path / 'env'}/x" and study.data_dir == "glue" and study.report.out is None
