@@ -79,6 +79,7 @@ class OutputsSection(_Section):
 Level = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0, lt=1)]
 Positive = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0)]
 NonNegative = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(ge=0)]
+Count = Annotated[int, pydantic.BeforeValidator(_not_a_truth_value)]  # a number of seeds: true is not 1
 
 
 class ReportSection(_Section):
@@ -96,9 +97,9 @@ class UntilDecidedSection(_Section):
     """`run --until-decided` (suite.grid.until_decided): looks at start, start + step, ... seeds up to cap; the
     alpha-spending function (obrien-fleming or pocock) and the futility threshold (predictive power; 0: never)."""
 
-    start: Optional[int] = None
-    step: Optional[int] = None
-    cap: Optional[int] = None
+    start: Optional[Count] = None
+    step: Optional[Count] = None
+    cap: Optional[Count] = None
     spending: Optional[str] = None
     futility: Optional[float] = None
 
@@ -112,7 +113,7 @@ class TuneSection(_Section):
     seeds: list[int]                      # tuning seeds: disjoint from the final grid's; 3 or more recommended
     # configurations per method, the same for every method; `all`: every method's whole grid (the shared settings'
     # grid crossed with its own hyper-parameters)
-    budget: Union[pydantic.PositiveInt, Literal["all"]]
+    budget: Union[Annotated[pydantic.PositiveInt, pydantic.BeforeValidator(_not_a_truth_value)], Literal["all"]]
     space: dict[str, dict[str, list[Scalar]]]  # method (or default) -> KEY -> values, as --sweep writes them
     draw_seed: int = 0                    # seed of the draw of `budget` configurations from a larger space
     # how `budget` points are drawn from a larger grid: stratified (every point of the default space, e.g. every
