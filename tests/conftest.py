@@ -24,6 +24,20 @@ import suite  # noqa: E402  after the environment above, as the line below
 from suite.testing import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: E402,F401
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that start Ray (marked `starts_ray`) run only inside a loopback-only network namespace, since Ray listens
+    on every interface it finds: elsewhere they are skipped here and `test_ray_confined.py` runs them in one."""
+    import loopback_ns  # this folder is on sys.path under pytest
+
+    ray_items = [item for item in items if item.get_closest_marker("starts_ray")]
+    if not ray_items or loopback_ns.confined():
+        return
+    skip = pytest.mark.skip(reason="starts Ray: runs only in a loopback-only network namespace, where "
+                                   "tests/test_ray_confined.py runs every Ray test")
+    for item in ray_items:
+        item.add_marker(skip)
+
+
 def set_cpu_bf16(monkeypatch, native: bool) -> None:
     """Make this CPU look as if it had (or lacked) bf16 instructions, which decide what precision `auto` trains in."""
     from suite.run.device import CPU_BF16_CHECKS
@@ -148,3 +162,21 @@ def register():
     yield add
     for name in names:
         suite.METHODS.remove(name)
+
+
+MEMORY_LIMIT_GIB = 2  # address space a bounded input may take in a bomb test (the bombs took 6-19 GB)
+
+
+def run_under_memory_limit(argv: list[str], gib: float = MEMORY_LIMIT_GIB, timeout: float = 120, cwd=None):
+    """`python -m suite ARGV` in a child process whose address space is capped (RLIMIT_AS) at `gib` GiB: an input that
+    would exhaust memory dies there (MemoryError, exit 1) instead of taking the machine; one that is refused exits 2."""
+    import subprocess
+    import sys
+
+    code = ("import resource, sys\n"
+            f"limit = int({gib} * 2**30)\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+            "from suite.commands import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)

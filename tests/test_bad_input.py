@@ -353,3 +353,14 @@ def test_a_config_claiming_thousands_of_layers_is_refused_before_its_weights_loa
     out = tmp_path / "out"
     rc = run_cli(str(model), glue_dir, out)
     assert_refused(capsys, rc, out, "parameters needs at least", "more than the 0.1 GiB of memory (RAM) here")
+
+
+def test_a_model_folder_whose_name_no_record_file_can_hold_is_refused_before_training(no_training, tiny_bert_dir,
+                                                                                      glue_dir, tmp_path, capsys):
+    """A record is named TASK__METHOD__seedN__MODEL__HASH: with a 230-letter model folder its sidecar's name passes 255
+    bytes, so the run would train and then lose its record."""
+    model = tmp_path / ("m" * 230)
+    shutil.copytree(tiny_bert_dir, model)
+    out = tmp_path / "out"
+    rc = run_cli(str(model), glue_dir, out)
+    assert_refused(capsys, rc, out, "longer than the 255 bytes a file name holds", "give the model's folder a shorter")

@@ -89,7 +89,7 @@ def test_list_fits_100_columns_with_plugins_of_long_names(capsys, monkeypatch):
     from suite.api.tasks import TASKS, get_task, register_task
 
     monkeypatch.setenv("COLUMNS", "240")
-    task, method = "a_very_long_plugin_task_name", "a_method_" + "with_a_long_name_" * 8
+    task, method = "a_very_long_plugin_task_name", "a_method_" + "with_a_long_name_" * 3  # names hold 64 bytes
     register_task(dataclasses.replace(get_task("rte"), name=task, groups=("a_group_of_plugin_tasks",),
                                       label_names=("strongly_agreeing_label", "strongly_disagreeing_label", "other")))
     try:

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import loopback_ns  # this folder is on sys.path under pytest (as conftest is)
 import pytest
 
 from suite import commands
@@ -82,6 +83,7 @@ def ray_cluster():
     """One local 2-CPU Ray cluster for the module. Its workers get this folder on PYTHONPATH (for executor_faults),
     as an installed plugin would be importable on a real cluster."""
     ray = pytest.importorskip("ray")
+    loopback_ns.require_confined()
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, saved) if p)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
@@ -127,6 +129,7 @@ def check_fault_outcome(result, dies: Path, raises: Path) -> None:
 # Ray
 # ---------------------------------------------------------------------------------------------------------
 
+@pytest.mark.starts_ray
 def test_ray_cli_matches_local_and_resumes_its_grid(ray_cluster, sequential, tiny_bert_dir, glue_dir, tmp_path):
     seq_out, seq = sequential
     # One run finished under the local executor: the Ray grid must skip it and run the other three.
@@ -142,12 +145,14 @@ def test_ray_cli_matches_local_and_resumes_its_grid(ray_cluster, sequential, tin
         assert_same_numbers(got[h], seq[h])
 
 
+@pytest.mark.starts_ray
 def test_ray_retries_dead_worker_but_not_failed_run(ray_cluster, fault_methods, tiny_bert_dir, glue_dir, tmp_path):
     jobs, dies, raises = fault_jobs(tiny_bert_dir, tmp_path)
     result = run_grid(jobs, Store(tmp_path / "out"), glue_dir, executor="ray", quiet=True)
     check_fault_outcome(result, dies, raises)
 
 
+@pytest.mark.starts_ray
 def test_ray_ships_data_to_workers(ray_cluster, sequential, tiny_bert_dir, glue_dir, tmp_path):
     """With shipping (the default for --address), workers read a copy sent through the object store."""
     _, seq = sequential
@@ -416,6 +421,7 @@ def test_pool_worker_with_a_broken_cuda_context_is_replaced(tiny_bert_dir, glue_
     assert attempts == [1, 2]
 
 
+@pytest.mark.starts_ray
 def test_ray_ships_the_test_split_and_brings_every_output_home(ray_cluster, tiny_bert_dir, glue_dir, tmp_path):
     """--predict-test and --save-model on workers without the driver's folders (ship=True, as for --address): the
     test split travels with the data, and the model folder and test predictions come back into the driver's output

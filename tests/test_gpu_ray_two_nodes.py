@@ -9,14 +9,18 @@ import json
 import shutil
 from pathlib import Path
 
+import loopback_ns  # this folder is on sys.path under pytest (as conftest is)
 import pytest
 
 from suite import commands
+
+pytestmark = pytest.mark.starts_ray  # run inside a loopback-only network namespace (conftest)
 
 
 @pytest.fixture(scope="module")
 def two_nodes():
     pytest.importorskip("ray")
+    loopback_ns.require_confined()
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})

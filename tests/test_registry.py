@@ -137,3 +137,60 @@ def test_method_names_that_cannot_name_a_record_file_are_refused(name):
     with pytest.raises(ValueError, match="letters, digits"):
         suite.register_method(name)(Fine)
     assert name not in suite.METHODS
+
+
+@pytest.mark.parametrize("kind", ["method", "task"])
+def test_a_name_longer_than_a_file_name_can_hold_is_refused_at_registration(kind):
+    """A 300-letter plugin method registered, trained, and then its record could not be written (lost)."""
+    from suite.api.registry import MAX_NAME_BYTES
+    from suite.api.tasks import TASKS
+
+    registry = suite.METHODS if kind == "method" else TASKS
+    entry = type("Fine", (suite.AttentionMethod,), {}) if kind == "method" else object()
+    for name in ("m" * 300, "é" * (MAX_NAME_BYTES // 2 + 1)):  # bytes, not letters: é is two in UTF-8
+        with pytest.raises(ValueError, match=f"{kind} name .* bytes long; a {kind} name may have at most 64"):
+            registry.add(name, entry)
+        assert name not in registry
+    fits = "m" * MAX_NAME_BYTES
+    registry.add(fits, entry)
+    registry.remove(fits)
+
+
+def test_register_method_refuses_a_long_name_before_anything_trains():
+    class Fine(suite.AttentionMethod):
+        pass
+
+    with pytest.raises(ValueError, match="at most 64"):
+        suite.register_method("x" * 300)(Fine)
+    assert "x" * 300 not in suite.METHODS
+
+
+def _plugin_dist(root, name: str, body: str) -> None:
+    (root / f"{name}.py").write_text(body)
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[suite.methods]\n{name} = {name}\n")
+
+
+def test_a_plugin_that_exits_or_raises_while_imported_is_left_out_with_a_warning(tmp_path):
+    """A plugin whose import called sys.exit(0) ended `run` with exit 0, no records and no message. Now it, and one
+    raising anything else, is left out with a warning (with whatever it registered before failing), and the grid of
+    the other methods goes on."""
+    registers = textwrap.dedent('''
+        import suite
+
+        @suite.register_method("{name}_half")
+        class Half(suite.AttentionMethod):
+            """Registered before the failure: must not stay."""
+    ''')
+    _plugin_dist(tmp_path, "exits_plugin", registers.format(name="exits_plugin") + "\nimport sys\nsys.exit(0)\n")
+    _plugin_dist(tmp_path, "raises_plugin", registers.format(name="raises_plugin") + "\nraise KeyError('boom')\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    out = subprocess.run([sys.executable, "-m", "suite", "run", "--methods", "all", "--tasks", "rte", "--dry-run",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ("warning: the method plugin 'exits_plugin' failed to load and is left out: its import called "
+            "sys.exit(0)") in out.stderr
+    assert "the method plugin 'raises_plugin' failed to load and is left out: KeyError: 'boom'" in out.stderr
+    assert "rte/vanilla/seed1" in out.stdout and "_half" not in out.stdout

@@ -15,7 +15,7 @@ import importlib.metadata
 import re
 from typing import Callable, Generic, Iterable, TypeVar
 
-from suite.api.errors import UnknownNameError  # re-exported: the registry raises it
+from suite.api.errors import Terminated, UnknownNameError  # UnknownNameError: the registry raises it
 
 __all__ = ["Registry", "normalise"]  # what the rest of the suite uses; other names are this module's own
 
@@ -66,19 +66,38 @@ def _same_definition(old: object, new: object) -> bool:
             and (old.__module__, old.__qualname__) == (new.__module__, new.__qualname__))
 
 
+def _failure(exc: BaseException) -> str:
+    """One line for a plugin that failed to import."""
+    if isinstance(exc, SystemExit):
+        return f"its import called sys.exit({exc.code!r})"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
+
+
 def _where(entry: object) -> str:
     return f"{entry.__module__}.{entry.__qualname__}" if isinstance(entry, type) else repr(entry)
 
 
 NAME_FORBIDDEN = ("/", "\\", "\0", "..")
+# A registered name's most bytes (UTF-8): a record is named TASK__METHOD__seedN__MODEL__HASH.predictions.npz, and a
+# file name holds 255 bytes, so a task and a method of 64 each leave the model's folder name about 90.
+MAX_NAME_BYTES = 64
 
 
 def check_name_part(kind: str, name: str) -> str:
     """`name` (a method's, a task's) as a safe part of a file name: records are named TASK__METHOD__..., so a name
-    with a path separator, `..`, a NUL or a leading dot would write outside the output folder or hide its file."""
+    with a path separator, `..`, a NUL or a leading dot would write outside the output folder or hide its file, and
+    one longer than MAX_NAME_BYTES would give a record that cannot be written after its run has trained."""
+    if not isinstance(name, str):
+        raise ValueError(f"{kind} name {name!r} is not a string: give the name as text")
     if not name or name.startswith(".") or any(bad in name for bad in NAME_FORBIDDEN):
         raise ValueError(f"{kind} name {name!r} cannot name files: use letters, digits, '_' and '-' (no '/', '\\', "
                          "'..' or leading '.')")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"{kind} name {name[:40]!r}... is {size} bytes long; a {kind} name may have at most "
+                         f"{MAX_NAME_BYTES} (its runs' records are named after it, and a file name holds 255 bytes): "
+                         "register it under a shorter name")
     return name
 
 
@@ -162,10 +181,22 @@ class Registry(Generic[T]):
             dist = getattr(ep, "dist", None)
             origin = ({"distribution": dist.name, "version": dist.version} if dist else
                       _distribution_of(ep.value.split(":")[0].split(".")[0]))
+            saved = self._state()
             try:
                 self._import(ep.load, origin)  # importing the plugin module registers its entries
-            except Exception as exc:  # a broken plugin must not take the suite down
-                self.plugin_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+            except (KeyboardInterrupt, Terminated):  # a stop, not the plugin's failure
+                raise
+            except BaseException as exc:  # noqa: BLE001  a broken plugin (even one calling sys.exit) is left out
+                self._restore(saved)  # with whatever it registered before it failed
+                self.plugin_errors[ep.name] = _failure(exc)
+
+    def _state(self) -> tuple:
+        return dict(self._entries), dict(self._names), dict(self._origins), set(self.replaced)
+
+    def _restore(self, state: tuple) -> None:
+        entries, names, origins, replaced = state
+        self._entries, self._names, self._origins, self.replaced = dict(entries), dict(names), dict(origins), \
+            set(replaced)
 
     def _import(self, what: str | Callable[[], object], origin: dict[str, str | None] | _DistributionOf) -> None:
         """Import a module (or load an entry point); entries it registers are attributed to `origin`.

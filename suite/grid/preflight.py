@@ -87,6 +87,7 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
     if not jobs:  # e.g. --model ',' : a comma list of nothing
         raise BadInput("the grid has no runs: --model, --tasks, --methods or --seeds (or the study file) named "
                        "nothing to run; give at least one of each, e.g. --model minilm")
+    check_file_names(jobs)
     check_device(device, executor)
     # from the configs alone, before any weights load: a config that claims thousands of layers would otherwise be
     # loaded (and killed for memory) before it could be refused; the cluster's machines are not this one: Ray runs
@@ -98,6 +99,23 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
         check_model(model, max(job.train.max_length for job in mine))
         check_lengths(model, mine)
     warn_grid(jobs, device, sets, sweeps)
+
+
+NAME_MAX = 255  # bytes in a file name (ext4, XFS, btrfs, APFS; NTFS holds 255 characters)
+
+
+def check_file_names(jobs: Sequence[RunConfig]) -> None:
+    """Every file a run writes beside its record (the longest: its `.predictions.npz` sidecar) has a name that a
+    file system holds: a model folder with a long name would otherwise train and then fail to write its record."""
+    from suite.run.record import predictions_filename
+
+    for job in jobs:
+        name = predictions_filename(job.filename)
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > NAME_MAX:
+            raise BadInput(f"{job.label}: its record's files would be named {name[:48]}... ({size} bytes), longer "
+                           f"than the {NAME_MAX} bytes a file name holds (TASK__METHOD__seedN__MODEL__HASH, MODEL "
+                           "the last part of --model): give the model's folder a shorter name")
 
 
 def warn_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = ()) -> None:

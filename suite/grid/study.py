@@ -2,14 +2,16 @@
 executor, outputs, report options) in one YAML file, run with `python -m suite run --study FILE` and reported with
 `python -m suite report --study FILE`. Command-line flags override the file.
 
-OmegaConf reads the YAML (so `${oc.env:SUITE_DATA_DIR}` interpolations work) and pydantic checks it: an unknown key
-or a value of the wrong type is an error that names the file and the key. Paths are relative to the folder the
-command runs in, as flags are.
+OmegaConf reads the YAML (`${oc.env:VAR}` is the one interpolation read, bounded: `_resolved`) and pydantic checks
+it: an unknown key or a value of the wrong type is an error that names the file and the key. Paths are relative to
+the folder the command runs in, as flags are.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import io
+import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
@@ -78,6 +80,7 @@ class OutputsSection(_Section):
 Level = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0, lt=1)]
 Positive = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0)]
 NonNegative = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(ge=0)]
+Count = Annotated[int, pydantic.BeforeValidator(_not_a_truth_value)]  # a number of seeds: true is not 1
 
 
 class ReportSection(_Section):
@@ -95,9 +98,9 @@ class UntilDecidedSection(_Section):
     """`run --until-decided` (suite.grid.until_decided): looks at start, start + step, ... seeds up to cap; the
     alpha-spending function (obrien-fleming or pocock) and the futility threshold (predictive power; 0: never)."""
 
-    start: Optional[int] = None
-    step: Optional[int] = None
-    cap: Optional[int] = None
+    start: Optional[Count] = None
+    step: Optional[Count] = None
+    cap: Optional[Count] = None
     spending: Optional[str] = None
     futility: Optional[float] = None
 
@@ -111,7 +114,7 @@ class TuneSection(_Section):
     seeds: list[int]                      # tuning seeds: disjoint from the final grid's; 3 or more recommended
     # configurations per method, the same for every method; `all`: every method's whole grid (the shared settings'
     # grid crossed with its own hyper-parameters)
-    budget: Union[pydantic.PositiveInt, Literal["all"]]
+    budget: Union[Annotated[pydantic.PositiveInt, pydantic.BeforeValidator(_not_a_truth_value)], Literal["all"]]
     space: dict[str, dict[str, list[Scalar]]]  # method (or default) -> KEY -> values, as --sweep writes them
     draw_seed: int = 0                    # seed of the draw of `budget` configurations from a larger space
     # how `budget` points are drawn from a larger grid: stratified (every point of the default space, e.g. every
@@ -235,6 +238,72 @@ def _explain(path: Path, error: pydantic.ValidationError) -> str:
     return "\n".join(lines)
 
 
+# Bounds on what a study file may make the reader hold: a study is a few kilobytes and a few hundred values.
+MAX_STUDY_BYTES = 1 << 20        # the file
+MAX_STUDY_NODES = 100_000        # YAML values with every alias (*name) expanded: an alias bomb stops here
+ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^${}]*))?\}")
+
+
+def _bounded_text(path: Path) -> str:
+    """The file's text, refused beyond MAX_STUDY_BYTES or MAX_STUDY_NODES values once aliases are expanded."""
+    import yaml
+
+    with open(path, "rb") as f:
+        blob = f.read(MAX_STUDY_BYTES + 1)
+    if len(blob) > MAX_STUDY_BYTES:
+        raise ValueError(f"larger than {MAX_STUDY_BYTES // 1024} KiB; a study file declares a grid in a few "
+                         "kilobytes")
+    text = blob.decode("utf-8")
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:  # the composed graph shares an alias's node: each node's expanded size once
+        if id(node) not in sizes:
+            sizes[id(node)] = MAX_STUDY_NODES + 1  # a node inside itself (a recursive alias) counts as too many
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else []
+            sizes[id(node)] = min(MAX_STUDY_NODES + 1, 1 + sum(size(child) for child in children))
+        return sizes[id(node)]
+
+    for document in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        if document is not None and size(document) > MAX_STUDY_NODES:
+            raise ValueError(f"more than {MAX_STUDY_NODES:,} values once its aliases (*name) are expanded")
+    return text
+
+
+def _resolved(path: Path, data: Any, where: str = "") -> Any:
+    """`data` with each `${oc.env:VAR}` / `${oc.env:VAR,default}` replaced by the environment's value. Any other
+    interpolation (`${key}`, another resolver) is refused: OmegaConf resolved every one of them, unknown keys included,
+    before the file could be checked, and 40 lines of `sN: '${sN-1}${sN-1}'` took 18.6 GB."""
+    import os
+
+    if isinstance(data, dict):
+        return {k: _resolved(path, v, f"{where}{k}.") for k, v in data.items()}
+    if isinstance(data, list):
+        return [_resolved(path, v, f"{where}[{i}].") for i, v in enumerate(data)]
+    if not isinstance(data, str) or "${" not in data:
+        return data
+    key = where.rstrip(".")
+
+    def env(match: re.Match) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is None:
+            raise BadInput(f"{path}: {key}: the environment variable {name} is not set (${{oc.env:{name}}}); set it "
+                           f"or give a default: ${{oc.env:{name},DEFAULT}}")
+        return default.strip()
+
+    whole = ENV_INTERPOLATION.fullmatch(data)
+    if whole and whole.group(2) is not None and whole.group(2).strip() == "null" and whole.group(1) not in os.environ:
+        return None
+    value = ENV_INTERPOLATION.sub(env, data)
+    if "${" in ENV_INTERPOLATION.sub("", data):
+        raise BadInput(f"{path}: {key}: {data[:80]!r}: a study file reads only ${{oc.env:VAR}} (or "
+                       "${oc.env:VAR,default}) interpolations, not references to other keys or other resolvers; "
+                       "write the value out (docs/studies.md)")
+    return value
+
+
 def load_study(path: str | Path) -> Study:
     """Read and check a study file; BadInput names the file and every bad key."""
     import yaml
@@ -245,11 +314,13 @@ def load_study(path: str | Path) -> Study:
     if not path.is_file():
         raise BadInput(f"study file {path} does not exist (studies live in studies/*.yaml)")
     try:
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    except (OmegaConfBaseException, yaml.YAMLError, ValueError, OSError) as exc:  # yaml's errors carry the line
+        text = _bounded_text(path)
+        data = OmegaConf.to_container(OmegaConf.load(io.StringIO(text)), resolve=False)  # resolved below, bounded
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError, OSError, RecursionError) as exc:  # yaml: the line
         raise BadInput(f"{path}: not a readable study file: {exc}") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path}: a study file is a YAML mapping (keys such as methods:, tasks:, train:)")
+    data = _resolved(path, data)
     try:
         study = Study.model_validate(data)
     except pydantic.ValidationError as exc:

@@ -34,6 +34,7 @@ __all__ = ["ALL", "MIN_SEEDS", "TuningIncomplete", "TuningPlan", "apply_settings
 
 DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)
 ALL = "all"                       # `budget: all`: every method's whole grid
+MAX_CONFIGURATIONS = 10_000       # configurations one method's space may hold (300 x 300 x 300: 6.2 GB in a dry run)
 MIN_SEEDS = MIN_TUNING_SEEDS      # fewer tuning seeds than this: the selection may be one seed's luck
 # settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
 FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "test_holdout", "data_seed", "subset_draw", "max_eval_samples")
@@ -127,6 +128,11 @@ def configurations(tune, method: str) -> list[dict[str, Any]]:
         raise BadInput(f"tune.space: {method} has no train.lr to search; give it in tune.space.default (every "
                        "method) or tune.space.{method}")
     keys = list(space)
+    size = math.prod(len(dict.fromkeys(space[k])) for k in keys)
+    if size > MAX_CONFIGURATIONS:
+        raise BadInput(f"tune.space: {method}'s space has {size:,} configurations "
+                       f"({' x '.join(f'{len(set(space[k]))} {k}' for k in keys)}), beyond the suite's limit of "
+                       f"{MAX_CONFIGURATIONS:,} per method; give fewer values")
     points = [dict(zip(keys, combo)) for combo in itertools.product(*(list(dict.fromkeys(space[k])) for k in keys))]
     if tune.budget == ALL or len(points) == tune.budget:
         return points

@@ -31,6 +31,7 @@ __all__ = ["Comparison", "Schedule", "closing_lines", "comparisons", "primary_co
            "run_until_decided", "same_family", "seed_sequence", "study_schedule"]
 
 DEFAULT_START, DEFAULT_STEP, DEFAULT_CAP = 5, 5, 20
+MAX_CAP, MAX_LOOKS = 1000, 50  # seeds and looks a schedule may plan (docs/sequential.md); a cap of 10**9 took 9 GB
 DEFAULT_ALPHA, DEFAULT_REFERENCE = 0.05, "vanilla"  # the report's defaults (report.alpha, report.baseline)
 
 
@@ -50,10 +51,19 @@ class Schedule:
             raise BadInput(f"until_decided.spending: {self.spending!r} is not one of {', '.join(SPENDING)}")
         if not 0 <= self.futility < 1:
             raise BadInput(f"until_decided.futility: {self.futility} must lie in [0, 1) (0: never stop for futility)")
+        for key in ("start", "step", "cap"):
+            if isinstance(getattr(self, key), bool) or not isinstance(getattr(self, key), int):
+                raise BadInput(f"{key}: {getattr(self, key)!r} is not a whole number of seeds")
+        if self.cap > MAX_CAP:
+            raise BadInput(f"cap: {self.cap:,} seeds is beyond the suite's limit of {MAX_CAP:,} "
+                           "(every look and seed is planned up front); give a cap of at most that")
         try:
-            plan_looks(self.start, self.step, self.cap)
+            looks = plan_looks(self.start, self.step, self.cap)
         except ValueError as exc:
             raise BadInput(str(exc)) from None
+        if len(looks) > MAX_LOOKS:
+            raise BadInput(f"start={self.start}, step={self.step}, cap={self.cap} make {len(looks)} "
+                           f"looks, beyond the suite's limit of {MAX_LOOKS}; give a larger step")
 
     @property
     def looks(self) -> tuple[int, ...]:

@@ -89,21 +89,42 @@ def unless(value: Any) -> HashRule:
 
 
 def setting(default: Any, help: str, *, choices: tuple[str, ...] | None = None, minimum: float | None = None,
-            hashed: HashRule = ALWAYS) -> Any:
+            maximum: float | None = None, hashed: HashRule = ALWAYS) -> Any:
     """A training setting, declared once: its default, its help text (the CLI's and `run --help`'s), the values it
-    may take (`choices`, `minimum`; checked by `TrainSettings.validate`), and how it enters a run's hash (`hashed`:
-    ALWAYS, NEVER, ADDED or unless(the value older records ran))."""
+    may take (`choices`, `minimum`, `maximum`; checked by `TrainSettings.validate`), and how it enters a run's hash
+    (`hashed`: ALWAYS, NEVER, ADDED or unless(the value older records ran))."""
     rule = unless(default) if hashed is ADDED else hashed
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "minimum": minimum,
-                                                        "hashed": rule})
+                                                        "maximum": maximum, "hashed": rule})
+
+
+# Upper bounds on what a setting may make one run loop over or allocate (docs/reliability.md): `--epochs 10**12`
+# trained without end or warning.
+MAX_EPOCHS, MAX_BATCH, MAX_ACCUMULATION = 1000, 65536, 4096
+
+
+def _check_setting(name: str, value: Any, rule) -> None:
+    """One setting against its declaration: finite, one of its choices, within its minimum and maximum."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise HyperParameterError(f"train.{name}={value} is impossible: it must be a finite number")
+    if rule["choices"] and value not in rule["choices"]:
+        raise HyperParameterError(f"train.{name}={value!r}: choose {', '.join(rule['choices'])}")
+    if rule["maximum"] is not None and value is not None and value > rule["maximum"]:
+        raise HyperParameterError(f"train.{name}={value} is beyond the suite's limit: it must be <= "
+                                  f"{rule['maximum']:,} (docs/reliability.md); give a smaller value")
+    if rule["minimum"] is not None and value is not None and value < rule["minimum"]:
+        raise HyperParameterError(f"train.{name}={value} is impossible: it must be >= {rule['minimum']}"
+                                  + (" (or none for all)" if name in ("max_train_samples",
+                                                                         "max_eval_samples") else "")
+                                  + (" (0 turns clipping off)" if name == "grad_clip" else ""))
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings:
-    epochs: int = setting(3, "passes over the training set", minimum=1)
+    epochs: int = setting(3, "passes over the training set", minimum=1, maximum=MAX_EPOCHS)
     lr: float = setting(5e-5, "peak learning rate of AdamW (linear warm-up, then linear decay to 0)")
-    batch_size: int = setting(32, "training examples per batch", minimum=1)
-    eval_batch_size: int = setting(128, "examples per batch when evaluating", minimum=1)
+    batch_size: int = setting(32, "training examples per batch", minimum=1, maximum=MAX_BATCH)
+    eval_batch_size: int = setting(128, "examples per batch when evaluating", minimum=1, maximum=MAX_BATCH)
     max_length: int = setting(128, "tokens per example; longer inputs are truncated", minimum=1)
     warmup_ratio: float = setting(0.1, "share of the optimizer steps spent warming the learning rate up, in [0, 1)")
     weight_decay: float = setting(0.01, "AdamW weight decay (not on biases and norms)", minimum=0)
@@ -139,7 +160,8 @@ class TrainSettings:
     compile: bool = setting(False, "torch.compile the model (faster on GPUs; numbers may differ in the last digits)",
                             hashed=ADDED)
     grad_accumulation: int = setting(1, "batches per optimizer step: effective batch = batch_size x "
-                                        "grad_accumulation", minimum=1, hashed=ADDED)
+                                        "grad_accumulation", minimum=1, maximum=MAX_ACCUMULATION,
+                                 hashed=ADDED)
     early_stopping_patience: int = setting(0, "stop after this many epochs without a better tuning-split score "
                                               "(needs train.holdout; dev is never used; 0: off)",
                                            minimum=0, hashed=ADDED)
@@ -164,16 +186,7 @@ class TrainSettings:
     def validate(self) -> None:
         """Raise HyperParameterError for any impossible setting (NaN and inf included), before anything trains."""
         for f in dataclasses.fields(self):
-            value, rule = getattr(self, f.name), f.metadata
-            if isinstance(value, float) and not math.isfinite(value):
-                raise HyperParameterError(f"train.{f.name}={value} is impossible: it must be a finite number")
-            if rule["choices"] and value not in rule["choices"]:
-                raise HyperParameterError(f"train.{f.name}={value!r}: choose {', '.join(rule['choices'])}")
-            if rule["minimum"] is not None and value is not None and value < rule["minimum"]:
-                raise HyperParameterError(f"train.{f.name}={value} is impossible: it must be >= {rule['minimum']}"
-                                          + (" (or none for all)" if f.name in ("max_train_samples",
-                                                                                 "max_eval_samples") else "")
-                                          + (" (0 turns clipping off)" if f.name == "grad_clip" else ""))
+            _check_setting(f.name, getattr(self, f.name), f.metadata)
         for name in ("data_seed", "holdout_seed"):
             if not (getattr(self, name) or 0) < SEED_RANGE[1]:
                 raise HyperParameterError(f"train.{name}={getattr(self, name)} must lie in [0, 2**32)")

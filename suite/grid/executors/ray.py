@@ -28,7 +28,8 @@ from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["TaskResources", "check_address", "declared_task", "import_ray", "kept_signal_handlers", "run_ray"]
+__all__ = ["TaskResources", "check_address", "connected", "declared_task", "import_ray", "kept_signal_handlers",
+           "run_ray"]
 
 CONNECT_TIMEOUT_S = 10  # a cluster's port that does not answer within this is not there (Ray itself waits minutes)
 
@@ -221,6 +222,30 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
     if ship is None:
         ship = address is not None
     env = check_outputs_can_come_back(jobs) if ship else {}
+    with connected(ray, address, quiet):
+        refs: dict[Any, RunConfig] = {}
+        try:
+            resources = TaskResources.choose(ray.cluster_resources().get("GPU", 0), device, gpus_per_run,
+                                             cpus_per_run)
+            files = ship_data(jobs, data_dir) if ship else None
+            files_ref = ray.put(files) if files is not None else None
+            task = remote_task(ray, resources, max_retries, env)
+            for job in jobs:
+                refs[task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref,
+                                 bool(ship and job.outputs and job.outputs.active), resources.memory_fraction)] = job
+            _collect(ray, refs, record, status, resources)
+        finally:
+            for ref in refs:  # interrupted: stop what still runs
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=True)
+
+
+@contextlib.contextmanager
+def connected(ray, address: str | None, quiet: bool):
+    """Ray initialised for the block: the cluster at `address`, or without it a private local cluster started here
+    and shut down after the block; a connection this process already had is used and left open. Ray listens on every
+    interface it finds, whatever it is told: confine a local cluster with a network namespace
+    (docs/running-grids.md#keeping-a-local-cluster-on-loopback)."""
     started_here = False
     if not ray.is_initialized():
         if address:
@@ -229,20 +254,9 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
         with kept_signal_handlers():  # ray.init installs its own SIGTERM handler, which aborts the driver (134)
             ray.init(**where, log_to_driver=not quiet, logging_level=logging.WARNING if quiet else logging.INFO)
         started_here = True
-    refs: dict[Any, RunConfig] = {}
     try:
-        resources = TaskResources.choose(ray.cluster_resources().get("GPU", 0), device, gpus_per_run, cpus_per_run)
-        files = ship_data(jobs, data_dir) if ship else None
-        files_ref = ray.put(files) if files is not None else None
-        task = remote_task(ray, resources, max_retries, env)
-        for job in jobs:
-            refs[task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref,
-                             bool(ship and job.outputs and job.outputs.active), resources.memory_fraction)] = job
-        _collect(ray, refs, record, status, resources)
+        yield ray
     finally:
-        for ref in refs:  # interrupted: stop what still runs
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
         if started_here:
             ray.shutdown()
 
