@@ -5,16 +5,17 @@ The paper's Algorithm 1 drops keys on the attention logits, before the softmax, 
 
     attn = q k^T * scale;  attn = attn + bernoulli(p) * -1e12;  attn = softmax(attn)
 
-and its decreasing schedule lowers the drop ratio linearly along the stack of layers: here `p` at the first layer to
-`p_last` (0 by default) at the last.
+and its decreasing schedule lowers the drop ratio along the stack of layers; the suite's reading is linear, from `p`
+at the first layer to `p_last` (0 by default) at the last.
 
 What the suite computes is that formula in exact arithmetic. A dropped key of a row that keeps at least one real key
 gets weight e^(-1e12) = 0, so it is masked (the padding mask's minimum): no weight, no gradient. A row whose real keys
 are all dropped has every score shifted by the same constant, which the softmax cancels: it keeps its undropped
-attention. The literal addition of -1e12 reaches neither in floating point (in fp32 it rounds every dropped score to
--1e12 exactly, so such a row turns uniform; in fp16 -1e12 is -inf); and the obvious masked_fill of dropped keys
-alone lets such a row tie its dropped keys with the padded ones, which then share its weight. Padded keys are never
-drawn: the mask keeps them at its minimum whatever the draw, and a sample without a real token drops nothing.
+attention. The literal addition of -1e12 does not compute this in floating point (in fp32 every dropped score below
+32768 in size rounds to the same number, so such a row turns uniform; in fp16 -1e12 is -inf); and the obvious
+masked_fill of dropped keys alone lets such a row tie its dropped keys with the padded ones, which then share its
+weight. Padded keys are never drawn: the mask keeps them at its minimum whatever the draw, and a sample without a
+real token drops nothing.
 """
 from __future__ import annotations
 
