@@ -2,6 +2,7 @@
 from . import (  # noqa: F401  # noqa: F401  # noqa: F401  # noqa: F401
     attendout,
     convolution,
+    dropkey,
     dropout,
     entmax_attention,
     less_attention,

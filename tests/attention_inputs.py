@@ -8,7 +8,7 @@ from suite.testing import tiny_model
 
 B, H, L, D = 3, 4, 7, 8          # tiny_config: hidden 32 = 4 heads x 8
 LENGTHS = [7, 5, 2]              # one unpadded row, two padded ones
-SPARSE = ["rela", "topk", "sparsemax", "entmax15", "entmax_alpha", "drophead", "dropattention_col"]
+SPARSE = ["rela", "topk", "sparsemax", "entmax15", "entmax_alpha", "drophead", "dropattention_col", "dropkey"]
 
 
 def padded_qkv(dtype=torch.float64, seed=0, spread=1.0, lengths=LENGTHS, length=L):

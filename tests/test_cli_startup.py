@@ -116,3 +116,44 @@ def test_list_and_dry_runs_import_no_torch_and_print_what_the_classes_say(argv, 
     reference, imported = run_fresh(argv, "off")
     assert imported  # without a catalog: the classes, which import torch
     assert without_torch(argv, tmp_path / "cache") == reference
+
+
+# an editable install: a finder after PathFinder maps the package to its checkout, so a folder named `suite` without
+# an __init__.py in the current directory is imported as a namespace package before it (what `pip install -e` does)
+EDITABLE_FINDER = """
+import importlib.util, sys
+from importlib.machinery import PathFinder
+MAPPING = {mapping!r}
+class Finder:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname in MAPPING:
+            return importlib.util.spec_from_file_location(fullname, MAPPING[fullname] + "/__init__.py",
+                                                          submodule_search_locations=[MAPPING[fullname]])
+        parent = fullname.rpartition(".")[0]
+        return PathFinder.find_spec(fullname, path=[MAPPING[parent]]) if parent in MAPPING else None
+sys.meta_path.insert(sys.meta_path.index(PathFinder) + 1, Finder)
+"""
+
+
+def test_a_folder_named_suite_that_hides_the_package_gets_one_line_and_exit_2(tmp_path):
+    """From the parent of a clone named `suite`, `python -m suite` found the clone's folder first (a namespace
+    package) and crashed with "'NoneType' object has no attribute 'splitlines'"; it names the folder and the fix."""
+    import suite
+    import suite.methods
+
+    mapping = {"suite": str(Path(suite.__file__).parent), "suite.methods": str(Path(suite.methods.__file__).parent)}
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(EDITABLE_FINDER.format(mapping=mapping))
+    (tmp_path / "suite" / "methods").mkdir(parents=True)  # the clone: a folder named suite, no __init__.py
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run([sys.executable, "-m", "suite", "list"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env=env)
+    assert done.returncode == 2 and not done.stdout, done.stderr[-2000:]
+    line, = done.stderr.splitlines()
+    assert f"the folder {tmp_path / 'suite'} is not the suite package" in line and "run from another folder" in line
+    # from any other folder the same installation runs
+    other = subprocess.run([sys.executable, "-m", "suite", "--version"], capture_output=True, text=True, timeout=60,
+                           cwd=site, env=env)
+    assert other.returncode == 0 and other.stdout.strip(), other.stderr[-2000:]
