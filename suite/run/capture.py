@@ -91,8 +91,8 @@ class Steps:
             start = time.perf_counter()
             try:
                 graph = self.graphs[key] = self._capture(batch)
-            except RuntimeError as exc:  # something in the step a graph cannot hold: the run goes on eagerly
-                return self._give_up(exc, batch, next_batch)
+            except RuntimeError as exc:  # a failed capture leaves torch's generator and allocator mid-capture
+                raise RuntimeError(self._failure(exc)) from exc
             self.capture_s += time.perf_counter() - start
         for name, buffer in graph.inputs.items():
             buffer.copy_(batch[name], non_blocking=True)
@@ -101,18 +101,16 @@ class Steps:
         self.replays += 1
         return graph.loss
 
-    def _give_up(self, exc: RuntimeError, batch: dict, next_batch: dict | None) -> torch.Tensor:
-        """After a failed capture: nothing captured ran, so the weights and the optimizer's state are as they were;
-        gradients the capture allocated are dropped, the graphs freed, and this and every later step runs eagerly,
-        the error kept as the reason (the record says so)."""
-        ctx = self.ctx
-        ctx.optimizer.zero_grad(set_to_none=True)
-        self.graphs.clear()
-        if self.stream is not None:
-            torch.cuda.synchronize(ctx.device)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        self.reason = f"capture failed at step {ctx.step} ({first[:300]}): eager from there"
-        return self._side(lambda: ctx.method.training_step(ctx, batch, next_batch))
+    def _failure(self, exc: RuntimeError) -> str:
+        """The run's error when a capture fails. It fails the run rather than going on eagerly: after a failed
+        capture torch leaves its CUDA generator and the graph's memory pool in capture mode (its capture_end throws
+        before cleaning up), so the next eager dropout would fail with a less clear error."""
+        root = exc
+        while root.__context__ is not None and isinstance(root.__context__, RuntimeError):
+            root = root.__context__  # capture_end's "invalidated" error hides the operation that caused it
+        first = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
+        return (f"CUDA graph capture failed at step {self.ctx.step} ({first[:300]}); rerun with "
+                f"--set train.capture=off, and report the method: it should not declare capturable = True")
 
     def _side(self, work: Callable[[], Any]) -> Any:
         """Run `work` on the capture stream (eager warm-up steps belong there, as PyTorch's capture recipe says)."""
