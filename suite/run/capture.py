@@ -71,10 +71,6 @@ class Steps:
         self.eager_steps, self.replays, self.capture_s = 0, 0, 0.0
         self.stream = torch.cuda.Stream(ctx.device) if reason is None and not emulate else None
 
-    @property
-    def captured(self) -> bool:
-        return self.reason is None
-
     def __call__(self, batch: dict, next_batch: dict | None) -> torch.Tensor:
         """One step on `batch`; the detached training loss (a captured step's is valid until the next step)."""
         ctx = self.ctx
@@ -132,13 +128,8 @@ class Steps:
             return loss.detach()
 
         if self.emulate:
-            holder: dict[str, torch.Tensor] = {}
-
-            def run() -> None:
-                holder["loss"].copy_(step())
-
-            holder["loss"] = torch.zeros((), device=ctx.device)
-            return _Graph(inputs, run, holder["loss"])
+            loss = torch.zeros((), device=ctx.device)
+            return _Graph(inputs, lambda: loss.copy_(step()), loss)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=self.stream):
             loss = step()
