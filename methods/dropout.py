@@ -51,6 +51,7 @@ class Vanilla(AttentionMethod):
 @register_method("no_dropout")
 class NoDropout(Vanilla):
     """Softmax attention with no attention dropout at all (hidden dropout unchanged)."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     Config = NoConfig
     identity = {}

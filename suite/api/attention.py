@@ -341,10 +341,13 @@ def drop_scores(s: torch.Tensor, drop: torch.Tensor, attention_mask=None) -> tor
     return s.masked_fill(drop & ~diag, mask_fill_value(s))
 
 
+_EMULATED_CAPTURE = [False]  # set by suite.run.capture while its CPU tests run a captured step without a graph
+
+
 def in_graph() -> bool:
     """Whether the code runs inside torch.compile's tracing or a CUDA graph capture: a value that changes from step to
     step must then be read from a tensor, since a Python number would be baked into the graph."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _EMULATED_CAPTURE[0]:
         return True
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
