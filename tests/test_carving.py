@@ -138,3 +138,16 @@ def test_a_tasks_groups_are_computed_once_and_kept_in_the_cache(tmp_path, monkey
     monkeypatch.setattr(carving, "_MEMO", {})
     monkeypatch.setattr(carving, "row_groups", lambda *a: pytest.fail("computed again"))
     assert np.array_equal(sentence_groups(get_task("sst2"), columns), GROUPS)  # read back from the disk cache
+
+
+def test_old_and_new_records_without_a_carved_split_are_one_configuration_to_the_report():
+    """Without train.holdout or train.test_holdout the carving changes nothing: a record written today (carve
+    `sentence`) and one written before the setting (no carve) read back alike, so the report pools their seeds."""
+    from suite.run.settings import with_added_defaults
+
+    today = RunConfig("minilm", "rte", "vanilla", {"p": 0.1}, 2, TrainSettings()).to_dict()["train"]
+    before = {k: v for k, v in today.items() if k != "carve"}
+    assert with_added_defaults("vanilla", {}, today)[1] == with_added_defaults("vanilla", {}, before)[1]
+    carved = RunConfig("minilm", "rte", "vanilla", {"p": 0.1}, 2, TrainSettings(holdout=6)).to_dict()["train"]
+    assert with_added_defaults("vanilla", {}, carved)[1]["carve"] == "sentence"
+    assert with_added_defaults("vanilla", {}, {k: v for k, v in carved.items() if k != "carve"})[1]["carve"] == "row"

@@ -361,8 +361,13 @@ def _added_method_fields(method: str) -> dict[str, Any]:
 def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, Any]
                         ) -> tuple[dict[str, Any], dict[str, Any]]:
     """An older record's hyper-parameters and training settings completed with the fields added since, at the
-    values that reproduce what it ran, so that old and new records of one configuration compare equal."""
-    return {**_added_method_fields(method), **hparams}, {**OLDER_RECORDS_RAN, **train}
+    values that reproduce what it ran, so that old and new records of one configuration compare equal (a setting that
+    changes nothing in the run, such as train.carve without a carved split, reads as what older records ran)."""
+    train = {**OLDER_RECORDS_RAN, **train}
+    for name, rule in TRAIN_HASH_RULES.items():
+        if rule.only_with and all(train.get(other) is None for other in rule.only_with):
+            train[name] = rule.value
+    return {**_added_method_fields(method), **hparams}, train
 
 
 def _method_defaults(method: str) -> dict[str, Any]:
