@@ -58,14 +58,8 @@ from suite.api.check_common import (
     max_diff,
     rows,
 )
-from suite.api.check_contract import (
-    check_deterministic,
-    check_hooks,
-    check_parameters,
-    check_prepare_device,
-    check_shape,
-    check_values,
-)
+from suite.api.check_contract import check_deterministic, check_hooks, check_parameters, check_prepare_device
+from suite.api.check_layout import check_shape, check_values
 from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: F401
 
 MODEL_KINDS = ("bert", "roberta")
