@@ -9,11 +9,23 @@ import json
 import torch
 
 from suite.api.attention import AttentionMethod, StepContext, attention_modules
-from suite.api.check_common import CheckResult, attached, checked_batch, finite_diff, forward
+from suite.api.check_common import (
+    HIGH_RATES,
+    CheckResult,
+    accepted,
+    attached,
+    checked_batch,
+    finite_diff,
+    forward,
+    probability_fields,
+)
 from suite.api.tiny_models import tiny_model
 
+TOLERANCE = 1e-5  # on outputs that must not change
+
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["check_deterministic", "check_hooks", "check_parameters", "check_prepare_device"]
+__all__ = ["check_deterministic", "check_hooks", "check_moved_model", "check_parameters", "check_prepare_device",
+           "check_rate_free_eval", "check_trained"]
 
 def check_deterministic(method: AttentionMethod, kind: str) -> CheckResult:
     """In eval mode two passes over the same batch, under different random seeds, give identical outputs (compared
@@ -39,6 +51,92 @@ def check_deterministic(method: AttentionMethod, kind: str) -> CheckResult:
                                "suite.probs_dropout(p, rate, module))")
     return CheckResult("eval", kind, True, "eval mode is deterministic (same outputs under different seeds, padded "
                        "and unpadded)" + ("; compared where finite (see the finite check)" if non_finite else ""))
+
+
+def check_rate_free_eval(cls: type[AttentionMethod], hparams: dict, kind: str) -> CheckResult:
+    """Evaluation does not depend on any rate: the eval-mode outputs at this configuration equal those with each
+    probability field (p, p_*) alone set to 0 and to a high rate. Dropout left on in evaluation through a generator of
+    the method's own, re-seeded at every call, gives the same outputs in every pass (so the eval check cannot see it)
+    but not at another rate."""
+    setting = f"{kind}, eval, rates"
+    ids, mask, labels = checked_batch(tiny_model(kind))
+    valid = mask.bool()
+
+    def outputs(values: dict) -> torch.Tensor:
+        model = attached(cls(cls.Config(**values)), kind)
+        model.eval()
+        with torch.no_grad():
+            out, _ = forward(model, ids, mask, labels)
+        return torch.cat([out.hidden_states[-1][valid].flatten(), out.logits.flatten()])
+
+    reference = outputs(hparams)
+    compared = []
+    for name in probability_fields(cls):
+        current = getattr(cls.Config(**hparams), name)
+        for rate in (0.0, *HIGH_RATES):
+            values = {**hparams, name: rate}
+            if rate == current or not accepted(cls, values):
+                continue
+            diff, _ = finite_diff(reference, outputs(values))
+            if diff > TOLERANCE:
+                return CheckResult("eval", setting, False, f"eval-mode outputs change by {diff:.2e} when {name} "
+                                   f"goes from {current} to {rate}: evaluation depends on a rate, so dropout is left "
+                                   "on in eval mode (a generator of the method's own, re-seeded at every call, draws "
+                                   "the same mask in every pass); sample only when module.training")
+            compared.append(f"{name}={rate}")
+            if rate > 0:
+                break  # the highest rate the method accepts
+    if not compared:
+        return CheckResult("eval", setting, None, "no probability field (p, p_*) to vary")
+    return CheckResult("eval", setting, True, f"eval-mode outputs unchanged at {', '.join(compared)}")
+
+
+def _plain_tensors(method: AttentionMethod, model) -> list[str]:
+    """Tensors of more than one element kept as plain attributes (no parameter, no buffer) on the method or on the
+    attention modules, outside PyTorch's meta device: `model.to(device)` leaves them where they are."""
+    found = [(f"method.{n}", t) for n, t in vars(method).items() if isinstance(t, torch.Tensor)]
+    for module in attention_modules(model):
+        found += [(f"module.{n}", t) for n, t in vars(module).items() if isinstance(t, torch.Tensor)]
+    return [f"{n} ({t.device})" for n, t in found if t.device.type != "meta" and t.numel() > 1]
+
+
+def check_moved_model(method: AttentionMethod, kind: str) -> CheckResult:
+    """A model the method is attached to, then moved to another device (PyTorch's `meta`, a stand-in for a GPU), runs
+    in eval and train mode: a tensor the method keeps as a plain attribute stays on the CPU when the model moves, and
+    one created without a device in `attention()` is made on the CPU; either fails on a GPU. Where a mode cannot run
+    on `meta` at all (a device generator, autocast on `meta`), the plain tensor attributes are listed instead."""
+    model = attached(method, kind).to("meta")
+    ids, mask, _ = checked_batch(model)
+    setting = f"{kind}, moved to meta"
+    ran, not_run = [], []
+    for mode in ("eval", "train"):
+        model.train(mode == "train")
+        try:
+            with torch.no_grad():
+                model(input_ids=ids.to("meta"), attention_mask=mask.to("meta"))
+        except RuntimeError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "device" in first and "cpu" in first:
+                kept = _plain_tensors(method, model)
+                return CheckResult("device", setting, False, f"{mode} mode on a model moved to another device "
+                                   f"raised: {first}" + (f"; kept as plain attributes: {', '.join(kept[:3])}"
+                                                         if kept else "") + ". model.to(device) moves parameters and "
+                                   "buffers only: register a tensor the method keeps (module.register_buffer), and "
+                                   "create tensors inside attention() on query.device")
+            not_run.append(f"{mode} ({first})")
+            continue
+        ran.append(mode)
+    if not not_run:
+        return CheckResult("device", setting, True, "eval and train passes run after the model moved to another "
+                           "device")
+    kept = _plain_tensors(method, model)
+    if kept:
+        return CheckResult("device", setting, None, f"not judged: cannot run on the meta device in "
+                           f"{', '.join(not_run)}; plain tensor attributes that model.to() leaves on the CPU: "
+                           f"{', '.join(kept[:3])}")
+    return CheckResult("device", setting, True, (f"{' and '.join(ran)} ran after the model moved to another device; "
+                       if ran else "") + f"no tensor kept as a plain attribute (cannot run on the meta device in "
+                       f"{', '.join(not_run)})")
 
 
 def check_prepare_device(method: AttentionMethod, kind: str) -> CheckResult:
@@ -136,6 +234,33 @@ def check_parameters(method: AttentionMethod, kind: str) -> CheckResult:
                            "method's own built in setup_training()")
     return CheckResult("params", setting, True, f"every tensor the gradient reaches ({len(leaves)}) is held by an "
                        "optimizer; no parameter appears after prepare()")
+
+
+def check_trained(method: AttentionMethod, kind: str) -> CheckResult:
+    """Every parameter `prepare()` adds receives a gradient from a training step's loss (the task loss and
+    `aux_loss`), unless it is frozen (requires_grad=False) or named in the method's `frozen_parameters`: a learned
+    parameter whose gradient never arrives (used through .detach() or .data, or not used at all) keeps its initial
+    value while the run reports it as learned."""
+    before = {n for n, _ in tiny_model(kind).named_parameters()}
+    model = attached(method, kind)
+    frozen = set(type(method).frozen_parameters)
+    added = {n: p for n, p in model.named_parameters() if n not in before}
+    learned = {n: p for n, p in added.items() if p.requires_grad and n.rsplit(".", 1)[-1] not in frozen}
+    setting = f"{kind}, train"
+    if not learned:
+        return CheckResult("trained", setting, None, "prepare() adds no learned parameters" if not added else
+                           f"the {len(added)} parameters prepare() adds are frozen")
+    model.train()
+    _, loss = forward(model, *checked_batch(model))
+    aux = method.aux_loss(model)
+    (loss if aux is None else loss + aux).backward()
+    dead = [n for n, p in learned.items() if p.grad is None or not bool(p.grad.ne(0).any())]
+    if dead:
+        return CheckResult("trained", setting, False, f"{len(dead)} of the {len(learned)} parameters prepare() adds "
+                           f"receive no gradient ({', '.join(dead[:3])}): they never train. Use them in the forward "
+                           "without .detach() or .data, or declare them in frozen_parameters (or requires_grad=False) "
+                           "if they are not meant to learn")
+    return CheckResult("trained", setting, True, f"all {len(learned)} parameters prepare() adds receive a gradient")
 
 
 def check_hooks(method: AttentionMethod, kind: str) -> CheckResult:
