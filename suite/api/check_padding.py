@@ -37,7 +37,7 @@ class PaddedWeight:
     calls: int = 0
     worst: float = 0.0          # the largest finite weight a real query puts on a padded key
     non_finite: bool = False
-    emptied_rows: int = 0       # real queries' rows with weight on padded keys and none on any real key
+    emptied_rows: int = 0       # real queries' rows spread evenly over all their keys, padded ones included
 
 
 def _padded_weight_probe(mask: torch.Tensor, found: PaddedWeight):
@@ -51,8 +51,9 @@ def _padded_weight_probe(mask: torch.Tensor, found: PaddedWeight):
         found.non_finite |= not bool(torch.isfinite(weight).all())
         weight = weight.nan_to_num(0.0, 0.0, 0.0)
         found.worst = max(found.worst, float(weight.max()))
-        on_real = p.masked_fill(padded_key | ~real_query, 0).nan_to_num(0.0, 0.0, 0.0).sum(-1)
-        found.emptied_rows += int(((weight.sum(-1) > 0) & (on_real == 0)).sum())
+        # a row whose real keys all sit at the mask's value, as its padded keys do, is flat over all its keys
+        flat = (p.amax(-1) - p.amin(-1)) <= 1e-6 * p.amax(-1)
+        found.emptied_rows += int(((weight.sum(-1) > 0) & flat).sum())
         found.calls += 1
 
     return probe
@@ -158,8 +159,8 @@ def _cause(method, model, batch, mode: str, weights: dict, changes: dict) -> str
 
 
 def _emptied_rows(rows: int) -> str:
-    return ((f"where it drops keys: {rows} rows of real queries had every real key dropped and put their weight on "
-             "padded keys. " if rows else "where it drops keys: ") +
+    return ((f"where it drops keys: {rows} rows of real queries were spread evenly over all their keys, padded "
+             "ones included (every real key dropped). " if rows else "where it drops keys. ") +
             "Dropped keys filled with the padding mask's value (masked_fill with the mask minimum) tie with padded "
             "keys, so a row whose real keys are all dropped spreads its weight over its padding; keep such a row's "
             "keys (as suite's dropkey does) or give dropped keys a score above the mask's, so they never tie with "

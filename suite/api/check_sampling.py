@@ -34,7 +34,9 @@ def check_draws(method: AttentionMethod, kind: str, rates: list[str]) -> CheckRe
     with torch.no_grad():
         first, _ = forward(model, ids, mask, labels, seed=0)
         second, _ = forward(model, ids, mask, labels, seed=1)
-    diff, _ = finite_diff(first.hidden_states[-1][valid], second.hidden_states[-1][valid])
+    diff, non_finite = finite_diff(first.hidden_states[-1][valid], second.hidden_states[-1][valid])
+    if diff == 0.0 and non_finite:
+        return CheckResult("draws", setting, None, "not judged: the outputs are not finite (see the finite check)")
     if diff == 0.0:
         return CheckResult("draws", setting, False, f"two training passes in a row gave identical outputs at "
                            f"{', '.join(rates)}: no new dropout mask is drawn per step (a mask kept across steps, or "
