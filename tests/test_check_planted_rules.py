@@ -189,25 +189,30 @@ def test_a_planted_bug_fails_the_rules_that_name_its_cause(case, register):
 
 
 def test_the_leaking_dropkey_fails_at_its_own_rate_too(register):
-    """At p = 0.1 the check's train-mode draws alone find rows whose real keys were all dropped, not only the high
-    rates: the verdict does not hang on the rate checked."""
-    report = testing.check_method(register(LeakingDropKey, "planted_leaking_dropkey_default"), p=0.1)
-    at_own_rate = [r for r in report.failures() if not r.setting.endswith(testing.HIGH_RATES_LABEL)]
-    assert {r.check for r in at_own_rate} == {"padding"}, str(report)
-    assert any("in training only" in r.detail for r in at_own_rate), str(report)
-    assert report.high_rates == {"p": 0.9}
+    """At p = 0.1 the padding rule's training draws alone find rows whose real keys were all dropped, not only the
+    high rates: the verdict does not hang on the rate checked."""
+    cls = suite.METHODS.get(register(LeakingDropKey, "planted_leaking_dropkey_default"))
+    for kind in ("bert", "roberta"):
+        failures = [r for r in testing.check_padding(cls(Rate(p=0.1)), kind) if r.passed is False]
+        assert {r.setting for r in failures} == {f"{kind}, train", f"{kind}, train, probabilities"}, failures
+        assert all("a row whose real keys are all dropped" in r.detail for r in failures), failures
+        assert "in training only" in failures[0].detail
+    assert testing.high_rate_hparams(cls, {"p": 0.1}) == {"p": 0.9}
 
 
 def test_doubled_scaling_fails_the_identity_rule_by_a_wide_margin(register):
-    report = testing.check_method(register(DoubledScaling, "planted_doubled_scaling_margin"))
+    cls = suite.METHODS.get(register(DoubledScaling, "planted_doubled_scaling_margin"))
     gap = re.compile(r"SDPA's on the same queries, keys and values by ([0-9.e+-]+) of its size")
-    diffs = [float(gap.search(r.detail).group(1)) for r in report.failures()]
-    assert diffs and min(diffs) > 1e3 * check_spread.TOLERANCE["outputs"], str(report)
+    for kind in ("bert", "roberta"):
+        result = testing.check_identity(cls, kind)
+        assert result.passed is False, result
+        assert float(gap.search(result.detail).group(1)) > 1e3 * check_spread.TOLERANCE["outputs"], result
 
 
-def test_the_suites_dropkey_and_a_declared_frozen_parameter_pass(register):
-    assert testing.check_method("dropkey", p=0.1).ok
+def test_a_parameter_declared_frozen_needs_no_gradient(register):
     frozen = type("FrozenTemperature", (DetachedTemperature,), {"frozen_parameters": ("toy_temperature",)})
-    report = testing.check_method(register(frozen, "declared_frozen_temperature"))
-    assert report.ok, str(report)
-    assert any(r.check == "trained" and r.passed is None and "frozen" in r.detail for r in report.results)
+    cls = suite.METHODS.get(register(frozen, "declared_frozen_temperature"))
+    result = testing.check_trained(cls(), "bert")
+    assert result.passed is None and "frozen" in result.detail, result
+    unfrozen = suite.METHODS.get(register(DetachedTemperature, "planted_detached_unfrozen"))
+    assert testing.check_trained(unfrozen(), "bert").passed is False

@@ -87,7 +87,7 @@ from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, 
 MODEL_KINDS = ("bert", "roberta")
 INVALID_PROBABILITIES = (-0.1, 1.5, math.nan)
 FINITE_SEEDS = SEEDS[:4]  # each a forward and backward pass per precision and batch; the high rates add their own
-HIGH_RATES_LABEL = " [high rates]"  # appended to the setting of every result at the high rates
+HIGH_RATES_LABEL = ", at high rates"  # appended to the setting of every result at the high rates
 # the hint of a training-only non-finite value: dropping is what training adds
 DROPPED_ROWS = ("where the method drops, a row whose keys are all dropped leaves nothing to normalise over (0/0, "
                 "e.g. a renormalisation p / p.sum() over the kept keys); keep at least one key per row "
