@@ -51,7 +51,7 @@ class CheckReport:
         if self.high_rates is not None:
             lines.append(f"  (each rule ran at the configuration above and at high rates: {self.high_rates})")
         for r in self.results:
-            lines.append(f"  {mark[r.passed]:<4} {r.check:<8} {r.setting:<24} {r.detail}".rstrip())
+            lines.append(f"  {mark[r.passed]:<4} {r.check:<8} {r.setting:<30} {r.detail}".rstrip())
         return "\n".join(lines)
 
 
