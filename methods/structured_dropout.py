@@ -133,6 +133,7 @@ class DropAttentionConfig:
 @register_method("dropattention_col")
 class DropAttentionColumn(AttentionMethod):
     """DropAttention(c): whole key columns dropped per sample and head, rows renormalised over the kept keys."""
+    keeps_expectation = False  # renormalised over the kept keys, as the paper's, rather than rescaled
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 

@@ -101,6 +101,7 @@ class AttendOut(AttentionMethod):
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
                       "paper's numbers; whether its generator learns from the real reward is undecided at the models "
                       "and horizons tested so far (results/attendout_longhorizon/reassessment.md)")
+    keeps_expectation = False  # scores dropout: G's dropped pairs are masked before the softmax, nothing rescales
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
     # read by the runner under train.compile: it compiles anyway, and says why that does not pay
     compile_warning = ("attendout does not compile well: its generator's masks, the hidden states it captures with "

@@ -145,6 +145,15 @@ class AttentionMethod:
     # from step to step lives in tensors (filled in `before_step`), and its random numbers come from torch's default
     # generator. A string says why not; False: not declared (the step then runs eagerly on a GPU, as before).
     capturable: ClassVar[bool | str] = False
+    # Whether the method's training-mode attention weights keep, on average, the sums of its evaluation weights
+    # (dropout that rescales the kept weights by 1/(1-p)). The check holds a method to it unless it declares False:
+    # dropout without a rescale on purpose (scores dropout and DropKey mask before the softmax, whose rows still sum
+    # to 1 but whose weights shift towards the kept keys).
+    keeps_expectation: ClassVar[bool] = True
+    # Names of parameters `prepare()` registers that the loss is not meant to train (e.g. updated by the method's own
+    # rule); every other parameter it adds must receive a gradient. A parameter with requires_grad=False is frozen
+    # without being named here.
+    frozen_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
