@@ -60,6 +60,7 @@ class StepContext:
     amp_dtype: torch.dtype | None
     grad_clip: float
     total_steps: int = 0  # optimizer steps of the whole run
+    warmup_steps: int = 0  # of them, the learning rate's linear warm-up (Scheduled DropHead turns its rate there)
     step: int = 0         # steps taken so far (1 during the first step)
     # gradient accumulation: `apply` divides the loss by the batches of the current group and steps the optimizer
     # only on the group's last batch (the last group of an epoch may be shorter)

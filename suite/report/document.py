@@ -17,7 +17,7 @@ import pandas as pd
 from tabulate import tabulate
 
 from suite.api.errors import ReportError
-from suite.report import analysis_sections, details, figure_sections, header, leaderboard, stages, tuning_budget
+from suite.report import analysis_sections, details, figure_sections, forms, header, leaderboard, stages, tuning_budget
 from suite.report.facts import (
     DEFAULT_ALPHA,
     DEFAULT_BASELINE,
@@ -69,8 +69,9 @@ def document(report: ReportFacts, options: Options) -> Document:
     whole.extend(header.section(report, options))
     for model, facts in report.models.items():
         whole.add(f"## Model `{model}`", "")
+        notes = forms.form_notes(facts.records)  # which form of a method ran, under each table that shows it
         for section in MODEL_SECTIONS:
-            part = section(facts, options)
+            part = forms.footnoted(section(facts, options), notes)
             whole.extend(part)
             tables.update({(model, kind): table for kind, table in part.tables.items()})
     whole.extend(details.failures(report, options))
