@@ -38,6 +38,15 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(skip)
 
 
+def needs(*packages: str, extra: str = "tracking"):
+    """Skip a test of an optional part when a package it needs is not installed (`pip install -e ".[test]"` leaves
+    out the trackers and Ray; CI installs them), naming the package and the extra that brings it."""
+    import importlib.util
+
+    absent = [p for p in packages if importlib.util.find_spec(p) is None]
+    return pytest.mark.skipif(bool(absent), reason=f"{', '.join(absent)} not installed: pip install -e \".[{extra}]\"")
+
+
 def set_cpu_bf16(monkeypatch, native: bool) -> None:
     """Make this CPU look as if it had (or lacked) bf16 instructions, which decide what precision `auto` trains in."""
     from suite.run.device import CPU_BF16_CHECKS

@@ -42,3 +42,61 @@ def test_dry_run_prints_the_warnings_of_a_real_run(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "rte/vanilla/seed1" in out
     assert "warning: --set scores_dropout.p=0.2 has no effect" in err
+
+
+def test_a_run_logging_to_a_file_prints_its_start_and_one_line_per_epoch(tiny_bert_dir, glue_dir, tmp_path, capsys):
+    argv = ["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1", "--model", tiny_bert_dir,
+            "--data-dir", glue_dir, "--epochs", "2", "--batch-size", "8", "--out", str(tmp_path),
+            "--precision", "fp32", "--set", "train.holdout=6"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err  # pytest's captured stderr is no terminal, as a log file under nohup
+    lines = [line for line in err.splitlines() if "rte/vanilla/seed1" in line]
+    epochs = [line for line in lines if " epoch " in line and "train loss" in line]
+    assert any(line.startswith("  start rte/vanilla/seed1: 2 epoch(s) x") for line in lines), err
+    assert [line.split(":")[0] for line in epochs] == ["  rte/vanilla/seed1 epoch 1/2", "  rte/vanilla/seed1 epoch 2/2"]
+    assert all("tuning score" in line and "dev score" in line and "ETA" in line and "grid ETA" in line
+               for line in epochs), epochs
+    assert "\r" not in err
+
+
+def test_quiet_keeps_only_the_finished_run_lines(tiny_bert_dir, glue_dir, tmp_path, capsys):
+    from conftest import run_cli
+
+    assert run_cli(tiny_bert_dir, glue_dir, tmp_path) == 0  # --quiet
+    err = capsys.readouterr().err
+    assert "  done rte/vanilla/seed1" in err and " epoch 1/1" not in err and "start rte" not in err
+
+
+def _event(kind, step, steps=100, elapsed=10.0, epoch=1):
+    from suite.run.progress import Progress
+
+    return Progress(kind, epoch, 2, step, steps, elapsed, 40, train_loss=0.5, dev_score=0.6)
+
+
+def test_the_grid_eta_comes_from_the_steps_left_at_the_rate_so_far():
+    a = RunConfig("minilm", "rte", "vanilla", {}, 1, TrainSettings())
+    b = RunConfig("minilm", "rte", "vanilla", {}, 2, TrainSettings())
+    status = GridStatus(2, stream=io.StringIO(), planned={a.hash: 100, b.hash: 300})
+    status.start -= 10.0                     # 10 s into the grid
+    status.started(a)
+    status.progress(a, _event("start", 0))
+    status.progress(a, _event("steps", 50))  # 50 steps in 10 s: 5 steps/s; 50 + 300 left
+    assert abs(status.eta() - 350 / 5) < 1.0
+    status.progress(b, _event("start", 0, steps=200))  # the run's own count replaces the plan's
+    assert abs(status.eta() - 250 / 5) < 1.0
+
+
+def test_a_long_epoch_gets_a_line_once_a_minute_and_a_terminal_none():
+    from suite.run import progress
+
+    lines = progress.ProgressLines()
+    assert lines.line("x", _event("start", 0)).startswith("  start x: 2 epoch(s) x 50 steps on 40 examples")
+    assert lines.line("x", _event("steps", 10)) is None       # the start line was just now
+    lines._last_line["x"] -= progress.STEP_LINE_S
+    line = lines.line("x", _event("steps", 20, elapsed=30.0))
+    assert line.startswith("  x epoch 1/2 step 20/100: train loss 0.5000") and "ETA 2m00s" in line
+    assert lines.line("x", _event("steps", 30)) is None
+    assert "dev score 0.6000" in lines.line("x", _event("epoch", 50))
+    terminal = progress.ProgressLines(steps=False)
+    terminal._last_line["x"] = -1e9
+    assert terminal.line("x", _event("steps", 20)) is None

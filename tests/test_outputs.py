@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import needs
 
 from suite.commands import main
 from suite.testing import WORDS
@@ -120,6 +121,7 @@ def test_submission_format_per_task():
     assert format_predictions(get_task("stsb"), get_task("stsb").test_sets[0], stsb) == ["0.000", "2.500", "5.000"]
 
 
+@needs("tensorboard")
 def test_a_tracker_that_cannot_open_its_store_is_a_warning_not_a_failed_run(tiny_bert_dir, glue_dir, tmp_path):
     """OUT/tracking is a file: TensorBoard cannot create its folder at the first epoch. The run is recorded ok, with
     the tracker's error among its artifacts."""
@@ -130,6 +132,7 @@ def test_a_tracker_that_cannot_open_its_store_is_a_warning_not_a_failed_run(tiny
     assert rec["status"] == "ok" and "tracking_error" in rec["artifacts"]
 
 
+@needs("tensorboard", "mlflow", "wandb")
 def test_tracking_tensorboard_mlflow_wandb_offline(tiny_bert_dir, glue_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

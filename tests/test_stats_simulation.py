@@ -188,3 +188,27 @@ def test_each_closed_form_equals_the_metric_on_the_resampled_arrays(name):
     np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
     if name == "spearman":  # a constant resample has no correlation, as the metric says
         assert np.isnan(_weighted(name, np.ones(n), gold, w)).all()
+
+
+@pytest.mark.parametrize("name", ["pearson", "spearman"])
+def test_the_left_out_correlations_equal_the_weighted_forms_and_the_metric(name):
+    """The jackknife's correlations from the whole sample's sums (no re-ranking per replicate) give what the
+    weighted form gives for leave-one-out weights, and what the metric gives on the sample without that example:
+    heavy ties (labels on a 0.5 grid, rounded predictions), a constant prediction (NaN) and a single-valued tie."""
+    from suite.api import metrics
+    from suite.stats.examples import _left_out_correlation, _weighted
+
+    rng = np.random.default_rng(11)
+    n = 150
+    gold = np.round(rng.uniform(0, 5, n) * 2) / 2
+    pred = np.round(gold + rng.normal(size=n), 1)
+    left_out = np.array([0, 3, 17, 64, 149])
+    w = np.ones((len(left_out), n))
+    w[np.arange(len(left_out)), left_out] = 0.0
+    fast = _left_out_correlation(name, pred, gold, left_out)
+    np.testing.assert_allclose(fast, _weighted(name, pred, gold, w), rtol=0, atol=1e-12)
+    slow = [metrics.METRICS.get(name)(np.delete(pred, i), np.delete(gold, i)) for i in left_out]
+    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
+    assert np.isnan(_left_out_correlation(name, np.ones(n), gold, left_out)).all()
+    almost = np.r_[np.zeros(n - 1), 1.0]  # constant once its one other value leaves
+    assert np.isnan(_left_out_correlation(name, almost, gold, np.array([n - 1])))[0]

@@ -5,6 +5,7 @@ import logging
 import time
 
 import pytest
+from conftest import needs
 
 from suite.run.tracking import RunTracking, with_grid_tags
 
@@ -29,6 +30,7 @@ def _log(folder, names, grid=GRID):
     tracking.finish(Record())
 
 
+@needs("tensorboard")
 def test_tensorboard_steps_epochs_final_and_hparams(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
@@ -54,6 +56,7 @@ def _mlflow(tmp_path):
     return MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
 
 
+@needs("mlflow")
 def test_mlflow_experiment_from_environment_or_study_tags_names_and_no_info_lines(tmp_path, monkeypatch, capfd):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
@@ -81,6 +84,7 @@ def test_mlflow_experiment_from_environment_or_study_tags_names_and_no_info_line
     assert len(client.search_runs([client.get_experiment_by_name("suite").experiment_id])) == 1
 
 
+@needs("wandb")
 def test_wandb_offline_gets_the_same_names_tags_and_project(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("WANDB_MODE", raising=False)

@@ -146,7 +146,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                               "comparison whose next look needs seeds without records stays open")
     control.add_argument("--force", action="store_true", help="rerun jobs whose records exist")
     control.add_argument("--quiet", action="store_true",
-                         help="no progress bars, only a line per finished run with the grid's ETA (what a log "
-                              "file gets anyway when stderr is no terminal)")
+                         help="no progress bars and no per-epoch lines, only a line per finished run with the "
+                              "grid's ETA (a log file, when stderr is no terminal, gets no bars either, but a line "
+                              "per run start and epoch and one a minute within a long epoch)")
     control.add_argument("--dry-run", action="store_true",
                          help="print the jobs (marking those whose records exist) and exit; reads no data")

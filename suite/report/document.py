@@ -17,7 +17,17 @@ import pandas as pd
 from tabulate import tabulate
 
 from suite.api.errors import ReportError
-from suite.report import analysis_sections, details, figure_sections, forms, header, leaderboard, stages, tuning_budget
+from suite.report import (
+    analysis_sections,
+    coverage,
+    details,
+    figure_sections,
+    forms,
+    header,
+    leaderboard,
+    stages,
+    tuning_budget,
+)
 from suite.report.facts import (
     DEFAULT_ALPHA,
     DEFAULT_BASELINE,
@@ -50,9 +60,9 @@ LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{"
 ModelSection = Callable[[ModelFacts, Options], Part]
 # each model's sections, in order (the reference's in-run step times only when the model ran the reference)
 MODEL_SECTIONS: tuple[ModelSection, ...] = (
-    leaderboard.section, leaderboard.reference_tasks, leaderboard.in_run_costs, details.setup, details.per_task,
-    details.ablations, figure_sections.data_efficiency, figure_sections.stability, figure_sections.overfitting,
-    figure_sections.attention, analysis_sections.section)
+    leaderboard.section, leaderboard.reference_tasks, leaderboard.in_run_costs, coverage.compute_per_cell,
+    details.setup, details.per_task, details.ablations, figure_sections.data_efficiency, figure_sections.stability,
+    figure_sections.overfitting, figure_sections.attention, analysis_sections.section)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,7 @@ import datetime as dt
 import os
 from collections import Counter
 
+from suite.report.coverage import coverage_lines
 from suite.report.facts import Options, ReportFacts
 from suite.report.vocabulary import Part, plural, task_display, task_order, task_source, unique
 from suite.stats.families import CORRECTIONS
@@ -170,7 +171,7 @@ def section(report: ReportFacts, options: Options) -> Part:
     part.add(model_line(df), data_line(df),
              f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; {report.seeds_per_cell()} per "
              "leaderboard cell)",
-             runs_line(loaded, df))
+             runs_line(loaded, df), *coverage_lines(report))
     started, finished = unique(df["started"]), unique(df["finished"])
     if started and finished:
         part.add(f"- **Run dates:** {started[0]} to {finished[-1]}")

@@ -37,6 +37,7 @@ from suite.run.device import (
 from suite.run.draws import check_heldout_task, dev_rows, draw_seed, draw_train, train_groups
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
+from suite.run.progress import Callback as ProgressCallback
 from suite.run.record import HELDOUT, RECORD_VERSION, RunRecord
 from suite.run.settings import RunConfig, resolve_model
 from suite.run.training import FitData, FitEnv, Fitted, fit
@@ -182,7 +183,8 @@ def _heldout(rec: RunRecord, e, enc: Encoded, spec: TaskSpec) -> None:
 
 
 def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.device, quiet: bool,
-                     on_epoch: Callable[[dict], None] | None, cache: TokenizedCache, hooks=None) -> None:
+                     on_epoch: Callable[[dict], None] | None, cache: TokenizedCache, hooks=None,
+                     on_progress: ProgressCallback | None = None) -> None:
     from transformers import AutoTokenizer
 
     spec = get_task(job.task)
@@ -202,7 +204,8 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
         torch.cuda.reset_peak_memory_stats(device)
     fit_data = FitData(spec, data.train, devs, data.train_subset, data.tune if len(data.tune) else None, pad_id,
                        data.heldout if len(data.heldout) else None)
-    env = FitEnv(device, amp_dtype, job.label, quiet, on_epoch, hooks.step if hooks is not None else None)
+    env = FitEnv(device, amp_dtype, job.label, quiet, on_epoch, hooks.step if hooks is not None else None,
+                 on_progress)
     fitted = fit(model, method, fit_data, t, job.seed, env)
     _results(rec, fitted, spec, data, model, method, extra, device, amp_dtype)
     if t.stats_batches > 0:
@@ -228,9 +231,10 @@ OOM_RETRY_NOTE = ("out of memory twice, the second time after this process's cac
 
 def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = False,
             on_epoch: Callable[[dict], None] | None = None, cache: TokenizedCache | None = None,
-            memory_fraction: float | None = None) -> RunRecord:
+            memory_fraction: float | None = None, on_progress: ProgressCallback | None = None) -> RunRecord:
     """Run one job and return its record: `status` is `ok`, or `failed` with the error. `memory_fraction`: this
-    process's cap on its GPU's memory when runs share a GPU. A run that runs out of memory is run once more after the
+    process's cap on its GPU's memory when runs share a GPU. `on_progress` gets the run's progress events (its start,
+    steps and epochs: `suite.run.progress`). A run that runs out of memory is run once more after the
     memory is freed (a neighbour on a shared GPU may have held it), then recorded as failed with the reason.
 
     Ctrl-C and SIGTERM (`suite.api.errors.Terminated`) are BaseExceptions: they propagate and nothing is recorded.
@@ -243,10 +247,10 @@ def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = F
         # and the record would only say that the worker died
         return RunRecord.failed(job, f"{type(exc).__name__} while setting up {dev}: {exc}",
                                 traceback=traceback.format_exc()[-4000:])
-    rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu)
+    rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu, on_progress)
     if rec.error and rec.error.startswith(OOM_ERROR):
         release_memory(dev)
-        rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu)
+        rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu, on_progress)
         rec.executor["oom_retries"] = 1
         if rec.error and rec.error.startswith(OOM_ERROR):
             rec.error += f" ({OOM_RETRY_NOTE})"
@@ -256,7 +260,8 @@ def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = F
 OOM_ERROR = "OutOfMemoryError: "
 
 
-def _attempt(job: RunConfig, data_dir, dev: torch.device, quiet: bool, on_epoch, cache, gpu: dict) -> RunRecord:
+def _attempt(job: RunConfig, data_dir, dev: torch.device, quiet: bool, on_epoch, cache, gpu: dict,
+             on_progress: ProgressCallback | None = None) -> RunRecord:
     rec = RunRecord.started_now(job, environment(dev))
     if dev.type == "cuda":
         rec.environment.update({k: v for k, v in gpu.items() if v is not None})
@@ -264,7 +269,8 @@ def _attempt(job: RunConfig, data_dir, dev: torch.device, quiet: bool, on_epoch,
     start = time.perf_counter()
     hooks = RunHooks(job)  # tracking, saved model, test predictions: only when the job's outputs ask for them
     try:
-        train_and_record(rec, job, data_dir, dev, quiet, hooks.chain(on_epoch), cache or WORKER_CACHE, hooks)
+        train_and_record(rec, job, data_dir, dev, quiet, hooks.chain(on_epoch), cache or WORKER_CACHE, hooks,
+                         on_progress)
         rec.status = "ok"
     except NonFiniteLoss as exc:
         rec.status, rec.error = "failed", f"NonFiniteLoss: {exc}"

@@ -23,6 +23,7 @@ from suite.run import stopping
 from suite.run.batching import BATCHINGS, Widths, padded_widths, resolve_pad_to, sorted_batches, to_device
 from suite.run.capture import Steps, eager_reason
 from suite.run.data import Encoded
+from suite.run.progress import Callback, RunClock, steps_per_epoch
 from suite.run.settings import TrainSettings
 
 # what the rest of the suite uses; other names are this module's own
@@ -169,10 +170,12 @@ class EpochSelection:
 def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettings, pad_id: int, generator,
                 epoch: int, label: str, quiet: bool,
                 on_step: Callable[[int, dict[str, float]], None] | None = None,
-                widths: Widths = Widths(), steps: Steps | None = None) -> tuple[float, int]:
+                widths: Widths = Widths(), steps: Steps | None = None,
+                on_loss: Callable[[int, float], None] | None = None) -> tuple[float, int]:
     """One pass over shuffled batches, drawn as train.batching says and padded as `widths` says; (mean training
     loss, examples seen). `on_step(optimizer step, values)` gets the mean loss of the last STEP_LOG_BATCHES batches
-    and the learning rate. `steps` runs each step (None: the method's training_step, eagerly)."""
+    and the learning rate; `on_loss(optimizer step, the epoch's running loss)` is called at the same reads, and on
+    a CPU after every batch (the progress lines). `steps` runs each step (None: the method's training_step, eagerly)."""
     steps = steps or Steps(ctx, "no Steps given")
     lengths = train.lengths()
     batches = BATCHINGS[t.batching].order(lengths, t.batch_size, generator)
@@ -201,10 +204,14 @@ def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettin
             if not math.isfinite(running):
                 raise NonFiniteLoss(f"training loss became {running} in epoch {epoch} near step {i + 1}")
             bar.set_postfix(loss=f"{running:.4f}")
+            if on_loss is not None:
+                on_loss(ctx.step, running)
             if on_step is not None:
                 lr = float(ctx.scheduler.get_last_lr()[0]) if hasattr(ctx.scheduler, "get_last_lr") else math.nan
                 on_step(ctx.step, {"step/train_loss": (total - logged_sum) / (i + 1 - logged_at), "step/lr": lr})
             logged_sum, logged_at = total, i + 1
+        elif on_loss is not None and ctx.device.type == "cpu":  # no sync to wait for on a CPU: progress at any batch
+            on_loss(ctx.step, loss_sum.item() / (i + 1))
     bar.close()
     return logged_sum / len(batches), seen  # the last batch's read holds the epoch's sum: no further sync
 
@@ -238,7 +245,8 @@ class FitData:
 @dataclasses.dataclass(frozen=True)
 class FitEnv:
     """Where and how `fit` runs: the device, the autocast dtype (None: fp32), the run's label for progress bars,
-    and the callbacks a grid passes (each finished epoch's entry; every STEP_LOG_BATCHES batches' step values)."""
+    and the callbacks a grid passes (each finished epoch's entry; every STEP_LOG_BATCHES batches' step values; the
+    run's progress events, `suite.run.progress`)."""
 
     device: torch.device
     amp_dtype: torch.dtype | None
@@ -246,6 +254,7 @@ class FitEnv:
     quiet: bool = False
     on_epoch: Callable[[dict], None] | None = None
     on_step: Callable[[int, dict[str, float]], None] | None = None
+    on_progress: Callback | None = None
 
 
 def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: int, env: FitEnv) -> Fitted:
@@ -259,9 +268,9 @@ def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: i
     if tune is None and (t.early_stopping_patience or t.select_epoch == "best"):
         raise HyperParameterError("early stopping and select_epoch=best need a tuning split (train.holdout): they "
                                   "never read dev")
-    steps_per_epoch = math.ceil(math.ceil(len(train) / t.batch_size) / t.grad_accumulation)
+    per_epoch = steps_per_epoch(len(train), t)
     reason = eager_reason(method, t.capture, device, amp_dtype, t.compile, t.grad_accumulation)
-    ctx = build_context(model, method, t, steps_per_epoch * t.epochs, device, amp_dtype, graphs=reason is None)
+    ctx = build_context(model, method, t, per_epoch * t.epochs, device, amp_dtype, graphs=reason is None)
     steps = Steps(ctx, reason)
     pad_to = resolve_pad_to(t.pad_to, device.type, t.compile)
 
@@ -273,11 +282,13 @@ def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: i
     generator = torch.Generator().manual_seed(seed)
     history, train_s, eval_s, seen, evals = [], 0.0, 0.0, 0, {}
     selection, stop = EpochSelection(t, spec), False
+    clock = RunClock(env.on_progress, t.epochs, per_epoch * t.epochs, len(train))
+    clock.started()
     model.train()
     for epoch in range(1, t.epochs + 1):
         start = time.perf_counter()
         train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet, on_step, train_w,
-                                    steps)
+                                    steps, on_loss=lambda step, loss, e=epoch: clock.stepped(e, step, loss))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - start
@@ -303,6 +314,7 @@ def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: i
         if facts:
             entry["method"] = facts
         history.append(entry)
+        clock.epoch_done(epoch, ctx.step, entry)
         if on_epoch:
             on_epoch(entry)
         if stop := selection.update(epoch, entry["tune"]["score"] if tune is not None else math.nan, model, evals):

@@ -89,14 +89,73 @@ def _resample_ranks(v: np.ndarray, w: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def resampled_headline(spec, preds: dict, weights: dict[str, np.ndarray]) -> np.ndarray:
-    """The task's headline score (0-1) of one run on each resample of its dev examples (weights per eval suffix)."""
+def _left_out_correlation(name: str, pred: np.ndarray, gold: np.ndarray, left_out: np.ndarray) -> np.ndarray:
+    """Pearson or Spearman with each example of `left_out` left out in turn: what `_weighted` gives for those
+    leave-one-out weights, from the whole sample's sums less the example's part. For Spearman, the ranks left are
+    r_j - [v_j > v_i] - [v_j == v_i] / 2 (j != i): their sum and sum of squares follow from the tie groups, and only
+    the cross products need the (left out, examples) comparisons, as booleans, instead of ranking every replicate."""
+    x, y = pred.astype(float), gold.astype(float)
+    n = len(x) - 1
+    if name == "spearman":
+        sx, sxx = _left_out_rank_sums(x, left_out)
+        sy, syy = _left_out_rank_sums(y, left_out)
+        sxy = _left_out_rank_products(x, y, left_out)
+    else:
+        sx, sy = x.sum() - x[left_out], y.sum() - y[left_out]
+        sxx, syy, sxy = (x @ x - x[left_out] ** 2, y @ y - y[left_out] ** 2, x @ y - x[left_out] * y[left_out])
+    mx, my = sx / n, sy / n
+    cov = sxy / n - mx * my
+    vx, vy = sxx / n - mx ** 2, syy / n - my ** 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tiny = 1e-12 * (np.maximum(mx ** 2, my ** 2) if name == "spearman" else 1.0)  # as `_weighted`
+        return np.where((vx > tiny) & (vy > tiny), cov / np.sqrt(np.maximum(vx * vy, 0.0)), np.nan)
+
+
+def _left_out_rank_sums(v: np.ndarray, left_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum and sum of squares of the average ranks of the n examples left: 1..n, less each tie group's
+    (t^3 - t) / 12 (the group of the example left out has one member fewer)."""
+    n = len(v) - 1
+    _, inverse, counts = np.unique(v, return_inverse=True, return_counts=True)
+    ties = float((counts ** 3 - counts).sum())
+    t = counts[inverse[left_out]].astype(float)
+    groups = ties - (t ** 3 - t) + ((t - 1) ** 3 - (t - 1))
+    return np.full(len(left_out), n * (n + 1) / 2), n * (n + 1) * (2 * n + 1) / 6 - groups / 12
+
+
+def _left_out_rank_products(x: np.ndarray, y: np.ndarray, left_out: np.ndarray) -> np.ndarray:
+    """sum over j != i of r'x_j r'y_j for each i in `left_out` (r' = the ranks left, as in `_left_out_correlation`)."""
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(x), rankdata(y)
+    rows = np.arange(len(left_out))
+
+    def falls(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # v_j above v_i; tied with it, j != i
+        above, tied = v[None, :] > v[left_out, None], v[None, :] == v[left_out, None]
+        tied[rows, left_out] = False
+        return above, tied
+
+    gx, ex = falls(x)
+    gy, ey = falls(y)
+    count = np.count_nonzero
+    both = (count(gx & gy, axis=1) + (count(gx & ey, axis=1) + count(ex & gy, axis=1)) / 2
+            + count(ex & ey, axis=1) / 4)
+    return (rx @ ry - rx[left_out] * ry[left_out] - (gy @ rx + ey @ rx / 2) - (gx @ ry + ex @ ry / 2) + both)
+
+
+def resampled_headline(spec, preds: dict, weights: dict[str, np.ndarray],
+                       left_out: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """The task's headline score (0-1) of one run on each resample of its dev examples (weights per eval suffix).
+    `left_out`: the weights of that split leave out one example per row, these (the jackknife's blocks), which
+    the correlations use to skip re-ranking."""
     columns = {}
     for suffix, w in weights.items():
         p = preds[suffix]
         pred = metrics.predictions(p["logits"], spec.is_regression)
         for name in spec.metrics:
             key = f"{name}_{suffix}" if suffix else name
+            if left_out and suffix in left_out and name in ("pearson", "spearman"):
+                columns[key] = _left_out_correlation(name, pred, p["label"], left_out[suffix])
+                continue
             fast = _weighted(name, pred, p["label"], w)
             if fast is None:    # the metric itself on each resample, drawn as the weights say
                 fast = np.array([metrics.METRICS.get(name)(np.repeat(pred, row), np.repeat(p["label"], row))
@@ -157,8 +216,9 @@ def _jackknife(spec, a: dict, b: dict, seeds: list) -> Replicates:
             w = np.ones((len(left_out), n))
             w[np.arange(len(left_out)), left_out] = 0.0
             weights = {s: (w if s == suffix else np.ones((len(left_out), m))) for s, m in sizes.items()}
-            rows.append(np.stack([resampled_headline(spec, a[s], weights) - resampled_headline(spec, b[s], weights)
-                                  for s in seeds], axis=1))
+            dropped = {suffix: left_out}
+            rows.append(np.stack([resampled_headline(spec, a[s], weights, dropped)
+                                  - resampled_headline(spec, b[s], weights, dropped) for s in seeds], axis=1))
             groups.append(np.full(len(left_out), suffix, dtype=object))
     return Replicates(np.concatenate(rows) * SCALE, np.concatenate(groups))
 

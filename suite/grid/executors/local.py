@@ -135,6 +135,7 @@ def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecor
     info = executor_info("local", worker=None)
     for job in jobs:
         status.started(job)
-        rec = run_one(job, data_dir, device=device, quiet=quiet)
+        rec = run_one(job, data_dir, device=device, quiet=quiet,
+                      on_progress=lambda event, j=job: status.progress(j, event))
         rec.executor = {**info, **rec.executor}
         record(job, rec)

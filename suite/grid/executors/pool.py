@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import executor_info, import_method_modules, method_modules
+from suite.run.progress import Progress
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
@@ -105,7 +106,8 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
                 return
             index, attempt, job = item
             outbox.put((worker_id, index, None, False))  # begun: --max-run-minutes counts from here
-            rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction)
+            rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction,
+                          on_progress=lambda event, i=index: outbox.put((worker_id, i, event, False)))
             rec.executor = {**executor_info("local", worker=worker_id, attempts=attempt), **rec.executor}
             broken = is_sticky_cuda_error(rec.error)
             outbox.put((worker_id, index, rec, broken))
@@ -186,6 +188,9 @@ class WorkerPool:
         if rec is None:  # the worker has begun the job: the run's clock starts now, not at the worker's start
             self.started_at[worker_id] = time.monotonic()
             self.begun.add(worker_id)
+            return
+        if isinstance(rec, Progress):  # the run's progress: its line and the grid's ETA
+            self.status.progress(self.jobs[index], rec)
             return
         del self.running[worker_id]
         if broken:  # the worker exits: its CUDA context is unusable

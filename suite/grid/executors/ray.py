@@ -13,6 +13,7 @@ import math
 import platform
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from suite.grid.executors.returned import check_outputs_can_come_back, in_privat
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, import_method_modules, method_modules
 from suite.run import stopping
+from suite.run.progress import ProgressLines
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
@@ -132,9 +134,16 @@ def _ray_job(job: RunConfig, data_dir, device: str, threads: int, modules: list[
     folder = None
     if bring_back:
         job, folder = in_private_folder(job)
-    rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction)
+    lines = ProgressLines()  # printed here: Ray brings a worker's output to the driver's log (unless --quiet)
+    rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction,
+                  on_progress=lambda event: _print_line(lines.line(job.label, event)))
     rec.executor = {**executor_info("ray", host=platform.node(), attempts=task_attempt()), **rec.executor}
     return rec, (pack(folder) if folder is not None else None)
+
+
+def _print_line(line: str | None) -> None:
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from suite.grid.executors.options import EXECUTOR_OPTIONS, options_of
 from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus
 from suite.grid.store import Store
+from suite.run.progress import planned_steps
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
@@ -97,7 +98,7 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
         skipped += finished_meanwhile
     result = GridResult(skipped=skipped, elsewhere=elsewhere)
     finished: set[str] = set()
-    status = GridStatus(len(todo), quiet=quiet)
+    status = GridStatus(len(todo), quiet=quiet, planned=planned_steps(todo, data_dir))
 
     def record(job: RunConfig, rec: RunRecord) -> None:
         store.write(job.filename, rec)

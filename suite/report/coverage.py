@@ -1,0 +1,137 @@
+"""What the report lacks and what its runs cost: how many of the jobs its commands planned have records (each
+`run` line of commands.txt planned again), the cells without them, and the run hours per cell on each device."""
+from __future__ import annotations
+
+import math
+import shlex
+from collections import defaultdict
+
+import pandas as pd
+
+from suite.report.facts import ModelFacts, Options, ReportFacts
+from suite.report.vocabulary import DASH, Part, table, task_display, task_order
+
+__all__ = ["compute_per_cell", "coverage_lines"]
+
+MOST_CELLS_NAMED = 12  # missing cells named one by one; beyond, a count
+
+
+def _planned(command: str) -> set[tuple[str, str, str, int]]:
+    """(model, task, method, seed) of every job a `run` command plans; under --until-decided only the first look's
+    seeds (later seeds run only while a comparison is undecided). Raises what planning raises."""
+    from suite.commands import build_parser
+    from suite.commands.run_options import run_overrides
+    from suite.grid.stages import plan_stages
+    from suite.grid.study import Study, load_study
+
+    words = shlex.split(command)
+    argv = words[words.index("run"):]
+    args = build_parser(argv).parse_args(argv)
+    if args.dry_run or getattr(args, "replay", False):
+        return set()
+    stages = plan_stages(load_study(args.study) if args.study else Study(), run_overrides(args))
+    jobs, schedule = stages.plan.jobs, stages.request.schedule
+    seeds = sorted({j.seed for j in jobs})
+    if schedule is not None:
+        seeds = seeds[:schedule.looks[0]]
+    return {(j.model, j.task, j.method, j.seed) for j in jobs if j.seed in seeds}
+
+
+def _seed_ranges(seeds: list[int]) -> str:
+    """1-3, 7."""
+    parts, start = [], None
+    for i, s in enumerate(seeds):
+        start = s if start is None else start
+        if i + 1 == len(seeds) or seeds[i + 1] != s + 1:
+            parts.append(str(start) if start == s else f"{start}-{s}")
+            start = None
+    return ", ".join(parts)
+
+
+def coverage_lines(report: ReportFacts) -> list[str]:
+    """The header's line on the planned jobs: all of them have ok records, or N of M, with the cells that lack them;
+    nothing when no command was recorded. A command that no longer plans (a moved study file) is named."""
+    commands = [c for c in report.loaded.commands if " run " in f" {c} "]
+    if not commands:
+        return []
+    planned: set[tuple[str, str, str, int]] = set()
+    failed = []
+    for number, command in enumerate(commands, 1):
+        with _quiet() as said:
+            try:
+                planned |= _planned(command)
+            except SystemExit:  # argparse refused the line: its last words say why
+                failed.append(f"command {number} ({(said.getvalue().strip().splitlines() or ['?'])[-1][:160]})")
+            except Exception as exc:  # noqa: BLE001  the report goes on, saying which line
+                failed.append(f"command {number} ({type(exc).__name__}: {str(exc)[:160]})")
+    df = report.frame
+    ok = df[df["status"] == "ok"]
+    have = {(m, t, me, int(s)) for m, t, me, s in zip(ok["model"], ok["task"], ok["method"], ok["seed"])
+            if s is not None and not (isinstance(s, float) and math.isnan(s))}
+    missing = sorted(planned - have)
+    note = (f" (could not plan {', '.join(failed)}: give the report from the folder the commands ran in)"
+            if failed else "")
+    if not planned:
+        return [f"- **Jobs:** the planned jobs are unknown{note}"] if failed else []
+    if not missing:
+        return [f"- **Jobs:** all {len(planned)} jobs the commands plan have ok records{note}"]
+    cells: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for model, task, method, seed in missing:
+        cells[model, task, method].append(seed)
+    named = [f"{task_display(t)}/{m} seed{'s' if len(s) > 1 else ''} {_seed_ranges(sorted(s))}"
+             + (f" ({model})" if len({c[0] for c in cells}) > 1 else "")
+             for (model, t, m), s in sorted(cells.items())][:MOST_CELLS_NAMED]
+    more = f" and {len(cells) - MOST_CELLS_NAMED} more cells" if len(cells) > MOST_CELLS_NAMED else ""
+    return [f"- **Jobs: {len(planned) - len(missing)} of {len(planned)} jobs the commands plan have ok records**; "
+            f"{len(missing)} without: {'; '.join(named)}{more} (give the same commands again to run them){note}"]
+
+
+class _quiet:
+    """Planning prints warnings meant for a run; the report keeps its own output."""
+
+    def __enter__(self):
+        import contextlib
+        import io
+
+        self._stack, said = contextlib.ExitStack(), io.StringIO()
+        self._stack.enter_context(contextlib.redirect_stderr(said))
+        self._stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        return said
+
+    def __exit__(self, *exc):
+        self._stack.close()
+        return False
+
+
+def _device(env) -> str:
+    return "GPU" if str(env.device).startswith("cuda") else "CPU" if env.device == "cpu" else str(env.device)
+
+
+def compute_per_cell(facts: ModelFacts, options: Options) -> Part:
+    """Run hours per leaderboard cell (every record of the cell, failed runs included), by device kind, with the
+    devices named below."""
+    records, part = facts.records, Part()
+    if not len(records) or records["wall_s"].dropna().empty:
+        return part
+    kinds = records["env"].map(_device)
+    hours = (records.assign(kind=kinds).groupby(["method", "task", "kind"])["wall_s"].sum() / 3600)
+    tasks = [t for t in task_order(records["task"].unique())]
+    several = kinds.nunique() > 1
+    rows = []
+    for m in facts.sel.methods:
+        row = [facts.label(m)]
+        for t in tasks:
+            spent = hours.loc[m, t] if (m, t) in hours.index.droplevel("kind") else pd.Series(dtype=float)
+            row.append(" + ".join(f"{h:.2f}" + (f" {k}" if several else "") for k, h in spent.items()) or DASH)
+        rows.append(row)
+    total = hours.groupby(level="kind").sum()
+    devices = sorted({f"{_device(e)}: {e.gpu or e.platform}" + (f", {e.cpu_threads} CPU threads"
+                                                              if _device(e) == "CPU" else "")
+                      for e in records["env"]})
+    unit = "Hours" if several else f"{kinds.iloc[0]}-hours"
+    part.add("#### Compute per cell", "", table(rows, ["method", *map(task_display, tasks)]), "",
+             f"- {unit} of every record of the cell (failed runs included), each run's own wall-clock "
+             f"time summed (loading, training and evaluation; runs side by side overlap on the clock): "
+             + ", ".join(f"{h:.2f} {k}-hours in all" for k, h in total.items()) + ". Devices: "
+             + "; ".join(devices) + ".", "")
+    return part

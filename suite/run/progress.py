@@ -1,0 +1,150 @@
+"""A run's progress as lines a log file can hold (no terminal, `nohup`): one when training starts, one per epoch
+(training loss, tuning and dev scores, time so far and the run's ETA) and, within a long epoch, one at least every
+`STEP_LINE_S` seconds; and the optimizer steps a job plans, from which the grid's ETA is computed.
+
+`fit` reports `Progress` events to a callback (`RunClock`); whoever runs the job decides what becomes a line
+(`ProgressLines`): the grid's status in the driver, or the run itself on a Ray worker.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Iterable
+
+from suite.run.settings import RunConfig, TrainSettings
+
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["EVENT_S", "Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "planned_steps", "steps_per_epoch"]
+
+STEP_LINE_S = 60.0   # within an epoch, a line at the first loss read this long after the run's last line
+EVENT_S = 5.0        # a run reports its steps at most this often (its loss is read after every batch on a CPU,
+#                      every STEP_LOG_BATCHES batches on a GPU, where a read waits for the device)
+
+
+def steps_per_epoch(n_train: int, t: TrainSettings) -> int:
+    """Optimizer steps of one epoch over `n_train` examples: batches, grouped by gradient accumulation."""
+    return math.ceil(math.ceil(n_train / t.batch_size) / t.grad_accumulation)
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where a run stands: `kind` is "start" (about to train), "steps" (within an epoch) or "epoch" (an epoch and
+    its evaluations done). `step` counts optimizer steps over the whole run, of `steps` planned (early stopping may
+    end it sooner); `elapsed_s` runs from the start of training, evaluations included."""
+
+    kind: str
+    epoch: int
+    epochs: int
+    step: int
+    steps: int
+    elapsed_s: float
+    examples: int = 0
+    train_loss: float = math.nan   # the epoch's running mean ("steps") or its mean ("epoch")
+    dev_score: float = math.nan
+    tune_score: float = math.nan
+
+    def eta_s(self) -> float:
+        """The rest of the run at its rate so far (inf before its first step)."""
+        if self.step <= 0:
+            return math.inf
+        return self.elapsed_s / self.step * max(self.steps - self.step, 0)
+
+
+Callback = Callable[[Progress], None]
+
+
+class RunClock:
+    """`fit`'s side: builds the events and sends them to `callback` (nothing without one); "steps" events at most
+    every EVENT_S seconds, so a worker's queue to the driver carries a few per minute."""
+
+    def __init__(self, callback: Callback | None, epochs: int, steps: int, examples: int):
+        self.callback, self.epochs, self.steps, self.examples = callback, epochs, steps, examples
+        self.start = time.perf_counter()
+        self._last_event = -math.inf
+
+    def _send(self, kind: str, epoch: int, step: int, **values: float) -> None:
+        now = time.perf_counter()
+        self._last_event = now
+        self.callback(Progress(kind, epoch, self.epochs, step, self.steps, now - self.start, self.examples,
+                               **values))
+
+    def started(self) -> None:
+        if self.callback is not None:
+            self._send("start", 0, 0)
+
+    def stepped(self, epoch: int, step: int, running_loss: float) -> None:
+        if self.callback is not None and time.perf_counter() - self._last_event >= EVENT_S:
+            self._send("steps", epoch, step, train_loss=running_loss)
+
+    def epoch_done(self, epoch: int, step: int, entry: dict) -> None:
+        if self.callback is not None:
+            tune = (entry.get("tune") or {}).get("score", math.nan)
+            self._send("epoch", epoch, step, train_loss=entry["train_loss"], dev_score=entry["dev"]["score"],
+                       tune_score=tune)
+
+
+def format_duration(seconds: float) -> str:
+    """3h04m, 5m07s or 9s; "?" when unknown (infinite)."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
+
+
+class ProgressLines:
+    """What of a run's events becomes a line: every start and epoch; a "steps" event when the run has had no line
+    for STEP_LINE_S seconds (with `steps=False`, never: a terminal's progress bar shows them)."""
+
+    def __init__(self, steps: bool = True):
+        self.steps = steps
+        self._last_line: dict[str, float] = {}
+
+    def line(self, label: str, p: Progress) -> str | None:
+        now = time.monotonic()
+        if p.kind == "steps" and not (self.steps and now - self._last_line.get(label, now) >= STEP_LINE_S):
+            return None
+        self._last_line[label] = now
+        if p.kind == "start":
+            return (f"  start {label}: {p.epochs} epoch(s) x {p.steps // max(p.epochs, 1)} steps "
+                    f"on {p.examples} examples")
+        timing = f"run {format_duration(p.elapsed_s)}, ETA {format_duration(p.eta_s())}"
+        if p.kind == "steps":
+            return (f"  {label} epoch {p.epoch}/{p.epochs} step {p.step}/{p.steps}: train loss {p.train_loss:.4f} "
+                    f"| {timing}")
+        scores = f"dev score {p.dev_score:.4f}"
+        if math.isfinite(p.tune_score):
+            scores = f"tuning score {p.tune_score:.4f}, {scores}"
+        return f"  {label} epoch {p.epoch}/{p.epochs}: train loss {p.train_loss:.4f}, {scores} | {timing}"
+
+
+def planned_steps(jobs: Iterable[RunConfig], data_dir) -> dict[str, int | None]:
+    """Each job's planned optimizer steps (by its hash), from the size of the training set it will draw; None where
+    that is not known without training (data from the hub, a split that does not read: the run reports its own
+    when it starts). Reads each task's train split once."""
+    from suite.api.tasks import get_task
+    from suite.run.data import read_local_split, task_data_dir
+    from suite.run.draws import draw_train
+
+    labels: dict[str, list | None] = {}
+    sizes: dict[tuple, int | None] = {}
+    out: dict[str, int | None] = {}
+    for job in jobs:
+        t = job.train
+        key = (job.task, t.max_train_samples, t.holdout, t.holdout_seed, t.test_holdout)
+        if key not in sizes:
+            try:
+                spec = get_task(job.task)
+                if job.task not in labels:
+                    folder = task_data_dir(spec, data_dir)
+                    labels[job.task] = (read_local_split(spec, spec.train_split, folder)["label"]
+                                        if folder is not None else None)
+                found = labels[job.task]
+                sizes[key] = (len(draw_train(found, t, job.seed, not spec.is_regression).train)
+                              if found is not None else None)
+            except Exception:  # noqa: BLE001  only the ETA needs it; the run itself says what is wrong
+                sizes[key] = None
+        out[job.hash] = steps_per_epoch(sizes[key], t) * t.epochs if sizes[key] is not None else None
+    return out
