@@ -216,8 +216,9 @@ def read_state(path: Path, kind: type[_Model]):
     """The state file at `path` as `kind`; BadInput naming the file and what is wrong when it cannot be one."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BadInput(f"{path}: cannot be read as JSON ({exc}); it is written by `python -m suite run`: delete it "
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise BadInput(f"{path}: cannot be read as JSON ({why}); it is written by `python -m suite run`: delete it "
                        "and give the run's command again to write it anew") from None
     try:
         return kind.model_validate(data)
