@@ -206,6 +206,8 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
     jobs, rest = compared_jobs(jobs, seeds, _arm_set(primary))
     merged = GridResult()
     state_path = OutputFolder(store.root).until_decided
+    if replay:
+        keep_unfound_state(state_path, jobs, store)
     planned = 0
     for look, n in enumerate(design.looks):
         wanted = set(seeds[planned:n])
@@ -227,6 +229,26 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
         if not any(t.open for t in tracks) or (replay and not any(len(t.looks) > look for t in tracks if t.open)):
             break
     return Outcome(merged, tracks, schedule, alpha, state_path)
+
+
+def keep_unfound_state(path: Path, jobs: list[RunConfig], store: Store) -> None:
+    """BadInput (exit 2, the state left as it is) when a replay's plan finds none of the records a state file's looks
+    were taken on: its jobs are named otherwise (other settings, device, precision or padding than the run that wrote
+    it), and replaying would rewrite decided comparisons as open with no looks."""
+    from suite.run.layout import read_state
+
+    if not path.is_file():
+        return
+    try:
+        state = read_state(path, UntilDecidedFile)
+    except BadInput:  # a damaged file: the replay writing it anew is the fix
+        return
+    looked = sum(1 for c in state.comparisons if any(look.n > 0 for look in c.looks))
+    if looked and not any(store.read(j.filename) is not None for j in jobs):
+        raise BadInput(f"{path}: --replay found none of the records its looks were taken on ({looked} "
+                       "comparison(s) looked at): this command names its jobs otherwise (other settings, device, "
+                       "precision or padding than the run that wrote the file), so the file is left as it is. Give "
+                       f"the flags of the command that wrote it ({OutputFolder(store.root).commands})")
 
 
 def _unrun(jobs: list[RunConfig], store: Store, c: Comparison, seeds: list[int]) -> bool:
