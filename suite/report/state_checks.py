@@ -164,6 +164,11 @@ def check_sequential(path: Path, state: UntilDecidedFile, frame, alpha: float, m
                     futility=state.schedule.futility)
     for c in state.comparisons:
         where = f"{path}: {c.task}/{c.method} vs {c.reference}"
+        used = next((look.margin for look in c.looks if look.margin is not None), None)
+        if used is not None and not _agrees(used, _margin(margin, c.task)):
+            raise ReportError(f"{where}: its looks tested equivalence within ±{used:g}, this report within "
+                              f"±{_margin(margin, c.task):g}: give the study's margin (report --study FILE, or "
+                              f"--margin {used:g}), or " + _REWRITE[0].lower() + _REWRITE[1:])
         replayed = replay(c, design, state.seed_order, frame, _margin(margin, c.task))
         end = (replayed[-1]["reason"], replayed[-1]["verdict"]) if replayed else ("continue", "undecided")
         if (c.reason, c.verdict) != end:

@@ -82,7 +82,7 @@ def check_folder_name(flag: str, folder: str | Path) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:  # undecodable bytes arrive as lone surrogates (surrogateescape)
-        raise BadInput(f"{flag} {text.encode('utf-8', 'backslashreplace').decode()!r} is not UTF-8 text (bytes of "
+        raise BadInput(f"{flag} {text.encode('utf-8', 'backslashreplace').decode()} is not UTF-8 text (bytes of "
                        "another encoding in the name): give a folder name in UTF-8 (or ASCII)") from None
 
 
