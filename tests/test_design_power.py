@@ -155,3 +155,19 @@ def test_plan_refuses_a_grid_without_primary_comparisons_and_impossible_noise(tm
     assert "plan: no power table" in capsys.readouterr().err
     assert main(["plan", "--study", _study(tmp_path, "power: {tasks: {rte: {seed_sd: 0}}}\n")]) == 2
     assert "power.tasks.rte.seed_sd" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tasks, says", [
+    ("{nosuchtask: {seed_sd: 1.0}}", "unknown task 'nosuchtask'. Valid tasks: cola"),
+    ("{mrpc: {seed_sd: 1.0}}", "'mrpc' is not a task of the study's primary comparisons; declare the noise of rte"),
+])
+def test_power_noise_for_a_task_the_study_does_not_compare_is_refused(tmp_path, capsys, tasks, says):
+    """`power: tasks: {nosuchtask: ...}` was ignored while the table printed `?` for the real task."""
+    assert main(["plan", "--study", _study(tmp_path, f"power: {{tasks: {tasks}}}\n")]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "power: tasks" in err and "Traceback" not in err
+
+
+def test_power_noise_may_name_a_task_as_glue_spells_it(tmp_path, capsys):
+    assert main(["plan", "--study", _study(tmp_path, "power: {tasks: {RTE: {seed_sd: 1.5}}}\n")]) == 0
+    assert "declared (power: tasks:)" in capsys.readouterr().out

@@ -132,7 +132,7 @@ def test_a_commands_file_linked_out_of_the_output_folder_exits_2(trained, tiny_b
 BAD_TEST_FILES = {
     "index zero": ([f"{i}\ta\tb" for i in range(3)] + ["zero\ta\tb"], ":5: index 'zero' is not an integer"),
     "empty index": (["0\ta\tb", "\ta\tb"], ":3: index '' is not an integer"),
-    "extra field": (["0\ta\tb", "1\ta\tb\tc\td"], ":3: cannot read the test set"),
+    "extra field": (["0\ta\tb", "1\ta\tb\tc\td"], ":3: expected 3 tab-separated fields, found 5"),
 }
 
 
@@ -484,3 +484,25 @@ def test_a_stop_signal_inside_ray_wait_is_the_stop_not_a_system_error():
             _collect(fake, {"ref": None}, lambda job, rec: None, GridStatus(1, quiet=True), TaskResources(0, 1))
     finally:
         stopping._requested = None
+
+
+def test_stopping_the_pool_kills_a_worker_that_sigterm_cannot_stop():
+    """A driver SIGTERMed while its only worker was SIGSTOPped waited forever: SIGTERM stays pending on a stopped
+    process, and multiprocessing's exit joins its children. The pool's stop waits a bounded time, then kills."""
+    import multiprocessing as mp
+    import signal
+    import time
+
+    from suite.grid.executors import pool
+
+    proc = mp.get_context("fork").Process(target=time.sleep, args=(120,), daemon=True)
+    proc.start()
+    os.kill(proc.pid, signal.SIGSTOP)
+    stopper = pool.WorkerPool.__new__(pool.WorkerPool)
+    stopper.procs, stopper.inboxes, stopper.running = {0: proc}, {0: mp.get_context("fork").Queue()}, {0: 0}
+    started = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pool, "STOP_GRACE_S", 0.5)
+        stopper._stop_workers()
+    assert not proc.is_alive() and proc.exitcode == -signal.SIGKILL
+    assert time.monotonic() - started < 10

@@ -77,6 +77,21 @@ def test_auto_precision_on_a_remote_ray_cluster_must_be_explicit():
     assert job.train.precision == "fp32"
 
 
+def test_auto_padding_on_a_remote_ray_cluster_needs_its_device_named():
+    """A remote cluster's padding was guessed as a GPU's (buckets), so `--replay --executor ray --address` of a grid
+    run on CPUs renamed every job, found none of its records and rewrote a decided state as open."""
+    import dataclasses
+
+    jobs = build_grid(["m"], ["rte"], ["vanilla"], [1], dataclasses.replace(SETTINGS, precision="fp32"))
+    with pytest.raises(BadInput, match="Give --device cuda or --device cpu"):
+        dev.resolve_jobs_precision(jobs, "auto", executor="ray", address="10.0.0.1:6379")
+    (local,) = dev.resolve_jobs_precision(jobs, "cpu")
+    (remote_cpu,) = dev.resolve_jobs_precision(jobs, "cpu", executor="ray", address="10.0.0.1:6379")
+    (remote_gpu,) = dev.resolve_jobs_precision(jobs, "cuda", executor="ray", address="10.0.0.1:6379")
+    assert remote_cpu.filename == local.filename and remote_cpu.train.pad_to == "longest"
+    assert remote_gpu.train.pad_to == "buckets" and remote_gpu.filename != local.filename
+
+
 def test_tf32_deterministic_and_memory_cap_on_cuda_only(monkeypatch):
     cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,

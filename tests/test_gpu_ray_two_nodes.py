@@ -40,7 +40,8 @@ def test_cli_on_a_two_node_cluster_brings_outputs_home(two_nodes, tiny_bert_dir,
     code = commands.main(["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1", "--model", tiny_bert_dir,
                           "--data-dir", str(data), "--epochs", "1", "--batch-size", "8", "--out", str(out), "--quiet",
                           "--executor", "ray", "--address", two_nodes.address, "--predict-test", "--save-model",
-                          "--precision", "fp32"])  # a remote cluster's precision is given: the driver cannot see it
+                          "--precision", "fp32", "--device", "cpu"])  # the driver cannot see a remote cluster's
+    # device or its precision: both are given (a GPU cluster: --device cuda --precision bf16)
     assert code == 0
     (path,) = (out / "runs").glob("*.json")
     rec = json.loads(path.read_text())

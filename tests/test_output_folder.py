@@ -143,8 +143,17 @@ def test_files_returned_by_a_ray_worker_replace_links_planted_at_their_folders(t
     assert not (out / "runs" / "RUN.model").is_symlink() and not (out / "tracking").is_symlink()
 
 
+def _rescore(d, value):
+    """The first configuration's one tuning score set to `value`, its mean following (None when it is not a number)."""
+    c = d["cells"][0]["configurations"][0]
+    c["scores"]["101"], c["mean"] = value, value if value == value else None
+
+
 @pytest.mark.parametrize("edit, says", [
-    (lambda d: d["cells"][0]["configurations"][0]["scores"].update({"101": 0.5}), "the file is stale or edited"),
+    (lambda d: _rescore(d, 0.5), "the file is stale or edited"),
+    (lambda d: _rescore(d, float("nan")), "scored nan here, but its record 0.772"),  # abs(nan - x) > 1e-12 is False
+    (lambda d: d["cells"][0]["configurations"][0].update(mean=float("nan")), "has mean nan, but its scores"),
+    (lambda d: d["cells"][0]["configurations"][0].update(mean=0.99), "has mean 0.99, but its scores"),
     (lambda d: d["cells"][0].update(selected=next(c["settings"] for c in d["cells"][0]["configurations"]
                                                   if c["settings"] != d["cells"][0]["selected"])),
      "but the best mean tuning-split score is"),
@@ -164,4 +173,50 @@ def test_a_stale_or_edited_selection_is_refused_naming_the_file(tmp_path, edit, 
     path.write_text(json.dumps(data))
     with pytest.raises(ReportError, match=says) as refused:
         check_selection(path, read_state(path, SelectionFile))
+    assert str(path) in str(refused.value)
+
+
+@pytest.fixture(scope="module")
+def published_frame():
+    from suite.report.load import load
+
+    return load([RESULTS.root]).frame
+
+
+def _swap_selection(d):
+    """The first cell selects another configuration, with the means swapped so that the choice follows from them."""
+    cell = d["cells"][0]
+    chosen = next(c for c in cell["configurations"] if c["settings"] == cell["selected"])
+    other = next(c for c in cell["configurations"] if c["settings"]["train.lr"] != cell["selected"]["train.lr"])
+    chosen["scores"], other["scores"] = other["scores"], chosen["scores"]
+    chosen["mean"], other["mean"] = other["mean"], chosen["mean"]
+    cell["selected"] = other["settings"]
+
+
+def _never_ran(d):
+    cell = json.loads(json.dumps(d["cells"][0]))
+    cell["method"] = "dropkey"   # built in, and never run in the published study
+    d["cells"].append(cell)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (_swap_selection, "but no final run of the cell trained with it"),
+    (_never_ran, "dropkey never ran on sst2"),
+], ids=["swapped-lr", "never-ran"])
+def test_a_selection_without_its_tuning_records_is_held_against_the_final_runs(tmp_path, published_frame, edit,
+                                                                              says):
+    """With the tuning records removed, a swapped learning rate was reported as selected though every final run
+    trained at the other rate, and a cell of a method that never ran was listed as tuned."""
+    from suite.api.errors import ReportError
+    from suite.report.stages import check_selection
+
+    path = OutputFolder(tmp_path).selection
+    path.parent.mkdir()
+    data = json.loads(RESULTS.selection.read_text())
+    path.write_text(json.dumps(data))
+    check_selection(path, read_state(path, SelectionFile), published_frame)  # as committed, without its records
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=says) as refused:
+        check_selection(path, read_state(path, SelectionFile), published_frame)
     assert str(path) in str(refused.value)

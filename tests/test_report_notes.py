@@ -181,37 +181,64 @@ def test_the_test_against_the_constant_follows_the_metric_direction_and_survives
 
 
 def _sequential_study(tmp_path) -> dict:
-    """Records of vanilla and topk on RTE at seeds 1-3 and the state a sequential design that stopped for futility
-    at its first look would have written for them."""
+    """Records of vanilla and topk on RTE at seeds 1-3 and the state a sequential design (looks at 3 and 6 seeds)
+    writes for them: its first look, decided by the loop's own look (`suite.stats.looks`), goes on to the second,
+    whose seeds have not run: the comparison is open, undecided."""
+    from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
+    from suite.stats.looks import next_look
+    from suite.stats.sequential import Design
+
     store = Store(tmp_path)
-    diffs = []
+    arms: dict[str, dict] = {"topk": {}, "vanilla": {}}
     for seed in (1, 2, 3):
         base, ours = 0.60 + 0.01 * seed, 0.65 + 0.001 * seed * seed
         store.write(*make_record("rte", "vanilla", seed, {"accuracy": base}, hparams={"p": 0.1}))
         store.write(*make_record("rte", "topk", seed, {"accuracy": ours}, hparams={"k": 8}))
-        diffs.append(100 * (ours - base))
-    look = {"look": 1, "planned_seeds": 3, "n": 3, "seeds": [1, 2, 3], "reason": "futility", "verdict": "undecided",
-            "diff": sum(diffs) / 3, "low": 1.0, "high": 7.8, "p": 0.01, "level": 1e-5}
+        arms["vanilla"][seed], arms["topk"][seed] = RunOutcome(100 * base), RunOutcome(100 * ours)
+    design = Design((3, 6), 0.05)
+    look = next_look([], design, arms["topk"], arms["vanilla"], lambda a, b: compare_runs(
+        "rte", a, b, 1.0, seed=bootstrap_seed("rte", "topk", "vanilla")), 0, [1, 2, 3])
+    assert (look["reason"], look["verdict"]) == ("continue", "undecided")
     return {"written": "2026-01-01T00:00:00+00:00", "looks": [3, 6], "seed_order": [1, 2, 3, 4, 5, 6],
             "schedule": {"start": 3, "step": 3, "cap": 6, "spending": "obrien-fleming", "futility": 0.1},
             "rule": "test rule", "alpha": 0.05, "primary": 1, "alpha_each": 0.05,
             "comparisons": [{"model": MODEL, "task": "rte", "method": "topk", "reference": "vanilla",
-                             "reason": "futility", "verdict": "undecided", "looks": [look]}]}
+                             "reason": "continue", "verdict": "undecided", "looks": [look]}]}
 
 
-@pytest.mark.parametrize("edit, says", [
-    (lambda c: c.update(verdict="better"), "does not follow from its last look"),
-    (lambda c: c["looks"][-1].update(diff=c["looks"][-1]["diff"] + 0.5), "no set of the reported records gives"),
-    (lambda c: c["looks"][-1].update(seeds=[1, 2, 4]), "no set of the reported records gives"),
-])
+FORGED = {  # each edit of the issue's attack, and of its class
+    "verdict": (lambda s, c: c.update(verdict="better"), "the file says better"),
+    "verdict and reason": (lambda s, c: c.update(verdict="worse", reason="efficacy"), "the file says worse"),
+    "no looks": (lambda s, c: c.update(looks=[], verdict="better", reason="efficacy"), "the file says better"),
+    "no looks, open": (lambda s, c: c.update(looks=[], verdict="undecided", reason="continue"), "holds 0 look"),
+    "diff null, p 0, level 1": (lambda s, c: (c["looks"][-1].update(diff=None, p=0.0, level=1.0, reason="efficacy",
+                                                                    verdict="worse"),
+                                              c.update(reason="efficacy", verdict="worse")), "the file says worse"),
+    "forged TOST": (lambda s, c: (c["looks"][-1].update(p_equiv=1e-9, level_equiv=0.5, reason="equivalence",
+                                                        verdict="equivalent"),
+                                  c.update(reason="equivalence", verdict="equivalent")), "the file says equivalent"),
+    "diff": (lambda s, c: c["looks"][-1].update(diff=c["looks"][-1]["diff"] + 0.5), "look 1 holds diff"),
+    "p": (lambda s, c: c["looks"][-1].update(p=0.5), "look 1 holds p"),
+    "seeds": (lambda s, c: c["looks"][-1].update(seeds=[1, 2, 4]), "look 1 holds seeds"),
+    "alpha": (lambda s, c: s.update(alpha=0.5), "its looks spent alpha 0.5"),
+    "family": (lambda s, c: s.update(primary=2), "over 2 primary comparison"),
+    "cap": (lambda s, c: s["schedule"].update(cap=10**9), "is not one `run --until-decided` writes"),
+}
+
+
+@pytest.mark.parametrize("edit, says", list(FORGED.values()), ids=list(FORGED))
 def test_an_edited_or_stale_sequential_state_is_refused_naming_the_file(tmp_path, edit, says):
-    """An edited or stale until_decided.json put "better ‡" into the tables against what the records say."""
+    """An edited or stale until_decided.json put "better ‡" into the tables against what the records say: every
+    look is replayed from the records (the verdict, its reason and every number the section prints)."""
     import json
 
     from suite.api.errors import ReportError
 
     state = _sequential_study(tmp_path)
-    edit(state["comparisons"][0])
+    build_report([tmp_path], aso=False, figures=False, primary=["topk"])  # as the design wrote it: it holds
+    (tmp_path / "until_decided.json").write_text(json.dumps(state))
+    build_report([tmp_path], aso=False, figures=False, primary=["topk"])
+    edit(state, state["comparisons"][0])
     (tmp_path / "until_decided.json").write_text(json.dumps(state))
     with pytest.raises(ReportError, match=says) as refused:
         build_report([tmp_path], aso=False, figures=False, primary=["topk"])
@@ -220,8 +247,8 @@ def test_an_edited_or_stale_sequential_state_is_refused_naming_the_file(tmp_path
 
 def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tmp_path):
     # topk is 4-6 points above vanilla at 3 seeds: alone, a fixed-sample "better". The study's sequential design
-    # stopped the comparison for futility at its first look, undecided: that verdict, whose error rate holds over
-    # the looks, is the one reported; the fixed-sample one is kept beside it.
+    # left the comparison open at its first look, undecided: that verdict, whose error rate holds over the looks, is
+    # the one reported; the fixed-sample one is kept beside it.
     import json
 
     import pandas as pd
@@ -235,7 +262,7 @@ def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tm
     assert "the fixed-sample verdict differs for topk on RTE (better)" in md
     csv = pd.read_csv(tmp_path / "comparisons.csv")
     row = csv[csv["column"] == "rte"].iloc[0]
-    assert (row["verdict"], row["fixed_verdict"], row["sequential"]) == ("undecided", "better", "futility")
+    assert (row["verdict"], row["fixed_verdict"], row["sequential"]) == ("undecided", "better", "continue")
     (tmp_path / "until_decided.json").unlink()   # without the state file: the fixed-sample verdict, unmarked
     md = build_report([tmp_path], aso=False, figures=False, primary=["topk"]).read_text()
     assert comparison_rows(md)["topk", "RTE"]["verdict"] == "better" and "‡" not in md

@@ -328,6 +328,15 @@ def test_replay_decides_again_from_the_records_and_leaves_a_comparison_open_wher
     assert left["reason"] == "continue" and len(left["looks"]) == 1
     capsys.readouterr()
     assert commands.main(["run", "--study", study, "--replay"]) == EXIT_BAD_INPUT
+    # a replay whose plan names its jobs otherwise (here another learning rate; a Ray driver's guessed padding did
+    # it) finds none of the records: it refuses, and the decided state is left as it was
+    before = (out / UNTIL_DECIDED).read_bytes()
+    capsys.readouterr()
+    assert commands.main(["run", "--study", study, "--until-decided", "--replay", "--quiet", "--lr", "3e-4"]) == \
+        EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--replay found none of the records its looks were taken on" in err and "Traceback" not in err
+    assert (out / UNTIL_DECIDED).read_bytes() == before
 
 
 def test_a_look_where_every_pair_degenerated_spends_nothing_and_keeps_the_last_information():

@@ -1,7 +1,9 @@
 """Every command of `python -m suite {run,list,bench,report,check,predict,plan}`, and the parser that assembles them.
 
-Every command is a module with COMMAND, add_parser(sub) and main(args). Bad input (`suite.api.errors.BadInput`) exits 2
-with a message that says how to fix it, before anything trains.
+Every command is a module with COMMAND, add_parser(sub) and main(args), run inside one error boundary
+(`suite.commands.boundary`): bad input (`suite.api.errors.BadInput`) exits 2 with a message that says how to fix it,
+before anything trains; a full disk, a file nested too deeply, a name the locale cannot encode or Ctrl-C is one line
+with the file and the fix, never a traceback.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import os
 import sys
 from typing import Callable
 
-from suite.api.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, BadInput
+from suite.commands.boundary import failure, tolerant_output
 
 # name -> (module, the line `python -m suite --help` lists it with). A command's module is imported only when that
 # command runs (or when the whole parser is built): most pull in torch and transformers, which `--help` and
@@ -96,15 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     if getattr(args, "quiet", False) or not sys.stderr.isatty():
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    tolerant_output()
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ClosedPipeSafe(sys.stdout), ClosedPipeSafe(sys.stderr)
     try:
         return importlib.import_module(COMMANDS[args.command][0]).main(args)
-    except BadInput as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:  # Ctrl-C outside training (planning, preflight, report, bench, predict): one line
-        print("\ninterrupted: nothing was left half-written", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except BaseException as exc:  # the one error boundary of every command (suite.commands.boundary)
+        said = failure(exc, args.command)
+        if said is None:
+            raise
+        print(said[0], file=sys.stderr)
+        return said[1]
     finally:
         sys.stdout, sys.stderr = streams

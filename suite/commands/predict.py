@@ -54,10 +54,13 @@ def checkpoint_folder(path: str) -> Path:
 
 
 def main(args) -> int:
+    from suite.grid.preflight import check_checkpoint_fits
     from suite.run.data import resolve_data_dir, task_data_dir
     from suite.run.device import autocast_dtype, pick_device
+    from suite.run.layout import check_folder_name
     from suite.run.test_predictions import load_checkpoint, predict_test
 
+    check_folder_name("--out", args.out)
     folders = [checkpoint_folder(c) for c in args.checkpoints]
     device, data_dir, out = pick_device(args.device), resolve_data_dir(args.data_dir), Path(args.out)
     try:
@@ -67,6 +70,7 @@ def main(args) -> int:
                        "folder") from None
     seen: dict[str, Path] = {}
     for folder in folders:
+        check_checkpoint_fits(folder, str(device))  # run's memory preflight, from config.json before any weight
         model, tokenizer, job, spec = load_checkpoint(folder, device)
         if spec.name in seen:
             raise BadInput(f"{folder} and {seen[spec.name]} are both {spec.display} runs: one submission holds one "

@@ -92,6 +92,7 @@ def study_arguments(args: argparse.Namespace) -> argparse.Namespace:
 def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
     """A study file's options where the command line left them unset, then the defaults."""
     from suite.api.attention import METHODS
+    from suite.run.layout import check_folder_name
 
     if getattr(args, "study", None):
         study_arguments(args)
@@ -99,6 +100,8 @@ def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
     args.baseline = METHODS.canonical(args.baseline or DEFAULT_BASELINE)   # unknown: an error with a suggestion
     args.alpha = DEFAULT_ALPHA if args.alpha is None else args.alpha
+    if args.out:
+        check_folder_name("--out", args.out)
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ReportError(f"--out {args.out} is a file: the report is a folder (leaderboard.md, tables, figures/); "
                           "give a folder")

@@ -192,5 +192,17 @@ def _write_command(store) -> None:
     from suite.run.layout import OutputFolder
 
     store.root.mkdir(parents=True, exist_ok=True)
-    with open(OutputFolder(store.root).commands, "a") as fh:
-        fh.write("python -m suite " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n")
+    with open(OutputFolder(store.root).commands, "a", encoding="utf-8") as fh:
+        fh.write("python -m suite " + " ".join(map(shell_word, sys.argv[1:])) + "\n")
+
+
+def shell_word(arg: str) -> str:
+    """`arg` quoted for a shell on one line: a control character (a newline) or a byte that is not UTF-8 (a name
+    the locale could not decode) is written in bash's $'\\xHH' form, so that a command always takes one line of
+    commands.txt and gives back the same bytes."""
+    def raw(c: str) -> bool:
+        return ord(c) < 32 or ord(c) == 127 or 0xDC80 <= ord(c) <= 0xDCFF  # surrogateescape's bytes
+    if not any(raw(c) for c in arg):
+        return shlex.quote(arg.encode("utf-8", "backslashreplace").decode())
+    escaped = "".join(f"\\x{ord(c) & 0xFF:02x}" if raw(c) else "\\" + c if c in "\\'" else c for c in arg)
+    return "$'" + escaped.encode("utf-8", "backslashreplace").decode() + "'"

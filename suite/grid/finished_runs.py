@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite.api.errors import DataError
+from suite.api.errors import BadInput, DataError
 from suite.grid.store import Store
 from suite.run.layout import own_folder
 from suite.run.outputs import RunOutputs, artifact_path
@@ -29,14 +29,28 @@ def lacking(jobs: list[RunConfig], store: Store, outputs: RunOutputs | None) -> 
         rec = store.read(job.filename)
         if rec and rec.get("status") == "ok":
             for k in wanted:
-                if k not in (rec.get("artifacts") or {}):
+                if k not in record_artifacts(store, job, rec):
                     found[k].append(job)
+    return found
+
+
+def record_artifacts(store: Store, job: RunConfig, rec: dict) -> dict:
+    """The record's `artifacts` ({} when it has none); BadInput naming the record when it holds something else."""
+    found = rec.get("artifacts")
+    if found is None:
+        return {}
+    if not isinstance(found, dict) or not all(isinstance(v, (str, dict, list)) for v in found.values()):
+        raise BadInput(f"{store.path(job.filename)}: artifacts is not the object of file names a run record holds "
+                       f"(a JSON {type(found).__name__}; edited by hand?): restore the record, or remove it and give "
+                       "the command again to rerun that run")
     return found
 
 
 def saved_model(store: Store, job: RunConfig) -> tuple[Path | None, str]:
     """(the run's checkpoint folder, "") or (None, why there is none) from the run's record."""
-    model = ((store.read(job.filename) or {}).get("artifacts") or {}).get("model")
+    model = record_artifacts(store, job, store.read(job.filename) or {}).get("model")
+    if not isinstance(model, str):
+        model = None
     if not model:
         return None, "its record has no saved model (it ran without --save-model)"
     folder = store.runs / model
@@ -47,10 +61,12 @@ def saved_model(store: Store, job: RunConfig) -> tuple[Path | None, str]:
 
 def predict_from_saved_model(job: RunConfig, store: Store, folder: Path, data_dir, device) -> dict:
     """Test-set predictions of one finished run from its checkpoint; returns the artifacts added to its record."""
+    from suite.grid.preflight import check_checkpoint_fits
     from suite.run.data import task_data_dir
     from suite.run.device import autocast_dtype
     from suite.run.test_predictions import load_checkpoint, predict_test
 
+    check_checkpoint_fits(folder, str(device))  # from its config.json, before any weight loads
     model, tokenizer, trained, spec = load_checkpoint(folder, device)
     if trained.hash != job.hash:
         raise DataError(f"{folder} holds the model of another run (hash {trained.hash}, not {job.hash})")
@@ -92,7 +108,7 @@ def complete_outputs(jobs: list[RunConfig], store: Store, outputs: RunOutputs | 
 
 def _predict_one(job: RunConfig, store: Store, data_dir, device) -> str:
     rec = store.read(job.filename)  # read again under the claim: another grid may have rerun it meanwhile
-    if not rec or rec.get("status") != "ok" or "test_predictions" in (rec.get("artifacts") or {}):
+    if not rec or rec.get("status") != "ok" or "test_predictions" in record_artifacts(store, job, rec):
         return f"{job.label}: record changed meanwhile; left as it is"
     folder, why = saved_model(store, job)
     if folder is None:

@@ -149,12 +149,12 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
 
     study = plan.request.study
     section = study.power
-    declared = section.tasks if section is not None else {}
     folder = Path(pilot or (section.pilot if section is not None and section.pilot else plan.request.out))
     reference = primary[0].reference
     by_task: dict[str, list[str]] = defaultdict(list)
     for c in primary:
         by_task[c.task].append(c.method)
+    declared = declared_noise(section.tasks if section is not None else {}, list(by_task), plan.request.source)
     runs = None
     out = []
     for task, methods in by_task.items():
@@ -170,6 +170,29 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
         noise, where = found if found else (None, f"no records in {folder}: declare power: tasks: {task}: or "
                                                    "give --pilot DIR")
         out.append(TaskPlan(task, len(methods), margin, noise, f"{folder}: {where}" if found else where))
+    return out
+
+
+def declared_noise(declared: dict, tasks: list[str], source: str | None = None) -> dict:
+    """The `power: tasks:` section keyed by task name (`SST-2` read as `sst2`); BadInput naming the valid names for
+    a key that is no task of the primary comparisons (a misspelt one was ignored, and the real task printed `?`)."""
+    from suite.api.errors import UnknownNameError
+    from suite.api.tasks import get_task
+
+    where = f"{source}: power: tasks" if source else "power: tasks"
+    out = {}
+    for key, noise in declared.items():
+        if key == "default":
+            out[key] = noise
+            continue
+        try:
+            name = get_task(key).name
+        except UnknownNameError as exc:
+            raise BadInput(f"{where}: {exc}, or default") from None
+        if name not in tasks:
+            raise BadInput(f"{where}: {key!r} is not a task of the study's primary comparisons; declare the noise of "
+                           f"{', '.join(tasks)} (or default)")
+        out[name] = noise
     return out
 
 

@@ -21,17 +21,17 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from suite.api.errors import BadInput
+from suite.api.errors import BadInput, DataError
 from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment, target_method
 from suite.run.data import load_splits, task_data_dir
 from suite.run.device import cpu_bf16_native, device_type, pick_device
-from suite.run.layout import COMMANDS, OutputFolder, own_folder
+from suite.run.layout import COMMANDS, OutputFolder, check_folder_name, own_folder
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
-__all__ = ["VERIFIED_MODEL_TYPES", "check_data", "check_dependencies", "check_device", "check_grid",
-           "check_methods_fit_models", "check_model", "check_out", "machine_memory", "warn_emulated_bf16", "warn_grid",
-           "warn_unused_settings"]  # what the rest of the suite uses; other names are this module's own
+__all__ = ["VERIFIED_MODEL_TYPES", "check_checkpoint_fits", "check_data", "check_dependencies", "check_device",
+           "check_grid", "check_methods_fit_models", "check_model", "check_out", "machine_memory", "warn_emulated_bf16",
+           "warn_grid", "warn_unused_settings"]  # what the rest of the suite uses; other names are this module's own
 
 # Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
 VERIFIED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text",
@@ -134,10 +134,49 @@ def check_methods_fit_models(jobs: Sequence[RunConfig], memory: tuple[int, str] 
     for job in jobs:
         if job.model not in configs:
             configs[job.model] = _load_config(job.model, resolve_model(job.model))
+            check_fits_memory(job, claimed_parameters(configs[job.model]), 0, memory)  # before building a skeleton
             own[job.model] = sum(p.numel() for p in _skeleton(job.model, configs[job.model]).parameters())
         method = build_method(job)
         method.check_model_config(configs[job.model])
         check_fits_memory(job, own[job.model], method.extra_parameters(configs[job.model]), memory)
+
+
+def claimed_parameters(config) -> int:
+    """A lower bound on the parameters of an encoder with this config (its layers' attention and feed-forward
+    weights), read without building anything: a config claiming 10**9 layers is refused by it before a skeleton
+    of them is built (0 for a config without the usual fields)."""
+    layers, hidden = getattr(config, "num_hidden_layers", 0), getattr(config, "hidden_size", 0)
+    inner = getattr(config, "intermediate_size", 0)
+    numbers = (layers, hidden, inner)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in numbers):
+        return 0
+    return layers * (4 * hidden * hidden + 2 * hidden * inner)
+
+
+# fp32 weights, as `from_pretrained` loads a checkpoint to predict with it
+INFERENCE_BYTES_PER_PARAMETER = 4
+
+
+def check_checkpoint_fits(folder: Path, device: str) -> None:
+    """`predict`'s memory preflight, as `run`'s: a saved model whose config.json claims more parameters (the model's
+    and what its method adds) than the device's memory holds as fp32 weights is refused before they are loaded."""
+    from suite.run.models import build_method
+    from suite.run.test_predictions import checkpoint_job
+
+    job = checkpoint_job(folder)
+    config = _load_config(str(folder), str(folder))
+    total, where = machine_memory(device)
+
+    def refuse_beyond(count: int) -> None:
+        need = count * INFERENCE_BYTES_PER_PARAMETER
+        if need > total:
+            raise DataError(f"{folder}: its config.json claims {_count(count)} parameters, whose weights need at "
+                           f"least {need / 2**30:.1f} GiB, more than the {total / 2**30:.1f} GiB of {where}; predict "
+                           "with it on a machine with more memory, or check that config.json is the model's own")
+
+    refuse_beyond(claimed_parameters(config))
+    own = sum(p.numel() for p in _skeleton(str(folder), config).parameters())
+    refuse_beyond(own + build_method(job).extra_parameters(config))
 
 
 # fp32 weights, their gradients and AdamW's two moments: the least a training step holds per parameter (mixed
@@ -325,6 +364,7 @@ def check_out(store, tuning: bool = False, until_decided: bool = False) -> None:
     is written. The files the grid appends to must not be symbolic links: writing through one could change a file
     outside --out; the state files it rewrites (the selection with `tuning`, the looks with `until_decided`) must
     be files where they exist."""
+    check_folder_name("--out", store.root)
     out = OutputFolder(store.root)
     states = [path for path, used in ((out.selection, tuning), (out.until_decided, until_decided)) if used]
     for path in states:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,6 +23,7 @@ from suite.grid.executors import GridResult
 from suite.grid.store import Store, atomic_write
 from suite.run.layout import OutputFolder, UntilDecidedFile, state_json
 from suite.run.settings import RunConfig
+from suite.stats.looks import next_look
 from suite.stats.sequential import DEFAULT_FUTILITY, SPENDING, Design, family_alpha, plan_looks
 
 # what the rest of the suite uses; other names are this module's own
@@ -206,6 +206,8 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
     jobs, rest = compared_jobs(jobs, seeds, _arm_set(primary))
     merged = GridResult()
     state_path = OutputFolder(store.root).until_decided
+    if replay:
+        keep_unfound_state(state_path, jobs, store)
     planned = 0
     for look, n in enumerate(design.looks):
         wanted = set(seeds[planned:n])
@@ -227,6 +229,26 @@ def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, s
         if not any(t.open for t in tracks) or (replay and not any(len(t.looks) > look for t in tracks if t.open)):
             break
     return Outcome(merged, tracks, schedule, alpha, state_path)
+
+
+def keep_unfound_state(path: Path, jobs: list[RunConfig], store: Store) -> None:
+    """BadInput (exit 2, the state left as it is) when a replay's plan finds none of the records a state file's looks
+    were taken on: its jobs are named otherwise (other settings, device, precision or padding than the run that wrote
+    it), and replaying would rewrite decided comparisons as open with no looks."""
+    from suite.run.layout import read_state
+
+    if not path.is_file():
+        return
+    try:
+        state = read_state(path, UntilDecidedFile)
+    except BadInput:  # a damaged file: the replay writing it anew is the fix
+        return
+    looked = sum(1 for c in state.comparisons if any(look.n > 0 for look in c.looks))
+    if looked and not any(store.read(j.filename) is not None for j in jobs):
+        raise BadInput(f"{path}: --replay found none of the records its looks were taken on ({looked} "
+                       "comparison(s) looked at): this command names its jobs otherwise (other settings, device, "
+                       "precision or padding than the run that wrote the file), so the file is left as it is. Give "
+                       f"the flags of the command that wrote it ({OutputFolder(store.root).commands})")
 
 
 def _unrun(jobs: list[RunConfig], store: Store, c: Comparison, seeds: list[int]) -> bool:
@@ -258,44 +280,10 @@ def _records(jobs: list[RunConfig], store: Store, seeds: set[int]) -> dict[tuple
 
 def _look(track: Track, design: Design, records, evaluate: Evaluate, look: int, seeds: list[int]) -> None:
     method_arm, reference_arm = _arms(track.comparison)
-    ours, theirs = records.get(method_arm, {}), records.get(reference_arm, {})
-    paired = sorted(set(ours) & set(theirs))
-    last = look == len(design.looks) - 1
-    previous = track.looks[-1] if track.looks else None
-    # the look's information is its number of compared seeds; a look without new evidence keeps the last one's
-    entry: dict[str, Any] = {"look": look + 1, "planned_seeds": len(seeds), "n": previous["n"] if previous else 0,
-                             "seeds": list(previous["seeds"]) if previous else [], "paired": len(paired)}
-    new = previous is None or len(paired) != previous.get("paired", previous["n"]) or last
-    if len(paired) >= 2 and new:
-        ev = evaluate(track.comparison, {s: ours[s] for s in paired}, {s: theirs[s] for s in paired})
-        entry.update({k: _number(getattr(ev, k)) for k in ("collapse_p",) if hasattr(ev, k)},
-                     **{k: int(getattr(ev, k)) for k in ("degenerate", "degenerate_reference") if hasattr(ev, k)})
-        # the seeds where neither run degenerated (an evaluator without the collapse endpoint: every paired seed)
-        compared = list(ev.compared) if getattr(ev, "n_paired", -1) >= 0 else paired
-        if len(compared) >= 2:
-            _decide_look(entry, track, design, ev, compared)
-    if "reason" not in entry:   # no evidence (runs failed, or degenerated): nothing is spent at this look
-        entry.update(reason="cap" if last else "continue", verdict="undecided",
-                     note=f"{len(paired)} paired seed(s) with ok records: no new evidence at this look")
+    entry = next_look(track.looks, design, records.get(method_arm, {}), records.get(reference_arm, {}),
+                      lambda ours, theirs: evaluate(track.comparison, ours, theirs), look, seeds)
     track.looks.append(entry)
     track.reason, track.verdict = entry["reason"], entry["verdict"]
-
-
-def _decide_look(entry: dict[str, Any], track: Track, design: Design, ev, compared: list[int]) -> None:
-    history = [e["n"] for e in track.looks] + [len(compared)]
-    level, level_equiv = design.levels(history)
-    reason, verdict = design.decide(ev, history)
-    entry.update(n=len(compared), seeds=compared, reason=str(reason), verdict=str(verdict), level=level,
-                 level_equiv=level_equiv,
-                 **{k: _number(getattr(ev, k)) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv", "margin",
-                                                         "seed_sd", "example_se") if hasattr(ev, k)})
-    if entry["reason"] == "futility":
-        entry["predictive_power"] = _number(design.predictive_power(ev, len(compared)))
-
-
-def _number(x) -> float | None:
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def _merge(into: GridResult, part: GridResult) -> None:

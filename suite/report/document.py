@@ -190,7 +190,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     options = Options(out_dir, baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
                       str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
                       collapse_floor, allow_uncommitted)
-    report = report_facts(loaded, options, stages.verdicts(run_dirs, loaded.frame))
+    report = report_facts(loaded, options, stages.verdicts(run_dirs, loaded.frame, alpha, margin))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
     # the tuning stage's selection and its expected validation performance, if any

@@ -25,7 +25,7 @@ import pandas as pd
 from suite.api.errors import ReportError
 from suite.report.vocabulary import key_of, num
 from suite.run.layout import COMMANDS, RUNS
-from suite.run.record import InvalidRecord, RunRecord, heldout_predictions
+from suite.run.record import InvalidRecord, RunRecord, heldout_predictions, load_predictions
 from suite.run.settings import with_added_defaults
 
 TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
@@ -343,14 +343,39 @@ def _sidecar(path: Path, rec: RunRecord) -> str:
         with zipfile.ZipFile(sidecar) as archive:
             bad = archive.testzip()
             held = any(n.startswith(f"{scored.name}/") for n in archive.namelist())
-        if bad is None and (scored.name == "dev" or held):
-            return scored.predictions(str(sidecar))
         why = f"member {bad} is corrupt" if bad is not None else "no held-out test predictions in it"
-    except (OSError, zipfile.BadZipFile, ValueError) as exc:
+        if bad is None and (scored.name == "dev" or held):
+            why = _shape_problem(scored.predictions(str(sidecar)))
+            if why is None:
+                return scored.predictions(str(sidecar))
+    except (OSError, zipfile.BadZipFile, ValueError, KeyError) as exc:
         why = f"{type(exc).__name__}: {exc}"
     print(f"warning: {sidecar}: predictions file unreadable ({why}); {path.name} is reported without its "
           "per-example predictions", file=sys.stderr)
     return ""
+
+
+def _shape_problem(predictions: str) -> str | None:
+    """Why a sidecar's arrays are not per-example predictions (each split: index and labels one value per example,
+    logits one row per example, all numbers), or None."""
+    for split, arrays in load_predictions(predictions).items():
+        index, label, logits = (arrays.get(k) for k in ("index", "label", "logits"))
+        if any(a is None or a.dtype.kind not in "biuf" for a in (index, label, logits)):
+            return f"split {split or 'dev'} lacks numeric index, label or logits arrays"
+        if index.ndim != 1 or label.shape != index.shape or logits.ndim not in (1, 2) or len(logits) != len(index):
+            return (f"split {split or 'dev'} has arrays of shapes index {index.shape}, label {label.shape}, logits "
+                    f"{logits.shape}, not one value (or row) per example")
+    return None
+
+
+def check_names(data: Any, source: str) -> None:
+    """The names a row is grouped by are names: model, task and method non-empty text (an emptied one crashed a
+    section of the report)."""
+    config = data.get("config") if isinstance(data, dict) else None
+    for key in ("model", "task", "method"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise InvalidRecord(f"{source}: config.{key} is {value!r}, not a name (edited by hand?)")
 
 
 def read_record(path: Path) -> dict:
@@ -366,6 +391,7 @@ def read_record(path: Path) -> dict:
             "a folder" if path.is_dir() else "unreadable"
         raise InvalidRecord(f"{path.name}: {what} ({exc.strerror or exc})") from None
     check_nested_types(data, path.name)
+    check_names(data, path.name)
     try:
         rec = parse_record(data, path.name)
         row = flatten(rec, path)
@@ -394,7 +420,7 @@ def read_commands(root: Path, commands: list[str]) -> None:
     cmd_file = root / COMMANDS
     if cmd_file.is_file():
         try:
-            text = cmd_file.read_text()
+            text = cmd_file.read_text(encoding="utf-8", errors="backslashreplace")  # as `run` writes it
         except (OSError, UnicodeDecodeError) as exc:
             print(f"warning: {cmd_file}: cannot be read ({exc}); the report names no commands from it",
                   file=sys.stderr)

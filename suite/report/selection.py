@@ -154,7 +154,7 @@ def _split(method: str, selected: dict[str, Any]) -> tuple[dict[str, Any], dict[
 def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     """The frame with each selected run's searched keys taken out of its settings (see the module's text);
     unchanged when no folder has a tuning stage."""
-    chosen = selections(paths)
+    chosen = selections(paths, frame)
     if not chosen or not len(frame):
         return frame
     missing = sorted({f"{t}/{m}" for t, m in zip(frame["task"], frame["method"])}

@@ -18,9 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.api.errors import ReportError
+from suite.report.state_checks import check_selection, check_sequential
 from suite.report.tuning_budget import method_rows, seeds_warning, tuned_with
-from suite.report.vocabulary import same_value
 from suite.run.layout import (
     RUNS,
     SELECTION,
@@ -39,8 +38,8 @@ REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (w
            "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
            "continue": "open (needs seeds not yet run: the loop is running, was interrupted, or was replayed)"}
 
-__all__ = ["output_files", "selection_files", "selections", "sequential_markdown", "state_files", "tuning_markdown",
-           "verdicts"]
+__all__ = ["check_selection", "output_files", "selection_files", "selections", "sequential_markdown", "state_files",
+           "tuning_markdown", "verdicts"]
 
 
 def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:
@@ -54,76 +53,17 @@ def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[P
     return found
 
 
-def selections(paths: Sequence[str | os.PathLike]) -> dict[tuple[str, str, str], dict[str, Any]]:
+def selections(paths: Sequence[str | os.PathLike], frame=None) -> dict[tuple[str, str, str], dict[str, Any]]:
     """(model, task, method) -> the selected configuration ({"train.lr": ..., "METHOD.KEY": ...}) of every tuning
-    stage beside the folders reported, each file first held against its tuning records (`check_selection`)."""
+    stage beside the folders reported, each file first held against its tuning records and the reported final runs
+    (`frame`; `suite.report.state_checks.check_selection`)."""
     found = {}
     for path in output_files(paths, SELECTION_PATH):
         selection = read_state(path, SelectionFile)
-        check_selection(path, selection)
+        check_selection(path, selection, frame)
         for cell in selection.cells:
             if cell.selected is not None:
                 found[cell.key] = cell.selected
-    return found
-
-
-def check_selection(path: Path, selection: SelectionFile) -> None:
-    """ReportError (exit 2, naming the file) when a cell's choice is not the configuration with the best mean of its
-    scores, or a score is not what the tuning record of that configuration and seed holds (OUT/tuning/runs/): a stale
-    or edited selection would otherwise be printed as the study's and decide which runs the tables show."""
-    records = _tuning_scores(path.parent / RUNS)
-    cells_with_records = {key[:3] for key in records}
-    for cell in selection.cells:
-        where = f"{path}: {cell.task}/{cell.method}"
-        sign = 1 if cell.higher_is_better else -1
-        complete = [c for c in cell.configurations if c.mean is not None]
-        # a cell whose tuning records are not beside the file (copied without them) is checked for its choice only
-        for c in cell.configurations if cell.key in cells_with_records else ():
-            for seed, score in c.scores.items():
-                held = _held_score(records, cell, seed, c.settings)
-                if score is not None and not (score != score and held is not None and held != held) and \
-                        (held is None or abs(score - held) > 1e-12):
-                    raise ReportError(f"{where}: {_settings(c.settings)} at tuning seed {seed} scored {score} here, "
-                                      f"but {'no tuning record holds it' if held is None else f'its record {held}'}; "
-                                      "the file is stale or edited. " + _RESELECT)
-        if cell.selected is not None and complete:
-            best = max(complete, key=lambda c: sign * c.mean)  # ties: the first configuration, as the grid chose
-            same = best.settings.keys() == cell.selected.keys() and all(
-                same_value(best.settings[k], v) for k, v in cell.selected.items())
-            if not same:
-                raise ReportError(f"{where}: selects {_settings(cell.selected)}, but the best mean tuning-split "
-                                  f"score is {_settings(best.settings)}'s; the file is edited. " + _RESELECT)
-
-
-_RESELECT = "Give the study's command again to select anew from the tuning records"
-
-
-def _held_score(records: dict, cell: SelectedCell, seed: str, settings: dict[str, Any]) -> float | None:
-    """The tuning-split score of the record of `cell` at `seed` that ran `settings`; None when none did."""
-    for values, score in records.get((cell.model, cell.task, cell.method, seed), []):
-        if all(same_value(values.get(k.replace(f"{cell.method}.", "hp.", 1)), v) for k, v in settings.items()):
-            return score
-    return None
-
-
-def _tuning_scores(folder: Path) -> dict[tuple, list[tuple[dict[str, Any], float]]]:
-    """(model, task, method, seed as text) -> (every setting of the run as `train.KEY` / `hp.KEY`, its tuning-split
-    score) of each ok tuning record."""
-    import json
-
-    found: dict[tuple, list] = {}
-    for file in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            rec = json.loads(file.read_text())
-            cfg, score = rec["config"], (rec.get("tune") or {}).get("score")
-            if rec.get("status") != "ok" or not isinstance(score, (int, float)):
-                continue
-            values = {**{f"train.{k}": v for k, v in cfg["train"].items()},
-                      **{f"hp.{k}": v for k, v in cfg["hparams"].items()}}
-            found.setdefault((cfg["model"], cfg["task"], cfg["method"], str(cfg["seed"])), []).append(
-                (values, float(score)))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue  # the loader names broken records; here they only cannot vouch for a score
     return found
 
 
@@ -132,64 +72,19 @@ def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     return output_files(run_dirs, UNTIL_DECIDED)
 
 
-def verdicts(run_dirs: Sequence[str | os.PathLike], frame=None) -> dict[tuple[str, str, str, str], tuple[str, str]]:
+def verdicts(run_dirs: Sequence[str | os.PathLike], frame=None, alpha: float | None = None,
+             margin=None) -> dict[tuple[str, str, str, str], tuple[str, str]]:
     """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold;
-    with the reported records (`frame`), each file is first held against them (`check_against_records`)."""
+    with the reported records (`frame`), each file is first held against them: its looks replayed from the records
+    at the report's `alpha` (None: the file's) and `margin` (`suite.report.state_checks.check_sequential`)."""
     found = {}
     for path in state_files(run_dirs):
         state = read_state(path, UntilDecidedFile)
         if frame is not None:
-            check_against_records(path, state, frame)
+            check_sequential(path, state, frame, state.alpha if alpha is None else alpha, margin)
         for c in state.comparisons:
             found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason)
     return found
-
-
-def check_against_records(path: Path, state: UntilDecidedFile, frame) -> None:
-    """ReportError (exit 2, naming the file) when a comparison's verdict does not follow from its own last look
-    (efficacy needs p below the look's level and the sign of the difference; equivalence, TOST p below its level;
-    every other stop, undecided), or its last look's seeds and difference are not what the reported records give:
-    an edited or stale state file would otherwise put its verdicts, marked ‡, into the tables."""
-    from suite.api.tasks import get_task
-
-    ok = frame[frame["status"] == "ok"]
-    for c in state.comparisons:
-        if not c.looks:
-            continue
-        last, where = c.looks[-1], f"{path}: {c.task}/{c.method} vs {c.reference}"
-        sign = 1 if get_task(c.task).higher_is_better else -1
-        expected = {"efficacy": ("better" if (last.diff or 0) * sign > 0 else "worse")
-                    if last.p is not None and last.level is not None and last.p < last.level else None,
-                    "equivalence": "equivalent" if last.p_equiv is not None and last.level_equiv is not None
-                    and last.p_equiv < last.level_equiv else None}.get(c.reason, "undecided")
-        if c.verdict != expected or last.n != len(last.seeds):
-            raise ReportError(f"{where}: the verdict {c.verdict!r} (stopped for {c.reason}) does not follow from "
-                              f"its last look (n {last.n}, p {last.p}, level {last.level}, TOST p {last.p_equiv}, "
-                              "level {last.level_equiv}); the file was edited or damaged. "
-                              + _REWRITE)
-        if last.diff is not None and not _records_give(ok, c, last):
-            raise ReportError(f"{where}: no set of the reported records gives its last look ({last.n} paired seeds "
-                              f"{', '.join(map(str, last.seeds))}, difference {last.diff:+.4f}); the file is stale "
-                              "(from other records) or edited. " + _REWRITE)
-
-
-_REWRITE = ("Give the study's `run --until-decided` command again to write it from the records, or remove it to "
-            "report the fixed-sample verdicts")
-
-
-def _records_give(ok, c: TrackedComparison, last: Look) -> bool:
-    """Whether the records of one shared training setting hold both arms at the look's seeds with its difference
-    (x100, method minus reference; any hyper-parameter setting of either arm)."""
-    cell = ok[(ok["model"] == c.model) & (ok["task"] == c.task) & ok["method"].isin([c.method, c.reference])]
-    for _, group in cell.groupby("train", sort=False):
-        arms = [[g.drop_duplicates("seed").set_index("seed")["score"] for _, g in
-                 group[group["method"] == m].groupby("hp", sort=False)] for m in (c.method, c.reference)]
-        for a in arms[0]:
-            for b in arms[1]:
-                if set(last.seeds) <= set(a.index) & set(b.index) and \
-                        abs(100 * (a.loc[last.seeds] - b.loc[last.seeds]).mean() - last.diff) <= 1e-6:
-                    return True
-    return False
 
 
 def _num(x: Any, spec: str = ".2f") -> str:

@@ -10,14 +10,16 @@ import csv
 import dataclasses
 import math
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from suite.api.errors import DataError
 from suite.api.tasks import LocalSplit, TaskSpec
 from suite.run.batching import collate
 
-__all__ = ["DATA_DIR_ENV", "Encoded", "encode", "load_splits", "read_local_split", "resolve_data_dir", "seeded_subset",
-           "task_data_dir"]  # what the rest of the suite uses; other names are this module's own
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["DATA_DIR_ENV", "Encoded", "check_width", "encode", "header_columns", "load_splits", "read_local_split",
+           "resolve_data_dir", "seeded_subset", "task_data_dir", "tsv_rows"]
 
 DATA_DIR_ENV = "SUITE_DATA_DIR"
 
@@ -61,44 +63,64 @@ def read_local_split(spec: TaskSpec, split: str, data_dir: Path) -> dict[str, li
     path = split_path(spec, split, data_dir)
     if not path.is_file():
         check_local(spec, data_dir)
-    with open(path, encoding="utf-8-sig", newline="") as fh:  # utf-8-sig drops MRPC's leading BOM
-        reader = csv.reader(_text_lines(fh, path), delimiter="\t", quoting=csv.QUOTE_NONE)
-        try:
-            out = _read_rows(spec, layout, reader, path)
-        except UnicodeDecodeError:
-            raise _encoding_error(path) from None
-        except csv.Error as exc:
-            raise _csv_error(path, reader.line_num, exc) from None
+    out = _read_rows(spec, layout, tsv_rows(path), path)
     if not out["idx"]:
         raise DataError(f"{path}: no rows. Re-download the task's data.")
     return out
 
 
-def _read_rows(spec: TaskSpec, layout: LocalSplit, reader, path: Path) -> dict[str, list]:
+def tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each line of a GLUE-format TSV (no quoting; a leading BOM dropped), read one bounded
+    line at a time. Anything that is no such file (not UTF-8, binary, a line or field longer than any GLUE text)
+    raises DataError with file and line, before the line is held in memory whole. The train, dev and test readers
+    all read through here."""
+    with open(path, encoding="utf-8-sig", newline="") as fh:  # utf-8-sig drops MRPC's leading BOM
+        reader = csv.reader(_text_lines(fh, path), delimiter="\t", quoting=csv.QUOTE_NONE)
+        try:
+            for row in reader:
+                yield reader.line_num, row
+        except UnicodeDecodeError:
+            raise _encoding_error(path) from None
+        except csv.Error as exc:
+            raise _csv_error(path, reader.line_num, exc) from None
+
+
+def header_columns(path: Path, header: list[str] | None, names: Iterable[str], what: str) -> dict[str, int]:
+    """{name: its position in the header line} of each of `names`; DataError (file:1) when the file is empty or a
+    column is missing."""
+    if header is None:
+        raise DataError(f"{path}: the file is empty; expected a header line. Re-download the task's data.")
+    missing = [n for n in names if n not in header]
+    if missing:
+        raise DataError(f"{path}:1: header has no column {', '.join(map(repr, missing))} (found {header}). "
+                        f"Is this the {what} file in the GLUE layout?")
+    return {n: header.index(n) for n in names}
+
+
+def check_width(path: Path, line: int, row: list[str], width: int | None, need: int) -> None:
+    """A row with the header's number of fields (`width`; None: no header) and at least `need` of them."""
+    if (width is not None and len(row) != width) or len(row) < need:
+        raise DataError(f"{path}:{line}: expected {width or need} tab-separated fields, found {len(row)}. "
+                        "The file is malformed (an unescaped tab or a truncated line); repair that line "
+                        "or re-download the task's data.")
+
+
+def _read_rows(spec: TaskSpec, layout: LocalSplit, rows: Iterator[tuple[int, list[str]]],
+               path: Path) -> dict[str, list]:
     out: dict[str, list] = {c: [] for c in (*spec.text_fields, "label", "idx")}
     width = None
-    index: dict[str, int] = {}
     if layout.header:
-        header = next(reader, None)
-        if header is None:
-            raise DataError(f"{path}: the file is empty; expected a header line. Re-download the task's data.")
-        width = len(header)
-        for col, name in layout.columns.items():
-            if name not in header:
-                raise DataError(f"{path}:1: header has no column {name!r} (found {header}). "
-                                f"Is this the {spec.display} file in the GLUE layout?")
-            index[col] = header.index(name)
+        header = next(rows, (1, None))[1]
+        width = len(header) if header is not None else None
+        at = header_columns(path, header, layout.columns.values(), spec.display)
+        index = {col: at[name] for col, name in layout.columns.items()}
     else:
         index = {col: int(i) for col, i in layout.columns.items()}
     need = max(index.values()) + 1
-    for row in reader:
-        line = reader.line_num
+    for line, row in rows:
         if not row or row == [""]:
             continue
-        if (width is not None and len(row) != width) or len(row) < need:
-            raise DataError(f"{path}:{line}: expected {width or need} tab-separated fields, found {len(row)}. "
-                            "The file is malformed (an unescaped tab or a truncated line); repair that line "
-                            "or re-download the task's data.")
+        check_width(path, line, row, width, need)
         for col in spec.text_fields:
             out[col].append(row[index[col]].replace("\ufeff", "").strip())
         out["label"].append(_label(spec, layout, row[index["label"]].strip(), path, line))
@@ -106,9 +128,22 @@ def _read_rows(spec: TaskSpec, layout: LocalSplit, reader, path: Path) -> dict[s
     return out
 
 
+# a line of a task file, all its fields together (each one is held to csv.field_size_limit(), 131,072): GLUE's
+# longest is 1,451 characters (QNLI's test set); a longer one is corrupt (lost line breaks, binary data), and
+# reading it whole could take the machine's memory (a 50 MB test line took 13.6 GB once tokenised)
+MAX_LINE_CHARS = 2_000_000
+
+
 def _text_lines(fh, path: Path):
-    """The file's lines; a NUL character means binary data (or UTF-16 without a byte-order mark), never text."""
-    for number, text in enumerate(fh, 1):
+    """The file's lines, each read to at most MAX_LINE_CHARS characters; a NUL character means binary data (or
+    UTF-16 without a byte-order mark), never text."""
+    number = 0
+    while text := fh.readline(MAX_LINE_CHARS + 1):
+        number += 1
+        if len(text) > MAX_LINE_CHARS:
+            raise DataError(f"{path}:{number}: a line longer than {MAX_LINE_CHARS:,} characters: no GLUE text is "
+                            "that long, so the line is corrupt (lost line breaks, or binary data). Repair that line "
+                            "or re-download the task's data.")
         if "\x00" in text:
             raise DataError(f"{path}:{number}: NUL bytes: this is not a UTF-8 text file (binary data, or UTF-16). "
                             f"Convert it to UTF-8 text (iconv -f UTF-16 -t UTF-8 for UTF-16) or re-download the "

@@ -339,13 +339,15 @@ def resolve_jobs_precision(jobs: list, device: str, executor: str = "local", add
     import dataclasses
     import sys
 
-    jobs = _resolve_pad_to(jobs, device, executor == "ray" and bool(address))
-    if not any(j.train.precision == "auto" for j in jobs):
-        return jobs
-    if executor == "ray" and address and device.split(":")[0] != "cpu":
+    auto = any(j.train.precision == "auto" for j in jobs)
+    if auto and executor == "ray" and address and device.split(":")[0] != "cpu":
         raise BadInput("train.precision=auto with --executor ray --address: the driver cannot see which GPUs the "
                        "cluster's workers have, and a job's precision is part of its record's name. Give "
-                       "--precision bf16 (GPUs of compute capability 8.0 and up), fp16 or fp32, or --device cpu")
+                       "--precision bf16 (GPUs of compute capability 8.0 and up), fp16 or fp32 with --device cuda, or "
+                       "--device cpu")
+    jobs = _resolve_pad_to(jobs, device, executor == "ray" and bool(address))
+    if not auto:
+        return jobs
     kind = device_type(device)
     remote = executor == "ray" and address
     native = gpus_bf16_native(pick_device(device)) if kind == "cuda" else not remote and cpu_bf16_native()
@@ -358,14 +360,21 @@ def resolve_jobs_precision(jobs: list, device: str, executor: str = "local", add
 
 def _resolve_pad_to(jobs: list, device: str, remote: bool) -> list:
     """`train.pad_to=auto` replaced by what the jobs will pad to on `device` (`resolve_pad_to`), before they are hashed.
-    A remote cluster's device is a GPU unless --device cpu says otherwise."""
+    A remote cluster's device cannot be seen from the driver: it must be named (--device cpu or cuda), as guessing
+    a GPU renamed every job of a grid run on CPUs (a `--replay` found none of its records)."""
     import dataclasses
 
     from suite.run.batching import resolve_pad_to
 
     if not any(j.train.pad_to == "auto" for j in jobs):
         return jobs
-    kind = "cpu" if device.split(":")[0] == "cpu" else "cuda" if remote else device_type(device)
+    named = device.split(":")[0]
+    if remote and named not in ("cpu", "cuda"):
+        raise BadInput(f"train.pad_to=auto with --executor ray --address and --device {device}: the driver cannot see "
+                       "whether the cluster's workers have GPUs (auto pads to buckets there) or only CPUs (the longest "
+                       "row), and a job's padding is part of its record's name. Give --device cuda or --device cpu "
+                       "(or --set train.pad_to=buckets|longest)")
+    kind = "cpu" if named == "cpu" else "cuda" if remote else device_type(device)
     return [dataclasses.replace(j, train=dataclasses.replace(j.train, pad_to=resolve_pad_to("auto", kind,
                                                                                             j.train.compile)))
             if j.train.pad_to == "auto" else j for j in jobs]

@@ -22,7 +22,8 @@ import pydantic
 
 from suite.api.errors import BadInput
 
-__all__ = ["COMMANDS", "RUNS", "SELECTION", "TRACKING", "TUNING", "UNTIL_DECIDED", "OutputFolder", "own_folder",
+__all__ = ["COMMANDS", "RUNS", "SELECTION", "TRACKING", "TUNING", "UNTIL_DECIDED", "OutputFolder", "check_folder_name",
+           "own_folder",
            "Configuration", "SelectedCell", "TuningProtocol", "SelectionFile", "Look", "TrackedComparison",
            "ScheduleSection", "UntilDecidedFile", "read_state", "state_json"]
 
@@ -67,6 +68,22 @@ class OutputFolder:
     def artifact(self, record_filename: str, kind: str) -> Path:
         """OUT/runs/STEM.KIND beside the record OUT/runs/STEM.json (kind: model, test)."""
         return self.runs / f"{record_filename.removesuffix('.json')}.{kind}"
+
+
+def check_folder_name(flag: str, folder: str | Path) -> None:
+    """BadInput when a folder named on the command line or in a study holds a control character (a newline would
+    split the line of commands.txt that names it, and every line that prints it) or bytes that are not text in the
+    file system's encoding (a non-UTF-8 name under a UTF-8 locale, which no record or printed line can hold)."""
+    text = str(folder)
+    control = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if control is not None:
+        raise BadInput(f"{flag} {text!r} holds the control character {control!r}: give a folder name without "
+                       "newlines, tabs or other control characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes arrive as lone surrogates (surrogateescape)
+        raise BadInput(f"{flag} {text.encode('utf-8', 'backslashreplace').decode()} is not UTF-8 text (bytes of "
+                       "another encoding in the name): give a folder name in UTF-8 (or ASCII)") from None
 
 
 def own_folder(folder: str | Path) -> Path:
@@ -199,8 +216,9 @@ def read_state(path: Path, kind: type[_Model]):
     """The state file at `path` as `kind`; BadInput naming the file and what is wrong when it cannot be one."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BadInput(f"{path}: cannot be read as JSON ({exc}); it is written by `python -m suite run`: delete it "
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise BadInput(f"{path}: cannot be read as JSON ({why}); it is written by `python -m suite run`: delete it "
                        "and give the run's command again to write it anew") from None
     try:
         return kind.model_validate(data)

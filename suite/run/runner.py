@@ -72,7 +72,8 @@ class TokenizedCache:
                 disk_key = disk_key and f"{disk_key}-test{t.test_holdout}"
             if t.carve != "row" and (t.holdout is not None or t.test_holdout is not None):  # as are row carvings'
                 disk_key = disk_key and f"{disk_key}-carve-{t.carve}"
-            value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)), _is_tokenized)
+            value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)),
+                           lambda v: _is_tokenized(v) and _ids_within(v, len(tokenizer)))
             self._key, self._value = key, Tokenized(*value)  # the disk cache keeps plain tuples
         return self._value
 
@@ -97,6 +98,14 @@ def _is_tokenized(value) -> bool:
             and all(isinstance(value[i], Encoded) for i in (0, 2, 3, *range(5, len(value))))
             and isinstance(value[4], dict)
             and isinstance(value[1], dict) and all(isinstance(v, Encoded) for v in value[1].values()))
+
+
+def _ids_within(value, vocabulary: int) -> bool:
+    """Every token id of a cached value is one of the tokenizer's: an entry forged with others (its checksum made to
+    match) failed mid-training with an IndexError that named no cache file; now it is named and tokenised anew."""
+    encoded = [value[0], *value[1].values(), *(v for v in value[2:] if isinstance(v, Encoded))]
+    return all(0 <= min(ids, default=0) and max(ids, default=0) < vocabulary
+               for e in encoded for f in e.features for ids in [f["input_ids"]])
 
 
 def _tokenize(spec: TaskSpec, tokenizer, data_dir, t, run_seed: int) -> Tokenized:

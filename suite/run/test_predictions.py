@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,11 @@ import numpy as np
 from suite.api.errors import BadInput, DataError
 from suite.api.tasks import TaskSpec, TestSet
 from suite.run.batching import collate, sorted_batches, to_device
+from suite.run.data import check_width, header_columns, tsv_rows
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["available_test_sets", "format_predictions", "load_checkpoint", "predict_test", "save_checkpoint"]
+__all__ = ["available_test_sets", "checkpoint_job", "format_predictions", "load_checkpoint", "predict_test",
+           "save_checkpoint"]
 
 CHECKPOINT_INFO = "suite_run.json"  # the job a checkpoint folder was trained by (config of its record)
 
@@ -45,41 +46,36 @@ def available_test_sets(spec: TaskSpec, data_dir: Path | None) -> tuple[list[Tes
     return found, [f"{s.name} ({Path(data_dir) / s.file})" for s in sets if s not in found]
 
 
-def _row_numbers(path: Path, column: str, values) -> list[int]:
-    """The index column as integers; a value that is none names its file and line (the header is line 1)."""
-    out = []
-    for row, raw in enumerate(values):
-        try:
-            out.append(int(raw))
-        except (TypeError, ValueError):
-            raise DataError(f"{path}:{row + 2}: {column} {raw!r} is not an integer row number. Repair that line or "
-                            "re-download the task's data.") from None
-    return out
-
-
 def read_test_set(spec: TaskSpec, test_set: TestSet, data_dir: Path | None) -> dict[str, list]:
-    """{text field: [...], "index": [...]} from a local TSV (no quoting, no NA coercion) or the hub."""
+    """{text field: [...], "index": [...]} from a local TSV, read as strictly as the train and dev files
+    (`suite.run.data.tsv_rows`: bounded lines, every row the header's width, file:line in each error), or the hub."""
     if data_dir is None:
         import datasets
 
         ds = datasets.load_dataset(*test_set.hub[:2], split=test_set.hub[2])
         return {**{f: list(ds[f]) for f in spec.text_fields}, "index": list(ds["idx"])}
-    import pandas as pd
-
     path = Path(data_dir) / test_set.file
+    rows = tsv_rows(path)
+    header = next(rows, (1, None))[1]
+    at = header_columns(path, header, [test_set.index, *test_set.columns.values()], f"{spec.display} test")
+    out: dict[str, list] = {**{f: [] for f in test_set.columns}, "index": []}
+    for line, row in rows:
+        if not row or row == [""]:
+            continue
+        check_width(path, line, row, len(header), len(header))
+        for field, column in test_set.columns.items():
+            out[field].append(row[at[column]].replace("\ufeff", "").strip())
+        out["index"].append(_row_number(path, line, test_set.index, row[at[test_set.index]]))
+    return out
+
+
+def _row_number(path: Path, line: int, column: str, raw: str) -> int:
+    """The index column's value as an integer; a value that is none names its file and line."""
     try:
-        frame = pd.read_csv(path, sep="\t", quoting=3, keep_default_na=False, dtype=str, encoding="utf-8-sig")
-    except (OSError, ValueError) as exc:
-        why = " ".join(str(exc).split())  # pandas' messages end in a newline
-        line = re.search(r"in line (\d+)", why)
-        raise DataError(f"{path}{':' + line.group(1) if line else ''}: cannot read the test set ({why}). Repair "
-                        "the file or re-download the task's data.") from None
-    wanted = [test_set.index, *test_set.columns.values()]
-    missing = [c for c in wanted if c not in frame.columns]
-    if missing:
-        raise DataError(f"{path}:1: header has no column {', '.join(map(repr, missing))} (found {list(frame.columns)})")
-    columns = {f: [t.replace("\ufeff", "").strip() for t in frame[c]] for f, c in test_set.columns.items()}
-    return {**columns, "index": _row_numbers(path, test_set.index, frame[test_set.index])}
+        return int(raw)
+    except ValueError:
+        raise DataError(f"{path}:{line}: {column} {raw!r} is not an integer row number. Repair that line or "
+                        "re-download the task's data.") from None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -169,11 +165,15 @@ def save_checkpoint(folder: Path, model, tokenizer, job) -> None:
     (folder / CHECKPOINT_INFO).write_text(json.dumps({"config": job.to_dict()}, indent=1, default=str))
 
 
-def _checkpoint_job(info: Path):
-    """The RunConfig a checkpoint's description names; DataError (one line, the file) when it is not one."""
+def checkpoint_job(folder: Path):
+    """The RunConfig a checkpoint folder's description names; DataError (one line, the file) when it is not one."""
     from suite.run.record import RECORD_VERSION
     from suite.run.settings import RunConfig
 
+    info = Path(folder) / CHECKPOINT_INFO
+    if not info.is_file():
+        raise DataError(f"{folder} is not a checkpoint of the suite (no {CHECKPOINT_INFO}): give a folder written "
+                        "by `python -m suite run --save-model`, or the record of such a run")
     try:
         described = json.loads(info.read_text())
         config = described["config"]
@@ -203,7 +203,8 @@ def _weights_problem(exc: Exception) -> str:
 
 
 def load_checkpoint(folder: str | Path, device):
-    """(model with its method attached and the trained weights, tokenizer, RunConfig, TaskSpec)."""
+    """(model with its method attached and the trained weights, tokenizer, RunConfig, TaskSpec). The commands
+    check first that its weights fit in memory (`suite.grid.preflight.check_checkpoint_fits`)."""
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification
 
@@ -211,11 +212,7 @@ def load_checkpoint(folder: str | Path, device):
     from suite.run.models import build_method, checked_tokenizer, quiet_transformers
 
     folder = Path(folder)
-    info = folder / CHECKPOINT_INFO
-    if not info.is_file():
-        raise DataError(f"{folder} is not a checkpoint of the suite (no {CHECKPOINT_INFO}): give a folder written "
-                        "by `python -m suite run --save-model`, or the record of such a run")
-    job = _checkpoint_job(info)
+    job = checkpoint_job(folder)
     try:
         with quiet_transformers():
             model = AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="sdpa")

@@ -13,5 +13,6 @@
   aso.py         almost stochastic order, where a comparison's outcomes are bimodal
   curves.py      the data-efficiency table's tests (each size of a curve against the reference), one family
   sequential.py  group-sequential looks for adding seeds until decided, futility by predictive power
+  looks.py       one look of that design at a comparison's runs (the loop takes it, the report replays it)
   evp.py         expected validation performance: the expected best tuning score of k configurations drawn
 """

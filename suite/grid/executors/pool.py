@@ -20,6 +20,7 @@ from suite.run.settings import RunConfig
 __all__ = ["WorkerPool", "max_run_seconds"]  # what the rest of the suite uses; other names are this module's own
 
 POLL_S = 1.0  # how often the driver looks for dead workers while no record arrives
+STOP_GRACE_S = 5.0  # a stopping worker gets this long after SIGTERM, then SIGKILL (a SIGSTOPped one ignores SIGTERM)
 # Optional limit on one run's wall time in a worker pool, in minutes: a worker that is stopped (SIGSTOP), hung or
 # far slower than expected would otherwise hold the grid forever. Past it, the worker is killed, the run recorded as
 # failed with the reason, and the grid goes on with a fresh worker. Unset or 0: no limit.
@@ -260,6 +261,9 @@ class WorkerPool:
             self._assign(worker_id)
 
     def _stop_workers(self) -> None:
+        """Ask every worker to stop, wait a bounded time, then SIGTERM and at last SIGKILL the ones still there: a
+        worker stopped with SIGSTOP ignores SIGTERM until it is continued, and multiprocessing's exit would then
+        wait for it forever (a driver SIGTERMed while its only worker was stopped never ended)."""
         for worker_id, proc in self.procs.items():
             if proc.is_alive():
                 with contextlib.suppress(Exception):
@@ -268,4 +272,7 @@ class WorkerPool:
             proc.join(timeout=10 if not self.running else 0.5)
             if proc.is_alive():
                 proc.terminate()
-                proc.join(timeout=5)
+                proc.join(timeout=STOP_GRACE_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=STOP_GRACE_S)
