@@ -132,16 +132,17 @@ def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
     return output_files(run_dirs, UNTIL_DECIDED)
 
 
-def verdicts(run_dirs: Sequence[str | os.PathLike], frame=None) -> dict[tuple[str, str, str, str], tuple[str, str]]:
-    """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold;
-    with the reported records (`frame`), each file is first held against them (`check_against_records`)."""
+def verdicts(run_dirs: Sequence[str | os.PathLike], frame=None
+             ) -> dict[tuple[str, str, str, str], tuple[str, str, Look | None]]:
+    """{(model, method, task, reference): (verdict, stopping reason, last look)} of every comparison the state files
+    hold; with the reported records (`frame`), each file is first held against them (`check_against_records`)."""
     found = {}
     for path in state_files(run_dirs):
         state = read_state(path, UntilDecidedFile)
         if frame is not None:
             check_against_records(path, state, frame)
         for c in state.comparisons:
-            found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason)
+            found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason, c.looks[-1] if c.looks else None)
     return found
 
 
