@@ -5,8 +5,10 @@ each task's noise. docs/sequential.md quotes the table this prints (results/stat
 For each rule the same simulated comparisons run twice, with the futility stop and without it (the design as it
 would run to the cap), so a comparison stopped for futility can be followed to what the cap would have said:
 
-- `point sd`: predictive power with the seed sd taken as its estimate (the rule before this change);
-- `sd integrated`: predictive power averaged over the seed sd's posterior (`Design.predictive_power`, the rule now).
+- `before`: predictive power with the seed sd taken as its estimate, a stop possible from the first look (5 seeds);
+- `sd integrated`: predictive power averaged over the seed sd's posterior (`Design.predictive_power`), from the
+  first look;
+- `now`: averaged over the seed sd, and no stop before 10 compared seeds (`Design.futility_from`): the rule now.
 
     OMP_NUM_THREADS=1 nice -n 10 python -m experiments.futility [--sims 20000]
 """
@@ -70,8 +72,10 @@ def main(argv=None) -> None:
     print(" | ".join(head))
     for task, noise in NOISE.items():
         for delta in (0.0, 1.0):
-            for name, kind in (("point sd", PointSd), ("sd integrated", Design)):
-                r = run(noise, kind(LOOKS, alpha, futility=0.1), delta, args.sims, seed=7)
+            for name, design in (("before", PointSd(LOOKS, alpha, futility=0.1, futility_from=0)),
+                                 ("sd integrated", Design(LOOKS, alpha, futility=0.1, futility_from=0)),
+                                 ("now", Design(LOOKS, alpha, futility=0.1))):
+                r = run(noise, design, delta, args.sims, seed=7)
                 mc = math.sqrt(max(r["would decide"] * (1 - r["would decide"]), 1e-12) / max(r["stopped"], 1))
                 print(" | ".join([task, f"{delta:g}", name, f"{r['futility']:.1%}", f"{r['first look']:.1%}",
                                   f"{r['would decide']:.1%} ± {mc:.1%}", f"{r['equivalent']:.1%}",

@@ -77,40 +77,48 @@ def published_pairs(task: str, method: str, reference: str = "vanilla"):
     return d, np.array([flag(a[s]) for s in seeds]), np.array([flag(b[s]) for s in seeds]), look["example_se"]
 
 
-def decide(d: np.ndarray, gone_m: np.ndarray, gone_r: np.ndarray, example_se: float, rule: str,
-           design: Design) -> tuple[float, float]:
-    """P(a "better" claim), P(a "worse" claim) over the looks of `design`, for simulated paired differences d
-    (sims, cap) with degenerate flags per arm."""
+def _look_evidence(d, healthy, score_sign, n, example_se) -> dict[str, np.ndarray]:
+    """Every simulated study's evidence at a look of n seeds: the t over its healthy pairs, the sign test over all."""
     sims = d.shape[0]
-    healthy = ~(gone_m | gone_r) if rule != "all-pair t" else np.ones_like(gone_m)
+    h = healthy[:, :n]
+    count = h.sum(axis=1)
+    keys = ("diff", "se", "df", "low", "high", "p", "p_equiv", "seed_sd")
+    ev = {k: np.full(sims, np.nan) for k in keys}
+    for c in np.unique(count[count >= 2]):
+        rows = np.flatnonzero(count == c)
+        found = evidence_arrays(d[rows, :n][h[rows]].reshape(-1, c), example_se ** 2)
+        for k in keys:
+            ev[k][rows] = found[k]
+    signs = score_sign[:, :n]
+    ev["p_sign"] = sign_p((signs > 0).sum(1), (signs < 0).sum(1))
+    ev["sign_excess"] = (signs > 0).sum(1) - (signs < 0).sum(1)
+    return ev
+
+
+def decide(d: np.ndarray, gone_m: np.ndarray, gone_r: np.ndarray, example_se: float,
+           design: Design) -> dict[str, tuple[float, float]]:
+    """{rule: (P(a "better" claim), P(a "worse" claim))} over the looks of `design`, for simulated paired
+    differences d (sims, cap) with degenerate flags per arm."""
+    sims = d.shape[0]
     # the sign test's paired outcome: a degenerate run loses its seed, both degenerate ties
     score_sign = np.where(gone_m & ~gone_r, -1.0, np.where(gone_r & ~gone_m, 1.0, np.sign(d)))
     score_sign = np.where(gone_m & gone_r, 0.0, score_sign)
-    open_, better, worse = np.ones(sims, bool), np.zeros(sims, bool), np.zeros(sims, bool)
+    masks = {"all": np.ones_like(gone_m), "healthy": ~(gone_m | gone_r)}
+    state = {rule: (np.ones(sims, bool), np.zeros(sims, bool), np.zeros(sims, bool)) for rule in RULES}
     for k, n in enumerate(design.looks):
-        idx = np.flatnonzero(open_)
-        h = healthy[idx, :n]
-        count = h.sum(axis=1)
-        reason = np.full(len(idx), "continue", dtype=object)
-        verdict = np.full(len(idx), "undecided", dtype=object)
-        signs = score_sign[idx, :n]
-        p_sign = sign_p((signs > 0).sum(1), (signs < 0).sum(1))
-        excess = (signs > 0).sum(1) - (signs < 0).sum(1)
-        for c in np.unique(count[count >= 2]):
-            rows = np.flatnonzero(count == c)
-            ev = evidence_arrays(d[idx[rows], :n][h[rows]].reshape(-1, c), example_se ** 2)
-            if rule in ("t + sign", "sign from 10"):   # the design's rule: the sign test at every look (Design
-                ev.update(p_sign=p_sign[rows], sign_excess=excess[rows])   # .decide); the other, from 10 seeds
-                if rule == "sign from 10" and n < SIGN_GUARD_SEEDS:
-                    ev.update(p_sign=np.zeros(len(rows)), sign_excess=np.sign(ev["diff"]))
-            else:   # the rules before: no sign test (one that always agrees)
-                ev.update(p_sign=np.zeros(len(rows)), sign_excess=np.sign(ev["diff"]))
-            look = SimpleNamespace(**ev, margin=1.0, example_se=example_se, higher_is_better=True)
-            reason[rows], verdict[rows] = design.decide(look, list(design.looks[:k + 1]))
-        better[idx] |= verdict == "better"
-        worse[idx] |= verdict == "worse"
-        open_[idx] = reason == "continue"
-    return float(better.mean()), float(worse.mean())
+        evidence = {name: _look_evidence(d, mask, score_sign, n, example_se) for name, mask in masks.items()}
+        for rule, (open_, better, worse) in state.items():
+            ev = dict(evidence["all" if rule == "all-pair t" else "healthy"])
+            if rule in ("all-pair t", "healthy t") or (rule == "sign from 10" and n < SIGN_GUARD_SEEDS):
+                ev.update(p_sign=np.zeros(sims), sign_excess=np.sign(ev["diff"]))   # no sign test: one that agrees
+            idx = np.flatnonzero(open_)
+            look = SimpleNamespace(**{key: v[idx] for key, v in ev.items()}, margin=1.0, example_se=example_se,
+                                   higher_is_better=True)
+            reason, verdict = design.decide(look, list(design.looks[:k + 1]))
+            better[idx] |= verdict == "better"
+            worse[idx] |= verdict == "worse"
+            open_[idx] = reason == "continue"
+    return {rule: (float(b.mean()), float(w.mean())) for rule, (_, b, w) in state.items()}
 
 
 def shift_to_null(d, gone_m, gone_r, null: str) -> np.ndarray:
@@ -164,16 +172,13 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(20260512)
     for task, method in WORLDS:
         for null in ("median", "mean"):
-            world = real_world(task, method, null, args.sims, rng, design)
-            cells = []
-            for rule in RULES:
-                b, w = decide(*world, rule, design)
-                cells.append(f"{(b + w) / ALPHA:7.2f} ({b / ALPHA:.1f}b)")
+            found = decide(*real_world(task, method, null, args.sims, rng, design), design)
+            cells = [f"{(b + w) / ALPHA:7.2f} ({b / ALPHA:.1f}b)" for b, w in found.values()]
             print(f"{f'real {task} {method} vs vanilla, {null} null':48} " + "  ".join(f"{c:>12}" for c in cells),
                   flush=True)
     for q in (0.1, 0.35):
-        world = mixture_world(q, args.sims, rng, design)
-        cells = [f"{decide(*world, rule, design)[0] / (ALPHA / 2):7.2f}" for rule in RULES]
+        found = decide(*mixture_world(q, args.sims, rng, design), design)
+        cells = [f"{b / (ALPHA / 2):7.2f}" for b, _ in found.values()]
         print(f"{f'mixture, collapse in the lowest {q:.0%}':48} " + "  ".join(f"{c:>12}" for c in cells), flush=True)
     print(f"# {time.time() - started:.0f} s")
 

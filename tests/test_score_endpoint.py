@@ -100,8 +100,7 @@ class _PointSd(Design):
         return super().predictive_power(ev, n, sd_uncertainty=False)
 
 
-def test_futility_at_the_designs_own_level_and_a_true_difference_of_zero_stops_what_the_cap_would_not_decide(
-        monkeypatch):
+def test_futility_at_the_designs_own_level_and_a_true_difference_of_zero_stops_what_the_cap_would_not_decide():
     """SST-2's noise, the published design (alpha / 36 over looks at 5-20 seeds, futility 0.1), a true difference
     of 0: of the comparisons futility stops, at most the threshold's share would have been decided by the cap. The
     rule before (a 5-seed sd taken as known, stops from the first look) stopped ones of which ~15% would have been."""
@@ -119,8 +118,7 @@ def test_futility_at_the_designs_own_level_and_a_true_difference_of_zero_stops_w
     assert stopped > 300 and used.min() >= FUTILITY_MIN_SEEDS
     bound = 0.1 + 3 * math.sqrt(0.1 * 0.9 / stopped)
     assert share <= bound, share
-    monkeypatch.setattr("suite.stats.sequential.FUTILITY_MIN_SEEDS", 0)
-    before, stopped_before, _ = realised(_PointSd((5, 10, 15, 20), alpha))
+    before, stopped_before, _ = realised(_PointSd((5, 10, 15, 20), alpha, futility_from=0))
     assert before > 0.1 + 3 * math.sqrt(0.1 * 0.9 / stopped_before), before
 
 

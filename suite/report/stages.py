@@ -202,6 +202,8 @@ def _row(c: TrackedComparison) -> str:
     evidence = (f"{_num(last.diff, '+.2f')} [{_num(last.low, '+.2f')}, {_num(last.high, '+.2f')}]"
                 if last.diff is not None else "—")
     p = f"{_num(last.p, '.2g')} (< {_num(last.level, '.2g')})" if last.level else "—"
+    if last.level and getattr(last, "p_sign", None) is not None:   # state files from before the sign test lack it
+        p += f"; sign {_num(last.p_sign, '.2g')}"
     tost = (f"{_num(last.p_equiv, '.2g')} (< {_num(last.level_equiv, '.2g')}, ±{last.margin:g})"
             if last.level_equiv and last.margin is not None else "—")
     ns = " → ".join(str(lk.n) for lk in c.looks)
@@ -223,7 +225,7 @@ def sequential_markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
                   "difference and comparison tables report (marked ‡); their intervals and p-values treat the same "
                   "seeds as one fixed-size sample and do not account for the looks.", "",
                   "| task | comparison | looks | paired seeds per look | stopped for | verdict | diff [95% interval] "
-                  "| p (look's level) | TOST p (level, margin) |",
+                  "| p (look's level); sign test p | TOST p (level, margin) |",
                   "|---|---|---:|---|---|---|---|---|---|"]
         lines += [_row(c) for c in state.comparisons]
     return "\n".join(lines) + ("\n" if lines else "")

@@ -159,6 +159,7 @@ class Design:
     alpha_equiv: float | None = None
     spending: str = "obrien-fleming"
     futility: float = DEFAULT_FUTILITY
+    futility_from: int = FUTILITY_MIN_SEEDS   # the fewest compared seeds at which futility may stop a comparison
 
     def __post_init__(self):
         if self.spending not in SPENDING:
@@ -209,7 +210,7 @@ class Design:
             efficacy = (p < level) & guard          # NaN (no test yet) decides nothing
             equivalent = ~efficacy & (p_equiv < level_equiv)
         last = len(seeds) >= len(self.looks)
-        if last or seeds[-1] < FUTILITY_MIN_SEEDS:
+        if last or seeds[-1] < self.futility_from:
             # at 5 seeds the seed sd has 4 degrees of freedom: stopping there cut P(equivalence | 0) on SST-2's
             # noise from 33% to 24% even with predictive power (experiments/futility.py)
             futile = np.zeros_like(efficacy)
