@@ -115,7 +115,7 @@ def test_type_one_error_of_the_whole_procedure_holds_where_naive_repeated_testin
     evidence = look_evidence(np.random.default_rng(1).normal(0.0, 2.0, (SIMS, LOOKS[-1])), 1.0)  # seed noise only
     design = Design(LOOKS, ALPHA)
     reason, verdict, _ = run_design(design, evidence)
-    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.052
+    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.021 (0.052 before the sign test)
     naive, _, _ = run_design(design, evidence, naive=True)
     assert np.mean(naive == "efficacy") > ALPHA + 6 * TOLERANCE  # measured: 0.130
     assert {"better", "worse"} >= set(verdict[reason == "efficacy"])
@@ -124,7 +124,7 @@ def test_type_one_error_of_the_whole_procedure_holds_where_naive_repeated_testin
 @pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
 def test_type_one_error_holds_with_dev_example_noise_and_a_fifth_of_runs_collapsed(spending):
     reason, _, _ = run_design(Design(LOOKS, ALPHA, spending=spending), null_with_collapses())
-    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.040 (O'Brien-Fleming), 0.028 (Pocock)
+    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.022 (O'Brien-Fleming), 0.010 (Pocock)
     naive, _, _ = run_design(Design(LOOKS, ALPHA), null_with_collapses(), naive=True)
     assert np.mean(naive == "efficacy") > ALPHA + 3 * TOLERANCE  # measured: 0.096
 
@@ -132,7 +132,7 @@ def test_type_one_error_holds_with_dev_example_noise_and_a_fifth_of_runs_collaps
 @pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
 def test_equivalence_is_claimed_at_most_alpha_of_the_time_at_the_margin(spending):
     reason, _, _ = run_design(Design(LOOKS, ALPHA, spending=spending), at_the_margin())
-    assert np.mean(reason == "equivalence") <= ALPHA + TOLERANCE  # measured: 0.022 (O'Brien-Fleming), 0.036 (Pocock)
+    assert np.mean(reason == "equivalence") <= ALPHA + TOLERANCE  # measured: 0.033 (O'Brien-Fleming), 0.046 (Pocock)
     naive, _, _ = run_design(Design(LOOKS, ALPHA), at_the_margin(), naive=True)
     assert np.mean(naive == "equivalence") > ALPHA + 3 * TOLERANCE  # measured: 0.071
 
