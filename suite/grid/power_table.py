@@ -226,6 +226,15 @@ def out_of_reach(margin: float, design: Design, target: float) -> float:
     return float(margin / (z + stats.norm.ppf((1 + target - design.alpha) / 2)))
 
 
+def _reach_limits(tasks: list[TaskPlan], design: Design, target: float) -> str:
+    """"0.23 (margin 1: sst2, mrpc)": the example_se beyond which no seeds decide 0, per margin."""
+    by_margin: dict[float, list[str]] = defaultdict(list)
+    for t in tasks:
+        by_margin[t.margin].append(t.task)
+    return "; ".join(f"{out_of_reach(m, design, target):.2f} (margin {m:g}: {', '.join(names)})"
+                     for m, names in by_margin.items())
+
+
 def _percent(p: float) -> str:
     return f"{100 * p:.1f}%"
 
@@ -289,8 +298,7 @@ def power_lines(plan, pilot: str | None = None, target: float | None = None) -> 
                   "the seeds where neither run degenerated, the dev-set part every seed shares, on the split the "
                   "verdicts use (a held-out test split where the runs scored one, else dev). The headline turns on "
                   "example_se: a decision at 0 is out of reach with any number of seeds once it passes "
-                  + ", ".join(f"{out_of_reach(t.margin, design, target):.2f} ({t.task}, margin {t.margin:g})"
-                              for t in tasks) + "; seed_sd sets how many seeds reach it below that."]
+                  + _reach_limits(tasks, design, target) + "; seed_sd sets how many seeds reach it below that."]
     lines += ["", f"better or worse: a difference is claimed (at a true difference of 0, falsely); equivalent: "
                   f"within the margin; {what} for {target:.0%} at 0: the fewest "
                   + ("seeds of the cap (looks at the same fractions of it)" if sequential else "seeds")

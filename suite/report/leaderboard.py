@@ -278,7 +278,8 @@ def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> lis
     fragile = sorted((c for c in comps.values() if c.fragile), key=lambda c: (c.method, c.column))
     notes.append(
         f"Fragile: a verdict whose p-value lies within {BAND[0]:g}-{BAND[1]:g} times the level it was held against "
-        "(the look's level for ‡), with the alternatives of the analysis that would flip it: a t on the seeds' "
+        "(a sequential verdict's: its last look's), with the alternatives of the analysis that would flip it: a t "
+        "on the seeds' "
         "n - 1 degrees of freedom, a 2,000-resample bootstrap of the dev examples. "
         + (f"{len(fragile)} here: " + ", ".join(f"{c.method} on {task_display(c.column)}" for c in fragile) + "."
            if fragile else "None here."))
