@@ -154,3 +154,18 @@ def test_expected_validation_performance_shows_no_spread_without_three_tuning_se
     assert "±" not in "".join(_task_table(curves, spread=False)[1][0]) and _task_table(curves, False)[1][0][2] == \
         "80.00"
 
+
+
+def test_the_power_table_reads_the_split_the_verdicts_use(tmp_path):
+    """A run that scored a held-out test split is planned from it (as `run --until-decided` decides on it), else
+    from dev; and the line under the table names the shared dev-set part beyond which no seeds decide 0."""
+    from suite.grid.power_table import _outcome, out_of_reach
+    from suite.stats.design_power import equivalence_limit
+
+    rec = {"final": {"score": 0.80}, "heldout": {"score": 0.70}, "_path": str(tmp_path / "r.json")}
+    assert _outcome(rec).score == pytest.approx(70.0)
+    assert _outcome({**rec, "heldout": None}).score == pytest.approx(80.0)
+    design = Design((5, 10, 15, 20), family_alpha(0.05, 36))
+    edge = out_of_reach(1.0, design, 0.8)
+    below, above = (equivalence_limit(Noise(1.0, e), design, 1.0) + design.alpha for e in (0.95 * edge, 1.05 * edge))
+    assert below > 0.8 > above
