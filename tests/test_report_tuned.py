@@ -126,7 +126,7 @@ def test_expected_validation_performance_per_task_with_its_figure_and_csv(tmp_pa
     from suite.stats.evp import expected_best
 
     write_tuned_study(tmp_path)
-    _with_configurations(tmp_path)
+    _with_configurations(tmp_path, seeds=(101, 102, 103))   # the ± only where 3 tuning seeds stand behind it
     md = build_report([tmp_path], out=tmp_path / "report").read_text()
     section = md.split("## Expected validation performance", 1)[1]
     rows = parse_table(section, f"### SST-2 (`{MODEL}`)")
@@ -139,6 +139,11 @@ def test_expected_validation_performance_per_task_with_its_figure_and_csv(tmp_pa
     assert (tmp_path / "report" / figure).is_file() and figure in section
     csv = (tmp_path / "report" / "tuning_expected_performance.csv").read_text().splitlines()
     assert csv[0] == "model,task,method,N,k = 1,k = 2,k = 3" and len(csv) == 5
+    # one tuning seed: the spread of one seed's scores over 3 configurations is no uncertainty, so no ±
+    _with_configurations(tmp_path)
+    section = build_report([tmp_path], figures=False).read_text().split("## Expected validation performance", 1)[1]
+    rows = parse_table(section, f"### SST-2 (`{MODEL}`)")
+    assert rows["scores_dropout"]["k = 1"] == "50.00" and "No ± is shown" in section
 
 
 def test_a_leader_that_changes_with_the_budget_is_named(tmp_path):

@@ -115,7 +115,7 @@ def test_type_one_error_of_the_whole_procedure_holds_where_naive_repeated_testin
     evidence = look_evidence(np.random.default_rng(1).normal(0.0, 2.0, (SIMS, LOOKS[-1])), 1.0)  # seed noise only
     design = Design(LOOKS, ALPHA)
     reason, verdict, _ = run_design(design, evidence)
-    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.052
+    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.021 (0.052 before the sign test)
     naive, _, _ = run_design(design, evidence, naive=True)
     assert np.mean(naive == "efficacy") > ALPHA + 6 * TOLERANCE  # measured: 0.130
     assert {"better", "worse"} >= set(verdict[reason == "efficacy"])
@@ -124,7 +124,7 @@ def test_type_one_error_of_the_whole_procedure_holds_where_naive_repeated_testin
 @pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
 def test_type_one_error_holds_with_dev_example_noise_and_a_fifth_of_runs_collapsed(spending):
     reason, _, _ = run_design(Design(LOOKS, ALPHA, spending=spending), null_with_collapses())
-    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.040 (O'Brien-Fleming), 0.028 (Pocock)
+    assert np.mean(reason == "efficacy") <= ALPHA + TOLERANCE  # measured: 0.022 (O'Brien-Fleming), 0.010 (Pocock)
     naive, _, _ = run_design(Design(LOOKS, ALPHA), null_with_collapses(), naive=True)
     assert np.mean(naive == "efficacy") > ALPHA + 3 * TOLERANCE  # measured: 0.096
 
@@ -132,7 +132,7 @@ def test_type_one_error_holds_with_dev_example_noise_and_a_fifth_of_runs_collaps
 @pytest.mark.parametrize("spending", ["obrien-fleming", "pocock"])
 def test_equivalence_is_claimed_at_most_alpha_of_the_time_at_the_margin(spending):
     reason, _, _ = run_design(Design(LOOKS, ALPHA, spending=spending), at_the_margin())
-    assert np.mean(reason == "equivalence") <= ALPHA + TOLERANCE  # measured: 0.022 (O'Brien-Fleming), 0.036 (Pocock)
+    assert np.mean(reason == "equivalence") <= ALPHA + TOLERANCE  # measured: 0.033 (O'Brien-Fleming), 0.046 (Pocock)
     naive, _, _ = run_design(Design(LOOKS, ALPHA), at_the_margin(), naive=True)
     assert np.mean(naive == "equivalence") > ALPHA + 3 * TOLERANCE  # measured: 0.071
 
@@ -163,7 +163,10 @@ def test_predictive_power_grows_with_the_estimated_difference():
     assert np.all(np.diff(power) > 0) and power[-1] > 0.9
     assert design.predictive_power(SimpleNamespace(diff=0.0, se=0.01, margin=1.0), 5) == 1.0  # surely equivalent
     shared = SimpleNamespace(diff=0.0, se=1.0, seed_sd=0.5, example_se=0.9, margin=1.0)
-    assert design.predictive_power(shared, 5) < 1e-6  # the dev set's own noise alone keeps the margin out of reach
+    # the dev set's own noise alone keeps the margin out of reach (but for a seed sd far above its 5-seed estimate,
+    # which the power averages over)
+    assert design.predictive_power(shared, 5) < 1e-3
+    assert design.predictive_power(shared, 5, sd_uncertainty=False) < 1e-6
 
 
 @pytest.mark.parametrize("alpha", [ALPHA, family_alpha(ALPHA, 36)])

@@ -25,6 +25,7 @@ from suite.grid.until_decided import (
 )
 from suite.run.layout import UNTIL_DECIDED
 from suite.run.settings import TrainSettings
+from suite.stats.sign import sign_p
 
 # planted scores (x100): method -> (shift over vanilla, spread of a seed's difference)
 PLANTED = {"no_dropout": (3.0, 0.5), "drophead": (0.0, 0.2), "topk": (0.0, 6.0)}
@@ -43,14 +44,17 @@ def planted_record(job):
 
 
 def paired_t(cmp, ours: dict, theirs: dict, margin: float = 1.0):
-    """A look's evidence by a paired t-test over seeds (the shape of suite.stats.evidence.Evidence)."""
+    """A look's evidence by a paired t-test over seeds, with the paired sign test a difference claim also needs
+    (the shape of suite.stats.evidence.Evidence)."""
     d = np.array([ours[s]["final"]["score"] - theirs[s]["final"]["score"] for s in ours]) * 100
     n, diff = len(d), float(d.mean())
     se = float(d.std(ddof=1) / math.sqrt(n))
     p = float(2 * stats.t.sf(abs(diff / se), n - 1))
     p_equiv = float(max(stats.t.sf((diff + margin) / se, n - 1), stats.t.cdf((diff - margin) / se, n - 1)))
+    wins, losses = int((d > 0).sum()), int((d < 0).sum())
     return SimpleNamespace(diff=diff, se=se, df=n - 1.0, low=diff - 2 * se, high=diff + 2 * se, p=p,
-                           p_equiv=p_equiv, margin=margin)
+                           p_equiv=p_equiv, margin=margin, p_sign=float(sign_p(wins, losses)),
+                           sign_excess=wins - losses)
 
 
 @pytest.fixture

@@ -86,6 +86,7 @@ def study_arguments(args: argparse.Namespace) -> argparse.Namespace:
             setattr(args, key, value)
     if study.report.allow_uncommitted:
         args.allow_uncommitted = True
+    args.preregistered = study.report.preregistered
     return args
 
 
@@ -113,7 +114,8 @@ def main(args: argparse.Namespace) -> int:
         args = resolve_arguments(args)
         path = build_report([args.dir, *args.more], args.out, args.baseline, args.alpha, args.correction,
                             args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or (),
-                            args.primary or (), args.margin, args.collapse_floor, args.allow_uncommitted)
+                            args.primary or (), args.margin, args.collapse_floor, args.allow_uncommitted,
+                            getattr(args, "preregistered", None))
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -9,15 +9,17 @@ paired difference, and `example_se`, the sd of the dev-set offset every seed sha
 `power: tasks:` section, or else estimated from pilot records (`plan --pilot DIR`, else the study's `power: pilot:`,
 else its own `out`):
 
-- from the pilot's comparisons of the primary methods with the reference on the task: the median of their seed
-  variances (paired seeds, scores only) and the median of their shared dev-example variances (`compare_runs` over the
-  prediction sidecars of their first `PILOT_SEEDS` paired seeds, for at most `PILOT_COMPARISONS` comparisons: the
-  jackknife of a correlation metric takes seconds per comparison);
+- from the pilot's comparisons of the primary methods with the reference on the task, each over all its paired
+  seeds as the report's test splits it (`compare_runs`: the seed sd over the seeds where neither run degenerated, the
+  shared dev-example part from every kept prediction sidecar): the median over the comparisons of each, printed with
+  their range over the comparisons (the table's headline, whether a decision at 0 is reachable at all, turns on
+  example_se: the line under the table gives the value beyond which no number of seeds reaches equivalence);
 - else from the reference's own seeds split in two halves compared with each other (at least 4 seeds): two runs of
   one method differ only by noise, but identical methods share no dev-set part, so that part is a lower bound.
 
 A pilot folder's runs are grouped per task and method by their setting (everything but the seed); the setting with
-the most seeds is the one compared (the study's own grid, not a data-efficiency curve beside it).
+the most seeds is the one compared (the study's own grid, not a data-efficiency curve beside it). Runs that scored a
+held-out test split (`train.test_holdout`) are compared on it, as the report's verdicts are; others on dev.
 """
 from __future__ import annotations
 
@@ -46,8 +48,6 @@ from suite.stats.sequential import Design, family_alpha
 __all__ = ["TaskPlan", "power_lines", "task_plans"]  # what the rest of the suite uses; other names are its own
 
 TARGET = 0.8
-PILOT_SEEDS = 5          # paired seeds per comparison for the pilot's dev-example part
-PILOT_COMPARISONS = 3    # comparisons per task for it
 SEED = 20260101          # of the simulations: the same study prints the same table
 
 
@@ -60,6 +60,8 @@ class TaskPlan:
     margin: float
     noise: Noise | None
     source: str
+    seed_sd_range: tuple[float, float] | None = None      # over the pilot's comparisons (None: declared)
+    example_se_range: tuple[float, float] | None = None
 
 
 def _setting(config: dict[str, Any]) -> str:
@@ -82,44 +84,57 @@ def _pilot_runs(folder: Path) -> dict[tuple[str, str], dict[int, dict]]:
 
 
 def _outcome(rec: dict):
+    """The run as the report's verdicts score it: on the held-out test split where it has one, else on dev."""
+    from suite.run.record import heldout_predictions
     from suite.stats.evidence import RunOutcome
 
     sidecar = rec.get("predictions")
-    return RunOutcome(rec["final"]["score"] * 100, Path(rec["_path"]).parent / sidecar if sidecar else None)
+    path = Path(rec["_path"]).parent / sidecar if sidecar else None
+    if rec.get("heldout"):
+        return RunOutcome(rec["heldout"]["score"] * 100, heldout_predictions(path) if path else None)
+    return RunOutcome(rec["final"]["score"] * 100, path)
 
 
-def _shared_se(task: str, a: dict[int, dict], b: dict[int, dict], identity: tuple) -> float:
-    """The shared dev-example se of a comparison's first PILOT_SEEDS paired seeds (NaN without sidecars)."""
+@dataclass(frozen=True)
+class Found:
+    """A task's noise from a pilot's comparisons: the medians, their ranges over the comparisons, and a line."""
+
+    noise: Noise
+    where: str
+    seed_sd_range: tuple[float, float] | None = None
+    example_se_range: tuple[float, float] | None = None
+
+
+def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> Found | None:
+    """Each primary comparison over all its paired seeds, as the report's test splits it: the seed sd of the seeds
+    where neither run degenerated (degenerate pairs leave the score test), the shared dev-example part."""
     from suite.stats.evidence import bootstrap_seed, compare_runs
 
-    seeds = sorted(set(a) & set(b))[:PILOT_SEEDS]
-    ev = compare_runs(task, {s: _outcome(a[s]) for s in seeds}, {s: _outcome(b[s]) for s in seeds},
-                      seed=bootstrap_seed(*identity))
-    return ev.example_se if ev.has_examples else math.nan
-
-
-def _seed_sd(a: dict[int, dict], b: dict[int, dict]) -> float:
-    seeds = sorted(set(a) & set(b))
-    diffs = [a[s]["final"]["score"] * 100 - b[s]["final"]["score"] * 100 for s in seeds]
-    return statistics.stdev(diffs) if len(diffs) >= 2 else math.nan
-
-
-def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> tuple[Noise, str] | None:
     ref = runs.get((task, reference), {})
     pairs = [(m, runs[task, m]) for m in methods if len(set(runs.get((task, m), {})) & set(ref)) >= 2]
     if not pairs:
         return None
-    seed_var = statistics.median(_seed_sd(a, ref) ** 2 for _, a in pairs)
-    shared = [_shared_se(task, a, ref, (task, m, reference)) for m, a in pairs[:PILOT_COMPARISONS]]
-    shared = [s ** 2 for s in shared if math.isfinite(s)]
-    counts = sorted(len(set(a) & set(ref)) for _, a in pairs)
+    found = []
+    for m, a in pairs:
+        seeds = sorted(set(a) & set(ref))
+        ev = compare_runs(task, {s: _outcome(a[s]) for s in seeds}, {s: _outcome(ref[s]) for s in seeds},
+                          seed=bootstrap_seed(task, m, reference))
+        if math.isfinite(ev.seed_sd):
+            found.append((ev.seed_sd, ev.example_se if ev.has_examples else math.nan, ev.n_seeds))
+    if not found:
+        return None
+    seed_sd = [f[0] for f in found]
+    shared = [f[1] for f in found if math.isfinite(f[1])]
+    counts = sorted(f[2] for f in found)
     seeds = f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]}-{counts[-1]}"
-    where = (f"{len(pairs)} comparison(s), {seeds} seeds; dev-set part from "
+    where = (f"{len(found)} comparison(s), {seeds} seeds (where neither run degenerated); dev-set part from "
              + (f"{len(shared)}" if shared else "none (no prediction sidecars): 0"))
-    return Noise(math.sqrt(seed_var), math.sqrt(statistics.median(shared)) if shared else 0.0), where
+    noise = Noise(math.sqrt(statistics.median(s ** 2 for s in seed_sd)),
+                  math.sqrt(statistics.median(s ** 2 for s in shared)) if shared else 0.0)
+    return Found(noise, where, (min(seed_sd), max(seed_sd)), (min(shared), max(shared)) if shared else None)
 
 
-def _from_halves(task: str, reference: str, runs) -> tuple[Noise, str] | None:
+def _from_halves(task: str, reference: str, runs) -> Found | None:
     from suite.stats.evidence import bootstrap_seed, compare_runs
 
     ref = runs.get((task, reference), {})
@@ -132,8 +147,8 @@ def _from_halves(task: str, reference: str, runs) -> tuple[Noise, str] | None:
     ev = compare_runs(task, a, b, seed=bootstrap_seed(task, reference, "halves"))
     if not math.isfinite(ev.seed_sd):
         return None
-    return (Noise(ev.seed_sd, ev.example_se),
-            f"{reference}'s {2 * half} seeds in two halves (dev-set part: a lower bound)")
+    return Found(Noise(ev.seed_sd, ev.example_se),
+                 f"{reference}'s {2 * half} seeds in two halves (dev-set part: a lower bound)")
 
 
 def _primary(plan) -> list:
@@ -167,9 +182,12 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
         if runs is None:
             runs = _pilot_runs(folder)
         found = _from_comparisons(task, methods, reference, runs) or _from_halves(task, reference, runs)
-        noise, where = found if found else (None, f"no records in {folder}: declare power: tasks: {task}: or "
-                                                   "give --pilot DIR")
-        out.append(TaskPlan(task, len(methods), margin, noise, f"{folder}: {where}" if found else where))
+        if found is None:
+            out.append(TaskPlan(task, len(methods), margin, None,
+                                f"no records in {folder}: declare power: tasks: {task}: or give --pilot DIR"))
+            continue
+        out.append(TaskPlan(task, len(methods), margin, found.noise, f"{folder}: {found.where}",
+                            found.seed_sd_range, found.example_se_range))
     return out
 
 
@@ -212,6 +230,32 @@ def design_of(plan, primary: list) -> tuple[Design, str]:
     design = Design((seeds,), each, futility=0.0)
     return design, (f"{head} Holm (the table tests at its first step, {each:.3g} each: later steps are looser, so "
                     f"decisions can only be likelier); one look at {seeds} seeds")
+
+
+def _with_range(value: float | None, spread: tuple[float, float] | None) -> str:
+    """A noise input with its range over the pilot's comparisons: "0.18 (0.00-0.58)"."""
+    if value is None:
+        return "?"
+    return f"{value:.2f}" + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else "")
+
+
+def out_of_reach(margin: float, design: Design, target: float) -> float:
+    """The example_se beyond which no number of seeds decides a true difference of 0 with probability `target`:
+    equivalence then needs the shared dev-set offset and its critical value within the margin
+    (`suite.stats.design_power.equivalence_limit`: 2 Phi(margin / e - z) - 1 + alpha < target)."""
+    from scipy import stats
+
+    z = stats.norm.isf(design.levels(design.looks)[1])
+    return float(margin / (z + stats.norm.ppf((1 + target - design.alpha) / 2)))
+
+
+def _reach_limits(tasks: list[TaskPlan], design: Design, target: float) -> str:
+    """"0.23 (margin 1: sst2, mrpc)": the example_se beyond which no seeds decide 0, per margin."""
+    by_margin: dict[float, list[str]] = defaultdict(list)
+    for t in tasks:
+        by_margin[t.margin].append(t.task)
+    return "; ".join(f"{out_of_reach(m, design, target):.2f} (margin {m:g}: {', '.join(names)})"
+                     for m, names in by_margin.items())
 
 
 def _percent(p: float) -> str:
@@ -258,8 +302,8 @@ def power_lines(plan, pilot: str | None = None, target: float | None = None) -> 
     known = [t for t in tasks if t.noise is not None]
     sequential = len(design.looks) > 1
     what = "cap" if sequential else "seeds"
-    inputs = [[t.task, t.comparisons, f"{t.noise.seed_sd:.2f}" if t.noise else "?",
-               f"{t.noise.example_se:.2f}" if t.noise else "?", f"{t.margin:g}",
+    inputs = [[t.task, t.comparisons, _with_range(t.noise.seed_sd if t.noise else None, t.seed_sd_range),
+               _with_range(t.noise.example_se if t.noise else None, t.example_se_range), f"{t.margin:g}",
                *(_reach(t, design, target) if t.noise else ["", ""]), t.source] for t in tasks]
     lines = ["power before running (docs/statistics.md, \"Power before running\"):", f"  design: {head}",
              f"  {SIMULATIONS} simulated comparisons per probability: Monte-Carlo error at most "
@@ -273,6 +317,11 @@ def power_lines(plan, pilot: str | None = None, target: float | None = None) -> 
         rows = [row for t in known for row in _chance_rows(t, design)]
         lines += ["", "probability of each verdict of one comparison, by its true difference (x100):",
                   tabulate(rows, headers=headers, tablefmt="simple")]
+    lines += ["", "seed_sd, example_se: the median over the comparisons (in brackets their range): the seed sd of "
+                  "the seeds where neither run degenerated, the dev-set part every seed shares, on the split the "
+                  "verdicts use (a held-out test split where the runs scored one, else dev). The headline turns on "
+                  "example_se: a decision at 0 is out of reach with any number of seeds once it passes "
+                  + _reach_limits(tasks, design, target) + "; seed_sd sets how many seeds reach it below that."]
     lines += ["", f"better or worse: a difference is claimed (at a true difference of 0, falsely); equivalent: "
                   f"within the margin; {what} for {target:.0%} at 0: the fewest "
                   + ("seeds of the cap (looks at the same fractions of it)" if sequential else "seeds")

@@ -92,6 +92,9 @@ class ReportSection(_Section):
     margin: Optional[Union[Positive, dict[str, Positive]]] = None   # equivalence margin, points x100 (or per task)
     collapse_floor: Optional[Union[NonNegative, dict[str, NonNegative]]] = None  # points above the majority class
     allow_uncommitted: Optional[bool] = None  # report records of uncommitted code or of several commits
+    # where the analysis was fixed before the results were seen (a file or a commit): the verdicts are then
+    # labelled pre-registered; without it, a re-analysis
+    preregistered: Optional[str] = None
 
 
 class UntilDecidedSection(_Section):

@@ -24,7 +24,14 @@ from suite.grid.store import Store, atomic_write
 from suite.run.layout import OutputFolder, UntilDecidedFile, state_json
 from suite.run.settings import RunConfig
 from suite.stats.looks import next_look
-from suite.stats.sequential import DEFAULT_FUTILITY, SPENDING, Design, family_alpha, plan_looks
+from suite.stats.sequential import (
+    DEFAULT_FUTILITY,
+    FUTILITY_MIN_SEEDS,
+    SPENDING,
+    Design,
+    family_alpha,
+    plan_looks,
+)
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["Comparison", "Schedule", "closing_lines", "comparisons", "primary_comparisons", "run_planned",
@@ -297,8 +304,10 @@ def _write_state(path: Path, tracks: list[Track], schedule: Schedule, design: De
              "schedule": dataclasses.asdict(schedule), "looks": list(design.looks), "seed_order": seeds,
              "alpha": alpha, "primary": len(tracks), "alpha_each": design.alpha,
              "rule": f"Lan-DeMets {schedule.spending} spending of alpha/{len(tracks)} (Bonferroni over the primary "
-                     f"comparisons) across the looks; equivalence by TOST spent the same way; futility when the "
-                     f"predictive power of a decision by the cap is below {schedule.futility}",
+                     f"comparisons) across the looks; a difference claim needs the exact paired sign test over every "
+                     f"paired seed at the same level too; equivalence by TOST spent the same way; futility from "
+                     f"{FUTILITY_MIN_SEEDS} seeds on when the predictive power of a decision by the cap (averaged "
+                     f"over the seed sd's uncertainty) is below {schedule.futility}",
              "comparisons": [t.to_dict() for t in tracks]}
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = state_json(UntilDecidedFile.model_validate(state))  # the model the report reads it with

@@ -17,6 +17,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from suite.report.fragility import fragile_text
 from suite.report.vocabulary import DASH, SCALE, fmt, higher_is_better
 from suite.stats import aso, collapse, families
 from suite.stats.curves import size_tests
@@ -74,6 +75,12 @@ class Comparison:
     collapse_verdict: str = ""      # "degenerates more" / "degenerates less" where the adjusted p < alpha
     collapse_excess: int = 0        # the sign of McNemar's discordant difference: which way the verdict goes
     p_rope: float = math.nan        # Bayesian P(|Δ| < margin) (flat prior), beside the frequentist verdict
+    # the paired sign test over every paired seed (suite.stats.sign), which a difference claim needs too from 10
+    # paired seeds on; wins minus losses of the method (score orientation)
+    p_sign: float = math.nan
+    p_sign_adj: float = math.nan
+    sign_excess: int = 0
+    fragile: str = ""               # a verdict within 20% of its level, and what flips it (suite.report.fragility)
 
     @property
     def tested(self) -> bool:
@@ -112,7 +119,8 @@ def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
                       p_equiv=ev.p_equiv, example_se=ev.example_se if ev.has_examples else math.nan,
                       effect_size=effect_size(ev), n_paired=ev.n_paired if ev.n_paired >= 0 else ev.n_seeds,
                       degenerate=ev.degenerate, degenerate_reference=ev.degenerate_reference,
-                      collapse_p=ev.collapse_p, p_rope=ev.p_rope, collapse_excess=ev.collapse_excess)
+                      collapse_p=ev.collapse_p, p_rope=ev.p_rope, collapse_excess=ev.collapse_excess,
+                      p_sign=ev.p_sign, sign_excess=ev.sign_excess)
 
 
 def _seed_averages(cells: Mapping, method: str, tasks: list[str]) -> dict[float, float]:
@@ -155,7 +163,19 @@ def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list,
                                    per_task(options.margin, a_.header, DEFAULT_MARGIN))
             evidence[m, a_.header], out[m, a_.header] = ev, _from_evidence(m, a_.header, ev)
     ran = {(m, t): found for (model, m, t, ref), found in sequential.items() if model == sel.model and ref == base}
+
+    def bootstrap(method: str, task: str, seeds) -> tuple[float, float, float]:
+        """The comparison with a bootstrap's dev-example part (a fragile verdict's alternative)."""
+        keep = (lambda arm: {s: r for s, r in arm.items() if s in set(seeds)}) if seeds else dict
+        ev = compare_runs(task, keep(runs[method, task]), keep(runs[base, task]),
+                          per_task(options.margin, task, DEFAULT_MARGIN), seed=bootstrap_seed(task, method, base),
+                          higher_is_better=higher_is_better(task), jackknife=False)
+        return ev.se, ev.df, ev.example_se ** 2
+
     _decide(out, evidence, options.primary, options.correction, options.alpha, {a_.header for a_ in avgs}, ran)
+    for (m, column), c in out.items():
+        _mark_fragile(c, evidence[m, column], options.alpha, ran.get((m, column)),
+                      (lambda seeds, m=m, t=column: bootstrap(m, t, seeds)) if column in sel.tasks else None)
     if options.aso:
         keys = [k for k in sorted(out) if k[1] in sel.tasks]
         found = aso.where_bimodal([((m, t), cells[m, t].values, cells[base, t].values, floor[t], higher_is_better(t))
@@ -192,18 +212,47 @@ def _decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: 
         # discordant seed) and, conditioned on that as the exact test is, is left out (Tarone 1990)
         collapse_adj = families.adjust([comparisons[k].collapse_p if comparisons[k].degenerate
                                         + comparisons[k].degenerate_reference else math.nan for k in keys], how)
+        # the sign tests are adjusted the same way, so that a claim needs both within the family
+        p_sign_adj = families.adjust([comparisons[k].p_sign if comparisons[k].tested else math.nan for k in keys], how)
         tested = sum(comparisons[k].tested for k in keys)
-        for k, p, pe, pc in zip(keys, p_adj, p_equiv_adj, collapse_adj):
+        for k, p, pe, pc, ps in zip(keys, p_adj, p_equiv_adj, collapse_adj, p_sign_adj):
             c, ev = comparisons[k], evidence[k]
             c.p_adj, c.p_equiv_adj, c.collapse_p_adj = float(p), float(pe), float(pc)
             if math.isfinite(pc) and pc < alpha:
                 c.collapse_verdict = "degenerates more" if c.collapse_excess > 0 else "degenerates less"
-            c.verdict = c.fixed_verdict = verdict(dataclasses.replace(ev, p=float(p), p_equiv=float(pe)), alpha)
+            c.p_sign_adj = float(ps)
+            c.verdict = c.fixed_verdict = verdict(dataclasses.replace(ev, p=float(p), p_equiv=float(pe),
+                                                                      p_sign=float(ps)), alpha)
             if k in sequential:
-                c.verdict, c.sequential = sequential[k]
+                c.verdict, c.sequential = sequential[k][:2]
             if c.verdict == "undecided" and tested:
                 # the level the correction tests the first (Holm: alpha / m) or the last (BH: alpha) step at
                 c.seeds_needed = seeds_needed(ev, alpha / tested if how == "holm" else alpha)
+
+
+def _number(x) -> float:
+    return math.nan if x is None else float(x)
+
+
+def _factor(adjusted: float, raw: float) -> float:
+    """The family's adjustment of one p-value (adjusted / raw), which an alternative's raw p-value gets too."""
+    return adjusted / raw if raw > 0 and math.isfinite(adjusted) else 1.0
+
+
+def _mark_fragile(c: Comparison, ev: Evidence, alpha: float, sequential, bootstrap) -> None:
+    """`c.fragile`: the verdict's knife edge and its alternatives (suite.report.fragility), from the sequential
+    design's last look where it decided the verdict, else from the fixed-sample test in its family."""
+    look = sequential[2] if sequential is not None and len(sequential) > 2 else None
+    if look is not None and look.p is not None:
+        c.fragile = fragile_text(diff=_number(look.diff), se=_number(look.se), n=look.n,
+                                 margin=_number(look.margin), p=_number(look.p), level=_number(look.level),
+                                 p_equiv=_number(look.p_equiv), level_equiv=_number(look.level_equiv),
+                                 bootstrap=(lambda: bootstrap(look.seeds)) if bootstrap else None)
+    elif c.tested and not c.sequential:
+        c.fragile = fragile_text(diff=ev.diff, se=ev.se, n=ev.n_seeds, margin=ev.margin, p=c.p_adj, level=alpha,
+                                 p_equiv=c.p_equiv_adj, level_equiv=alpha, factor=_factor(c.p_adj, c.p),
+                                 factor_equiv=_factor(c.p_equiv_adj, c.p_equiv),
+                                 bootstrap=(lambda: bootstrap(ev.compared)) if bootstrap else None)
 
 
 def floors(tasks: list[str], bases: Mapping, collapse_floor) -> dict[str, float]:
@@ -260,4 +309,6 @@ def difference_text(c: Comparison | None) -> str:
     if c.n_paired > c.n:   # degenerate runs were left out of the score comparison, and counted apart
         text += f" ({c.n} of {c.n_paired} seeds; degenerate {c.degenerate} vs {c.degenerate_reference}" + \
             (f": {c.collapse_verdict}" if c.collapse_verdict else "") + ")"
+    if c.fragile:
+        text += f" ({c.fragile})"
     return f"{verdict_text(c)} {text}"

@@ -75,6 +75,7 @@ class Options:
     # points (x100) above the constant predictor below which a run collapsed (one number or task -> number)
     collapse_floor: float | Mapping[str, float] | None = None
     allow_uncommitted: bool = False    # report records of uncommitted code or of several commits
+    preregistered: str | None = None   # where the analysis was fixed before the results; None: a re-analysis
 
     @property
     def figure_dir(self) -> Path:

@@ -20,6 +20,7 @@ from suite.report.comparisons import (
 )
 from suite.report.costs import GPU_MEMORY_KINDS, geometric_mean
 from suite.report.facts import Average, Baseline, Cell, ModelFacts, Options
+from suite.report.fragility import BAND
 from suite.report.selection import FOLDED, Selection, has_variation, setting_text
 from suite.report.vocabulary import (
     DASH,
@@ -37,6 +38,7 @@ from suite.report.vocabulary import (
 )
 from suite.stats.aso import ASO_MIN_SEEDS, ASO_THRESHOLD
 from suite.stats.families import CORRECTIONS
+from suite.stats.sign import SIGN_GUARD_SEEDS
 
 __all__ = ["NEAR_MAJORITY", "in_run_costs", "reference_tasks", "section"]
 
@@ -222,15 +224,40 @@ def _family_text(options: Options, comps: dict) -> str:
             f"adjusted by {CORRECTIONS['bh']}")
 
 
+def _collapse_family_text(options: Options, comps: dict) -> str:
+    """The collapse endpoint's own families, beside the score's (docs/statistics.md)."""
+    tested = {}
+    for c in comps.values():
+        if c.degenerate + c.degenerate_reference:
+            tested[c.family] = tested.get(c.family, 0) + 1
+    how = {"primary": CORRECTIONS["holm"], "exploratory": CORRECTIONS["bh"], "all": CORRECTIONS[options.correction]}
+    parts = [f"{n} {family}: {how[family]}" for family, n in sorted(tested.items())]
+    return ("the collapse tests (McNemar, \"degenerates more / less\") are families of their own within each, "
+            f"among the comparisons with any degenerate run, at the same alpha ({'; '.join(parts) or 'none here'})")
+
+
+def _analysis_text(options: Options) -> str:
+    """Whether the verdicts come from an analysis fixed before the results were seen."""
+    if options.preregistered:
+        return (f"Pre-registered: the study declares its analysis fixed in `{options.preregistered}` before the "
+                "results (`report: preregistered:`); verdicts from statistics revised since are not pre-registered.")
+    return ("Re-analysis: the study declares no pre-registered analysis (`report: preregistered:`), so these verdicts "
+            "come from statistics that may have been chosen or revised after the results were seen; read them as "
+            "a re-analysis, and confirm a claim on new runs.")
+
+
 def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> list[str]:
     margins = sorted({c.margin for c in comps.values()})
     notes = [f"Each cell: the verdict, then the mean paired difference (method minus `{options.baseline}`, runs paired "
              "by seed) in the headline metric x100 with its 95% interval over seeds and dev examples together "
              "(docs/statistics.md). **better** / **worse**: the two-sided test of no difference rejects at adjusted "
-             f"p < {options.alpha:g} (direction from the task's metric); **equivalent**: two one-sided tests put the "
+             f"p < {options.alpha:g} (direction from the task's metric) and, from {SIGN_GUARD_SEEDS} paired seeds on, "
+             "so does the exact paired sign test over every paired seed, in the same direction (a degenerate run "
+             "loses its seed; `p_sign` in comparisons.csv); **equivalent**: two one-sided tests put the "
              f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {options.alpha:g}); "
              "**undecided**: neither, so the data do not say whether the methods differ. Families: "
-             + _family_text(options, comps) + ". No test with fewer than 2 paired seeds; "
+             + _family_text(options, comps) + "; " + _collapse_family_text(options, comps)
+             + ". No test with fewer than 2 paired seeds; "
              f"{SEEDS_ONLY}: runs without per-example predictions, the interval covers seed noise only. A run that "
              "degenerated (constant or near-constant predictions, or none correlated with the labels) is a state, "
              "not a low score: the difference is taken over the seeds where neither run degenerated, and how often "
@@ -248,6 +275,15 @@ def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> lis
                 f"{c.method} on {task_display(c.column)} ({c.fixed_verdict})" for c in differ)
                if differ else "the fixed-sample verdicts agree with them")
             + " (`fixed_verdict` in comparisons.csv).")
+    fragile = sorted((c for c in comps.values() if c.fragile), key=lambda c: (c.method, c.column))
+    notes.append(
+        f"Fragile: a verdict whose p-value lies within {BAND[0]:g}-{BAND[1]:g} times the level it was held against "
+        "(a sequential verdict's: its last look's), with the alternatives of the analysis that would flip it: a t "
+        "on the seeds' "
+        "n - 1 degrees of freedom, a 2,000-resample bootstrap of the dev examples. "
+        + (f"{len(fragile)} here: " + ", ".join(f"{c.method} on {task_display(c.column)}" for c in fragile) + "."
+           if fragile else "None here."))
+    notes.append(_analysis_text(options))
     if avgs:
         notes.append(" and ".join(a.header for a in avgs) + ": the same on each seed's average over the "
                      "averaged tasks (seeds that ran all of them for both methods).")

@@ -73,17 +73,17 @@ def state_files(run_dirs: Sequence[str | os.PathLike]) -> list[Path]:
 
 
 def verdicts(run_dirs: Sequence[str | os.PathLike], frame=None, alpha: float | None = None,
-             margin=None) -> dict[tuple[str, str, str, str], tuple[str, str]]:
-    """{(model, method, task, reference): (verdict, stopping reason)} of every comparison the state files hold;
-    with the reported records (`frame`), each file is first held against them: its looks replayed from the records
-    at the report's `alpha` (None: the file's) and `margin` (`suite.report.state_checks.check_sequential`)."""
+             margin=None) -> dict[tuple[str, str, str, str], tuple[str, str, Look | None]]:
+    """{(model, method, task, reference): (verdict, stopping reason, last look)} of every comparison the state files
+    hold; with the reported records (`frame`), each file is first held against them: its looks replayed from the
+    records at the report's `alpha` (None: the file's) and `margin` (`suite.report.state_checks.check_sequential`)."""
     found = {}
     for path in state_files(run_dirs):
         state = read_state(path, UntilDecidedFile)
         if frame is not None:
             check_sequential(path, state, frame, state.alpha if alpha is None else alpha, margin)
         for c in state.comparisons:
-            found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason)
+            found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason, c.looks[-1] if c.looks else None)
     return found
 
 
@@ -96,6 +96,8 @@ def _row(c: TrackedComparison) -> str:
     evidence = (f"{_num(last.diff, '+.2f')} [{_num(last.low, '+.2f')}, {_num(last.high, '+.2f')}]"
                 if last.diff is not None else "—")
     p = f"{_num(last.p, '.2g')} (< {_num(last.level, '.2g')})" if last.level else "—"
+    if last.level and getattr(last, "p_sign", None) is not None:   # state files from before the sign test lack it
+        p += f"; sign {_num(last.p_sign, '.2g')}"
     tost = (f"{_num(last.p_equiv, '.2g')} (< {_num(last.level_equiv, '.2g')}, ±{last.margin:g})"
             if last.level_equiv and last.margin is not None else "—")
     ns = " → ".join(str(lk.n) for lk in c.looks)
@@ -117,7 +119,7 @@ def sequential_markdown(run_dirs: Sequence[str | os.PathLike]) -> str:
                   "difference and comparison tables report (marked ‡); their intervals and p-values treat the same "
                   "seeds as one fixed-size sample and do not account for the looks.", "",
                   "| task | comparison | looks | paired seeds per look | stopped for | verdict | diff [95% interval] "
-                  "| p (look's level) | TOST p (level, margin) |",
+                  "| p (look's level); sign test p | TOST p (level, margin) |",
                   "|---|---|---:|---|---|---|---|---|---|"]
         lines += [_row(c) for c in state.comparisons]
     return "\n".join(lines) + ("\n" if lines else "")

@@ -20,7 +20,7 @@ import numpy as np
 
 from suite.report.vocabulary import DASH, SCALE, Part, Table, fmt, slug, table, task_display
 from suite.run.layout import SelectedCell, SelectionFile, TuningProtocol
-from suite.stats.evp import expected_best
+from suite.stats.evp import MIN_TUNING_SEEDS, expected_best
 
 __all__ = ["KIND", "expected_performance", "method_rows", "seeds_warning", "tuned_with"]
 
@@ -104,16 +104,20 @@ def _leaders(curves: dict[str, tuple[np.ndarray, np.ndarray, bool]]) -> str:
     return f"Best expected score by k: {text}. **The leader changes with the budget.**"
 
 
-def _task_table(curves: dict[str, tuple[np.ndarray, np.ndarray, bool]]) -> tuple[list[str], list[list[str]]]:
+def _task_table(curves: dict[str, tuple[np.ndarray, np.ndarray, bool]], spread: bool = True
+                ) -> tuple[list[str], list[list[str]]]:
+    """The task's rows; `spread`: with ± the sd of the best of k draws (only where the configurations' scores rest
+    on MIN_TUNING_SEEDS tuning seeds or more: below that the spread is one seed's luck, not an uncertainty)."""
     depth = max(len(m) for m, _, _ in curves.values())
     headers = ["method", "N", *[f"k = {k}" for k in range(1, depth + 1)]]
-    rows = [[m, str(len(mean)), *[f"{fmt(mean[k])} ± {fmt(std[k])}" if k < len(mean) else DASH
+    rows = [[m, str(len(mean)), *[(f"{fmt(mean[k])} ± {fmt(std[k])}" if spread else fmt(mean[k])) if k < len(mean)
+                                  else DASH
                                   for k in range(depth)]] for m, (mean, std, _) in curves.items()]
     return headers, rows
 
 
-def _plot(curves: dict[tuple[str, str], dict], model: str, path: Path) -> None:
-    """One panel per task: each method's expected best tuning-split score against k, with a ±std band."""
+def _plot(curves: dict[tuple[str, str], dict], model: str, path: Path, spread: bool = True) -> None:
+    """One panel per task: each method's expected best tuning-split score against k, with a ±std band (`spread`)."""
     from suite.report.figures import band, grid, method_colors, method_styles, save
 
     tasks = [key for key in curves if key[0] == model]
@@ -121,7 +125,7 @@ def _plot(curves: dict[tuple[str, str], dict], model: str, path: Path) -> None:
     colors, styles = method_colors(shown), method_styles(shown)
     fig, axes = grid(len(tasks), per_row=4, width=3.4, height=2.8)
     for ax, key in zip(axes, tasks):
-        few = len(curves[key]) <= BANDS  # more methods' bands would hide each other: the table has the spread
+        few = spread and len(curves[key]) <= BANDS  # more methods' bands would hide each other
         for m, (mean, std, _) in curves[key].items():
             band(ax, np.arange(1, len(mean) + 1), mean, std if few else np.full_like(std, np.nan), colors[m],
                  styles[m], label=m)
@@ -147,27 +151,32 @@ def expected_performance(files: Sequence[str | os.PathLike], options) -> tuple[P
             continue
         if not part.lines:
             part.add("## Expected validation performance", "",
-                     "Per task and method: the expected best tuning-split score (x100, ± its standard deviation) "
+                     "Per task and method: the expected best tuning-split score (x100, ± its standard deviation where "
+                     f"the configurations' scores rest on {MIN_TUNING_SEEDS} or more tuning seeds) "
                      "when k of the N configurations the method tried are drawn at random, with replacement "
                      "(Dodge et al. 2019), from each configuration's mean over the tuning seeds. At k = 1 it is the "
                      "score of a configuration picked blindly, at k = N close to the best tried. Where curves cross, "
                      "which method looks better depends on how many configurations each was given: a ranking at "
                      "one budget may be an artefact of that budget. Scored on the tuning split, never dev.", "")
         seeds = len(data.protocol.seeds)
-        part.add(f"From `{path}`: each configuration's mean over {seeds} tuning seed{'s' if seeds != 1 else ''}.", "")
+        spread = seeds >= MIN_TUNING_SEEDS
+        part.add(f"From `{path}`: each configuration's mean over {seeds} tuning seed{'s' if seeds != 1 else ''}."
+                 + ("" if spread else f" No ± is shown: with fewer than {MIN_TUNING_SEEDS} tuning seeds the spread "
+                    "of the best of k draws is that of one seed's scores over the configurations tried, not an "
+                    "uncertainty of the expected score."), "")
         for model in dict.fromkeys(model for model, _ in curves):
             depth = max(len(c[0]) for (m, _), by in curves.items() if m == model for c in by.values())
             rows = []
             for (m, task), by_method in curves.items():
                 if m != model:
                     continue
-                headers, task_rows = _task_table(by_method)
+                headers, task_rows = _task_table(by_method, spread)
                 part.add(f"### {task_display(task)} (`{model}`)", "", table(task_rows, headers), "",
                          _leaders(by_method), "")
                 rows += [[task, *r, *[DASH] * (depth + 2 - len(r))] for r in task_rows]
             tables[model, KIND] = Table(["task", "method", "N", *[f"k = {k}" for k in range(1, depth + 1)]], rows)
             figure = options.figure(f"evp_{slug(model)}.png")
             if options.figures:
-                _plot(curves, model, figure)
+                _plot(curves, model, figure, spread)
                 part.link(figure, f"expected best tuning score against the configurations drawn, {model}")
     return part, tables

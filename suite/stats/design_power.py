@@ -8,8 +8,9 @@ difference's own noise (normal, sd `seed_sd`: initialisation, batch order, train
 on the dev examples). Each look computes the comparison's evidence from its seeds with the report's own statistics
 (`suite.stats.evidence.evidence_arrays`: the seed sd estimated from the simulated seeds, so it varies from simulation
 to simulation as it would in the study; the shared example variance as the jackknife gives it, a known number) and
-decides it with `suite.stats.sequential.Design`, look by look, futility included. A fixed-seed study is the design
-with one look at its seeds: one look spends its whole level, so it decides as the report does at that level.
+decides it with `suite.stats.sequential.Design`, look by look, futility and the sign test included. A fixed-seed
+study is the design with one look at its seeds: one look spends its whole level, so it decides as the report does
+at that level.
 
 Public names (what `suite.grid.power_table` calls):
 

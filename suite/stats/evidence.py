@@ -73,6 +73,7 @@ from suite.stats import collapse
 from suite.stats.cochran_cox import cochran_cox_df
 from suite.stats.examples import example_variance, task_spec
 from suite.stats.power import seeds_needed  # noqa: F401  part of this module's public names (see above)
+from suite.stats.sign import agrees, sign_counts, sign_p
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["DEFAULT_MARGIN", "Evidence", "RunOutcome", "averaged_evidence", "bootstrap_seed", "compare_runs",
@@ -113,6 +114,11 @@ class Evidence:
     compared: tuple = ()             # the seeds the score was compared at (those where neither run degenerated)
     collapse_excess: int = 0         # among seeds where both runs were judged: the method's degenerate runs minus
     #                                  the reference's (McNemar's discordant counts' difference: its direction)
+    # the paired sign test over every paired seed (`suite.stats.sign`: a degenerate run loses its seed), which a
+    # difference claim needs too from SIGN_GUARD_SEEDS paired seeds on; excess = seeds where the method's score is
+    # higher minus seeds where it is lower (the score's orientation, as diff)
+    p_sign: float = math.nan
+    sign_excess: int = 0
 
     @property
     def tested(self) -> bool:
@@ -137,14 +143,17 @@ class Evidence:
 def evidence_arrays(diffs: np.ndarray, example_var: np.ndarray | float = 0.0, margin: float = DEFAULT_MARGIN,
                     level: float = LEVEL) -> dict[str, np.ndarray]:
     """diff, se, df, low, high, p, p_equiv, seed_sd for paired differences `diffs` (..., n_seeds) and the
-    dev-example variance of their mean (..., or a scalar). Fewer than 2 seeds: no test (NaNs)."""
+    dev-example variance of their mean (..., or a scalar), with the sign test over the same seeds (p_sign,
+    sign_excess, n_paired). Fewer than 2 seeds: no test (NaNs)."""
     d = np.asarray(diffs, dtype=float)
     n = d.shape[-1]
     diff = d.mean(axis=-1) if n else np.full(d.shape[:-1], np.nan)
+    wins, losses = sign_counts(d)
+    signs = {"p_sign": sign_p(wins, losses), "sign_excess": wins - losses, "n_paired": np.full(np.shape(diff), n)}
     if n < 2:
         nan = np.full(np.shape(diff), np.nan)
         return {"diff": diff, "se": nan, "df": nan, "low": nan, "high": nan, "p": nan, "p_equiv": nan,
-                "seed_sd": nan}
+                "seed_sd": nan, **signs}
     seed_sd = d.std(axis=-1, ddof=1)
     seed_var = seed_sd ** 2 / n
     ex = np.broadcast_to(np.asarray(example_var, dtype=float), seed_var.shape)
@@ -165,7 +174,7 @@ def evidence_arrays(diffs: np.ndarray, example_var: np.ndarray | float = 0.0, ma
     p_equiv = np.where(none, np.nan, p_equiv)
     low, high = np.where(none, diff, diff - half), np.where(none, diff, diff + half)
     return {"diff": diff, "se": se, "df": df, "low": low, "high": high, "p": p, "p_equiv": p_equiv,
-            "seed_sd": seed_sd}
+            "seed_sd": seed_sd, **signs}
 
 
 def loaded_predictions(predictions):
@@ -190,12 +199,15 @@ def bootstrap_seed(*identity: object) -> int:
 
 def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping[int, RunOutcome],
                  margin: float = DEFAULT_MARGIN, level: float = LEVEL, seed: int | None = None,
-                 higher_is_better: bool | None = None, collapse_endpoint: bool = True) -> Evidence:
+                 higher_is_better: bool | None = None, collapse_endpoint: bool = True,
+                 jackknife: bool = True) -> Evidence:
     """The evidence that `method` differs from `reference` on `task` (runs keyed by seed, paired by seed): the score
     at the seeds where neither run degenerated, and how often each degenerated (`Evidence.collapse_p`; without
     `collapse_endpoint`, every paired seed is scored: a constant predictor as the reference degenerates by design).
     `seed`: of the dev-example bootstrap where a metric has no closed form (default `bootstrap_seed(task)`);
-    `higher_is_better` defaults to the task's metric direction (True for an unknown task)."""
+    `higher_is_better` defaults to the task's metric direction (True for an unknown task); `jackknife=False`: the
+    dev-example part from a `BOOTSTRAP_RESAMPLES` bootstrap even where the jackknife applies (the report's
+    alternative for a fragile verdict)."""
     if seed is None:
         seed = bootstrap_seed(task)
     if higher_is_better is None:
@@ -215,10 +227,12 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
     if len(kept) >= 2:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            found = example_variance(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed)
+            found = example_variance(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed,
+                                     jackknife=jackknife)
         if math.isfinite(found[0]):
             total, shared = found
     arr = evidence_arrays(d, shared, margin, level)
+    wins, losses = _sign_over_pairs(method, reference, paired_seeds, flags, higher_is_better)
     # each run's own luck: one seed's part of the example variance beyond the shared part (v_1 - v_shared)
     run = max(len(kept) * (total - shared), 0.0)
     return Evidence(len(seeds), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
@@ -229,7 +243,28 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
                     degenerate_reference=sum(bool(flags[s][1]) for s in paired_seeds),
                     collapse_p=collapse.degenerate_test([flags[s][0] for s in judged], [flags[s][1] for s in judged])
                     if judged else math.nan, compared=tuple(seeds),
-                    collapse_excess=sum(int(bool(flags[s][0])) - int(bool(flags[s][1])) for s in judged))
+                    collapse_excess=sum(int(bool(flags[s][0])) - int(bool(flags[s][1])) for s in judged),
+                    p_sign=float(sign_p(wins, losses)), sign_excess=wins - losses)
+
+
+def _sign_over_pairs(method, reference, seeds, flags, higher_is_better: bool) -> tuple[int, int]:
+    """(seeds where the method's score is higher, lower) over every paired seed: a degenerate run loses its seed
+    (its score counts as the worse one in the metric's direction), both degenerate is a tie."""
+    up = down = 0
+    for s in seeds:
+        gone_m, gone_r = bool(flags[s][0]), bool(flags[s][1])
+        if gone_m and gone_r:
+            continue
+        if gone_m or gone_r:
+            method_better = gone_r
+            higher = method_better == higher_is_better
+        else:
+            d = method[s].score - reference[s].score
+            if d == 0:
+                continue
+            higher = d > 0
+        up, down = up + higher, down + (not higher)
+    return up, down
 
 
 def _higher_is_better(task: str) -> bool:
@@ -238,10 +273,12 @@ def _higher_is_better(task: str) -> bool:
 
 
 def verdict(ev: Evidence, alpha: float, alpha_equiv: float | None = None) -> str:
-    """better / worse (the difference is significant; direction from the metric), equivalent (TOST rejects a
-    difference of the margin or more), or undecided (neither, including no test)."""
+    """better / worse (the difference is significant, and from SIGN_GUARD_SEEDS paired seeds on the sign test
+    agrees: `suite.stats.sign`; direction from the metric), equivalent (TOST rejects a difference of the margin or
+    more), or undecided (neither, including no test)."""
     alpha_equiv = alpha if alpha_equiv is None else alpha_equiv
-    if math.isfinite(ev.p) and ev.p < alpha:
+    n_paired = ev.n_paired if ev.n_paired >= 0 else ev.n_seeds
+    if math.isfinite(ev.p) and ev.p < alpha and bool(agrees(ev.diff, ev.p_sign, ev.sign_excess, n_paired, alpha)):
         return "better" if (ev.diff > 0) == ev.higher_is_better else "worse"
     if math.isfinite(ev.p_equiv) and ev.p_equiv < alpha_equiv:
         return "equivalent"
@@ -267,7 +304,7 @@ def averaged_evidence(method: Mapping[float, float], reference: Mapping[float, f
     arr = evidence_arrays(a - b, example_var, margin)
     return Evidence(len(a), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
                     margin=margin, seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
-                    example_run_se=math.sqrt(run))
+                    example_run_se=math.sqrt(run), p_sign=float(arr["p_sign"]), sign_excess=int(arr["sign_excess"]))
 
 
 def paired_t_p(diffs: np.ndarray) -> np.ndarray:

@@ -50,7 +50,9 @@ def _decide(entry: dict[str, Any], looks: list[dict[str, Any]], design: Design, 
     entry.update(n=len(compared), seeds=compared, reason=str(reason), verdict=str(verdict), level=level,
                  level_equiv=level_equiv,
                  **{k: _number(getattr(ev, k)) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv", "margin",
-                                                         "seed_sd", "example_se") if hasattr(ev, k)})
+                                                         "seed_sd", "example_se", "p_sign") if hasattr(ev, k)})
+    if hasattr(ev, "sign_excess"):   # the sign test's direction: seeds won minus seeds lost by the method
+        entry["sign_excess"] = int(ev.sign_excess)
     if entry["reason"] == "futility":
         entry["predictive_power"] = _number(design.predictive_power(ev, len(compared)))
 
