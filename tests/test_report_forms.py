@@ -1,10 +1,10 @@
-"""The ‡ note under every report table with AttendOut rows names the form its records ran (baseline, masks per
+"""The "Form:" note under every report table with AttendOut rows names the form its records ran (baseline, masks per
 update), read from their config, and tables without AttendOut rows get none."""
 from __future__ import annotations
 
 import pandas as pd
 
-from suite.report.forms import footnoted, form_notes
+from suite.report.forms import MARK, footnoted, form_notes
 from suite.report.load import Setting
 from suite.report.vocabulary import Part, table
 
@@ -29,5 +29,5 @@ def test_only_tables_with_an_attendout_row_get_the_note():
     part.add(table([["attendout † [p_init=0.2]", "1"], ["vanilla", "2"]], ["method", "x"]), "",
              table([["vanilla", "2"]], ["method", "x"]), "", table([["attendout_like", "3"]], ["method", "x"]))
     lines = footnoted(part, notes).lines
-    marked = [i for i, line in enumerate(lines) if line.lstrip().startswith("‡")]
+    marked = [i for i, line in enumerate(lines) if line.lstrip().startswith(MARK)]
     assert marked == [1]  # right after the first table, and after no other

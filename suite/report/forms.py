@@ -9,10 +9,10 @@ import pandas as pd
 
 from suite.report.vocabulary import Part, method_class, plural
 
-__all__ = ["footnoted", "form_notes"]
+__all__ = ["MARK", "footnoted", "form_notes"]
 
 FORM_KEYS = {"attendout": ("baseline", "mask_samples")}  # method -> the hyper-parameters that name its form
-MARK = "‡"
+MARK = "Form:"  # not a symbol: ‡ marks a sequential verdict in the same tables
 
 
 def _form_text(baseline, masks) -> str:
