@@ -102,6 +102,7 @@ def train_steps(method_name: str, batch: dict, device: torch.device, amp, steps:
     losses = []
     for _ in range(steps):
         ctx.step += 1
+        method.before_step(ctx)  # as the runner steps (DropHead's schedule moves here)
         losses.append(float(method.training_step(ctx, batch, batch)))
     moved = max(float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before))
     return {"losses": losses, "finite": all(math.isfinite(x) for x in losses), "max_weight_change": moved,

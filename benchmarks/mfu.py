@@ -73,7 +73,7 @@ def measure(args) -> dict:
     total = args.warmup + args.steps
     scheduler = get_linear_schedule_with_warmup(optimizer, total // 10, total)
     amp = torch.bfloat16 if args.precision == "bf16" else None
-    ctx = StepContext(model, method, optimizer, scheduler, device, amp, grad_clip=1.0)
+    ctx = StepContext(model, method, optimizer, scheduler, device, amp, grad_clip=1.0, total_steps=total)
     batches = [{k: v.to(device) for k, v in b.items()}
                for b in glue_batches(args.task, args.data_dir, args.batch_size, args.max_length, total)]
 
@@ -81,13 +81,18 @@ def measure(args) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    def step(batch, next_batch):  # as the runner steps: the step count and the method's host-side hook first
+        ctx.step += 1
+        ctx.method.before_step(ctx)
+        return ctx.method.training_step(ctx, batch, next_batch)
+
     for i in range(args.warmup):
-        ctx.method.training_step(ctx, batches[i], batches[i + 1])
+        step(batches[i], batches[i + 1])
     sync()
     timed = batches[args.warmup:]
     start = time.perf_counter()
     for i, batch in enumerate(timed):
-        loss = ctx.method.training_step(ctx, batch, timed[i + 1] if i + 1 < len(timed) else None)
+        loss = step(batch, timed[i + 1] if i + 1 < len(timed) else None)
     sync()
     seconds = time.perf_counter() - start
     if not math.isfinite(loss.item()):

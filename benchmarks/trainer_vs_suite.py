@@ -43,7 +43,7 @@ from suite.api import metrics
 from suite.api.tasks import get_task
 from suite.run.data import load_splits
 from suite.run.device import autocast_dtype, pick_device
-from suite.run.draws import dev_rows, draw_train
+from suite.run.draws import dev_rows, draw_train, train_groups
 from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings, resolve_model
 
 
@@ -127,7 +127,8 @@ def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:
 
     # the same rows the suite trains and evaluates on: its draw for this seed (holdout, data draw) and its dev subset
     train_cols = splits[spec.train_split]
-    train_keep = draw_train(train_cols["label"], t, cfg.seed, not spec.is_regression).train
+    train_keep = draw_train(train_cols["label"], t, cfg.seed, not spec.is_regression,
+                            train_groups(spec, train_cols, [t])).train
     train = rows(train_cols, train_keep).map(
         tokenise, batched=True, remove_columns=list(spec.text_fields))
     (dev_split,) = spec.eval_splits.values()

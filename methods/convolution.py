@@ -166,6 +166,7 @@ def _like(module) -> torch.Tensor:
 @register_method("lightconv")
 class LightConv(_Convolution):
     """Lightweight convolution over the values in place of attention: one softmax-normalised kernel per head."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     def prepare(self, model: torch.nn.Module) -> None:
         modules = attention_modules(model)
@@ -198,6 +199,7 @@ class DynamicConv(_Convolution):
     """Dynamic convolution in place of attention: a kernel per position and head predicted by a linear map from the
     convolution's own input, the value vectors (`kernel_input="input"`, the paper's and fairseq's choice), or from
     the layer's query vectors (`kernel_input="query"`, the suite's first version)."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     Config = DynamicConvConfig
     # records made before kernel_input existed predicted the kernel from the query: they keep their hash only there

@@ -55,6 +55,7 @@ def dropped_keys(draw: torch.Tensor, attention_mask) -> torch.Tensor:
 @register_method("dropkey")
 class DropKey(AttentionMethod):
     """DropKey: keys dropped per query on the logits before the softmax, no rescale, rate falling with depth."""
+    keeps_expectation = False  # the paper's: no rescale, the softmax renormalises over the kept keys
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 

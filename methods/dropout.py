@@ -51,6 +51,7 @@ class Vanilla(AttentionMethod):
 @register_method("no_dropout")
 class NoDropout(Vanilla):
     """Softmax attention with no attention dropout at all (hidden dropout unchanged)."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     Config = NoConfig
     identity = {}
@@ -62,6 +63,7 @@ class NoDropout(Vanilla):
 @register_method("scores_dropout")
 class ScoresDropout(AttentionMethod):
     """Scores dropout: dropped query-key pairs are masked before the softmax; diagonal kept, no rescale."""
+    keeps_expectation = False  # the softmax renormalises over the kept keys: their weights grow, nothing rescales
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 
@@ -88,6 +90,7 @@ class ScoresDropoutNaive(AttentionMethod):
 
     The dropout acts before the padding mask is added, so a dropped padded logit can never unmask padding.
     """
+    keeps_expectation = False  # the 1/(1-p) acts on logits, and the softmax is not linear in them
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 

@@ -167,6 +167,7 @@ class _EntmaxFamily(AttentionMethod):
 @register_method("sparsemax")
 class Sparsemax(_EntmaxFamily):
     """sparsemax over the keys (Euclidean projection onto the simplex): exact zeros, rows sum to 1."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 2.0  # x eager attention step (CUDA)
 
     def mapping(self, module, s):
@@ -176,6 +177,7 @@ class Sparsemax(_EntmaxFamily):
 @register_method("entmax15")
 class Entmax15(_EntmaxFamily):
     """1.5-entmax over the keys (exact sort-based algorithm): sparse, smoother than sparsemax."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 2.0  # x eager attention step (CUDA)
 
     def mapping(self, module, s):

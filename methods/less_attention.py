@@ -53,6 +53,7 @@ def mixing_free_layers(cfg: LessAttentionConfig, num_layers: int) -> int:
 class LessAttention(Vanilla):
     """The first layers do no token mixing: no attention sublayer at all (form "lit", default, as LIT's MLP blocks in
     a third of the layers) or a position-wise sublayer (form "linear", in half); the others keep softmax attention."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     description = ("Less attention (after LIT): the first layers do no token mixing, the rest keep softmax attention "
                    "with dropout p. Default as in LIT: no attention sublayer at all in the first third of the layers "

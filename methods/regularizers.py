@@ -35,6 +35,7 @@ class LayerwiseConfig:
 @register_method("scores_dropout_layerwise")
 class ScoresDropoutLayerwise(ScoresDropout):
     """Scores dropout whose rate falls linearly with depth, p_bottom to p_top (AttendOut-motivated)."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     reconstruction = ("AttendOut-motivated regularizer: a reconstruction from the paper's stated findings, "
                       "not its formula.")
@@ -67,6 +68,7 @@ class DynamicConfig:
 @register_method("scores_dropout_dynamic")
 class ScoresDropoutDynamic(ScoresDropout):
     """Scores dropout with a rate drawn per sample and layer at every step from Uniform(0, 2 p_mean)."""
+    capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
     reconstruction = ("AttendOut-motivated regularizer: a reconstruction from the paper's stated findings, "
                       "not its formula.")

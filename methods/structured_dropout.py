@@ -2,9 +2,12 @@
 
 drophead (Zhou et al. 2020, "Scheduled DropHead"): in training, each head of each layer is dropped for a sample with
 probability p; the kept heads are rescaled by H / (number kept) so every sample's sum over heads keeps its scale
-exactly (at least one head is always kept: a sample that would lose all of them keeps all of them). Optional
-schedule of the rate over training: `constant`, `linear` (p -> 0) or `v` (p -> 0 at mid-training -> p), the last
-being our reading of the paper's V-shaped schedule. Applied in place of attention-probability dropout.
+exactly (at least one head is always kept: a sample that would lose all of them keeps all of them). The rate follows
+a schedule over training: `scheduled` (the default, the paper's V: from p down to 0 over the learning rate's warm-up
+steps, then linearly back up to p at the end of training; the paper's p_start and p_end are one `p` here),
+`constant`, `linear` (p -> 0) or `v` (p -> 0 at mid-training -> p, an earlier reading of the paper). Applied in
+place of attention-probability dropout: BERT's own dropout on the attention probabilities is not applied (the
+hidden dropout is).
 
 dropattention_col (Lin et al. 2019, DropAttention(c); docs/methods.md#dropattention_col): in training, each key column
 of each sample
@@ -34,18 +37,25 @@ from suite.api.attention import (
     valid_keys,
 )
 
-SCHEDULES = ("constant", "linear", "v")
+SCHEDULES = ("scheduled", "constant", "linear", "v")
 
 
 @dataclasses.dataclass
 class DropHeadConfig:
-    p: float = 0.1              # head drop rate (at the start of training when scheduled)
-    schedule: str = "constant"  # constant | linear (p -> 0 over training) | v (p -> 0 at mid-training -> p)
+    p: float = 0.1               # head drop rate (at the start and the end of training when scheduled)
+    # scheduled: the paper's V (p -> 0 over the lr warm-up -> p at the end) | constant | linear (p -> 0 over
+    # training) | v (p -> 0 at mid-training -> p)
+    schedule: str = "scheduled"
 
 
-def scheduled_rate(p: float, schedule: str, progress: float) -> float:
-    """The drop rate at `progress` in [0, 1] of training."""
+def scheduled_rate(p: float, schedule: str, progress: float, turn: float = 0.5) -> float:
+    """The drop rate at `progress` in [0, 1] of training; `turn` is where the `scheduled` V reaches 0 (the end of
+    the learning rate's warm-up, as a share of training)."""
     t = min(max(progress, 0.0), 1.0)
+    if schedule == "scheduled":
+        if t == 0 or t < turn:  # the start is p even without a warm-up (turn 0)
+            return p * (1.0 - t / turn) if turn else p
+        return p * (t - turn) / (1.0 - turn) if turn < 1 else 0.0  # a warm-up as long as training: no way back
     if schedule == "linear":
         return p * (1.0 - t)
     if schedule == "v":
@@ -67,6 +77,7 @@ class DropHead(AttentionMethod):
         self.progress = 0.0  # fraction of training done; updated from the step context during training
         self._ctx = None
         self._total = None
+        self._turn = 0.0  # share of training at which the `scheduled` V reaches 0 (set from the warm-up)
         self._rate_tensor: torch.Tensor | None = None  # this step's rate on the device, read by a compiled model
 
     def validate(self) -> None:
@@ -77,6 +88,8 @@ class DropHead(AttentionMethod):
 
     def setup_training(self, ctx) -> None:
         self._ctx, self._total = ctx, ctx.total_steps
+        # the V turns where the learning rate's warm-up ends, in the same step units as `progress`
+        self._turn = (getattr(ctx, "warmup_steps", 0) or 0) / max(self._total - 1, 1) if self._total else 0.0
         if self.cfg.schedule != "constant" and not self._total:
             raise HyperParameterError("drophead.schedule needs the number of training steps (ctx.total_steps)")
         self._rate_tensor = torch.zeros((), device=getattr(ctx, "device", None))
@@ -88,7 +101,7 @@ class DropHead(AttentionMethod):
     def rate(self) -> float:
         if self._ctx is not None and self._total:
             self.progress = (self._ctx.step - 1) / max(self._total - 1, 1)
-        return scheduled_rate(self.cfg.p, self.cfg.schedule, self.progress)
+        return scheduled_rate(self.cfg.p, self.cfg.schedule, self.progress, self._turn)
 
     def head_factors(self, batch: int, heads: int, rate: float, device) -> torch.Tensor:
         """(B, H): 0 for a dropped head, H / kept for a kept one."""
@@ -133,6 +146,7 @@ class DropAttentionConfig:
 @register_method("dropattention_col")
 class DropAttentionColumn(AttentionMethod):
     """DropAttention(c): whole key columns dropped per sample and head, rows renormalised over the kept keys."""
+    keeps_expectation = False  # renormalised over the kept keys, as the paper's, rather than rescaled
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     cost_target = 1.3  # x eager attention step (CUDA)
 

@@ -2,12 +2,12 @@
 
 Queries and keys are ignored; every query spreads its weight evenly over the keys it may attend. Two variants:
 
-- `boundary_tokens=True` (the default, the suite's own choice): every non-padding key, [CLS] and [SEP] (<s>, </s>)
-  included, gets 1 / len. In a BERT-style encoder the boundary tokens are ordinary positions (the classifier reads
-  [CLS]), so the default treats them like any other token.
-- `boundary_tokens=False`: Wiegreffe & Pinter's baseline, 1 / (len - 2) over the real tokens without the first and
-  the last one (their SOS/EOS; here [CLS] and the final [SEP]). A middle [SEP] of a sentence pair stays a real
-  token. Sequences of at most two real tokens have nothing else and fall back to 1 / len.
+- `boundary_tokens=False` (the default): Wiegreffe & Pinter's baseline, 1 / (len - 2) over each row's real tokens
+  without the first and the last one (their SOS/EOS; here [CLS] and the final [SEP], found per row on padded
+  batches). A middle [SEP] of a sentence pair stays a real token. Sequences of at most two real tokens have nothing
+  else and fall back to 1 / len.
+- `boundary_tokens=True` (the suite's earlier default, which the published study ran and pins): every non-padding
+  key, [CLS] and [SEP] (<s>, </s>) included, gets 1 / len.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from suite.api.attention import AttentionMethod, attend, register_method, valid_
 
 @dataclasses.dataclass
 class UniformConfig:
-    boundary_tokens: bool = True    # False: Wiegreffe & Pinter's 1 / (len - 2) without the first and last token
+    boundary_tokens: bool = False   # Wiegreffe & Pinter's 1 / (len - 2) without the first and last real token;
+    #                                 True: 1 / len over every real token, [CLS]/[SEP] included
 
 
 def uniform_weights(valid: torch.Tensor, boundary_tokens: bool) -> torch.Tensor:
@@ -38,10 +39,12 @@ def uniform_weights(valid: torch.Tensor, boundary_tokens: bool) -> torch.Tensor:
 
 @register_method("uniform")
 class Uniform(AttentionMethod):
-    """Every query attends uniformly to the real keys (optionally without [CLS]/[SEP]); no identity setting."""
+    """Every query attends uniformly to the real keys (by default without [CLS] and the last [SEP]); no identity
+    setting."""
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
 
-    hashed_when_changed = {"boundary_tokens": True}  # the W&P variant came later
+    # the W&P variant came later: records of the old default (True) carry no key, so True stays out of the hash
+    hashed_when_changed = {"boundary_tokens": True}
     Config = UniformConfig
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):

@@ -24,7 +24,7 @@ GLUE = [
              local={s: LocalSplit(f, {"sentence": 3, "label": 1}, header=False)
                     for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
     TaskSpec("sst2", "SST-2", ("sentence",), ("negative", "positive"), ("accuracy",), (HUB, "sst2"),
-             local_dir="SST-2",
+             local_dir="SST-2", phrase_rows=True,
              local={s: LocalSplit(f, {"sentence": "sentence", "label": "label"})
                     for s, f in {"train": "train.tsv", "validation": "dev.tsv"}.items()}),
     TaskSpec("mrpc", "MRPC", PAIR, ("not_equivalent", "equivalent"), ("f1", "accuracy"), (HUB, "mrpc"),

@@ -363,3 +363,19 @@ def test_same_device_treats_an_index_and_its_absence_alike():
 
     assert same_device("cpu", "cpu:0") and same_device(torch.device("cpu:0"), "cpu")
     assert not same_device("cpu", "meta")
+
+
+def test_k_masks_are_each_compared_with_the_defender():
+    """baseline=defender with K = 3: K x B advantage units, each a mask's reward minus the Defender's reward on the
+    same sample (one normalisation for all), and the K masks differ."""
+    model, method = _attach(cost_every=0, baseline="defender", mask_samples=3, p_max=0.9, p_init=0.4)
+    ctx = _ctx(model, method)
+    method.training_step(ctx, _batch(seed=0, batch=6), _batch(seed=1, batch=6))
+    r = method.last_reward
+    assert r["rewards"].shape == (3, 6) and r["defender"].shape == (6,) and r["advantages"].shape == (3, 6)
+    raw = (r["rewards"].double() - r["defender"].double()[None])
+    inside = r["advantages"].abs() < method.cfg.advantage_clip  # clipped units say nothing about the scale
+    ratio = raw[inside] / r["advantages"].double()[inside]
+    assert torch.allclose(ratio, ratio[0].expand_as(ratio), rtol=1e-4)
+    shares = r["drop_share"]
+    assert not torch.equal(shares[0], shares[1])

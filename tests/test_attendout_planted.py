@@ -156,3 +156,39 @@ def test_planted_reward_pays_for_the_layer_share():
     noise_only = planted_rewards(real, samples, strength=0.0, layer=0, generator=torch.Generator().manual_seed(0))
     expected = 2 ** 0.5 * torch.randn((2, 1), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     assert torch.allclose(noise_only.double(), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("baseline, k", [("defender", 4), ("rloo", 3)])
+def test_added_reward_adds_beta_z_to_the_advantage(baseline, k):
+    """The added term moves the advantage G forms by exactly beta * z, and over many units its correlation with the
+    layer's (baseline-centred) share is c when the real reward carries none."""
+    from experiments.attendout_placebo.planted import AddedReward, baseline_advantage, centred_shares, standardised
+
+    g = torch.Generator().manual_seed(0)
+    b, c = 400, 0.3
+    valid = torch.ones(b, 6, 6, dtype=torch.bool)
+    samples = [[MaskSample(layer, torch.zeros(b, 6, 6), torch.rand(b, 6, 6, generator=g) < 0.2, valid)
+                for layer in range(2)] for _ in range(k)]
+    rewards, defender = torch.randn(k, b, generator=g), torch.randn(b, generator=g)
+
+    class Stub:  # what AddedReward reads from the method
+        cfg = AttendOutConfig(baseline=baseline, mask_samples=k)
+        _update_policy = staticmethod(lambda *a: None)
+
+    added = AddedReward(Stub(), c, layer=1)
+    term = added.term(rewards, defender, samples)
+    d = defender if baseline == "defender" else None
+    moved = baseline_advantage(rewards + term, d, baseline) - baseline_advantage(rewards, d, baseline)
+    z = standardised(centred_shares(samples, 1, baseline))
+    beta = c / (1 - c * c) ** 0.5 * baseline_advantage(rewards, d, baseline).std()
+    assert torch.allclose(moved, beta * z, atol=1e-9)
+    corr = np.corrcoef(baseline_advantage(rewards + term, d, baseline).ravel(), z.ravel())[0, 1]
+    assert abs(corr - c) < 0.05, corr  # the real part is independent noise: its correlation is 0 +- 1/sqrt(k b)
+
+
+def test_added_reward_refuses_a_placebo():
+    from experiments.attendout_placebo.planted import AddedReward
+
+    method = AttendOut(AttendOutConfig(placebo=True))
+    with pytest.raises(ValueError, match="placebo"):
+        AddedReward(method, 0.1)

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import suite
 from suite.api.attention import AttentionMethod
@@ -72,12 +73,7 @@ def _train(name: str, cfg: dict, captured: bool, monkeypatch) -> tuple[list[floa
     losses = []
     for batch in _batches(model.config.vocab_size):
         ctx.step += 1
-        if captured:  # inside a real capture the method sees in_graph(): the emulated graph must read tensors too
-            with monkeypatch.context() as m:
-                m.setattr("suite.methods.structured_dropout.in_graph", lambda: True)
-                losses.append(float(steps(batch, None)))
-        else:
-            losses.append(float(steps(batch, None)))
+        losses.append(float(steps(batch, None)))  # emulated, a captured step sees in_graph() as inside a capture
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}, steps.facts()
 
 
@@ -140,6 +136,97 @@ def test_a_capturable_methods_step_reads_nothing_back_to_the_host(name):
         with counting() as counted:
             steps(batch, None)
         assert counted.syncs == 0, (name, dict(counted.sync_kinds))
+
+
+class _Trace(TorchDispatchMode):
+    """Every operator a step dispatches, with its arguments other than tensors: what a CUDA graph would bake in."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not str(func).startswith("profiler."):  # record_function markers (the optimizer's) hold fresh objects
+            self.ops.append((str(func), [_constant(a) for a in torch.utils._pytree.tree_leaves((args, kwargs or {}))
+                                         if not isinstance(a, torch.Tensor)]))
+        return func(*args, **(kwargs or {}))
+
+
+def _constant(value) -> str:
+    plain = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+    return repr(value) if isinstance(value, plain) else type(value).__name__
+
+
+def _replayed_traces(method: AttentionMethod, monkeypatch) -> list[list[tuple]]:
+    """The captured step's body at its capture and at two replays (emulated), along a schedule that moves."""
+    from suite.run import capture
+    from suite.run.training import build_context
+
+    traces, emulated = [], capture._emulated
+
+    def traced(step):
+        with _Trace() as trace:
+            out = emulated(step)
+        traces.append(trace.ops)
+        return out
+
+    monkeypatch.setattr(capture, "_emulated", traced)
+    model = tiny_model(hidden_dropout_prob=0.1)
+    method.attach(model)
+    model.train()
+    ctx = build_context(model, method, TrainSettings(warmup_ratio=0.5), 8, CPU, None, graphs=True)
+    steps = Steps(ctx, None, emulate=True)
+    batch = _batches(model.config.vocab_size)[0]
+    for _ in range(4):  # eager, capture, replay, replay
+        ctx.step += 1
+        steps(batch, None)
+    assert len(traces) == 3 and traces[0]
+    return traces
+
+
+@pytest.mark.parametrize("name", CAPTURABLE)
+def test_a_capturable_methods_replays_dispatch_what_its_capture_did(name, monkeypatch):
+    """A graph replays the operators and the constants of the step it captured: a method whose step changes them from
+    step to step (a rate held as a Python number, a branch on the step count) would replay a stale step on a GPU."""
+    first, *later = _replayed_traces(suite.METHODS.get(name)(), monkeypatch)
+    for trace in later:
+        assert trace == first, (name, next(((a, b) for a, b in zip(first, trace) if a != b), "length"))
+
+
+def test_a_rate_held_as_a_python_number_changes_the_replayed_step(monkeypatch):
+    """The planted mistake the test above exists for: a schedule read as a float inside the step."""
+    vanilla = type(_method("vanilla"))
+
+    class Scheduled(vanilla):
+        name = "scheduled"
+        capturable = True
+
+        def before_step(self, ctx):
+            self.cfg = dataclasses.replace(self.cfg, p=0.1 + 0.01 * ctx.step)
+
+    first, second, _ = _replayed_traces(Scheduled(), monkeypatch)
+    assert first != second
+
+
+def test_a_subclass_that_changes_code_declares_capturable_itself():
+    """A plugin that subclasses a capturable built-in to change its attention must not inherit the promise."""
+    vanilla = type(_method("vanilla"))
+
+    class Renamed(vanilla):
+        name = "renamed"
+
+    class Changed(vanilla):
+        name = "changed"
+
+        def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+            return super().attention(module, query, key, value, attention_mask, scaling, **kwargs)
+
+    class Declared(Changed):
+        capturable = True
+
+    assert eager_reason(Renamed(), "auto", CUDA, None, False, 1) is None
+    assert "Changed.attention" in eager_reason(Changed(), "auto", CUDA, None, False, 1)
+    assert eager_reason(Declared(), "auto", CUDA, None, False, 1) is None
 
 
 def test_a_failed_capture_fails_the_run_and_says_why(monkeypatch):

@@ -172,7 +172,8 @@ class CpuGate(suite.AttentionMethod):
             module.register_parameter("toy_gate", torch.nn.Parameter(torch.ones(module.num_attention_heads)))
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
-        return suite.attend(module, suite.softmax(suite.scores(query, key, scaling, attention_mask)), value)
+        gated = query * module.toy_gate[:, None, None]
+        return suite.attend(module, suite.softmax(suite.scores(gated, key, scaling, attention_mask)), value)
 
 
 def _failed_checks(out: str) -> set[str]:

@@ -94,8 +94,8 @@ def test_dropout_is_off_in_eval():
         torch.testing.assert_close(p_eval, torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + mask, -1))
 
 
-def test_uniform_attention_is_uniform_over_real_tokens():
-    out, probs, valid, (q, k, v) = _probs("uniform")
+def test_uniform_with_boundary_tokens_is_uniform_over_every_real_token():
+    out, probs, valid, (q, k, v) = _probs("uniform", boundary_tokens=True)
     for b in range(3):
         n = int(valid[b].sum())
         torch.testing.assert_close(probs[b, :, :, :n], torch.full_like(probs[b, :, :, :n], 1 / n))
@@ -106,9 +106,11 @@ def test_uniform_attention_is_uniform_over_real_tokens():
     assert q.grad is None or (q.grad == 0).all()  # queries and keys play no part
 
 
-def test_uniform_without_boundary_tokens_is_wiegreffe_and_pinter():
-    """1 / (len - 2) over the real tokens without the first and last; a 2-token row keeps both (1 / 2)."""
-    _, probs, valid, (_, _, v) = _probs("uniform", boundary_tokens=False)
+def test_uniform_by_default_is_wiegreffe_and_pinter():
+    """1 / (len - 2) over each padded row's real tokens without the first and last ([CLS] and the final [SEP]); a
+    2-token row keeps both (1 / 2)."""
+    assert suite.METHODS.get("uniform").Config().boundary_tokens is False
+    _, probs, valid, (_, _, v) = _probs("uniform")
     for b, (n, expected) in enumerate([(7, [0] + [1 / 5] * 5 + [0]), (4, [0, 1 / 2, 1 / 2, 0, 0, 0, 0]),
                                        (2, [1 / 2, 1 / 2, 0, 0, 0, 0, 0])]):
         assert int(valid[b].sum()) == n

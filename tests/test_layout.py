@@ -123,3 +123,13 @@ def test_the_layer_check_sees_a_wrong_import(tmp_path):
     path.write_text("from suite.commands import main\n")
     assert "suite.commands" in imports(path, "suite.api.x", {"suite.commands", "suite.api.x"})
     assert layer("suite.commands")[1] > layer("suite.api.x")[1]
+
+
+MAX_MODULE_LINES = 450  # a module past this has become two things (docs/design.md)
+
+
+def test_no_product_module_passes_the_size_limit():
+    product = {name: path for name, path in python_files().items() if name.split(".")[0] == "suite"}
+    assert len(product) > 50  # the scan found the package
+    big = {name: n for name, path in product.items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"split these modules (at most {MAX_MODULE_LINES} lines): {big}"

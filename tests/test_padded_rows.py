@@ -12,10 +12,10 @@ from suite.testing import one_thread, tiny_model
 
 BUILT_IN = sorted(n for n in suite.METHODS.names() if suite.METHODS.get(n).__module__.startswith("suite.methods"))
 # settings whose code paths the defaults do not reach
-VARIANTS = [("uniform", {"boundary_tokens": False}), ("less_attention", {"form": "linear"}),
+VARIANTS = [("uniform", {"boundary_tokens": True}), ("less_attention", {"form": "linear"}),
             ("less_attention", {"layers": 1}),
             ("dynamicconv", {"kernel_input": "query"}), ("topk", {"k_frac": 0.3}), ("topk", {"k": 1}),
-            ("drophead", {"schedule": "v"}), ("lightconv", {"kernel_size": 40})]
+            ("drophead", {"schedule": "constant"}), ("lightconv", {"kernel_size": 40})]
 CASES = [(name, {}) for name in BUILT_IN] + VARIANTS
 IDS = [name + "".join(f"-{k}={v}" for k, v in hp.items()) for name, hp in CASES]
 LENGTH = 10

@@ -34,7 +34,8 @@ def make_record(task: str, method: str, seed: int, metrics: dict | None = None, 
                 train: dict | None = None, status: str = "ok", step_s: float = 0.1, peak_mb: float = 1000.0,
                 extra: int = 0, training_only: int = 0, attention: dict | None = None,
                 method_record: dict | None = None, epoch_method: dict | None = None,
-                baselines: dict | None = None, env: dict | None = None) -> tuple[str, dict]:
+                baselines: dict | None = None, env: dict | None = None, step_mode: str | None = None
+                ) -> tuple[str, dict]:
     """(file name, record) in the layout `suite.run.runner.run_one` writes."""
     train = {**TRAIN, **(train or {})}
     config = {"model": MODEL, "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
@@ -59,7 +60,8 @@ def make_record(task: str, method: str, seed: int, metrics: dict | None = None, 
                    generalisation_gap=history[-1]["train_subset"]["score"] - history[-1]["dev"]["score"],
                    timing={"train_s": 10 * step_s, "eval_s": 1.0, "steps": 10, "step_s": step_s,
                            "train_samples_per_s": 64.0, "peak_memory_mb": peak_mb,
-                           "peak_memory_kind": "process_max_rss"},
+                           "peak_memory_kind": "process_max_rss",
+                           **({"step_mode": {"mode": step_mode}} if step_mode else {})},
                    data={"train": 64, "dev": {"": 100}, "train_subset": 64},
                    parameters={"total": 1000 + extra, "extra": extra, "training_only": training_only},
                    method_record=method_record or {}, status="ok")
@@ -252,6 +254,18 @@ def test_costs_from_the_runs_are_context_only_and_parameters_and_reconstruction_
     assert board["plugin_x [k=8]"]["extra params"] == "1,536"
     assert board["plugin_x [k=8]"]["RTE"] == "61.00 ± 0.00 (3)"
     assert "`plugin_x`: no runs with its default hyper-parameters; the row shows k=8." in md
+
+
+def test_in_run_step_times_name_the_step_modes_when_they_differ(tmp_path):
+    """A captured baseline against an eager method: the ratio measures the mode too, and the report says so."""
+    store = Store(tmp_path)
+    for s in (1, 2, 3):
+        store.write(*make_record("rte", "vanilla", s, {"accuracy": 0.6 + s / 100}, step_s=0.1, step_mode="captured"))
+        store.write(*make_record("rte", "scores_dropout", s, {"accuracy": 0.6 + s / 100}, step_s=0.3))
+    md = build_report([tmp_path]).read_text()
+    context = parse_table(md, "#### In-run step times (context, not a cost measurement)")
+    assert context["scores_dropout (eager)"]["in-run step time vs vanilla"] == "3.00×"
+    assert "vanilla (captured)" in context and "a ratio between modes measures the mode too" in md
 
 
 def test_per_task_tables_have_every_official_metric(report):

@@ -48,6 +48,26 @@ def test_drophead_schedules():
         cls(cls.Config(schedule="cosine"))
 
 
+def test_drophead_default_is_the_papers_v_turning_at_the_end_of_the_warm_up():
+    """Scheduled DropHead: p down to 0 over the learning rate's warm-up, then linearly back up to p at the end."""
+    from suite.methods.structured_dropout import scheduled_rate
+
+    assert suite.METHODS.get("drophead").Config().schedule == "scheduled"
+    assert [scheduled_rate(0.2, "scheduled", t, 0.2) for t in (0, 0.1, 0.2, 0.6, 1)] == pytest.approx(
+        [0.2, 0.1, 0.0, 0.1, 0.2])
+    assert scheduled_rate(0.2, "scheduled", 0, 0) == 0.2  # no warm-up: p at the start, then rising from 0
+    ctx = type("Ctx", (), {"total_steps": 11, "warmup_steps": 2, "step": 0})()
+    method = suite.METHODS.get("drophead")(suite.METHODS.get("drophead").Config(p=0.2))
+    method.setup_training(ctx)
+    rates = []
+    for step in range(1, 12):
+        ctx.step = step
+        rates.append(method.rate())
+    # step 3 is the first at the warm-up's peak learning rate (steps 1 and 2 warm up)
+    assert rates[0] == pytest.approx(0.2) and rates[2] == pytest.approx(0.0) and rates[-1] == pytest.approx(0.2)
+    assert rates[1] == pytest.approx(0.1) and rates[6] == pytest.approx(0.1)
+
+
 def _col_probs(p, seed=0, **kw):
     method, module, _ = attached_method("dropattention_col", dtype=torch.float32, training=True, p=p)
     seen = []
@@ -97,3 +117,15 @@ def test_structured_dropout_probe_path_equals_fused_path_and_eval_is_identity(na
     module.eval()
     plain = F.scaled_dot_product_attention(q, k, v, attn_mask=mask == 0).transpose(1, 2)
     torch.testing.assert_close(run_attention(method, module, q, k, v, mask)[0], plain)
+
+
+def test_the_runners_context_carries_the_warm_up_drophead_turns_at():
+    from suite.run.settings import TrainSettings
+    from suite.run.training import build_context
+    from suite.testing import tiny_model
+
+    model = tiny_model("bert")
+    method = suite.METHODS.get("drophead")()
+    method.attach(model)
+    ctx = build_context(model, method, TrainSettings(warmup_ratio=0.1), 50, torch.device("cpu"), None)
+    assert ctx.warmup_steps == 5 and method._turn == pytest.approx(5 / 49)

@@ -39,10 +39,10 @@ def test_the_tuning_split_and_subsets_stay_stratified_and_nested_beside_it():
 
 
 def test_without_it_the_tuning_split_and_subsets_hold_the_rows_they_held_before():
-    """The draw of records made before the setting existed: the tuning split from the whole train split, the subset
-    from the rest."""
+    """The draw of records made before the setting existed (carved by row, as they were): the tuning split from the
+    whole train split, the subset from the rest."""
     for holdout, seed in ((None, 1), (100, 2), (0.1, 3)):
-        draw = _draw(seed, holdout=holdout, holdout_seed=4, max_train_samples=250)
+        draw = _draw(seed, holdout=holdout, holdout_seed=4, max_train_samples=250, carve="row")
         rest, tune = tuning_split(LABELS, holdout_size(holdout, len(LABELS)), 4, stratify=True)
         assert draw.tune == tune and draw.test == []
         assert draw.train == [rest[i] for i in nested_subset(len(rest), 250, seed)]
@@ -95,11 +95,14 @@ def test_a_task_scored_on_several_dev_sets_is_refused():
     check_heldout_task(get_task("cola"), [TrainSettings(test_holdout=100)])
 
 
-def test_sst2_is_refused_until_its_splits_keep_sentences_together():
-    """SST-2's train rows are phrases of its own sentences: rows carved at random leak into train."""
-    with pytest.raises(HyperParameterError, match="phrases of its own sentences"):
-        check_heldout_task(get_task("sst2"), [TrainSettings(test_holdout=100)])
-    check_heldout_task(get_task("sst2"), [TrainSettings()])
+def test_an_sst2_held_out_split_carved_by_row_is_refused():
+    """SST-2's train rows are phrases of its own sentences: rows carved one by one leak into train; carved by
+    sentence (the default) they do not (tests/test_carving.py)."""
+    with pytest.raises(HyperParameterError, match="phrases of its own sentences.*train.carve=sentence"):
+        check_heldout_task(get_task("sst2"), [TrainSettings(test_holdout=100, carve="row")])
+    check_heldout_task(get_task("sst2"), [TrainSettings(test_holdout=100)])
+    check_heldout_task(get_task("sst2"), [TrainSettings(holdout=500, carve="row")])  # the published study's
+    check_heldout_task(get_task("cola"), [TrainSettings(test_holdout=100, carve="row")])
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .common import batches_of, load_data, policy_on
-from .planted import PlantedReward, layer_drop_share
+from .planted import AddedReward, PlantedReward, baseline_advantage, centred_shares, layer_drop_share
 
 ARMS = ("real", "placebo", "planted")
 INIT_SEED = 1234  # the random-init encoder is the same in every run (only the head and G vary by seed)
@@ -51,7 +51,14 @@ def parse(argv):
     p.add_argument("--g-lrs", type=float, nargs="+", default=[1e-3, 1e-2, 1e-1])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--updates", type=int, default=2000, help="G updates per run")
-    p.add_argument("--strength", type=float, default=0.3, help="planted signal-to-noise per reward")
+    p.add_argument("--strength", type=float, default=0.3,
+                   help="planted arm: signal-to-noise per reward (--planted-form replace) or the correlation c added "
+                        "to the advantage's with the layer's share (--planted-form added)")
+    p.add_argument("--planted-form", choices=("replace", "added"), default="replace",
+                   help="replace: the reward replaced by a planted one (needs rloo or ema); added: a planted term on "
+                        "top of the real reward (any baseline)")
+    p.add_argument("--baseline", default="rloo", help="AttendOut's baseline in every arm (the published runs': rloo)")
+    p.add_argument("--mask-samples", type=int, default=2, help="K masks of G per update")
     p.add_argument("--planted-layer", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-length", type=int, default=32)
@@ -95,8 +102,9 @@ def build(args, spec, seed: int, arm: str, g_lr: float):
             model = AutoModelForSequenceClassification.from_pretrained(path, config=config)
     if args.freeze_embeddings:  # the 30k-row word embedding is most of the weights: the reward's cost, not its point
         model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
-    # the baseline the published runs used (the method's default then; today's is the Defender with one mask)
-    hp = {"g_lr": g_lr, "placebo": arm == "placebo", "cost_every": 0, "baseline": "rloo", "mask_samples": 2}
+    # by default the baseline the published runs used (the method's default then; today's is the Defender, K = 1)
+    hp = {"g_lr": g_lr, "placebo": arm == "placebo", "cost_every": 0, "baseline": args.baseline,
+          "mask_samples": args.mask_samples}
     job = RunConfig(args.model, args.task, "attendout", hp, seed,
                     TrainSettings(lr=args.lr))
     method = build_method(job)
@@ -129,24 +137,43 @@ def reference_states(args, spec, dev, pad_id) -> list:
 
 
 class ShareLog:
-    """Per reward step, the two masks' reward difference and per-layer drop-share differences (the leave-one-out
-    view G gets with K = 2): their correlation says how much of the reward is about each layer's drop rate."""
+    """Per reward step, how much of what G is told is about each layer's drop rate. With `rloo` and K = 2 (the
+    published runs' form): the two masks' reward difference against their drop-share difference, pooled over steps
+    (`correlations`). In every form: the correlation over the step's K x B units of the advantage with the
+    baseline-centred share (`per_step`, the offline measurement's statistic), averaged over steps."""
 
     def __init__(self, method, layers: int):
         self.d_reward, self.d_share = [], [[] for _ in range(layers)]
-        self._original, self.layers = method._update_policy, layers
+        self.steps: list[list[float]] = []
+        self._original, self.layers, self.method = method._update_policy, layers, method
         method._update_policy = self._update_policy
 
     def _update_policy(self, rewards, defender, samples) -> None:
-        self.d_reward.append((rewards[0] - rewards[1]).double().cpu().numpy())
-        for layer in range(self.layers):
-            self.d_share[layer].append((layer_drop_share(samples[0], layer)
-                                        - layer_drop_share(samples[1], layer)).double().cpu().numpy())
+        baseline = self.method.cfg.baseline
+        adv = baseline_advantage(rewards, defender, baseline).cpu().numpy().ravel()
+        self.steps.append([float(np.corrcoef(adv, centred_shares(samples, layer, baseline).cpu().numpy().ravel())[0, 1])
+                           for layer in range(self.layers)])
+        if baseline == "rloo" and rewards.shape[0] == 2:
+            self.d_reward.append((rewards[0] - rewards[1]).double().cpu().numpy())
+            for layer in range(self.layers):
+                self.d_share[layer].append((layer_drop_share(samples[0], layer)
+                                            - layer_drop_share(samples[1], layer)).double().cpu().numpy())
         self._original(rewards, defender, samples)
 
-    def correlations(self) -> list[float]:
+    def correlations(self) -> list[float] | None:
+        if not self.d_reward:
+            return None
         r = np.concatenate(self.d_reward)
         return [float(np.corrcoef(r, np.concatenate(s))[0, 1]) for s in self.d_share]
+
+    def per_step(self) -> dict:
+        """Per layer: the mean over reward steps of the per-step correlation and its standard error (NaN steps, a
+        constant share or advantage, left out)."""
+        x = np.array(self.steps, dtype=float).reshape(-1, self.layers)
+        n = (~np.isnan(x)).sum(0)
+        return {"mean": np.nanmean(x, 0).tolist() if x.size else None,
+                "se": (np.nanstd(x, 0, ddof=1) / np.sqrt(n)).tolist() if x.shape[0] > 1 else None,
+                "steps": n.tolist()}
 
 
 def train_run(args, spec, train, pad_id, states, arm: str, g_lr: float, seed: int) -> dict:
@@ -155,9 +182,16 @@ def train_run(args, spec, train, pad_id, states, arm: str, g_lr: float, seed: in
     model, method, ctx = build(args, spec, seed, arm, g_lr)
     # the log wraps the policy update first, the planted reward around it: the log sees what G is handed
     shares = ShareLog(method, args.layers)
-    planted = PlantedReward(method, args.strength, args.planted_layer, seed=seed + 1000) if arm == "planted" else None
+    planted = None
+    if arm == "planted":
+        planted = (AddedReward(method, args.strength, args.planted_layer) if args.planted_form == "added" else
+                   PlantedReward(method, args.strength, args.planted_layer, seed=seed + 1000))
     steps = args.updates + 1
-    order = length_grouped_batches(train.lengths(), args.batch_size, torch.Generator().manual_seed(seed))
+    order, epoch = [], 0  # as many epochs as the steps need; the first epoch's order is the published runs' one
+    while len(order) < steps + 1:
+        order += length_grouped_batches(train.lengths(), args.batch_size,
+                                        torch.Generator().manual_seed(seed + 1000 * epoch))
+        epoch += 1
     batches = list(batches_of(train, order[:steps + 1], pad_id, spec))
     probes = [{"step": 0, "reference": [float(v.mean()) for v in policy_on(method.generator, method.cfg.p_max, states)],
                "training": None}]
@@ -172,13 +206,18 @@ def train_run(args, spec, train, pad_id, states, arm: str, g_lr: float, seed: in
             pi_sum, pairs = method._pi_sum.clone(), method._pair_count.clone()
             probes.append({"step": step + 1, "training": window, "reference": [
                 float(v.mean()) for v in policy_on(method.generator, method.cfg.p_max, states)]})
+            if getattr(args, "verbose", False):  # the per-step time under the machine's current load
+                print(f"  {arm} seed {seed}: step {step + 1}/{steps}, {(time.perf_counter() - began) / (step + 1):.2f}"
+                      f" s per step, load {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     end_policy = policy_on(method.generator, method.cfg.p_max, states)
     delta = np.concatenate(end_policy) - np.concatenate(start_policy)
     # the reference input is the same in every run: a fixed subsample of its pairs keeps results.json small
     keep = np.sort(np.random.default_rng(0).choice(delta.size, min(DELTA_PAIRS, delta.size), replace=False))
     return {"arm": arm, "g_lr": g_lr, "seed": seed, "strength": args.strength if planted else 0.0,
             "g_updates": method.policy.updates, "steps": steps, "train_s": time.perf_counter() - began,
-            "probes": probes, "share_reward_corr": shares.correlations(),
+            "probes": probes, "share_reward_corr": shares.correlations(), "adv_share_corr": shares.per_step(),
+            "baseline": method.cfg.baseline, "mask_samples": method.cfg.mask_samples,
+            "planted_form": args.planted_form if planted else None,
             "loss_first100": float(np.mean(losses[:100])), "loss_last100": float(np.mean(losses[-100:])),
             "delta": [round(float(x), 7) for x in delta[keep]], "cost": method.cost.summary()}
 

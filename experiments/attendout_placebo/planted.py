@@ -1,4 +1,4 @@
-"""The positive control: a planted reward that G can learn, handed to G in place of the real one.
+"""The positive control: a planted reward that G can learn, in place of the real one or on top of it.
 
 Per reward step the rewards (K masks x B samples) are replaced by
 
@@ -8,12 +8,22 @@ with sigma the standard deviation of that step's real rewards and noise standard
 one's scale whose only information is "dropping more pairs of layer `layer` is better" (`strength` > 0) or worse
 (< 0), at signal-to-noise `strength`. Everything downstream (leave-one-out baseline, normalisation, clipping, Adam)
 is AttendOut's own. With strength 0 it is a placebo at the reward level: noise of the real reward's scale.
+
+`AddedReward` keeps the real reward and adds a term to it (any baseline, the Defender's included): the advantage G
+forms becomes adv + beta * z, with z the standardised (baseline-centred) layer-`layer` drop share of each of the K x B
+units and beta = c / sqrt(1 - c^2) * sd(adv), so that the advantage's correlation with the share is `c` on top of
+whatever the real reward carries (exactly c when the real reward carries none). `c` is then the same quantity as the
+offline measurement's bound (results/attendout_decisive: the per-batch correlation of the advantage with a layer's
+drop share over the batch's units).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from suite.methods.attendout.generator import MaskSample
+from suite.methods.attendout.policy import leave_one_out
 
 
 def layer_drop_share(samples: list[MaskSample], layer: int) -> torch.Tensor:
@@ -58,3 +68,50 @@ class PlantedReward:
         if self.keep_log:
             self.log.append({"real": rewards.detach().cpu(), "planted": planted.detach().cpu()})
         self._original(planted, None, samples)
+
+
+def baseline_advantage(rewards: torch.Tensor, defender: torch.Tensor | None, baseline: str) -> torch.Tensor:
+    """(K, B) advantages before normalisation, as `Policy.advantages` forms them (for "ema": the rewards centred on
+    their own mean, the moving baseline's stand-in within one step)."""
+    r = rewards.detach().double()
+    if baseline == "defender":
+        return r - defender.detach().double()[None]
+    if baseline == "rloo":
+        return leave_one_out(r)
+    return r - r.mean()
+
+
+def centred_shares(samples: list[list[MaskSample]], layer: int, baseline: str) -> torch.Tensor:
+    """(K, B) each unit's layer drop share, centred as the baseline centres the rewards (the Defender's and the
+    moving average's shares are not G's: raw shares; leave-one-out: minus the other masks' mean)."""
+    share = torch.stack([layer_drop_share(s, layer) for s in samples]).double()
+    return leave_one_out(share) if baseline == "rloo" else share
+
+
+class AddedReward:
+    """Adds a planted term to the real reward of an AttendOut instance (wrapping its policy update), so that the
+    advantage's correlation with layer `layer`'s drop share rises by `c` (module docstring). The term is added to
+    the rewards of G's masks, never to the Defender's, so the method's own baseline, normalisation and Adam act on
+    it unchanged."""
+
+    def __init__(self, method, c: float, layer: int = 0):
+        if method.cfg.placebo:
+            raise ValueError("the added reward needs the real advantages: run it with placebo=False")
+        if not -1 < c < 1:
+            raise ValueError(f"c={c} is a correlation: it must lie in (-1, 1)")
+        self.method, self.c, self.layer = method, float(c), layer
+        self._original = method._update_policy
+        method._update_policy = self._update_policy
+
+    def term(self, rewards: torch.Tensor, defender: torch.Tensor | None, samples) -> torch.Tensor:
+        """(K, B) the term added to the rewards: after the baseline it is beta * z."""
+        baseline = self.method.cfg.baseline
+        adv = baseline_advantage(rewards, defender, baseline)
+        z = standardised(centred_shares(samples, self.layer, baseline).to(adv.device))
+        beta = self.c / math.sqrt(1 - self.c ** 2) * adv.std()
+        k = rewards.shape[0]
+        # leave-one-out maps a term with zero column sums to k / (k - 1) times itself: pre-scaled so it gives beta z
+        return beta * z * ((k - 1) / k if baseline == "rloo" else 1.0)
+
+    def _update_policy(self, rewards: torch.Tensor, defender, samples) -> None:
+        self._original(rewards + self.term(rewards, defender, samples).to(rewards.dtype), defender, samples)

@@ -96,11 +96,11 @@ class AttendOut(AttentionMethod):
                    "updates, about a third of what the planted control's scaling says the reward's signal needs); "
                    "until decided, read its numbers as scores dropout at about p_init = 0.1 with masks drawn per "
                    "sample and layer, at 2-3x a vanilla step.")
-    capturable = ("its own training_step (look-ahead steps of a weight copy, G's update and its own generators) "
-                  "is not captured yet: it runs eagerly")
+    capturable = "its own training_step (look-ahead steps, G's update, its own generators) runs eagerly"
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
                       "paper's numbers; whether its generator learns from the real reward is undecided at the models "
                       "and horizons tested so far (results/attendout_longhorizon/reassessment.md)")
+    keeps_expectation = False  # scores dropout: G's dropped pairs are masked before the softmax, nothing rescales
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
     # read by the runner under train.compile: it compiles anyway, and says why that does not pay
     compile_warning = ("attendout does not compile well: its generator's masks, the hidden states it captures with "

@@ -60,6 +60,7 @@ class StepContext:
     amp_dtype: torch.dtype | None
     grad_clip: float
     total_steps: int = 0  # optimizer steps of the whole run
+    warmup_steps: int = 0  # of them, the learning rate's linear warm-up (Scheduled DropHead turns its rate there)
     step: int = 0         # steps taken so far (1 during the first step)
     # gradient accumulation: `apply` divides the loss by the batches of the current group and steps the optimizer
     # only on the group's last batch (the last group of an epoch may be shorter)
@@ -145,6 +146,15 @@ class AttentionMethod:
     # from step to step lives in tensors (filled in `before_step`), and its random numbers come from torch's default
     # generator. A string says why not; False: not declared (the step then runs eagerly on a GPU, as before).
     capturable: ClassVar[bool | str] = False
+    # Whether the method's training-mode attention weights keep, on average, the sums of its evaluation weights
+    # (dropout that rescales the kept weights by 1/(1-p)). The check holds a method to it unless it declares False:
+    # dropout without a rescale on purpose (scores dropout and DropKey mask before the softmax, whose rows still sum
+    # to 1 but whose weights shift towards the kept keys).
+    keeps_expectation: ClassVar[bool] = True
+    # Names of parameters `prepare()` registers that the loss is not meant to train (e.g. updated by the method's own
+    # rule); every other parameter it adds must receive a gradient. A parameter with requires_grad=False is frozen
+    # without being named here.
+    frozen_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -341,10 +351,13 @@ def drop_scores(s: torch.Tensor, drop: torch.Tensor, attention_mask=None) -> tor
     return s.masked_fill(drop & ~diag, mask_fill_value(s))
 
 
+_EMULATED_CAPTURE = [False]  # set by suite.run.capture while its CPU tests run a captured step without a graph
+
+
 def in_graph() -> bool:
     """Whether the code runs inside torch.compile's tracing or a CUDA graph capture: a value that changes from step to
     step must then be read from a tensor, since a Python number would be baked into the graph."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _EMULATED_CAPTURE[0]:
         return True
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 

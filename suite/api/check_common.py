@@ -3,16 +3,23 @@ check attaches a method to and runs."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
 
-from suite.api.attention import AttentionMethod
+from suite.api.attention import AttentionMethod, HyperParameterError
 from suite.api.tiny_models import padded_batch, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["ROWS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff", "forward", "gradients",
-           "max_diff", "rows"]
+__all__ = ["HIGH_RATES", "ROWS", "SEEDS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff",
+           "forward", "gradients", "high_rate_hparams", "max_diff", "probability_fields", "rates_above_zero", "rows"]
+
+# the random seeds a rule that samples in training runs under: one draw can miss a row whose keys are all dropped
+SEEDS = range(8)
+# the rates the check also runs every rule at, highest first (the first one the method accepts): at 0.9 whole rows
+# lose all their keys, so what a method does with such a row shows whatever rate it is configured with
+HIGH_RATES = (0.9, 0.7, 0.45)
 
 
 @dataclasses.dataclass
@@ -29,6 +36,7 @@ class CheckReport:
     method: str
     hparams: dict[str, Any]
     results: list[CheckResult] = dataclasses.field(default_factory=list)
+    high_rates: dict[str, Any] | None = None  # the configuration the rules also ran at ("at high rates")
 
     @property
     def ok(self) -> bool:
@@ -40,8 +48,10 @@ class CheckReport:
     def __str__(self) -> str:
         mark = {True: "ok", False: "FAIL", None: "skip"}
         lines = [f"{self.method} {self.hparams or ''}".rstrip() + f": {'passed' if self.ok else 'FAILED'}"]
+        if self.high_rates is not None:
+            lines.append(f"  (each rule ran at the configuration above and at high rates: {self.high_rates})")
         for r in self.results:
-            lines.append(f"  {mark[r.passed]:<4} {r.check:<8} {r.setting:<24} {r.detail}".rstrip())
+            lines.append(f"  {mark[r.passed]:<4} {r.check:<8} {r.setting:<30} {r.detail}".rstrip())
         return "\n".join(lines)
 
 
@@ -101,3 +111,37 @@ def finite_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, bool]:
     a, b = a.detach().float(), b.detach().float()
     both = torch.isfinite(a) & torch.isfinite(b)
     return (float((a - b)[both].abs().max()) if both.any() else 0.0), not bool(both.all())
+
+
+def probability_fields(cls: type[AttentionMethod]) -> list[str]:
+    """Config fields that hold a probability by the suite's naming rule: `p` or `p_*`, typed float."""
+    return [f.name for f in dataclasses.fields(cls.Config)
+            if (f.name == "p" or f.name.startswith("p_")) and isinstance(getattr(cls.Config(), f.name), float)]
+
+
+def accepted(cls: type[AttentionMethod], hparams: dict[str, Any]) -> bool:
+    try:
+        cls(cls.Config(**hparams))
+    except HyperParameterError:
+        return False
+    return True
+
+
+def high_rate_hparams(cls: type[AttentionMethod], hparams: dict[str, Any]) -> dict[str, Any] | None:
+    """`hparams` with each probability field, in the Config's order, raised to the first of HIGH_RATES the method
+    accepts together with the fields raised before it (AttendOut's p_init must stay below its p_max); None when no
+    field can be raised."""
+    high = dict(hparams)
+    for name in probability_fields(cls):
+        for rate in HIGH_RATES:
+            if accepted(cls, {**high, name: rate}):
+                high[name] = rate
+                break
+    return high if high != hparams else None
+
+
+def rates_above_zero(cls: type[AttentionMethod], hparams: dict[str, Any]) -> list[str]:
+    """The probability fields above 0 in this configuration: where the method should draw in training."""
+    cfg = cls.Config(**hparams)
+    return [f"{n}={getattr(cfg, n)}" for n in probability_fields(cls) if getattr(cfg, n) > 0
+            and math.isfinite(getattr(cfg, n))]

@@ -106,6 +106,9 @@ class TaskSpec:
     test_sets: tuple[TestSet, ...] = ()        # unlabeled test files for submissions
     # per preset, the training settings this task gets over the preset's own (e.g. {"quick": {"epochs": 2}})
     budgets: dict[str, dict] = dataclasses.field(default_factory=dict)
+    # whether train rows include the phrases of other train rows (SST-2's parse-tree phrases): a split carved by
+    # sentence (train.carve) keeps each sentence's phrases with it (suite.run.carving)
+    phrase_rows: bool = False
 
     @property
     def is_regression(self) -> bool:

@@ -22,10 +22,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(COMMAND, help="check attention methods on tiny BERT/RoBERTa models (hyper-parameter "
                                      "validation, output layout, identity, padding, finite values on fully padded "
                                      "and length-1 rows, value channels that reach the output, parameters an "
-                                     "optimizer holds, deterministic evaluation, parameters on the model's device, "
-                                     "training hooks and records)",
+                                     "optimizer holds and trains, evaluation free of sampling and rates, fresh "
+                                     "draws, kept expectation, gradients against a finite difference, devices, fp16 "
+                                     "at pre-trained score ranges, training hooks and records), at the given rates "
+                                     "and at high ones",
                        description="Runs the method check of suite.api.testing on each METHOD (names, wildcards or "
-                                   "'all'; methods from installed plugins included) and prints a per-check report.")
+                                   "'all'; methods from installed plugins included) and prints a per-check report. "
+                                   "Every rule runs at the configuration and again with each probability field at "
+                                   "a high rate (0.9 where the method accepts it).")
     p.add_argument("methods", nargs="+", metavar="METHOD")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="M.KEY=V",
                    help="check method M at this hyper-parameter value instead of its default")

@@ -368,7 +368,7 @@ def warn_unused_settings(sets: Iterable[str], sweeps: Iterable[str], methods: se
 def check_data(plan) -> None:
     """Read every split of the grid's tasks now (a missing file or a malformed line stops the grid before training)
     and find the test sets when predictions are asked for (models are checked by `check_grid`)."""
-    from suite.run.draws import check_heldout_task, check_holdouts
+    from suite.run.draws import check_heldout_task, check_holdouts, train_groups
 
     for task in plan.tasks:
         spec = get_task(task)
@@ -376,7 +376,7 @@ def check_data(plan) -> None:
         train = splits[spec.train_split]
         trains = [j.train for j in plan.jobs if j.task == task]
         check_heldout_task(spec, trains)
-        check_holdouts(train["label"], trains, not spec.is_regression, spec.display)
+        check_holdouts(train["label"], trains, not spec.is_regression, spec.display, train_groups(spec, train, trains))
         if spec.is_regression:
             _check_scores_vary(spec, splits, trains, plan.data_dir)
         if plan.outputs.predict_test:

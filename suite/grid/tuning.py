@@ -37,7 +37,8 @@ ALL = "all"                       # `budget: all`: every method's whole grid
 MAX_CONFIGURATIONS = 10_000       # configurations one method's space may hold (300 x 300 x 300: 6.2 GB in a dry run)
 MIN_SEEDS = MIN_TUNING_SEEDS      # fewer tuning seeds than this: the selection may be one seed's luck
 # settings that change which rows are tuned on or scored: the protocol fixes them, a search space may not vary them
-FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "test_holdout", "data_seed", "subset_draw", "max_eval_samples")
+FIXED_BY_PROTOCOL = ("holdout", "holdout_seed", "test_holdout", "carve", "data_seed", "subset_draw",
+                     "max_eval_samples")
 
 Cell = tuple[str, str, str]  # (model, task, method): what one selection is made for
 

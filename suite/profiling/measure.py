@@ -74,7 +74,8 @@ def build_candidates(cfg, methods: list[tuple[str, Any]], device: torch.device,
     def context(model, method):
         opt = _NoStepSGD(model.parameters(), lr=2e-5)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-        return StepContext(model, method, opt, sched, device, amp_dtype, grad_clip=0.0)
+        # one nominal step: a scheduled rate (DropHead's default) stays at its start, p, the cost the bench times
+        return StepContext(model, method, opt, sched, device, amp_dtype, grad_clip=0.0, total_steps=1)
 
     out = []
     for impl, label in (("sdpa", SDPA), ("eager", EAGER)):

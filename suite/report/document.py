@@ -22,6 +22,7 @@ from suite.report import (
     coverage,
     details,
     figure_sections,
+    forms,
     header,
     leaderboard,
     stages,
@@ -78,8 +79,9 @@ def document(report: ReportFacts, options: Options) -> Document:
     whole.extend(header.section(report, options))
     for model, facts in report.models.items():
         whole.add(f"## Model `{model}`", "")
+        notes = forms.form_notes(facts.records)  # which form of a method ran, under each table that shows it
         for section in MODEL_SECTIONS:
-            part = section(facts, options)
+            part = forms.footnoted(section(facts, options), notes)
             whole.extend(part)
             tables.update({(model, kind): table for kind, table in part.tables.items()})
     whole.extend(details.failures(report, options))

@@ -353,9 +353,11 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
         return part
     gpu = ok["peak_kind"].isin(GPU_MEMORY_KINDS).all() and ok["peak_mb"].notna().any()
     means = ok.groupby(["method", "task"])[["step_s", "peak_mb"]].mean()
+    modes = ok.groupby("method")["step_mode"].agg(lambda x: "/".join(sorted(set(x))))
+    mixed = modes.nunique() > 1  # a captured step and an eager one differ by how they run, not only by the method
     rows = []
     for m in sel.methods:
-        row = [sel.label(m)]
+        row = [sel.label(m) + (f" ({modes.get(m, DASH)})" if mixed else "")]
         for col in ("step_s", "peak_mb") if gpu else ("step_s",):
             ratios = [means.loc[(m, t), col] / means.loc[(base, t), col] for t in sel.tasks
                       if (m, t) in means.index and (base, t) in means.index]
@@ -371,5 +373,8 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
              f"`{base}` ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
              "pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the "
                                                 "process's peak resident set, which is not one method's cost") + ".",
+             *(["- The methods' steps ran in different modes (in brackets: `captured`, replayed from CUDA graphs, or "
+                "`eager`; `train.capture`, docs/running-grids.md): a ratio between modes measures the mode too. "
+                "`python -m suite bench --loop --capture auto,off` compares both for each method."] if mixed else []),
              "")
     return part

@@ -219,6 +219,7 @@ def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
         "gap": _gap(rec) if ok else math.nan,
         "wall_s": num(rec.wall_s), "step_s": num(timing.get("step_s")), "peak_mb": num(timing.get("peak_memory_mb")),
         "peak_kind": timing.get("peak_memory_kind"),
+        "step_mode": str((timing.get("step_mode") or {}).get("mode") or "eager"),  # captured: replayed CUDA graphs
         "total_params": num(params.get("total")), "extra": num(params.get("extra")),
         "training_only": num(params.get("training_only")),
         "history": tuple(map(Epoch.of, rec.history or ())) if ok else (),
@@ -285,7 +286,8 @@ NESTED_TYPES: dict[str, type | tuple[type, ...]] = {
     "environment": OPTIONAL_DICT, "history": (list, type(None)), "history[]": dict,
     "history[].dev": OPTIONAL_DICT, "history[].train_subset": OPTIONAL_DICT, "history[].method": OPTIONAL_DICT,
     "final": OPTIONAL_DICT, "final.score": NUMBER, "best": OPTIONAL_DICT, "timing": OPTIONAL_DICT,
-    "timing.step_s": NUMBER, "timing.peak_memory_mb": NUMBER, "parameters": OPTIONAL_DICT, "parameters.*": NUMBER,
+    "timing.step_s": NUMBER, "timing.peak_memory_mb": NUMBER, "timing.step_mode": OPTIONAL_DICT,
+    "parameters": OPTIONAL_DICT, "parameters.*": NUMBER,
     "data": OPTIONAL_DICT, "attention": OPTIONAL_DICT, "attention.mean": OPTIONAL_DICT,
     "attention.per_layer": OPTIONAL_DICT, "analyses": OPTIONAL_DICT, "method_record": OPTIONAL_DICT,
     "baselines": OPTIONAL_DICT, "heldout": OPTIONAL_DICT, "heldout.score": NUMBER, "heldout_baselines": OPTIONAL_DICT,

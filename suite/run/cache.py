@@ -86,7 +86,8 @@ def cache_key(spec, tokenizer, data_files: list[Path], settings: dict[str, Any])
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Entries as arrays: a tree of dicts, tuples, lists, JSON scalars and tokenised splits (suite.run.data.Encoded)
+# Entries as arrays: a tree of dicts, tuples, lists, JSON scalars, numeric arrays and tokenised splits
+# (suite.run.data.Encoded)
 # ---------------------------------------------------------------------------------------------------------
 
 def _pack(value: Any, arrays: dict[str, np.ndarray]) -> Any:
@@ -104,6 +105,10 @@ def _pack(value: Any, arrays: dict[str, np.ndarray]) -> Any:
         if value.index is not None:
             arrays[f"{name}/index"] = np.asarray(value.index, dtype=np.int64)
         return {"encoded": name, "keys": keys, "rows": len(value), "index": value.index is not None}
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+        name = f"a{len(arrays)}"
+        arrays[name] = value
+        return {"array": name}
     if isinstance(value, dict):
         return {"dict": {str(k): _pack(v, arrays) for k, v in value.items()}}
     if isinstance(value, (tuple, list)):
@@ -132,6 +137,8 @@ def _unpack(node: Any, arrays) -> Any:
         if index is not None and len(index) != rows:
             raise BadEntry(f"split {name} has {len(index)} row numbers for {rows} rows")
         return Encoded(features, labels.tolist(), index)
+    if "array" in node:
+        return arrays[node["array"]]
     if "dict" in node:
         return {k: _unpack(v, arrays) for k, v in node["dict"].items()}
     if "tuple" in node:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from suite.api import attention
 from suite.api.attention import AttentionMethod, StepContext
 
 __all__ = ["Steps", "eager_reason"]  # what the rest of the suite uses; other names are this module's own
@@ -41,6 +42,10 @@ def eager_reason(method: AttentionMethod, capture: str, device: torch.device, am
     if method.capturable is not True:
         return f"{method.name}: {method.capturable}" if isinstance(method.capturable, str) else (
             f"{method.name} does not declare `capturable = True` (suite.api.attention.AttentionMethod.capturable)")
+    changed = _redefined_since_declared(type(method))
+    if changed:
+        return (f"{method.name} inherits `capturable = True` but redefines {', '.join(changed)}: a subclass that "
+                "changes code declares `capturable` itself (suite.api.attention.AttentionMethod.capturable)")
     if compiled:
         return "train.compile: torch.compile runs the model (its own graphs)"
     if grad_accumulation > 1:
@@ -48,6 +53,28 @@ def eager_reason(method: AttentionMethod, capture: str, device: torch.device, am
     if amp_dtype is torch.float16:
         return "fp16: loss scaling reads the overflow flag on the host at every step"
     return None
+
+
+def _redefined_since_declared(cls: type) -> list[str]:
+    """The functions that classes below the one declaring `capturable` define: a plugin subclassing a capturable
+    built-in to change its attention must not inherit a promise made for code it replaced."""
+    changed = []
+    for klass in cls.__mro__:
+        if "capturable" in vars(klass):
+            return changed
+        changed += [f"{klass.__name__}.{n}" for n, v in vars(klass).items()
+                    if not isinstance(v, type) and not (n.startswith("__") and n != "__init__")
+                    and (callable(v) or isinstance(v, (staticmethod, classmethod, property)))]
+    return changed
+
+
+def _emulated(step: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Run a captured step without a graph, with `in_graph()` true as inside a capture (the CPU tests' path)."""
+    attention._EMULATED_CAPTURE[0] = True
+    try:
+        return step()
+    finally:
+        attention._EMULATED_CAPTURE[0] = False
 
 
 @dataclasses.dataclass
@@ -129,9 +156,13 @@ class Steps:
 
         if self.emulate:
             loss = torch.zeros((), device=ctx.device)
-            return _Graph(inputs, lambda: loss.copy_(step()), loss)
+            return _Graph(inputs, lambda: loss.copy_(_emulated(step)), loss)
+        if not ctx.optimizer.state:  # AdamW builds its state at its first step: inside a capture it would be static
+            raise RuntimeError("the optimizer has no state yet: a shape is captured only after an eager step")
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream):
+        # one private memory pool per graph: graphs replay in any order of shapes, and a shared pool is safe only
+        # when replays follow the capture order (PyTorch's CUDA graph notes); MAX_GRAPHS bounds what they hold
+        with torch.cuda.device(ctx.device), torch.cuda.graph(graph, stream=self.stream):
             loss = step()
         return _Graph(inputs, graph.replay, loss)
 

@@ -15,6 +15,9 @@ data draw, the dev subset.
   `train.subset_draw=nested` a subset is the prefix of the draw's seeded permutation, so the subsets of one draw are
   nested (250 rows within 500 within 1000); `legacy` is the unnested draw of the records written before.
 - The dev subset (`train.max_eval_samples`) never follows the run seed: runs are compared on the same examples.
+- Both carved splits take whole groups of rows with `train.carve=sentence` (the default): rows with equal texts, and
+  on SST-2 a sentence with its phrases, land in one split (`suite.run.carving`), so that no carved row is a copy or
+  a phrase of a row left to train on. `row` carves single rows, as the records written before it existed did.
 """
 from __future__ import annotations
 
@@ -25,11 +28,12 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from suite.api.errors import DataError, HyperParameterError
+from suite.run.carving import carve_groups, sentence_groups
 from suite.run.data import seeded_subset  # the legacy draw, and the dev subset's
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["TEST_SEED", "check_heldout_task", "check_holdouts", "dev_rows", "draw_seed", "draw_train",
-           "heldout_split", "holdout_size", "nested_subset", "tuning_split"]
+           "holdout_size", "nested_subset", "train_groups", "tuning_split"]
 
 TEST_SEED = 0  # the held-out test split's draw: fixed, so that every run of a task is scored on the same rows
 
@@ -81,23 +85,32 @@ def tuning_split(labels: Sequence, size: int, seed: int, stratify: bool,
     return sorted(rest.tolist()), sorted(tune.tolist())
 
 
-def heldout_split(labels: Sequence, t, stratify: bool) -> tuple[list[int], list[int]]:
-    """(rows left for the tuning split and the subsets, held-out test rows): drawn with TEST_SEED, never with a
-    setting's seed; (every row, none) without train.test_holdout."""
-    size = holdout_size(t.test_holdout, len(labels), "test_holdout")
-    return tuning_split(labels, size, TEST_SEED, stratify, "test_holdout")
-
-
-def carve(labels: Sequence, t, stratify: bool) -> tuple[list[int], list[int], list[int]]:
+def carve(labels: Sequence, t, stratify: bool, groups: np.ndarray | None = None
+          ) -> tuple[list[int], list[int], list[int]]:
     """(rows the subsets are drawn from, tuning rows, held-out test rows), as rows of the train split: the held-out
-    test split first, then the tuning split from what it leaves."""
-    left, test = heldout_split(labels, t, stratify)
+    test split first, then the tuning split from what it leaves. With train.carve=sentence whole `groups` of rows
+    are carved (`suite.run.carving`; None: each row its own group); with row, single rows, as records made before."""
+    if t.carve == "row":
+        groups = None
+    elif groups is None:
+        groups = np.arange(len(labels))
+    left, test = _split(labels, holdout_size(t.test_holdout, len(labels), "test_holdout"), TEST_SEED, stratify,
+                        "test_holdout", groups)
     if not test:  # exactly the draw of the records made before the held-out test split existed
-        rest, tune = tuning_split(labels, holdout_size(t.holdout, len(labels)), t.holdout_seed, stratify)
+        rest, tune = _split(labels, holdout_size(t.holdout, len(labels)), t.holdout_seed, stratify, "holdout", groups)
         return rest, tune, []
     size = holdout_size(t.holdout, len(labels), left=len(left))
-    rest, tune = tuning_split([labels[i] for i in left], size, t.holdout_seed, stratify)
+    rest, tune = _split([labels[i] for i in left], size, t.holdout_seed, stratify, "holdout",
+                        None if groups is None else groups[left])
     return [left[i] for i in rest], sorted(left[i] for i in tune), test
+
+
+def _split(labels: Sequence, size: int, seed: int, stratify: bool, setting: str, groups: np.ndarray | None
+           ) -> tuple[list[int], list[int]]:
+    """(rows left, carved rows): by row (`tuning_split`) without `groups`, else by whole groups (`carve_groups`)."""
+    if groups is None:
+        return tuning_split(labels, size, seed, stratify, setting)
+    return carve_groups(labels, groups, size, seed, stratify, setting)
 
 
 def fingerprint(rows: Sequence[int]) -> str:
@@ -115,10 +128,11 @@ class Draw:
     subset_draw: str
     holdout_seed: int
     test: list[int] = dataclasses.field(default_factory=list)  # the held-out test split (train.test_holdout)
+    carve: str = "row"  # how the splits were carved (train.carve)
 
     def facts(self) -> dict[str, Any]:
         """What the record keeps: which draw, which subset (its size and digest), which tuning split, which
-        held-out test split."""
+        held-out test split, and how those splits were carved."""
         facts = {"subset_draw": self.subset_draw, "data_seed": self.seed, "train_rows": len(self.train),
                  "train_rows_sha": fingerprint(self.train)}
         if self.tune:
@@ -127,45 +141,54 @@ class Draw:
         if self.test:
             facts |= {"heldout_seed": TEST_SEED, "heldout_rows": len(self.test),
                       "heldout_rows_sha": fingerprint(self.test)}
+        if self.tune or self.test:
+            facts["carve"] = self.carve
         return facts
 
 
-def draw_train(labels: Sequence, t, run_seed: int, classification: bool) -> Draw:
-    """The held-out test split, the tuning split and the training subset of one run, as rows of the train split."""
-    rest, tune, test = carve(labels, t, classification)
+def draw_train(labels: Sequence, t, run_seed: int, classification: bool, groups: np.ndarray | None = None) -> Draw:
+    """The held-out test split, the tuning split and the training subset of one run, as rows of the train split
+    (`groups`: the rows carved together by sentence, `train_groups`; None: each row alone)."""
+    rest, tune, test = carve(labels, t, classification, groups)
     seed = draw_seed(t, run_seed)
     subset = nested_subset if t.subset_draw == "nested" else seeded_subset
     train = [rest[i] for i in subset(len(rest), t.max_train_samples, seed)]
-    return Draw(train, tune, seed, t.subset_draw, t.holdout_seed, test)
+    return Draw(train, tune, seed, t.subset_draw, t.holdout_seed, test, t.carve)
 
 
-def check_holdouts(labels: Sequence, trains, classification: bool, task: str) -> None:
+def train_groups(spec, columns: dict[str, list], trains) -> np.ndarray | None:
+    """The groups of train rows carved together (`suite.run.carving`) when a run with settings `trains` carves a
+    split by sentence; else None, and nothing is computed."""
+    if any(t.carve == "sentence" and (t.holdout is not None or t.test_holdout is not None) for t in trains):
+        return sentence_groups(spec, columns)
+    return None
+
+
+def check_holdouts(labels: Sequence, trains, classification: bool, task: str, groups: np.ndarray | None = None
+                   ) -> None:
     """Draw every distinct held-out test split and tuning split that runs with settings `trains` ask for, so that an
     impossible one (larger than the train split or than what the other leaves, or a class too rare to stratify)
     stops a grid before anything trains."""
-    asked = {(t.test_holdout, t.holdout, t.holdout_seed) for t in trains
+    asked = {(t.test_holdout, t.holdout, t.holdout_seed, t.carve) for t in trains
              if t.holdout is not None or t.test_holdout is not None}
-    for test_holdout, holdout, seed in asked:
+    for settings in asked:
         try:
-            carve(labels, Holdouts(test_holdout, holdout, seed), classification)
+            carve(labels, Holdouts(*settings), classification, groups)
         except DataError as exc:
             raise DataError(f"{task}: {exc}") from None
 
 
-# Train sets whose rows are not independent of each other: rows carved from them would leak into the rest
-PHRASE_TRAIN_SETS = {"sst2": "SST-2's train set holds the phrases of its own sentences as rows of their own, so rows "
-                             "carved from it at random are mostly substrings of rows left in train (88.6% of a "
-                             "10,000-row split, by an independent audit; dev: 2 of 872), and a held-out test split "
-                             "would score memorised text. Until splits are carved by source sentence, it is refused."}
-
-
 def check_heldout_task(spec, trains) -> None:
     """A held-out test split is one split scored with the task's unsuffixed metrics: a task scored on several dev
-    sets (MNLI's matched and mismatched) has a headline no single split gives, so it is refused there."""
+    sets (MNLI's matched and mismatched) has a headline no single split gives, so it is refused there. On a task
+    whose train rows include the phrases of its sentences (SST-2) one carved row by row is refused: it leaks."""
     asked = [t.test_holdout for t in trains if t.test_holdout is not None]
-    if asked and spec.name in PHRASE_TRAIN_SETS:
-        raise HyperParameterError(f"train.test_holdout={asked[0]:g}: {PHRASE_TRAIN_SETS[spec.name]} Leave "
-                                  f"train.test_holdout unset for {spec.display} and score it on dev")
+    if spec.phrase_rows and any(t.test_holdout is not None and t.carve == "row" for t in trains):
+        raise HyperParameterError(
+            f"train.test_holdout={asked[0]:g} with train.carve=row: {spec.display}'s train set holds the phrases of "
+            "its own sentences as rows of their own, so rows carved one by one are mostly phrases of rows left to "
+            "train on (88.6% of a 10,000-row split on SST-2; dev: 2 of 872) and the split would score memorised "
+            "text. Carve it by sentence: train.carve=sentence (the default)")
     if asked and len(spec.eval_splits) > 1:
         raise HyperParameterError(
             f"train.test_holdout={asked[0]:g}: {spec.display} is scored on {len(spec.eval_splits)} dev sets "
@@ -180,6 +203,7 @@ class Holdouts(NamedTuple):
     test_holdout: float | None
     holdout: float | None
     holdout_seed: int
+    carve: str
 
 
 def dev_rows(n: int, t) -> list[int]:

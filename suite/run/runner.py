@@ -34,7 +34,7 @@ from suite.run.device import (
     pick_device,
     precision_label,
 )
-from suite.run.draws import check_heldout_task, dev_rows, draw_seed, draw_train
+from suite.run.draws import check_heldout_task, dev_rows, draw_seed, draw_train, train_groups
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
 from suite.run.progress import Callback as ProgressCallback
@@ -63,13 +63,15 @@ class TokenizedCache:
         t, seed = job.train, draw_seed(job.train, job.seed)
         key = (job.model, spec.name, job.data_source, str(data_dir), t.max_length, t.max_train_samples,
                t.max_eval_samples, t.train_eval_samples, t.data_seed, seed, t.subset_draw, t.holdout, t.holdout_seed,
-               t.test_holdout)
+               t.test_holdout, t.carve)
         if key != self._key:  # other processes' work is reused through the disk cache (suite.run.cache)
             disk_key = tokenized_key(spec, tokenizer, data_dir, dataclasses.replace(t, data_seed=seed))
             # the dev subset is drawn with train.data_seed (0 when unset), never with the run seed: it joins the key
             disk_key = disk_key and f"{disk_key}-{t.subset_draw}-{t.holdout}-{t.holdout_seed}-dev{t.data_seed or 0}"
             if t.test_holdout is not None:  # keys of runs without it stay as they were
                 disk_key = disk_key and f"{disk_key}-test{t.test_holdout}"
+            if t.carve != "row" and (t.holdout is not None or t.test_holdout is not None):  # as are row carvings'
+                disk_key = disk_key and f"{disk_key}-carve-{t.carve}"
             value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)), _is_tokenized)
             self._key, self._value = key, Tokenized(*value)  # the disk cache keeps plain tuples
         return self._value
@@ -102,7 +104,7 @@ def _tokenize(spec: TaskSpec, tokenizer, data_dir, t, run_seed: int) -> Tokenize
     splits = load_splits(spec, data_dir)
     # Subsets are drawn before tokenising (same rows): a 2000-example run need not tokenise all of MNLI.
     columns = splits[spec.train_split]
-    draw = draw_train(columns["label"], t, run_seed, classification=not spec.is_regression)
+    draw = draw_train(columns["label"], t, run_seed, not spec.is_regression, train_groups(spec, columns, [t]))
     train = encode(spec, _rows(columns, draw.train), tokenizer, t.max_length)
     tune = encode(spec, _rows(columns, draw.tune), tokenizer, t.max_length) if draw.tune else Encoded([], [], [])
     test = encode(spec, _rows(columns, draw.test), tokenizer, t.max_length) if draw.test else Encoded([], [], [])

@@ -72,12 +72,19 @@ class HashRule:
 
     when: str  # "always", "unless" or "never"
     value: Any = None
+    # training settings of which one must be set for this one to matter (none: it always may); while all of them are
+    # unset it changes no number and stays out of the hash (train.carve without a carved split)
+    only_with: tuple[str, ...] = ()
 
-    def hashes(self, value: Any) -> bool:
+    def hashes(self, value: Any, train: dict[str, Any] | None = None) -> bool:
+        if self.only_with and train is not None and all(train.get(name) is None for name in self.only_with):
+            return False
         return self.when == "always" or (self.when == "unless" and value != self.value)
 
     def __str__(self) -> str:
-        return f"unless {setting_value(self.value)}" if self.when == "unless" else self.when
+        text = f"unless {setting_value(self.value)}" if self.when == "unless" else self.when
+        unset = " and ".join(f"train.{name}" for name in self.only_with)
+        return f"{text}; never while {unset} are null" if self.only_with else text
 
 
 ALWAYS, NEVER = HashRule("always"), HashRule("never")
@@ -152,6 +159,12 @@ class TrainSettings:
                                                "rows for every run), stratified for classification, scored at the "
                                                "end as `heldout`; the report scores on it when runs have one "
                                                "(none: no held-out test split)", hashed=ADDED)
+    carve: str = setting("sentence", "how train.holdout and train.test_holdout are carved: sentence (whole groups: "
+                                     "rows with equal texts, and on SST-2 each sentence with its phrases, land in "
+                                     "one split, so no carved row is a copy or phrase of a row left to train on) or "
+                                     "row (single rows, as the records written before; on SST-2 most carved rows "
+                                     "are then phrases of training rows)", choices=("sentence", "row"),
+                         hashed=HashRule("unless", "row", ("holdout", "test_holdout")))
     precision: str = setting("auto", "auto (bf16 autocast where the device computes bf16 natively: a CUDA GPU "
                                      "of compute capability 8.0+, a CPU with AVX512-BF16 or AMX; else fp32; resolved "
                                      "before the run is named), fp32, bf16 or fp16 (with loss scaling)",
@@ -257,7 +270,8 @@ OLDER_RECORDS_RAN: dict[str, Any] = {name: rule.value if rule.when == "unless" e
 
 def unhashed_at_default() -> list[str]:
     """The training settings that a job at its defaults leaves out of its hash."""
-    return [name for name, rule in TRAIN_HASH_RULES.items() if not rule.hashes(TRAIN_FIELDS[name].default)]
+    defaults = {name: f.default for name, f in TRAIN_FIELDS.items()}
+    return [name for name, rule in TRAIN_HASH_RULES.items() if not rule.hashes(defaults[name], defaults)]
 
 
 def hash_rules(method: str) -> dict[str, HashRule]:
@@ -317,7 +331,7 @@ class RunConfig:
         d = self.to_dict()
         for key, rule in hash_rules(self.method).items():  # a field at its rule's value stays out (HashRule)
             part, name = ("train" if key.startswith("train.") else "hparams"), key.partition(".")[2]
-            if not rule.hashes(d[part].get(name, rule.value)):
+            if not rule.hashes(d[part].get(name, rule.value), d["train"]):
                 d[part].pop(name, None)
         from suite.api.method_facts import method_registry  # (the classes or their catalog: suite.api.method_facts)
 
@@ -347,8 +361,13 @@ def _added_method_fields(method: str) -> dict[str, Any]:
 def with_added_defaults(method: str, hparams: dict[str, Any], train: dict[str, Any]
                         ) -> tuple[dict[str, Any], dict[str, Any]]:
     """An older record's hyper-parameters and training settings completed with the fields added since, at the
-    values that reproduce what it ran, so that old and new records of one configuration compare equal."""
-    return {**_added_method_fields(method), **hparams}, {**OLDER_RECORDS_RAN, **train}
+    values that reproduce what it ran, so that old and new records of one configuration compare equal (a setting that
+    changes nothing in the run, such as train.carve without a carved split, reads as what older records ran)."""
+    train = {**OLDER_RECORDS_RAN, **train}
+    for name, rule in TRAIN_HASH_RULES.items():
+        if rule.only_with and all(train.get(other) is None for other in rule.only_with):
+            train[name] = rule.value
+    return {**_added_method_fields(method), **hparams}, train
 
 
 def _method_defaults(method: str) -> dict[str, Any]:

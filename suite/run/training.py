@@ -48,10 +48,11 @@ def build_context(model, method: AttentionMethod, t: TrainSettings, steps: int, 
                                    {"params": [p for n, p in named if _no_decay(n)], "weight_decay": 0.0}],
                                   lr=lr, fused=device.type in ("cuda", "cpu"),
                                   capturable=graphs and device.type == "cuda")
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(t.warmup_ratio * steps), steps)
+    warmup = int(t.warmup_ratio * steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, steps)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     ctx = StepContext(model, method, optimizer, scheduler, device, amp_dtype, t.grad_clip, total_steps=steps,
-                      scaler=scaler, graphs=graphs)
+                      warmup_steps=warmup, scaler=scaler, graphs=graphs)
     method.setup_training(ctx)
     return ctx
 

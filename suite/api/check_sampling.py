@@ -1,0 +1,173 @@
+"""The method check's rules for what a method draws in training (see suite.api.testing for the whole check): fresh
+draws at every step, training weights that keep the expectation of the evaluation weights where the method claims
+it, and a backward pass that differentiates the forward under the same draws (a float64 finite difference)."""
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from suite.api.attention import AttentionMethod, attention_modules, probes
+from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, finite_diff, forward, rows
+
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["EXPECTATION_DRAWS", "check_draws", "check_expectation", "check_gradient"]
+
+# train-mode passes whose row sums the expectation rule averages; z beyond Z_LIMIT standard errors fails it
+EXPECTATION_DRAWS = range(16)
+Z_LIMIT = 6.0
+GRADIENT_STEP = 1e-6       # of the central finite difference in float64, along a direction of unit-variance entries
+GRADIENT_TOLERANCE = 1e-3  # relative difference between autograd's and the finite difference's derivative
+
+
+def check_draws(method: AttentionMethod, kind: str, rates: list[str]) -> CheckResult:
+    """With a rate above 0, two training passes one after the other, under different random seeds, differ: a mask
+    cached across steps, or drawn from a generator of the method's own that is re-seeded at every call, repeats."""
+    setting = f"{kind}, train"
+    if not rates:
+        return CheckResult("draws", setting, None, "no rate above 0 (p, p_*): nothing is drawn")
+    model = attached(method, kind)
+    model.train()
+    ids, mask, labels = checked_batch(model)
+    valid = mask.bool()
+    with torch.no_grad():
+        first, _ = forward(model, ids, mask, labels, seed=0)
+        second, _ = forward(model, ids, mask, labels, seed=1)
+    diff, non_finite = finite_diff(first.hidden_states[-1][valid], second.hidden_states[-1][valid])
+    if diff == 0.0 and non_finite:
+        return CheckResult("draws", setting, None, "not judged: the outputs are not finite (see the finite check)")
+    if diff == 0.0:
+        return CheckResult("draws", setting, False, f"two training passes in a row gave identical outputs at "
+                           f"{', '.join(rates)}: no new dropout mask is drawn per step (a mask kept across steps, or "
+                           "a generator of the method's own re-seeded at every call?), or the rate does nothing. Draw "
+                           "from torch's generator (torch.rand, F.dropout) at every forward")
+    return CheckResult("draws", setting, True, f"consecutive training passes draw afresh at {', '.join(rates)}")
+
+
+def _paired_row_sums(method: AttentionMethod, model, real_query: torch.Tensor, seed: int) -> list[tuple]:
+    """Calls `attention()` in training as the model does, and once more in evaluation on the same inputs; keeps the
+    row sums of real queries' weights that each call hands to `suite.attend`, as (train, eval) per call."""
+    original = method.attention
+    found: list[tuple] = []
+    seen: list[torch.Tensor] = []
+
+    def probe(module, probs):
+        seen.append(probs.detach().double().sum(-1))
+
+    def paired(module, *args, **kwargs):
+        seen.clear()
+        result = original(module, *args, **kwargs)
+        module.training = False
+        try:
+            original(module, *args, **kwargs)
+        finally:
+            module.training = True
+        if len(seen) == 2:
+            rows = real_query.expand_as(seen[0])
+            found.append((seen[0][rows], seen[1][rows]))
+        return result
+
+    method.attention = paired
+    try:
+        with torch.no_grad(), probes(model, probe):
+            forward(model, *checked_batch(model), seed=seed)
+    finally:
+        del method.attention
+    return found
+
+
+def check_expectation(method: AttentionMethod, kind: str, rates: list[str]) -> CheckResult:
+    """Where the method keeps the expectation (`keeps_expectation`, the default), its training-mode rows sum, on
+    average over draws, to what its evaluation rows sum to on the same inputs (1 for a softmax): dropout without the
+    1/(1-p) rescale shrinks them by 1 - p. A difference beyond Z_LIMIT standard errors of the per-draw means fails."""
+    setting = f"{kind}, train"
+    if not type(method).keeps_expectation:
+        return CheckResult("expect", setting, None, "declared keeps_expectation = False (dropout without a rescale "
+                           "on purpose)")
+    if not rates:
+        return CheckResult("expect", setting, None, "no rate above 0 (p, p_*): training weights are evaluation's")
+    model = attached(method, kind)
+    model.train()
+    real_query = checked_batch(model)[1].bool()[:, None, :]  # (B, 1, L): rows of real queries, every head
+    per_draw, train_sum, eval_sum = [], 0.0, 0.0
+    for seed in EXPECTATION_DRAWS:
+        calls = _paired_row_sums(method, model, real_query, seed)
+        if not calls:
+            return CheckResult("expect", setting, None, "the method never calls suite.attend: its weights cannot "
+                               "be inspected")
+        train = torch.cat([t for t, _ in calls])
+        evaluation = torch.cat([e for _, e in calls])
+        if not (torch.isfinite(train).all() and torch.isfinite(evaluation).all()):
+            return CheckResult("expect", setting, None, "not judged: some rows are not finite (see the finite "
+                               "check)")
+        per_draw.append(float((train - evaluation).mean()))
+        train_sum, eval_sum = train_sum + float(train.mean()), eval_sum + float(evaluation.mean())
+    n = len(per_draw)
+    mean = sum(per_draw) / n
+    if max(per_draw) == min(per_draw) and mean != 0.0:
+        return CheckResult("expect", setting, None, "not judged: every draw gave the same weights (see the draws "
+                           "check)")
+    se = math.sqrt(sum((d - mean) ** 2 for d in per_draw) / (n - 1) / n)
+    floor = 1e-6 * max(1.0, abs(eval_sum / n))  # rounding, where the sums agree by construction (DropHead's H / kept)
+    z = abs(mean) / se if se > 0 else (math.inf if abs(mean) > floor else 0.0)
+    if abs(mean) > floor and z > Z_LIMIT:
+        return CheckResult("expect", setting, False, f"training rows sum to {train_sum / n:.3f} on average where the "
+                           f"same rows in evaluation sum to {eval_sum / n:.3f} ({mean:+.3f}, {z:.0f} standard errors "
+                           f"over {n} draws, at {', '.join(rates)}): dropout that keeps the expectation rescales the "
+                           "kept weights by 1/(1-p) (F.dropout, suite.probs_dropout do); a method that drops without "
+                           "a rescale on purpose declares keeps_expectation = False")
+    return CheckResult("expect", setting, True, f"training row sums average evaluation's ({mean:+.1e}, within "
+                       f"{Z_LIMIT:.0f} standard errors over {n} draws)")
+
+
+def _directional_loss(model, batch: tuple, direction: dict, step: float, seed: int) -> float:
+    """The loss of a copy of `model` (a method's own generator then draws as in every other copy) moved by
+    step * direction, under `seed`."""
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for name, p in twin.named_parameters():
+            if name in direction:
+                p.add_(direction[name], alpha=step)
+        _, loss = forward(twin, *batch, seed=seed)
+    return float(loss)
+
+
+def check_gradient(method: AttentionMethod, kind: str, seed: int = 0) -> CheckResult:
+    """In training and float64, autograd's derivative of the loss along a random direction of the attention modules'
+    parameters equals a central finite difference taken under the same draws (the same seed, and copies of the same
+    state for a method's own generator): dropout applied through `.data` or in place behind autograd's back, or a
+    custom backward, gives another gradient than the forward it ran."""
+    setting = f"{kind}, train, float64"
+    model = attached(method, kind).double()
+    model.train()
+    # rows with a real token: a fully padded row's scores sit at the mask minimum, where adding a score changes no
+    # float (autograd's derivative of `s + mask` is 1, a finite difference's 0)
+    batch = rows(checked_batch(model), [i for name, which in ROWS.items() if name != "a fully padded row"
+                                        for i in which])
+    g = torch.Generator().manual_seed(5)
+    attention = {id(p) for module in attention_modules(model) for p in module.parameters()}
+    direction = {n: torch.randn(p.shape, generator=g, dtype=p.dtype) for n, p in model.named_parameters()
+                 if p.requires_grad and id(p) in attention}
+    twin = copy.deepcopy(model)
+    try:
+        _, loss = forward(twin, *batch, seed=seed)
+        loss.backward()
+    except RuntimeError as exc:
+        return CheckResult("gradient", setting, None, f"not judged: the model does not run in float64 ({exc})")
+    named = dict(twin.named_parameters())
+    autograd = sum(float((named[n].grad * v).sum()) for n, v in direction.items() if named[n].grad is not None)
+    plus, minus = (_directional_loss(model, batch, direction, s * GRADIENT_STEP, seed) for s in (1, -1))
+    finite = (plus - minus) / (2 * GRADIENT_STEP)
+    if not (math.isfinite(autograd) and math.isfinite(finite)):
+        return CheckResult("gradient", setting, None, "not judged: the loss or its gradient is not finite (see the "
+                           "finite check)")
+    error = abs(autograd - finite) / max(abs(autograd), abs(finite), 1e-8)
+    if error > GRADIENT_TOLERANCE:
+        return CheckResult("gradient", setting, False, f"the training gradient along a random direction of the "
+                           f"attention parameters is {autograd:.6g} by autograd and {finite:.6g} by a float64 finite "
+                           f"difference under the same draws ({error:.1%} apart): the backward pass does not "
+                           "differentiate the forward (dropout or another change applied through .data or in place "
+                           "after autograd saved the tensor, a detach, or a custom autograd.Function's backward)")
+    return CheckResult("gradient", setting, True, f"autograd equals a float64 finite difference under the same draws "
+                       f"(relative difference {error:.1e})")

@@ -1,0 +1,185 @@
+"""The method check's rules on a tiny model whose attention scores have a pre-trained model's spread (see
+suite.api.testing for the whole check): the identity rule, where a random init's scores near 0 would hide a doubled
+or missing scaling, and an fp16 pass, where a softmax computed in fp16 overflows (exp(s) passes fp16's 65504 at
+s = 11.1; pre-trained scores reach 30 and beyond)."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+
+from suite.api.attention import AttentionMethod, attention_modules
+from suite.api.check_common import ROWS, CheckResult, checked_batch, forward, gradients, max_diff, rows
+from suite.api.tiny_models import tiny_model
+
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["PRETRAINED_SCORES", "PRETRAINED_STD", "check_fp16", "check_identity", "spread_model"]
+
+# the largest |score| each layer of the spread model reaches on the checked batch: the 99.9th percentile of |q k^T
+# d^-0.5| in MiniLM-L6-H384's first layer on SST-2 and RTE dev sentences is 30.3 (its largest 55.5; other layers'
+# largest 10-24), experiments/check_score_range/minilm.json
+PRETRAINED_SCORES = 30.0
+# the standard deviation of those scores in MiniLM's first layer (the widest; 1.4-2.9 in the others), same file: the
+# identity rule's spread, where rows are neither flat (a random init's) nor one-hot (a scaling change would not show)
+PRETRAINED_STD = 3.85
+TOLERANCE = {"outputs": 1e-5, "gradients": 1e-4}
+FP16_SEEDS = range(2)  # an overflow at these scores does not wait for a rare draw
+
+
+def _score_spread(model, batch: tuple, statistic: str) -> list[float]:
+    """Per layer, the largest |q k^T * d^-0.5| ("max") or its standard deviation ("std") over real query-key pairs
+    of `batch` (an eval pass)."""
+    found: dict[int, float] = {}
+    real = batch[1].bool()
+    pairs = (real[:, None, :, None] & real[:, None, None, :])
+
+    def record(module, args, kwargs):
+        h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        b, length, _ = h.shape
+        heads = module.num_attention_heads
+        q = module.query(h).view(b, length, heads, -1).transpose(1, 2)
+        k = module.key(h).view(b, length, heads, -1).transpose(1, 2)
+        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        real_scores = s[pairs.expand_as(s)]
+        found[module.layer_idx] = float(real_scores.abs().max() if statistic == "max" else real_scores.std())
+
+    handles = [m.register_forward_pre_hook(record, with_kwargs=True) for m in attention_modules(model)]
+    model.eval()
+    try:
+        with torch.no_grad():
+            forward(model, *batch)
+    finally:
+        for h in handles:
+            h.remove()
+    return [found[i] for i in sorted(found)]
+
+
+def spread_model(kind: str, statistic: str = "max"):
+    """A tiny random-init model (SDPA attention) whose query and key projections are scaled, layer by layer, so that
+    each layer's real scores on the checked batch reach PRETRAINED_SCORES ("max") or spread with MiniLM's standard
+    deviation, PRETRAINED_STD ("std")."""
+    model = tiny_model(kind)
+    batch = checked_batch(model)
+    target = PRETRAINED_SCORES if statistic == "max" else PRETRAINED_STD
+    for layer, module in enumerate(attention_modules(model)):
+        factor = math.sqrt(target / _score_spread(model, batch, statistic)[layer])
+        with torch.no_grad():
+            for p in (*module.query.parameters(), *module.key.parameters()):
+                p.mul_(factor)
+    return model
+
+
+@contextlib.contextmanager
+def _sdpa_gaps(model, real: torch.Tensor, gaps: list[float]):
+    """While active, every attention call of `model`'s method is compared with SDPA on the same queries, keys and
+    values: the largest difference at real queries, relative to SDPA's largest output, is appended to `gaps`."""
+    method = attention_modules(model)[0].suite_method
+    original = method.attention
+
+    def compared(module, query, key, value, attention_mask, scaling, **kwargs):
+        result = original(module, query, key, value, attention_mask, scaling, **kwargs)
+        keep = None if attention_mask is None else attention_mask == 0
+        with torch.no_grad():
+            expected = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, scale=scaling).transpose(1, 2)
+            if isinstance(result, tuple) and result[0].shape == expected.shape:
+                gaps.append(max_diff(result[0][real], expected[real]) / max(float(expected[real].abs().max()), 1e-12))
+        return result
+
+    method.attention = compared
+    try:
+        yield
+    finally:
+        del method.attention
+
+
+def check_identity(cls: type[AttentionMethod], kind: str) -> CheckResult:
+    """At `cls.identity` the method equals SDPA on a padded batch, on the model with a pre-trained score spread:
+    outputs and gradients, train and eval mode."""
+    setting = f"{kind}, score sd {PRETRAINED_STD:g}"
+    ref = spread_model(kind, "std")
+    model = copy.deepcopy(ref)
+    cls(cls.Config(**cls.identity)).attach(model)
+    # rows with a real token: SDPA's output on a row with none is a convention of its own, not softmax attention
+    ids, mask, labels = rows(checked_batch(ref), [i for name, which in ROWS.items() if name != "a fully padded row"
+                                                  for i in which])
+    valid = mask.bool()
+    for mode in ("train", "eval"):
+        for m in (ref, model):
+            m.train(mode == "train")
+            m.zero_grad()
+        out_ref, loss_ref = forward(ref, ids, mask, labels)
+        gaps: list[float] = []
+        with _sdpa_gaps(model, valid, gaps):
+            out, loss = forward(model, ids, mask, labels)
+        if gaps and not max(gaps) <= TOLERANCE["outputs"]:
+            layer = max(range(len(gaps)), key=gaps.__getitem__)
+            return CheckResult("identity", setting, False, f"{mode} mode: layer {layer}'s attention output differs "
+                               f"from SDPA's on the same queries, keys and values by {max(gaps):.2e} of its size "
+                               f"(tolerance {TOLERANCE['outputs']:.0e}) at {cls.identity}, with scores of a "
+                               "pre-trained model's spread (a scaling other than d^-0.5, a mask or a softmax that "
+                               "differ from SDPA's?)")
+        diff = max_diff(out.hidden_states[-1][valid], out_ref.hidden_states[-1][valid])
+        if not diff <= TOLERANCE["outputs"]:
+            return CheckResult("identity", setting, False, f"{mode} mode: real tokens' outputs differ from SDPA "
+                               f"by {diff:.2e} (tolerance {TOLERANCE['outputs']:.0e}) at {cls.identity}, with scores "
+                               "of a pre-trained model's spread (a scaling other than d^-0.5, a mask or a softmax "
+                               "that differ from SDPA's?)")
+        loss_ref.backward()
+        loss.backward()
+        g_ref, g = gradients(ref), gradients(model)
+        for name in g_ref:
+            diff = max_diff(g[name], g_ref[name]) if name in g else math.inf
+            scale = max(1.0, float(g_ref[name].abs().max()))
+            if not diff <= TOLERANCE["gradients"] * scale:
+                return CheckResult("identity", setting, False, f"{mode} mode: gradient of {name} differs from "
+                                   f"SDPA by {diff:.2e}")
+    return CheckResult("identity", setting, True, f"at {cls.identity}: equals SDPA (outputs, gradients; train and "
+                       f"eval; scores with a pre-trained model's spread)")
+
+
+def _non_finite(model, batch: tuple, mode: str, seed: int, autocast) -> str | None:
+    """What is NaN or inf in one forward and backward (real tokens' outputs, logits, loss, gradients), or None."""
+    ids, mask, labels = batch
+    model.train(mode == "train")
+    model.zero_grad()
+    with autocast:
+        out, loss = forward(model, ids, mask, labels, seed=seed)
+    if not (torch.isfinite(out.hidden_states[-1][mask.bool()].float()).all() and torch.isfinite(out.logits).all()):
+        return "outputs"
+    if not torch.isfinite(loss.float()):
+        return "loss"
+    loss.backward()
+    bad = [n for n, g in gradients(model).items() if not torch.isfinite(g).all()]
+    return f"gradients (in {', '.join(bad[:2])})" if bad else None
+
+
+def check_fp16(method: AttentionMethod, kind: str) -> CheckResult:
+    """Under fp16 autocast (the CPU's, as a GPU's: matmuls in fp16), with scores of a pre-trained model's spread,
+    outputs, loss and gradients are finite in train and eval mode, padded and unpadded, wherever they are finite in
+    fp32. Skipped for methods that declare supports_fp16 = False (the suite never trains them in fp16)."""
+    setting = f"{kind}, fp16, scores up to {PRETRAINED_SCORES:g}"
+    if not type(method).supports_fp16:
+        return CheckResult("fp16", setting, None, "declared supports_fp16 = False: never trained in fp16")
+    model = spread_model(kind)
+    method.attach(model)
+    fp16 = torch.autocast("cpu", dtype=torch.float16)
+    for padded in (True, False):
+        batch = checked_batch(model, padded=padded)
+        for mode in ("train", "eval"):
+            for seed in FP16_SEEDS if mode == "train" else (0,):
+                state = copy.deepcopy(model)  # fp32 reruns the same draws of a generator of the method's own
+                found = _non_finite(model, batch, mode, seed, fp16)
+                if found is None:
+                    continue
+                where = f"{mode} mode, {'padded' if padded else 'unpadded'} batch, seed {seed}"
+                if _non_finite(state, batch, mode, seed, contextlib.nullcontext()) is not None:
+                    return CheckResult("fp16", setting, None, f"not judged: non-finite in fp32 too ({where}; see the "
+                                       "finite check)")
+                return CheckResult("fp16", setting, False, f"non-finite {found} under fp16 autocast ({where}), finite "
+                                   "in fp32: with a pre-trained model's scores an exponential or sum computed in fp16 "
+                                   "overflows (exp(s) > 65504 once s > 11.1); compute the softmax in fp32 "
+                                   "(suite.softmax) or subtract each row's maximum first")
+    return CheckResult("fp16", setting, True, "finite under fp16 autocast (train and eval, padded and unpadded)")
