@@ -420,7 +420,7 @@ def read_commands(root: Path, commands: list[str]) -> None:
     cmd_file = root / COMMANDS
     if cmd_file.is_file():
         try:
-            text = cmd_file.read_text(encoding="utf-8", errors="backslashreplace")  # as `run` writes it
+            text = cmd_file.read_text(encoding="utf-8")  # as `run` writes it, whatever the locale
         except (OSError, UnicodeDecodeError) as exc:
             print(f"warning: {cmd_file}: cannot be read ({exc}); the report names no commands from it",
                   file=sys.stderr)
