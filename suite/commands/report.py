@@ -10,7 +10,8 @@ from suite.report import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_CORRECTION, DE
 from suite.run.data import DATA_DIR_ENV
 from suite.stats.families import CORRECTIONS
 
-__all__ = ["COMMAND", "add_parser", "main", "study_arguments"]  # the command, and what the rest of the suite uses
+# the command, and what the rest of the suite uses
+__all__ = ["COMMAND", "add_parser", "main", "planned_cells", "study_arguments"]
 
 COMMAND = "report"
 
@@ -109,13 +110,37 @@ def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def planned_cells(command: str) -> set[tuple[str, str, str, int]]:
+    """(model, task, method, seed) of every job a `run` command line of commands.txt plans, planned again; under
+    --until-decided only the first look's seeds (later ones run only while a comparison is undecided). Raises what
+    planning raises (SystemExit from a line the parser refuses)."""
+    import shlex
+
+    from suite.commands import build_parser
+    from suite.commands.run_options import run_overrides
+    from suite.grid.stages import plan_stages
+    from suite.grid.study import Study, load_study
+
+    words = shlex.split(command)
+    argv = words[words.index("run"):]
+    args = build_parser(argv).parse_args(argv)
+    if args.dry_run or getattr(args, "replay", False):
+        return set()
+    stages = plan_stages(load_study(args.study) if args.study else Study(), run_overrides(args))
+    jobs, schedule = stages.plan.jobs, stages.request.schedule
+    seeds = sorted({j.seed for j in jobs})
+    if schedule is not None:
+        seeds = seeds[:schedule.looks[0]]
+    return {(j.model, j.task, j.method, j.seed) for j in jobs if j.seed in seeds}
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         args = resolve_arguments(args)
         path = build_report([args.dir, *args.more], args.out, args.baseline, args.alpha, args.correction,
                             args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or (),
                             args.primary or (), args.margin, args.collapse_floor, args.allow_uncommitted,
-                            getattr(args, "preregistered", None))
+                            preregistered=getattr(args, "preregistered", None), planner=planned_cells)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

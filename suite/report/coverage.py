@@ -1,9 +1,9 @@
 """What the report lacks and what its runs cost: how many of the jobs its commands planned have records (each
-`run` line of commands.txt planned again), the cells without them, and the run hours per cell on each device."""
+`run` line of commands.txt planned again by `Options.planner`, which the command layer gives: planning is the grid's),
+the cells without them, and the run hours per cell on each device."""
 from __future__ import annotations
 
 import math
-import shlex
 from collections import defaultdict
 
 import pandas as pd
@@ -14,27 +14,6 @@ from suite.report.vocabulary import DASH, Part, table, task_display, task_order
 __all__ = ["compute_per_cell", "coverage_lines"]
 
 MOST_CELLS_NAMED = 12  # missing cells named one by one; beyond, a count
-
-
-def _planned(command: str) -> set[tuple[str, str, str, int]]:
-    """(model, task, method, seed) of every job a `run` command plans; under --until-decided only the first look's
-    seeds (later seeds run only while a comparison is undecided). Raises what planning raises."""
-    from suite.commands import build_parser
-    from suite.commands.run_options import run_overrides
-    from suite.grid.stages import plan_stages
-    from suite.grid.study import Study, load_study
-
-    words = shlex.split(command)
-    argv = words[words.index("run"):]
-    args = build_parser(argv).parse_args(argv)
-    if args.dry_run or getattr(args, "replay", False):
-        return set()
-    stages = plan_stages(load_study(args.study) if args.study else Study(), run_overrides(args))
-    jobs, schedule = stages.plan.jobs, stages.request.schedule
-    seeds = sorted({j.seed for j in jobs})
-    if schedule is not None:
-        seeds = seeds[:schedule.looks[0]]
-    return {(j.model, j.task, j.method, j.seed) for j in jobs if j.seed in seeds}
 
 
 def _seed_ranges(seeds: list[int]) -> str:
@@ -48,18 +27,19 @@ def _seed_ranges(seeds: list[int]) -> str:
     return ", ".join(parts)
 
 
-def coverage_lines(report: ReportFacts) -> list[str]:
+def coverage_lines(report: ReportFacts, options: Options) -> list[str]:
     """The header's line on the planned jobs: all of them have ok records, or N of M, with the cells that lack them;
-    nothing when no command was recorded. A command that no longer plans (a moved study file) is named."""
+    nothing when no command was recorded or no planner given. A command that no longer plans (a moved study file) is
+    named."""
     commands = [c for c in report.loaded.commands if " run " in f" {c} "]
-    if not commands:
+    if not commands or options.planner is None:
         return []
     planned: set[tuple[str, str, str, int]] = set()
     failed = []
     for number, command in enumerate(commands, 1):
         with _quiet() as said:
             try:
-                planned |= _planned(command)
+                planned |= options.planner(command)
             except SystemExit:  # argparse refused the line: its last words say why
                 failed.append(f"command {number} ({(said.getvalue().strip().splitlines() or ['?'])[-1][:160]})")
             except Exception as exc:  # noqa: BLE001  the report goes on, saying which line

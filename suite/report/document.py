@@ -155,7 +155,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
                  reference_tasks: Sequence[str] = (), primary: Sequence[str] = (),
                  margin: float | Mapping[str, float] | None = None,
                  collapse_floor: float | Mapping[str, float] | None = None,
-                 allow_uncommitted: bool = False, preregistered: str | None = None) -> Path:
+                 allow_uncommitted: bool = False, preregistered: str | None = None,
+                 planner: Callable[[str], set[tuple[str, str, str, int]]] | None = None) -> Path:
     """Read the records under each run folder and write `out/leaderboard.md` (with CSV and LaTeX tables beside it)
     and `out/figures/*.png|pdf`.
 
@@ -165,8 +166,9 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     `margin` the equivalence margin and `collapse_floor` the points above the constant predictor below which a run
     collapsed (each one number or task -> number). Records from uncommitted code or from several commits are refused
     unless `allow_uncommitted`. `preregistered`: where the analysis was fixed before the results (a study's
-    `report: preregistered:`); without it the verdicts are labelled a re-analysis. Returns the path of the markdown
-    file.
+    `report: preregistered:`); without it the verdicts are labelled a re-analysis. `planner` plans a `run` line of
+    commands.txt again ((model, task, method, seed) of its jobs), for the header's count of planned jobs with records
+    (`python -m suite report` gives it; None: no count). Returns the path of the markdown file.
     """
     if not run_dirs:
         raise ReportError("give at least one folder of runs")
@@ -191,7 +193,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
         costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
     options = Options(out_dir, baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
                       str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
-                      collapse_floor, allow_uncommitted, preregistered)
+                      collapse_floor, allow_uncommitted, preregistered, planner)
     report = report_facts(loaded, options, stages.verdicts(run_dirs, loaded.frame, alpha, margin))
     written = document(report, options)
     path = out_dir / "leaderboard.md"

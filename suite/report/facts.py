@@ -17,7 +17,7 @@ import dataclasses
 import math
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -76,6 +76,8 @@ class Options:
     collapse_floor: float | Mapping[str, float] | None = None
     allow_uncommitted: bool = False    # report records of uncommitted code or of several commits
     preregistered: str | None = None   # where the analysis was fixed before the results; None: a re-analysis
+    # a `run` command line -> the (model, task, method, seed) it plans (the command layer's; None: not asked)
+    planner: Callable[[str], set[tuple[str, str, str, int]]] | None = None
 
     @property
     def figure_dir(self) -> Path:

@@ -171,7 +171,7 @@ def section(report: ReportFacts, options: Options) -> Part:
     part.add(model_line(df), data_line(df),
              f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; {report.seeds_per_cell()} per "
              "leaderboard cell)",
-             runs_line(loaded, df), *coverage_lines(report))
+             runs_line(loaded, df), *coverage_lines(report, options))
     started, finished = unique(df["started"]), unique(df["finished"])
     if started and finished:
         part.add(f"- **Run dates:** {started[0]} to {finished[-1]}")
