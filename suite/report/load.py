@@ -25,7 +25,13 @@ import pandas as pd
 from suite.api.errors import ReportError
 from suite.report.vocabulary import key_of, num
 from suite.run.layout import COMMANDS, RUNS
-from suite.run.record import InvalidRecord, RunRecord, heldout_predictions, load_predictions
+from suite.run.record import (
+    InvalidRecord,
+    RunRecord,
+    check_nested_types,
+    heldout_predictions,
+    load_predictions,
+)
 from suite.run.settings import with_added_defaults
 
 TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
@@ -273,63 +279,6 @@ def parse_record(d, source: str) -> RunRecord:
         rec.final = final
         return rec
     return RunRecord.from_dict(d, source=source)
-
-
-NUMBER = (int, float, type(None))
-OPTIONAL_DICT = (dict, type(None))
-OPTIONAL_STR = (str, type(None))
-# The types of the record's parts the report reads ("[]": each item of a list, "*": each value of a dict). A
-# hand-edited record with another type there is named and skipped instead of crashing a section of the report.
-NESTED_TYPES: dict[str, type | tuple[type, ...]] = {
-    "config.model": OPTIONAL_STR, "config.task": str, "config.method": str, "config.seed": (int, type(None)),
-    "config.hparams": OPTIONAL_DICT, "config.train": OPTIONAL_DICT, "label": str, "hash": str,
-    "environment": OPTIONAL_DICT, "history": (list, type(None)), "history[]": dict,
-    "history[].dev": OPTIONAL_DICT, "history[].train_subset": OPTIONAL_DICT, "history[].method": OPTIONAL_DICT,
-    "final": OPTIONAL_DICT, "final.score": NUMBER, "best": OPTIONAL_DICT, "timing": OPTIONAL_DICT,
-    "timing.step_s": NUMBER, "timing.peak_memory_mb": NUMBER, "timing.step_mode": OPTIONAL_DICT,
-    "parameters": OPTIONAL_DICT, "parameters.*": NUMBER,
-    "data": OPTIONAL_DICT, "attention": OPTIONAL_DICT, "attention.mean": OPTIONAL_DICT,
-    "attention.per_layer": OPTIONAL_DICT, "analyses": OPTIONAL_DICT, "method_record": OPTIONAL_DICT,
-    "baselines": OPTIONAL_DICT, "heldout": OPTIONAL_DICT, "heldout.score": NUMBER, "heldout_baselines": OPTIONAL_DICT,
-    "predictions": OPTIONAL_STR, "started": OPTIONAL_STR, "finished": OPTIONAL_STR,
-    "error": OPTIONAL_STR, "generalisation_gap": NUMBER, "version": int,
-}
-
-
-def _values(data: Any, path: str) -> list[tuple[str, Any]]:
-    """(where, value) of every value at a dotted `path` of NESTED_TYPES in `data` (absent parts: none)."""
-    found = [("", data)]
-    for part in path.split("."):
-        step = []
-        for where, value in found:
-            name, each = part.removesuffix("[]"), part.endswith("[]")
-            if name == "*":
-                step += [(f"{where}.{k}", v) for k, v in value.items()] if isinstance(value, dict) else []
-                continue
-            if not isinstance(value, dict) or name not in value:
-                continue
-            where, value = f"{where}.{name}".lstrip("."), value[name]
-            if each:
-                step += [(f"{where}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else []
-            else:
-                step.append((where, value))
-        found = step
-    return found
-
-
-def _is(value: Any, types: type | tuple[type, ...]) -> bool:
-    """isinstance, except that JSON's true/false is no number"""
-    if isinstance(value, bool):
-        return bool in (types if isinstance(types, tuple) else (types,))
-    return isinstance(value, types)
-
-
-def check_nested_types(data: Any, source: str) -> None:
-    for path, types in NESTED_TYPES.items():
-        for where, value in _values(data, path):
-            if not _is(value, types):
-                raise InvalidRecord(f"{source}: {where} is a JSON {type(value).__name__}, not what a run record "
-                                    "holds there (edited by hand?)")
 
 
 def _sidecar(path: Path, rec: RunRecord) -> str:
