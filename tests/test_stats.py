@@ -1,4 +1,5 @@
 """Attention statistics on hand-made maps with known values, and end to end on a tiny BERT."""
+import dataclasses
 import math
 from pathlib import Path
 
@@ -195,12 +196,13 @@ def _tokenizer(tiny_bert_dir):
     return BertTokenizer(vocab=str(Path(tiny_bert_dir) / "vocab.txt"), do_lower_case=True)
 
 
-def _tiny(tiny_bert_dir, method: str):
+def _tiny(tiny_bert_dir, method: str, **cfg):
     from transformers import AutoModelForSequenceClassification
 
     tok = _tokenizer(tiny_bert_dir)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_bert_dir)
-    suite.METHODS.get(method)().attach(model)
+    cls = suite.METHODS.get(method)
+    cls(dataclasses.replace(cls.Config(), **cfg)).attach(model)
     texts = [("the cat sat on the mat .", "a dog ran fast , yes"), ("red car", "the big house"),
              ("the man sees a bird .", "no"), ("small", "blue tree , the woman likes it .")] * 3
     enc = tok([a for a, _ in texts], [b for _, b in texts])
@@ -234,20 +236,33 @@ def test_statistics_end_to_end_format_and_probes_removed(tiny_bert_dir):
     assert not any(hasattr(m, "suite_probe") for m in attention_modules(model))
 
 
-def test_uniform_method_gives_the_expected_entropy_and_masses(tiny_bert_dir):
-    """End to end against values computed from the batch lengths alone: uniform attention over the real tokens."""
-    tok, model, dev = _tiny(tiny_bert_dir, "uniform")
+@pytest.mark.parametrize("boundary_tokens", [False, True])
+def test_uniform_method_gives_the_expected_entropy_and_masses(tiny_bert_dir, boundary_tokens):
+    """End to end against values computed from the batch lengths alone: uniform attention over the real tokens, the
+    first ([CLS]) and last ([SEP]) left out by default (Wiegreffe & Pinter), kept with boundary_tokens=True."""
+    tok, model, dev = _tiny(tiny_bert_dir, "uniform", boundary_tokens=boundary_tokens)
     train = TrainSettings(stats_batches=1, eval_batch_size=len(dev))
     r = stats.attention_statistics(model, tok, dev, get_task("rte"), train, tok.pad_token_id,
                                    torch.device("cpu"), None)
     lengths = dev.lengths()
-    entropy = sum(n * math.log(n) for n in lengths) / sum(lengths)
-    seps = sum(n * (f["input_ids"].count(tok.sep_token_id) / n) for n, f in zip(lengths, dev.features))
+    seps = [f["input_ids"].count(tok.sep_token_id) for f in dev.features]
+    if boundary_tokens:  # over n tokens, [CLS] and every [SEP] among them
+        entropy = sum(n * math.log(n) for n in lengths) / sum(lengths)
+        mass_cls, mass_sep = len(lengths) / sum(lengths), sum(seps) / sum(lengths)
+    else:  # over the n - 2 tokens between: no [CLS], the pair's middle [SEP] only; the entropy after the statistics'
+        # smoothing (P' = (1 - s) P + s / n), which gives the two left-out tokens a little mass
+        def smoothed_entropy(n: int) -> float:
+            inner, outer = (1 - stats.SMOOTHING) / (n - 2) + stats.SMOOTHING / n, stats.SMOOTHING / n
+            return -((n - 2) * inner * math.log(inner) + 2 * outer * math.log(outer))
+
+        entropy = sum(n * smoothed_entropy(n) for n in lengths) / sum(lengths)
+        mass_cls = 0.0
+        mass_sep = sum(n * (c - 1) / (n - 2) for n, c in zip(lengths, seps)) / sum(lengths)
     for layer in range(r["layers"]):
         assert r["per_layer"]["entropy"][layer] == pytest.approx(entropy, rel=1e-5)
         assert r["per_layer"]["head_diversity"][layer] == pytest.approx(0, abs=1e-6)
-        assert r["per_layer"]["mass_cls"][layer] == pytest.approx(len(lengths) / sum(lengths), rel=1e-5)
-        assert r["per_layer"]["mass_sep"][layer] == pytest.approx(seps / sum(lengths), rel=1e-5)
+        assert r["per_layer"]["mass_cls"][layer] == pytest.approx(mass_cls, rel=1e-5, abs=1e-7)
+        assert r["per_layer"]["mass_sep"][layer] == pytest.approx(mass_sep, rel=1e-5)
 
 
 def test_probes_are_removed_when_the_forward_fails(tiny_bert_dir):
