@@ -217,7 +217,10 @@ def kappa(runs: list[dict], design: Design, updates: int) -> dict:
     pooled_sd = math.sqrt((planted.var(ddof=1) + placebo.var(ddof=1)) / 2)
     k = diff.mean() / (design.c * updates)
     k_se = diff.std(ddof=1) / math.sqrt(len(seeds)) / (design.c * updates)
-    return {"done": True, "seeds": seeds, "n": updates, "c": design.c, "planted": planted.tolist(),
+    registered = set(design.arms.get("planted", ())) & set(design.arms.get("placebo", ()))
+    # "done": computable; "complete": from every registered seed pair (before that, B's horizon is provisional)
+    return {"done": True, "complete": registered <= set(seeds), "seeds": seeds, "n": updates, "c": design.c,
+            "planted": planted.tolist(),
             "placebo": placebo.tolist(), "paired_diff": diff.tolist(), "kappa": float(k), "kappa_se": float(k_se),
             "s": pooled_sd / math.sqrt(updates), "pooled_sd": pooled_sd,
             "placebo_mean": float(placebo.mean()), "planted_corr": mean_corr(runs, "planted")}

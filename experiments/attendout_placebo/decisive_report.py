@@ -119,7 +119,9 @@ def markdown(result: dict, runs: list[dict]) -> str:
                   f"{len(k['seeds'])} seeds); s = {k['s']:.3g} (per-update noise of the endpoint, pooled within arms).",
                   f"B's horizon for 80% power of the real arm at c = 0.0058 (10 seeds, two-sided 0.05): "
                   f"{fmt(h['n_point'])} updates at kappa's estimate ({fmt(h['n_kappa_plus_se'])} to "
-                  f"{fmt(h['n_kappa_minus_se'])} at kappa ± 1 SE); the rule's choice: {h['n_chosen']}.",
+                  f"{fmt(h['n_kappa_minus_se'])} at kappa ± 1 SE); the rule's choice: {h['n_chosen']}"
+                  + ("." if k.get("complete") else " (provisional: not every registered seed pair has finished; "
+                     "B's horizon is fixed only from the complete calibration)."),
                   f"A's power by kappa (scaled to K = 1): {result['A_power_from_kappa']:.2f}."]
     if "test" in result:
         lines += ["", f"**Decision**: {result['test']['decision']}.", "", "```", json.dumps(result["test"], indent=1),
