@@ -249,7 +249,8 @@ class Design:
         if not sd_uncertainty or n < 2:
             return self._power_at(ev, diff, seed_sd, n)
         nodes = stats.chi2.ppf((np.arange(SD_NODES) + 0.5) / SD_NODES, n - 1)
-        return np.mean([self._power_at(ev, diff, seed_sd * math.sqrt((n - 1) / q), n) for q in nodes], axis=0)
+        sds = seed_sd * np.sqrt((n - 1) / nodes).reshape((-1,) + (1,) * seed_sd.ndim)   # every node in one call
+        return np.mean(self._power_at(ev, diff, sds, n), axis=0)
 
     def _power_at(self, ev, diff, seed_sd, n: int):
         """Predictive power with the seed sd taken as known (see `predictive_power`)."""
