@@ -16,6 +16,9 @@ from suite.api.attention import METHODS, AttentionMethod, register_method
 from suite.api.tasks import get_task
 from suite.grid.store import Store
 from suite.report import ReportError, build_report
+from suite.report.differences import DETAILS
+from suite.report.leaderboard import COSTS
+from suite.report.markdown import unwrap_prose
 from suite.run.settings import TrainSettings
 
 MODEL = "tiny-bert"
@@ -167,18 +170,24 @@ def parse_table(md: str, heading: str) -> dict[str, dict[str, str]]:
 
 
 def comparison_rows(md: str, reference: str = "vanilla") -> dict[tuple[str, str], dict[str, str]]:
-    """The per-comparison table as {(method, task): {column: cell}}."""
-    lines = md.split(f"### Comparisons with `{reference}`")[1].split("\n\n")[1].splitlines()
-    header = [c.strip() for c in lines[0].strip("|").split(" | ")]
-    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split(" | ")))) for line in lines[2:]]
-    return {(r["method"], r["task"]): r for r in rows}
+    """The per-comparison tables (the compact one and the further statistics below it) as {(method, task): {column:
+    cell}}, each row's cells of both tables together."""
+    section = md.split(f"### Comparisons with `{reference}`")[1]
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for part in (section, section.split(DETAILS)[1]):
+        lines = part.split("\n\n")[1].splitlines()
+        header = [c.strip() for c in lines[0].strip("|").split(" | ")]
+        for line in lines[2:]:
+            row = dict(zip(header, (c.strip() for c in line.strip("|").split(" | "))))
+            rows.setdefault((row["method"], row["task"]), {}).update(row)
+    return rows
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory, recon_method):
     root = write_grid(tmp_path_factory.mktemp("grid"))
     path = build_report([root])
-    return root, path.read_text()
+    return root, unwrap_prose(path.read_text())   # each paragraph on one line: the phrases below, whatever the wrap
 
 
 def test_leaderboard_means_stds_best_and_average(report):
@@ -242,7 +251,7 @@ def test_verdicts_and_intervals_without_predictions(report):
 
 def test_costs_from_the_runs_are_context_only_and_parameters_and_reconstruction_footnote(report):
     _, md = report
-    board = parse_table(md, "### Leaderboard")
+    board = parse_table(md, COSTS)
     assert not any("memory" in col or "step time" in col for col in board["vanilla"])   # no bench file: no costs
     assert "Costs: no measurement for this model" in md
     context = parse_table(md, "#### In-run step times (context, not a cost measurement)")
@@ -252,8 +261,57 @@ def test_costs_from_the_runs_are_context_only_and_parameters_and_reconstruction_
     assert "† `recon_probe`: reconstruction from the paper's description" in md
     # unknown plugin method: the most-run setting, named in the row and under the table
     assert board["plugin_x [k=8]"]["extra params"] == "1,536"
-    assert board["plugin_x [k=8]"]["RTE"] == "61.00 ± 0.00 (3)"
+    assert parse_table(md, "### Leaderboard")["plugin_x [k=8]"]["RTE"] == "61.00 ± 0.00 (3)"
     assert "`plugin_x`: no runs with its default hyper-parameters; the row shows k=8." in md
+
+
+def headers(md: str, heading: str) -> list[str]:
+    """The column headers of the first markdown table after `heading`."""
+    lines = md.splitlines()
+    first = next(line for line in lines[lines.index(heading):] if line.startswith("|"))
+    return [c.strip() for c in first.strip("|").split(" | ")]
+
+
+def test_the_compact_tables_show_their_columns_and_the_rest_below_them_and_in_the_exports(report):
+    """The leaderboard: methods x tasks x average, its costs and parameters in a small table below; the comparisons:
+    what each verdict rests on, every other statistic below. The exports keep every column in one table."""
+    root, md = report
+    tasks = ["MRPC", "STS-B", "RTE", "WNLI"]   # GLUE's order
+    assert headers(md, "### Leaderboard") == ["method", *tasks, "GLUE avg"]
+    assert headers(md, COSTS) == ["method", "extra params", "training-only params"]   # no bench file: no costs
+    assert headers(md, "### Comparisons with `vanilla`") == ["method", "task", "seeds", "Δ", "95% interval", "p adj",
+                                                             "p equiv adj", "verdict", "family", "degenerate"]
+    assert headers(md, DETAILS) == ["method", "task", "dev-example se", "effect size", "p", "p equiv",
+                                    "P(Δ within ±m)", "seeds needed", "collapse p adj", "ASO ε"]
+    # the exports as before: one table each, every column of the markdown tables that show its parts
+    board = pd.read_csv(root / "leaderboard.csv", dtype=str, keep_default_na=False)
+    assert list(board.columns) == ["model", "method", *tasks, "GLUE avg", "extra params", "training-only params"]
+    comparisons = pd.read_csv(root / "leaderboard_comparisons.csv", dtype=str, keep_default_na=False)
+    shown = comparison_rows(md)
+    assert set(comparisons.columns) - {"model"} == {column for row in shown.values() for column in row}
+    for row in comparisons.to_dict("records"):   # the same cells in the two markdown tables together
+        assert shown[row["method"], row["task"]] == {k: v for k, v in row.items() if k != "model"}
+    assert "in leaderboard_comparisons.csv and .tex" in md and "leaderboard.csv and leaderboard.tex hold" in md
+
+
+def test_the_report_prose_is_wrapped_at_the_width_and_renders_as_one_line_per_paragraph(report):
+    """Every prose line within 120 columns (tables and code as they are; a line over it only where no break is
+    possible), and the file renders as its unwrapped text does: wrapping changed the layout, not the document."""
+    from suite.report.markdown import ITEM, WIDTH, breakable, wrap_prose
+
+    root, md = report
+    raw = (root / "leaderboard.md").read_text()
+    assert raw != md and wrap_prose(md) == raw     # the fixture has long notes, and they were wrapped
+    fenced = False
+    for line in raw.splitlines():
+        fenced ^= line.startswith("```")
+        if fenced or line.startswith(("|", "```")):
+            continue
+        lead = len(ITEM.match(line).group(0))
+        assert len(line) <= WIDTH or not [p for p in breakable(line[lead:]) if lead + p <= WIDTH], line
+    markdown_it = pytest.importorskip("markdown_it", reason="pip install -e \".[test]\" (markdown-it-py)")
+    render = markdown_it.MarkdownIt("commonmark").enable("table").render
+    assert " ".join(render(raw).split()) == " ".join(render(md).split())
 
 
 def test_in_run_step_times_name_the_step_modes_when_they_differ(tmp_path):
@@ -319,7 +377,8 @@ def png_dpi(data: bytes) -> float:
 
 
 def test_regeneration_is_byte_identical_apart_from_the_date(report):
-    root, first = report
+    root, _ = report
+    first = (root / "leaderboard.md").read_text()
     produced = sorted([*(root / "figures").iterdir(), *root.glob("*.csv"), *root.glob("*.tex")])
     files = {p.name: p.read_bytes() for p in produced}
     (root / "figures" / "curves_tiny-bert_gone.png").write_bytes(b"stale")
@@ -462,7 +521,7 @@ def test_reference_tasks_get_their_own_table_and_stay_out_of_comparisons(tmp_pat
     p_sst2, p_rte = (stats.ttest_1samp(v, 50, alternative="greater").pvalue for v in ([80, 82, 84], [49, 51, 52]))
     # (records without prediction sidecars: the test is over seeds only, and the note says so)
     assert (f"SST-2 +32.00 (3 seeds, p = {p_sst2:.2g}, over seeds only); RTE +0.67 (3 seeds, p = {p_rte:.2g}, over "
-            "seeds only) — not better at p < 0.05.") in md
+            "seeds only) — not better at p < 0.05.") in unwrap_prose(md)
     with pytest.raises(ReportError, match="unknown task 'rtee'.*Did you mean 'rte'"):
         build_report([tmp_path], figures=False, reference_tasks=["rtee"])
 

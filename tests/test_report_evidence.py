@@ -15,6 +15,8 @@ from suite.api.errors import ReportError
 from suite.api.tasks import TASKS, TaskSpec, register_task
 from suite.grid.store import Store
 from suite.report import build_report
+from suite.report.leaderboard import COSTS
+from suite.report.markdown import unwrap_prose
 
 RTE_BASE = {"majority": {"accuracy": 0.505, "score": 0.505}, "chance": {"accuracy": 0.5, "score": 0.5}}
 STSB_BASE = {"constant_mean": {"pearson": 0.0, "spearman": 0.0, "score": 0.0},
@@ -61,7 +63,8 @@ def test_baseline_rows_marks_and_no_bold_on_ties(collapsed):
     assert board["scores_dropout"]["RTE"] == "62.00 ± 2.00 (3)" and board["no_dropout"]["RTE"] == "62.00 ± 2.00 (3)"
     assert board["vanilla"]["STS-B"] == "0.50 ± 0.00 (3)"           # 0.5 > 0 with zero spread: not marked
     assert board["scores_dropout"]["STS-B"] == "**40.00 ± 10.00** (3)"
-    assert "not distinguishable from the majority / constant predictor" in md and "from the records" in md
+    assert "not distinguishable from the majority / constant predictor" in unwrap_prose(md)
+    assert "from the records" in md
 
 
 def test_stability_counts_collapsed_runs_and_worst_seeds(collapsed):
@@ -145,11 +148,11 @@ def test_cost_columns_come_from_the_bench_file_with_its_device(tmp_path):
     root = write(tmp_path / "grid", [make_record("rte", m, 1, {"accuracy": 0.6}, hparams={"p": 0.1}, peak_mb=9e9)
                                      for m in ("vanilla", "scores_dropout")])
     md = build_report([root], aso=False, figures=False, costs=bench_file(tmp_path / "bench.json")).read_text()
-    board = parse_table(md, "### Leaderboard")
+    board = parse_table(md, COSTS)
     # time: 1.5 and 2.0 -> geometric mean sqrt(3) = 1.73; memory: 0.8 and 1.0 -> sqrt(0.8) = 0.89
     assert board["scores_dropout"]["step time vs vanilla (bench)"] == "1.73×"
     assert board["scores_dropout"]["step memory vs vanilla (bench)"] == "0.89×"
-    assert "on cuda (Test GPU), shape `tiny`" in md and "9000000000" not in md
+    assert "on cuda (Test GPU), shape `tiny`" in unwrap_prose(md) and "9000000000" not in md
     (root / "bench.json").write_text(bench_file(tmp_path / "b2.json").read_text())
     assert "(bench)" in build_report([root], aso=False, figures=False).read_text()   # OUT/bench.json: the default
     with pytest.raises(ReportError, match="no such file"):
@@ -250,8 +253,8 @@ def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
     root = write(tmp_path / "grid", [make_record("rte", m, 1, {"accuracy": 0.6}, hparams={"p": 0.1})
                                      for m in ("vanilla", "scores_dropout")])
     md = build_report([root], aso=False, figures=False, costs=tmp_path / "bench.json").read_text()
-    assert parse_table(md, "### Leaderboard")["scores_dropout"]["step time vs vanilla (bench)"] == "1.50×"
-    assert "with `python -m suite bench --shapes tiny`" in md and "on CPU" in md
+    assert parse_table(md, COSTS)["scores_dropout"]["step time vs vanilla (bench)"] == "1.50×"
+    assert "with `python -m suite bench --shapes tiny`" in unwrap_prose(md) and "on CPU" in md
 
 
 def test_seeds_needed_from_each_comparisons_own_variance_and_comparisons_within_reach(tmp_path):

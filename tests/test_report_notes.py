@@ -8,10 +8,11 @@ import math
 import pandas as pd
 import pytest
 from scipy import stats
-from test_report import MODEL, attention_stats, make_record, parse_table
+from test_report import MODEL, attention_stats, comparison_rows, make_record, parse_table
 
 from suite.grid.store import Store
 from suite.report import build_report
+from suite.report.markdown import unwrap_prose
 
 
 def write(root, runs):
@@ -32,7 +33,7 @@ def test_attention_means_cover_the_shared_tasks_and_seeds(tmp_path):
     att = parse_table(md, "### Attention")
     assert att["vanilla"]["sparsity"] == att["scores_dropout"]["sparsity"] == "0.650"
     assert att["vanilla"]["runs"] == att["scores_dropout"]["runs"] == "6"
-    assert "every method shown ran (MRPC: 3 seed(s), RTE: 3 seed(s))" in md
+    assert "every method shown ran (MRPC: 3 seed(s), RTE: 3 seed(s))" in unwrap_prose(md)
 
 
 def test_attention_without_shared_runs_says_the_rows_are_not_comparable(tmp_path):
@@ -44,7 +45,7 @@ def test_attention_without_shared_runs_says_the_rows_are_not_comparable(tmp_path
 
 
 def reference_line(md: str) -> str:
-    return next(line for line in md.splitlines() if line.startswith("- The reference `vanilla` against"))
+    return next(line for line in unwrap_prose(md).splitlines() if line.startswith("- The reference `vanilla` against"))
 
 
 def test_reference_margin_counts_runs_without_a_score_and_a_single_seed_as_the_leaderboard_does(tmp_path):
@@ -252,7 +253,6 @@ def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tm
     import json
 
     import pandas as pd
-    from test_report import comparison_rows
 
     state = _sequential_study(tmp_path)
     (tmp_path / "until_decided.json").write_text(json.dumps(state))
@@ -306,7 +306,7 @@ def test_the_report_leaves_degenerate_runs_out_of_the_score_and_tests_them_apart
     md = build_report([tmp_path], aso=False, figures=False).read_text()
     diff = parse_table(md, "### Difference to `vanilla`")["scores_dropout"]["RTE"]
     assert "(5 of 8 seeds; degenerate 3 vs 0)" in diff
-    row = parse_table(md, "### Comparisons with `vanilla`")["scores_dropout"]
+    row = comparison_rows(md)["scores_dropout", "RTE"]
     assert row["seeds"] == "5" and row["degenerate"] == "3/8 vs 0/8"
     assert float(row["collapse p adj"]) == pytest.approx(stats.binomtest(3, 3, 0.5).pvalue, abs=1e-4)
     assert 0.0 <= float(row["P(Δ within ±m)"]) <= 1.0

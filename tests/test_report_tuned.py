@@ -8,6 +8,7 @@ from test_report import MODEL, make_record, parse_table
 
 from suite.grid.store import Store
 from suite.report import build_report
+from suite.report.markdown import unwrap_prose
 from suite.report.vocabulary import slug
 
 # (task, method) -> the selected configuration and the dev accuracy of seeds 1-3
@@ -45,7 +46,8 @@ def test_each_cell_reports_its_selected_configuration_on_one_leaderboard_row(tmp
     assert board["scores_dropout"]["RTE"] == "**63.00 ± 2.00** (3)" and board["scores_dropout"]["SST-2"] == (
         "80.00 ± 1.00 (3)")
     assert "## Runs outside the leaderboard settings" not in md and "## Tuning" in md
-    assert "Tuned per task and method, each cell's values in the Tuning section below: `train.lr`, " in md
+    assert "Tuned per task and method, each cell's values in the Tuning section below: `train.lr`, " in (
+        unwrap_prose(md))
 
 
 def test_a_run_of_another_configuration_stays_off_the_leaderboard(tmp_path):
@@ -113,7 +115,7 @@ def test_the_tuning_section_says_each_methods_configurations_and_a_single_seed(t
     write_tuned_study(tmp_path)
     _with_configurations(tmp_path)
     md = build_report([tmp_path], figures=False).read_text()
-    tuning = md.split("## Tuning", 1)[1].split("Selected per task")[0]
+    tuning = unwrap_prose(md).split("## Tuning", 1)[1].split("Selected per task")[0]
     assert "The selection rests on 1 tuning seed, fewer than 3" in tuning and "Bouthillier" in tuning
     assert "| vanilla | train.lr: 5e-05, 0.0001, 0.0002, 0.001 | 4 | 3 | 3 of 4 (never 0.001) |" in tuning
     assert "uniform draw, which may leave a learning rate untried" in tuning

@@ -138,8 +138,8 @@ def test_a_verdict_within_twenty_percent_of_its_level_is_fragile_and_names_what_
 
 def test_verdicts_are_labelled_preregistered_or_a_reanalysis(tmp_path):
     from suite.grid.study import Study
+    from suite.report.differences import _analysis_text
     from suite.report.facts import Options
-    from suite.report.leaderboard import _analysis_text
 
     assert _analysis_text(Options(tmp_path)).startswith("Re-analysis")
     assert "analysis.md" in _analysis_text(Options(tmp_path, preregistered="analysis.md"))

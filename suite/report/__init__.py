@@ -26,11 +26,13 @@ The walk of a report: load -> facts -> sections -> document
                      baselines, collapse floors, costs, comparisons (`ReportFacts`, `ModelFacts`)
   comparisons.py     every comparison with the reference and its verdict (the statistics are `suite.stats`')
   costs.py           cost columns from `python -m suite bench --json`
-  header.py, leaderboard.py, details.py, figure_sections.py, analysis_sections.py
+  header.py, leaderboard.py, differences.py, details.py, figure_sections.py, analysis_sections.py
                      the sections: each a function of (facts, options) that returns its part (lines, figures,
-                     tables)
+                     tables); a wide table is shown compact, its other columns in a table below it
+                     (`Table.columns`), and exported whole
   figures.py         matplotlib figures (PNG and PDF)
   vocabulary.py      fixed text formats, a section's `Part`, and what the method and task registries say
+  markdown.py        the markdown's prose wrapped at 120 columns (tables and code as they are)
   document.py        the sections in order, the markdown, the CSV/LaTeX exports, `build_report` (the command line
                      is `suite.commands.report`)
 """

@@ -39,6 +39,7 @@ from suite.report.facts import (
     report_facts,
 )
 from suite.report.load import load
+from suite.report.markdown import wrap_prose
 from suite.report.selection import fold_selected
 from suite.report.vocabulary import Part, Table
 from suite.stats.families import CORRECTIONS
@@ -200,8 +201,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     # the tuning stage's selection and its expected validation performance, if any
     budget, budget_tables = tuning_budget.expected_performance(stages.selection_files(run_dirs), options)
     evp = "\n" + "\n".join(budget.lines).rstrip("\n") + "\n" if budget.lines else ""
-    path.write_text(written.text + stages.tuning_markdown(run_dirs) + evp
-                    + stages.sequential_markdown(run_dirs))  # run --until-decided: looks and stopping reasons
+    path.write_text(wrap_prose(written.text + stages.tuning_markdown(run_dirs) + evp
+                               + stages.sequential_markdown(run_dirs)))  # until-decided: looks, stopping reasons
     write_exports(out_dir, {**written.tables, **budget_tables}, {model: dict(f.comparisons) for model, f in
                                                                  report.models.items() if baseline in f.sel.methods})
     if figures:

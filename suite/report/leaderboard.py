@@ -1,5 +1,6 @@
-"""The leaderboard table with its baseline rows and notes, the table of differences to the reference method with
-every comparison's statistics, the reference tasks' table, and the in-run step times shown as context.
+"""The leaderboard table with its baseline rows and notes, its costs and parameters in a small table below it, the
+reference tasks' table, and the in-run step times shown as context; the differences to the reference method and the
+comparisons behind them follow the leaderboard (`suite.report.differences`).
 
 Reference tasks: tasks a study runs for context (e.g. ones the model does not learn at its budget), shown against
 their majority-class level in their own table and left out of the leaderboard's comparisons and averages.
@@ -10,17 +11,9 @@ import math
 
 import pandas as pd
 
-from suite.report.comparisons import (
-    SEEDS_ONLY,
-    SEQUENTIAL,
-    difference_text,
-    family_sizes,
-    verdict_text,
-    within_reach,
-)
+from suite.report import differences
 from suite.report.costs import GPU_MEMORY_KINDS, geometric_mean
 from suite.report.facts import Average, Baseline, Cell, ModelFacts, Options
-from suite.report.fragility import BAND
 from suite.report.selection import FOLDED, Selection, has_variation, setting_text
 from suite.report.vocabulary import (
     DASH,
@@ -36,11 +29,8 @@ from suite.report.vocabulary import (
     task_order,
     unique,
 )
-from suite.stats.aso import ASO_MIN_SEEDS, ASO_THRESHOLD
-from suite.stats.families import CORRECTIONS
-from suite.stats.sign import SIGN_GUARD_SEEDS
 
-__all__ = ["NEAR_MAJORITY", "in_run_costs", "reference_tasks", "section"]
+__all__ = ["COSTS", "NEAR_MAJORITY", "PARAMS", "in_run_costs", "reference_tasks", "section"]
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
 
@@ -77,8 +67,13 @@ def _baseline_rows(sel: Selection, bases: dict[str, Baseline], n_avgs: int, n_re
             ["*chance (baseline)*", *chance, *[DASH] * (n_avgs + n_rest)]]
 
 
+PARAMS = ["extra params", "training-only params"]
+COSTS = "#### Costs and parameters"
+
+
 def section(facts: ModelFacts, options: Options) -> Part:
-    """The leaderboard, then (with the reference method among the model's) the differences and comparisons."""
+    """The leaderboard (scores), its costs and parameters below it, then (with the reference method among the
+    model's) the differences and comparisons. The exported table (leaderboard.csv and .tex) holds both in one."""
     sel, board, cells, avgs, bases = facts.sel, facts.board, facts.cells, list(facts.averages), facts.baselines
     part = Part()
     marked = {(m, t) for m in sel.methods for t in sel.tasks if (m, t) in facts.above and not facts.above[m, t].better}
@@ -87,8 +82,7 @@ def section(facts: ModelFacts, options: Options) -> Part:
     best_avg = {a.benchmark: _best_key({m: a.values[m][0] for m in a.full(sel.methods)}, True) for a in avgs}
     floor = facts.floors
     cost_headers, cost_cells, cost_note = facts.costs.headers, facts.costs.cells, facts.costs.note
-    headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs], *cost_headers,
-               "extra params", "training-only params"]
+    scores = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs]]
     rows = []
     for m in sel.methods:
         rows.append([sel.label(m),
@@ -96,17 +90,23 @@ def section(facts: ModelFacts, options: Options) -> Part:
                                         floor=floor[t], higher=higher_is_better(t)) for t in sel.tasks],
                      *[_average_text(a, m, best_avg[a.benchmark]) for a in avgs], *cost_cells.get(m, []),
                      _param_text(board, m, "extra"), _param_text(board, m, "training_only")])
-    rows += _baseline_rows(sel, bases, len(avgs), len(cost_headers) + 2)
-    part.tables["leaderboard"] = Table(headers, rows)
-    part.add("### Leaderboard", "", table(rows, headers), "")
+    rows += _baseline_rows(sel, bases, len(avgs), len(cost_headers) + len(PARAMS))
+    full = part.tables["leaderboard"] = Table([*scores, *cost_headers, *PARAMS], rows)
+    part.add("### Leaderboard", "", full.columns(scores).markdown(), "")
     notes = ([_cells_note(sel, board), _baseline_note(options, bases), *_average_notes(avgs)]
-             + _reference_note(facts, options) + [cost_note])
-    part.add(*[f"- {n}" for n in notes + _method_notes(sel, facts.ablation)], "")
+             + _reference_note(facts, options) + _method_notes(sel, facts.ablation)
+             + [f"Each method's costs and parameters: the table below ({COSTS.lstrip('# ')}); leaderboard.csv and "
+                "leaderboard.tex hold both tables' columns in one table."])
+    part.add(*[f"- {n}" for n in notes], "")
+    methods = {sel.label(m) for m in sel.methods}
+    part.add(COSTS, "", full.columns(["method", *cost_headers, *PARAMS], lambda row: row[0] in methods).markdown(), "",
+             f"- {cost_note}", "- Extra params: parameters the method adds to the model (saved with it); "
+             "training-only params: parameters used only while training (e.g. a generator network).", "")
     if options.baseline not in sel.methods:
         part.add(f"No `{options.baseline}` runs for this model: no differences or significance tests "
                  f"(choose another reference with --baseline).", "")
         return part
-    part.extend(_differences(facts, options))
+    part.extend(differences.section(facts, options))
     return part
 
 
@@ -178,8 +178,7 @@ def _average_notes(avgs: list[Average]) -> list[str]:
 
 
 def _method_notes(sel: Selection, ablation: pd.DataFrame) -> list[str]:
-    notes = ["Extra params: parameters the method adds to the model (saved with it); training-only params: "
-             "parameters used only while training (e.g. a generator network)."]
+    notes = []
     for m in sel.methods:
         if not sel.hp_is_default[m]:
             text = setting_text(sel.hp_by_method[m].values, m) or "(as recorded)"
@@ -194,159 +193,6 @@ def _method_notes(sel: Selection, ablation: pd.DataFrame) -> list[str]:
                      + "their default hyper-parameters where present.")
     notes += [f"† `{m}`: {reconstruction_note(m).rstrip('.')}." for m in sel.methods if reconstruction_note(m)]
     return notes
-
-
-def _differences(facts: ModelFacts, options: Options) -> Part:
-    sel, avgs, comps, part = facts.sel, list(facts.averages), facts.comparisons, Part()
-    columns = [*sel.tasks, *[a.header for a in avgs]]
-    rows = [[sel.label(m), *[difference_text(comps.get((m, c))) for c in columns]]
-            for m in sel.methods if m != options.baseline]
-    if not rows:
-        return part
-    headers = ["method", *[task_display(t) for t in sel.tasks], *[a.header for a in avgs]]
-    part.tables["differences"] = Table(headers, rows)
-    part.add(f"### Difference to `{options.baseline}`", "", table(rows, headers), "")
-    part.add(*[f"- {n}" for n in _difference_notes(options, comps, avgs)], "")
-    part.extend(_comparison_table(facts, options))
-    return part
-
-
-REACH_SEEDS = 10  # a study can afford this many; beyond it, more seeds are not the way to decide
-
-
-def _family_text(options: Options, comps: dict) -> str:
-    sizes = family_sizes(comps)
-    if set(sizes) == {"all"}:
-        return (f"all {sizes['all']} tests of this table (tasks and averages) form one family, adjusted by "
-                f"{CORRECTIONS[options.correction]}")
-    return (f"the {sizes.get('primary', 0)} primary comparisons declared by the study (`primary:`) form one "
-            f"family adjusted by {CORRECTIONS['holm']}; the {sizes.get('exploratory', 0)} others are exploratory, "
-            f"adjusted by {CORRECTIONS['bh']}")
-
-
-def _collapse_family_text(options: Options, comps: dict) -> str:
-    """The collapse endpoint's own families, beside the score's (docs/statistics.md)."""
-    tested = {}
-    for c in comps.values():
-        if c.degenerate + c.degenerate_reference:
-            tested[c.family] = tested.get(c.family, 0) + 1
-    how = {"primary": CORRECTIONS["holm"], "exploratory": CORRECTIONS["bh"], "all": CORRECTIONS[options.correction]}
-    parts = [f"{n} {family}: {how[family]}" for family, n in sorted(tested.items())]
-    return ("the collapse tests (McNemar, \"degenerates more / less\") are families of their own within each, "
-            f"among the comparisons with any degenerate run, at the same alpha ({'; '.join(parts) or 'none here'})")
-
-
-def _analysis_text(options: Options) -> str:
-    """Whether the verdicts come from an analysis fixed before the results were seen."""
-    if options.preregistered:
-        return (f"Pre-registered: the study declares its analysis fixed in `{options.preregistered}` before the "
-                "results (`report: preregistered:`); verdicts from statistics revised since are not pre-registered.")
-    return ("Re-analysis: the study declares no pre-registered analysis (`report: preregistered:`), so these verdicts "
-            "come from statistics that may have been chosen or revised after the results were seen; read them as "
-            "a re-analysis, and confirm a claim on new runs.")
-
-
-def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> list[str]:
-    margins = sorted({c.margin for c in comps.values()})
-    notes = [f"Each cell: the verdict, then the mean paired difference (method minus `{options.baseline}`, runs paired "
-             "by seed) in the headline metric x100 with its 95% interval over seeds and dev examples together "
-             "(docs/statistics.md). **better** / **worse**: the two-sided test of no difference rejects at adjusted "
-             f"p < {options.alpha:g} (direction from the task's metric) and, from {SIGN_GUARD_SEEDS} paired seeds on, "
-             "so does the exact paired sign test over every paired seed, in the same direction (a degenerate run "
-             "loses its seed; `p_sign` in comparisons.csv); **equivalent**: two one-sided tests put the "
-             f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {options.alpha:g}); "
-             "**undecided**: neither, so the data do not say whether the methods differ. Families: "
-             + _family_text(options, comps) + "; " + _collapse_family_text(options, comps)
-             + ". No test with fewer than 2 paired seeds; "
-             f"{SEEDS_ONLY}: runs without per-example predictions, the interval covers seed noise only. A run that "
-             "degenerated (constant or near-constant predictions, or none correlated with the labels) is a state, "
-             "not a low score: the difference is taken over the seeds where neither run degenerated, and how often "
-             "each degenerated is tested on its own (\"n of m seeds; degenerate a vs b\", and the comparisons "
-             "table)."]
-    sequential = [c for c in comps.values() if c.sequential]
-    if sequential:
-        differ = sorted((c for c in sequential if c.verdict != c.fixed_verdict), key=lambda c: (c.method, c.column))
-        notes.append(
-            f"{SEQUENTIAL}: the verdict of the study's sequential design (`run --until-decided`; its looks and "
-            "stopping reasons in \"Seeds added until decided\"), the one whose error rate holds over the looks, for "
-            f"{len(sequential)} primary comparisons. The interval and p-values beside it treat all the seeds as one "
-            "fixed-size sample; "
-            + ("the fixed-sample verdict differs for " + ", ".join(
-                f"{c.method} on {task_display(c.column)} ({c.fixed_verdict})" for c in differ)
-               if differ else "the fixed-sample verdicts agree with them")
-            + " (`fixed_verdict` in comparisons.csv).")
-    fragile = sorted((c for c in comps.values() if c.fragile), key=lambda c: (c.method, c.column))
-    notes.append(
-        f"Fragile: a verdict whose p-value lies within {BAND[0]:g}-{BAND[1]:g} times the level it was held against "
-        "(a sequential verdict's: its last look's), with the alternatives of the analysis that would flip it: a t "
-        "on the seeds' "
-        "n - 1 degrees of freedom, a 2,000-resample bootstrap of the dev examples. "
-        + (f"{len(fragile)} here: " + ", ".join(f"{c.method} on {task_display(c.column)}" for c in fragile) + "."
-           if fragile else "None here."))
-    notes.append(_analysis_text(options))
-    if avgs:
-        notes.append(" and ".join(a.header for a in avgs) + ": the same on each seed's average over the "
-                     "averaged tasks (seeds that ran all of them for both methods).")
-    reach = sorted(within_reach(comps, REACH_SEEDS), key=lambda c: (c.seeds_needed, c.method, c.column))
-    if reach:
-        notes.append(f"Undecided but within reach (at most {REACH_SEEDS} seeds in all would decide it with 80% "
-                     "power if the true difference were the observed one; each comparison's own variance): "
-                     + ", ".join(f"{c.method} on {task_display(c.column)} ({int(c.seeds_needed)})" for c in reach)
-                     + ".")
-    return notes
-
-
-def _seeds_text(n: float) -> str:
-    if math.isnan(n):
-        return DASH
-    return "> 10,000 or never" if math.isinf(n) else f"{int(n):,}"
-
-
-def _comparison_table(facts: ModelFacts, options: Options) -> Part:
-    comps, part = facts.comparisons, Part()
-    rows = [[facts.label(c.method), task_display(c.column), str(c.n), fmt(c.diff, sign=True),
-             f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
-             fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.effect_size, sign=True),
-             fmt(c.p, 4), fmt(c.p_adj, 4),
-             fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), fmt(c.p_rope, 3), verdict_text(c), c.family,
-             _seeds_text(c.seeds_needed), _degenerate_text(c), fmt(c.collapse_p_adj, 4), fmt(c.aso, 2)]
-            for c in (comps[k] for k in sorted(comps)) if c.n or c.n_paired]  # no paired seed: a "–"
-    if not rows:
-        return part
-    headers = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",
-               "p equiv", "p equiv adj", "P(Δ within ±m)", "verdict", "family", "seeds needed", "degenerate",
-               "collapse p adj", "ASO ε"]
-    part.tables["comparisons"] = Table(headers, rows)
-    part.add(f"### Comparisons with `{options.baseline}`", "", table(rows, headers), "",
-             "- Dev-example se: the part of the interval's standard error that every seed shares, which examples the "
-             "dev set happens to hold (no number of seeds shrinks it). 0.00 means it was estimated at 0: the "
-             "methods' example-by-example differences did not repeat from seed to seed beyond chance (the estimate "
-             "is clipped at 0, which is likelier with few seeds: it is noisy), so the dev-example noise is all in "
-             "the seeds' spread, which the interval holds already; – : no per-example predictions, the interval is "
-             "over seeds only.\n"
-             "- Effect size: Δ over the standard deviation of one seed's difference, dev-example noise included "
-             "(each comparison's own). p: two-sided test of no difference; p equiv: two one-sided tests of |Δ| ≥ "
-             "the margin; \"adj\": "
-             "within the comparison's family. Seeds needed: total seeds with which an undecided comparison would be "
-             "decided (a difference or equivalence) with 80% power if the true difference were the observed one "
-             "(\"never\": the dev set's own noise is the limit: more dev examples, not seeds). P(Δ within ±m): the "
-             "posterior probability that the true difference lies within the margin (Bayesian t-test with a flat "
-             "prior: the same t as the test), beside the verdicts, not instead of them. Seeds: those where neither "
-             "run degenerated; degenerate: the method's and the reference's degenerate runs among all paired seeds "
-             "(constant predictions, or no detectable correlation; docs/statistics.md), compared by McNemar's exact "
-             "test (collapse p, adjusted within the family among comparisons with any degenerate run). ASO ε: almost "
-             "stochastic order (Dror et al. 2019, `deepsig`) that the method is better, only where a cell's "
-             f"outcomes are bimodal and both have at least {ASO_MIN_SEEDS} seeds (below {ASO_THRESHOLD:g}: almost "
-             "stochastically better, 0.5 no order, near 1 worse); elsewhere it adds nothing the interval does not "
-             "say.", "")
-    return part
-
-
-def _degenerate_text(c) -> str:
-    if not (c.degenerate or c.degenerate_reference):
-        return DASH
-    return f"{c.degenerate}/{c.n_paired} vs {c.degenerate_reference}/{c.n_paired}" + \
-        (f" ({c.collapse_verdict})" if c.collapse_verdict else "")
 
 
 def _param_text(board: pd.DataFrame, method: str, column: str) -> str:

@@ -13,7 +13,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from tabulate import tabulate
 
@@ -95,6 +95,14 @@ class Table:
     """A table of the markdown that is also exported as CSV and LaTeX (markdown cells)."""
     headers: list[str]
     rows: list[list[str]]
+
+    def columns(self, headers: Sequence[str], keep: Callable[[list[str]], bool] = lambda row: True) -> "Table":
+        """These columns of the rows `keep` accepts: a compact view whose cells are the full table's own."""
+        at = [self.headers.index(h) for h in headers]
+        return Table(list(headers), [[row[i] for i in at] for row in self.rows if keep(row)])
+
+    def markdown(self) -> str:
+        return table(self.rows, self.headers)
 
 
 @dataclasses.dataclass
