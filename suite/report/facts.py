@@ -24,7 +24,7 @@ import pandas as pd
 
 from suite.report.comparisons import Comparison, compare_model, curve_tests, floors
 from suite.report.costs import BenchCosts, CostColumns, cost_columns, read_bench
-from suite.report.load import Loaded, RecordedBaseline, Setting
+from suite.report.load import Loaded, Setting
 from suite.report.selection import (
     Selection,
     curve_methods,
@@ -45,6 +45,7 @@ from suite.report.vocabulary import (
     task_spec,
     unique,
 )
+from suite.run.record_parts import RecordedBaseline
 from suite.stats import collapse
 from suite.stats.constant import VsConstant, vs_constant
 
