@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -210,6 +211,13 @@ def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_st
     section = "\n".join(sequential(SimpleNamespace(loaded=load([out])), None).lines)
     assert "## Seeds added until decided" in section and "| sst2 | no_dropout vs vanilla |" in section
     assert "efficacy (a difference) | **better**" in section
+
+    from suite.report import build_report
+
+    reads, read_text = [], Path.read_text   # the state file was read twice per report (verdicts, then the section)
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
+    md = build_report([out], figures=False, aso=False, allow_uncommitted=True).read_text()
+    assert reads.count("until_decided.json") == 1 and section.strip() in md
 
 
 def test_an_impossible_schedule_is_refused_before_training(monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
