@@ -142,7 +142,7 @@ def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list,
                   sequential: Mapping = MappingProxyType({})) -> dict[tuple[str, str], Comparison]:
     """{(method, task or average header): Comparison} for every method except the reference (`options.baseline`).
     `sel`: the model's `Selection`, `cells` its `Cell`s, `avgs` its `Average`s, `floor` each task's collapse floor;
-    `sequential`: `suite.report.stages.verdicts` of the folders reported."""
+    `sequential`: `suite.report.stage_sections.verdicts` of the folders reported."""
     base = options.baseline
     out: dict[tuple[str, str], Comparison] = {}
     evidence: dict[tuple[str, str], Evidence] = {}

@@ -282,8 +282,8 @@ class ModelFacts:
 def model_facts(records: pd.DataFrame, sel: Selection, options: Options, bench: BenchCosts | None,
                 baseline_cache: dict, sequential: Mapping = MappingProxyType({})) -> ModelFacts:
     """The facts of one model's records under the report's `options`; `baseline_cache` only avoids reading a dev set
-    twice; `sequential`: the verdicts of a study run with --until-decided (`suite.report.stages.verdicts`), which the
-    comparisons report."""
+    twice; `sequential`: the verdicts of a study run with --until-decided (`suite.report.stage_sections.verdicts`),
+    which the comparisons report."""
     board = sel.board(records)
     cells = {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)])
              for m in sel.methods for t in sel.tasks}
