@@ -115,8 +115,7 @@ class Store:
     def add_artifacts(self, filename: str, artifacts: dict[str, Any]) -> dict[str, Any]:
         """Add files a finished run left later (test predictions from its saved model) to its record's `artifacts`,
         rewriting the record atomically: every other field, unknown ones included, is written back as read."""
-        self._parse(filename)
-        data = with_artifacts(self.path(filename), artifacts)
+        data = with_artifacts(self.path(filename), self._parse(filename), artifacts)
         blob = json.dumps(_clean(data), indent=1).encode()
         atomic_write(self.path(filename), lambda fh: fh.write(blob))
         return data

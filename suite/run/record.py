@@ -345,10 +345,10 @@ def record_files(folder: str | Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("*.json") if not p.name.startswith(TMP_PREFIX))
 
 
-def with_artifacts(path: str | Path, artifacts: dict[str, Any]) -> dict[str, Any]:
-    """The record file's JSON with `artifacts` added to its own, every other field (unknown ones included) as read:
-    what the store writes back when a finished run gains files (test predictions from its saved model)."""
-    rec = read_record(path)
+def with_artifacts(path: str | Path, rec: RunRecord, artifacts: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of the record file at `path` (read as `rec`) with `artifacts` added to its own, every other field
+    (unknown ones included) as read: what the store writes back when a finished run gains files (test predictions
+    from its saved model)."""
     data = json.loads(Path(path).read_text())
     data["artifacts"] = {**rec.artifact_files(str(path)), **artifacts}
     return data
