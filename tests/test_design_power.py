@@ -103,7 +103,7 @@ def test_plan_prints_the_table_from_declared_noise(tmp_path, capsys):
     assert main(["plan", "--study", study]) == 0
     out = capsys.readouterr().out
     assert "2 primary comparison(s), alpha 0.05 over the family, Holm" in out and "0.025 each" in out
-    assert "one look at 5 seeds" in out
+    assert "one look at 5 seeds" in out and "split: planned on dev (each task's dev set)" in out
     assert "declared (power: tasks:)" in out and "seeds for 70% at 0" in out
     rows = [line.split() for line in out.splitlines() if line.startswith("rte ")]
     assert [r[1] for r in rows[1:]] == ["0", "2", "4"]   # 0, the margin, twice the margin
@@ -171,3 +171,28 @@ def test_power_noise_for_a_task_the_study_does_not_compare_is_refused(tmp_path, 
 def test_power_noise_may_name_a_task_as_glue_spells_it(tmp_path, capsys):
     assert main(["plan", "--study", _study(tmp_path, "power: {tasks: {RTE: {seed_sd: 1.5}}}\n")]) == 0
     assert "declared (power: tasks:)" in capsys.readouterr().out
+
+
+def test_plan_takes_the_noise_on_the_split_the_verdicts_read(tmp_path, capsys):
+    """A study that keeps a held-out test split is decided on it (`RunRecord.scored`), so its plan says so and takes
+    the noise from the pilot's held-out scores; pilot records scored on dev only are not its noise, and are named."""
+    from test_report import make_record
+
+    study = _study(tmp_path, "train: {test_holdout: 40}\n")
+    pilot = Store(tmp_path / "pilot")
+    rng = np.random.default_rng(1)
+    held = {s: 0.6 + 0.02 * rng.normal() for s in range(1, 9)}
+    for s, score in held.items():
+        name, rec = make_record("rte", "vanilla", s, {"accuracy": 0.5}, train={"test_holdout": 40})
+        pilot.write(name, {**rec, "heldout": {"accuracy": score, "score": score}})
+    assert main(["plan", "--study", study, "--pilot", str(tmp_path / "pilot")]) == 0
+    out = capsys.readouterr().out
+    assert "split: planned on the held-out test split carved from train (train.test_holdout)" in out
+    halves = [100 * (held[a] - held[b]) for a, b in zip((1, 2, 3, 4), (5, 6, 7, 8))]
+    assert f"{np.std(halves, ddof=1):.2f}" in out    # the held-out scores' noise; every dev score is 0.5
+
+    on_dev = Store(tmp_path / "dev_pilot")
+    for s in range(1, 9):
+        on_dev.write(*make_record("rte", "vanilla", s, {"accuracy": held[s]}))
+    assert main(["plan", "--study", study, "--pilot", str(tmp_path / "dev_pilot")]) == 0
+    assert "its records of rte are scored on dev, the verdicts on heldout" in capsys.readouterr().out

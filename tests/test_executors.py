@@ -52,7 +52,7 @@ def cli_args(model, glue, out, *extra):
 
 
 def records(out) -> dict[str, RunRecord]:
-    return {r["hash"]: RunRecord.from_dict(r, source=r["_path"]) for r in Store(out)}
+    return {rec.hash: rec for _, rec in Store(out)}
 
 
 def assert_same_numbers(a: RunRecord, b: RunRecord, tol: float = 1e-5) -> None:

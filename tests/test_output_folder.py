@@ -163,7 +163,7 @@ def test_a_stale_or_edited_selection_is_refused_naming_the_file(tmp_path, edit, 
     import shutil
 
     from suite.api.errors import ReportError
-    from suite.report.stages import check_selection
+    from suite.report.state_checks import check_selection
 
     shutil.copytree(RESULTS.tuning.root, tmp_path / "tuning")
     path = OutputFolder(tmp_path).selection
@@ -208,7 +208,7 @@ def test_a_selection_without_its_tuning_records_is_held_against_the_final_runs(t
     """With the tuning records removed, a swapped learning rate was reported as selected though every final run
     trained at the other rate, and a cell of a method that never ran was listed as tuned."""
     from suite.api.errors import ReportError
-    from suite.report.stages import check_selection
+    from suite.report.state_checks import check_selection
 
     path = OutputFolder(tmp_path).selection
     path.parent.mkdir()

@@ -55,7 +55,7 @@ def test_full_disk_stops_the_grid_and_keeps_every_record(tiny_bert_dir, glue_dir
     assert rc == EXIT_FAILED_RUNS and "No space left on device" in err and "the grid stopped" in err, err
     assert len(trained) == 2  # the third job was not started
     first, second = trained
-    assert Store(out).read(first.filename)["hash"] == first.hash
+    assert Store(out).read(first.filename).hash == first.hash
     kept = tmp_path / "tmp" / "suite-unsaved-records" / second.filename
     assert str(kept) in err and json.loads(kept.read_text())["hash"] == second.hash
     assert not (out / "runs" / second.filename).exists()

@@ -7,8 +7,9 @@ import pytest
 
 from suite.report import analysis_sections as section
 from suite.report.facts import Options
-from suite.report.load import Analyses, Setting
+from suite.report.load import Setting
 from suite.report.selection import Selection
+from suite.run.record_parts import Analyses
 
 DEFAULTS = {"vanilla": True, "topk": True}   # each method's row labelled by its name alone
 

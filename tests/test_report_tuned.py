@@ -161,3 +161,18 @@ def test_a_leader_that_changes_with_the_budget_is_named(tmp_path):
     section = build_report([tmp_path], figures=False).read_text().split("## Expected validation performance")[1]
     assert ("Best expected score by k: k = 1–2: scores_dropout; k = 3: vanilla. **The leader changes with the "
             "budget.**") in section
+
+
+def test_the_selection_file_is_read_once_per_report(tmp_path, monkeypatch):
+    """selection.json was read three times per report (the folding of the selected runs, the Tuning section and
+    expected validation performance); now once, into `Loaded`, and every section reads that."""
+    from pathlib import Path
+
+    write_tuned_study(tmp_path)
+    _with_configurations(tmp_path)
+    reads, read_text = [], Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
+    md = build_report([tmp_path], figures=False, aso=False).read_text()
+    assert reads.count("selection.json") == 1
+    assert md.index("## Tuning") < md.index("## Expected validation performance")
+    assert "### Every configuration tried" in md

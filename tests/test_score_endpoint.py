@@ -159,12 +159,19 @@ def test_expected_validation_performance_shows_no_spread_without_three_tuning_se
 def test_the_power_table_reads_the_split_the_verdicts_use(tmp_path):
     """A run that scored a held-out test split is planned from it (as `run --until-decided` decides on it), else
     from dev; and the line under the table names the shared dev-set part beyond which no seeds decide 0."""
-    from suite.grid.power_table import _outcome, out_of_reach
+    from test_report import make_record
+
+    from suite.grid.power_table import _pilot_runs, out_of_reach
+    from suite.grid.store import Store
     from suite.stats.design_power import equivalence_limit
 
-    rec = {"final": {"score": 0.80}, "heldout": {"score": 0.70}, "_path": str(tmp_path / "r.json")}
-    assert _outcome(rec).score == pytest.approx(70.0)
-    assert _outcome({**rec, "heldout": None}).score == pytest.approx(80.0)
+    store = Store(tmp_path)
+    name, rec = make_record("rte", "vanilla", 1, {"accuracy": 0.80})
+    store.write(name, {**rec, "heldout": {"accuracy": 0.70, "score": 0.70}})
+    store.write(*make_record("rte", "topk", 1, {"accuracy": 0.80}))
+    runs = _pilot_runs(tmp_path)
+    assert runs["heldout", "rte", "vanilla"][1].score == pytest.approx(70.0)
+    assert runs["dev", "rte", "topk"][1].score == pytest.approx(80.0)
     design = Design((5, 10, 15, 20), family_alpha(0.05, 36))
     edge = out_of_reach(1.0, design, 0.8)
     below, above = (equivalence_limit(Noise(1.0, e), design, 1.0) + design.alpha for e in (0.95 * edge, 1.05 * edge))

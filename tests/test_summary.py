@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from suite.grid.summary import DASH, compact_leaderboard, grid_records
 from suite.report.selection import setting_text
+from suite.run.record import RunRecord
 
 TRAIN = {"epochs": 3, "lr": 1e-4, "batch_size": 32, "max_train_samples": 1000}
 
 
 def record(task: str, method: str, seed: int, score: float | None, *, majority: float | None = None,
-           status: str = "ok", train: dict | None = None, hparams: dict | None = None) -> dict:
-    rec = {"config": {"model": "minilm", "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
-                      "train": {**TRAIN, **(train or {})}, "data_source": "local"},
-           "status": status, "final": {} if score is None else {"score": score}}
+           status: str = "ok", train: dict | None = None, hparams: dict | None = None) -> RunRecord:
+    rec = RunRecord({"model": "minilm", "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
+                     "train": {**TRAIN, **(train or {})}, "data_source": "local"}, f"{task}{method}{seed}",
+                    f"{task}/{method}/seed{seed}", status, final={} if score is None else {"score": score})
     if majority is not None:
-        rec["baselines"] = {"majority": {"accuracy": majority, "score": majority},
-                            "chance": {"score": 0.5}}
+        rec.baselines = {"majority": {"accuracy": majority, "score": majority}, "chance": {"score": 0.5}}
     return rec
 
 
@@ -29,7 +29,7 @@ def rows(text: str) -> dict[str, list[str]]:
     return out
 
 
-def grid() -> list[dict]:
+def grid() -> list[RunRecord]:
     recs = []
     # SST-2: vanilla 0.80, 0.82, 0.84 -> mean 82.0, sample std 2.0; uniform 0.70, 0.71, 0.75 -> mean 72.0,
     # std sqrt(((-2)^2 + (-1)^2 + 3^2) / 2) = sqrt(7) = 2.6458 -> 2.6; difference 72.0 - 82.0 = -10.0.
@@ -65,7 +65,7 @@ def test_other_baseline_and_missing_majority():
 
 def test_regression_uses_the_constant_mean_baseline():
     stsb = record("stsb", "vanilla", 1, 0.80)
-    stsb["baselines"] = {"constant_mean": {"pearson": 0.0, "spearmanr": 0.0, "score": 0.0}}
+    stsb.baselines = {"constant_mean": {"pearson": 0.0, "spearmanr": 0.0, "score": 0.0}}
     assert rows(compact_leaderboard([stsb]))["majority class"] == ["0.0 (-80.0)"]
 
 
@@ -94,7 +94,7 @@ def test_swept_hyper_parameter_is_named_in_the_row_as_the_report_names_it():
     assert set(table) == {"vanilla", "scores_dropout", "scores_dropout[p=0.3]", "entmax_alpha[alpha_init=2]",
                           "majority class"}
     for rec in recs:  # the report's label for the same records: the same rule
-        method, hp = rec["config"]["method"], rec["config"]["hparams"]
+        method, hp = rec.method, rec.hparams
         text = setting_text(hp, method)
         assert (f"{method}[{text}]" if text else method) in table
 

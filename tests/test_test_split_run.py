@@ -84,7 +84,7 @@ def test_the_report_builds_from_held_out_runs(heldout_runs):
 
 
 def test_a_record_without_it_is_read_on_dev(heldout_runs, tmp_path):
-    from suite.report.load import read_record
+    from suite.report.load import read_row
 
     path, rec = _records(heldout_runs)[0]
     data = json.loads(path.read_text())
@@ -92,7 +92,7 @@ def test_a_record_without_it_is_read_on_dev(heldout_runs, tmp_path):
         del data[key]
     (tmp_path / path.name).write_text(json.dumps(data))
     (tmp_path / rec.predictions).write_bytes((path.parent / rec.predictions).read_bytes())
-    row = read_record(tmp_path / path.name)
+    row = read_row(tmp_path / path.name)
     assert row["scored_on"] == "dev" and row["score"] == row["dev_score"] == rec.final["score"]
     assert row["predictions"] == str(tmp_path / rec.predictions)
     assert row["baseline"].constant == rec.baselines["majority"]["score"]

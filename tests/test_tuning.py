@@ -2,6 +2,7 @@
 apart from the leaderboard, tuning seeds disjoint from the final ones, both stages on the command line."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -185,9 +186,10 @@ tune:
     capsys.readouterr()
     assert main(["run", "--study", str(path), "--quiet"]) == 0  # resumes both stages: nothing runs again
     assert "2 skipped" in capsys.readouterr().err
-    from suite.report.stages import tuning_markdown
+    from suite.report.load import load
+    from suite.report.stage_sections import tuning
 
-    text = tuning_markdown([out])
+    text = "\n".join(tuning(SimpleNamespace(loaded=load([out])), None).lines)
     assert "## Tuning" in text and text.count("✓") == 1 and "train.lr: 0.0001, 0.001" in text
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import zlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,7 +47,7 @@ def planted_record(job):
 def paired_t(cmp, ours: dict, theirs: dict, margin: float = 1.0):
     """A look's evidence by a paired t-test over seeds, with the paired sign test a difference claim also needs
     (the shape of suite.stats.evidence.Evidence)."""
-    d = np.array([ours[s]["final"]["score"] - theirs[s]["final"]["score"] for s in ours]) * 100
+    d = np.array([ours[s].dev.score - theirs[s].dev.score for s in ours]) * 100
     n, diff = len(d), float(d.mean())
     se = float(d.std(ddof=1) / math.sqrt(n))
     p = float(2 * stats.t.sf(abs(diff / se), n - 1))
@@ -193,7 +194,8 @@ def write_study(path, glue_dir, model, out, until: str, extra: str = "") -> str:
 def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_states_it(
         monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
     from suite import commands
-    from suite.report.stages import sequential_markdown
+    from suite.report.load import load
+    from suite.report.stage_sections import sequential
 
     trained = []
     monkeypatch.setattr("suite.run.runner.run_one", lambda job, *a, **k: trained.append(job) or planted_record(job))
@@ -206,9 +208,16 @@ def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_st
     assert "sst2/no_dropout vs vanilla" in printed.out and "drophead vs" not in printed.out
     assert "look 1 of 3: 12 run(s)" in printed.err
     assert {j.seed for j in trained if j.method == "drophead"} == {1, 2, 3}  # exploratory: the starting seeds only
-    section = sequential_markdown([out])
+    section = "\n".join(sequential(SimpleNamespace(loaded=load([out])), None).lines)
     assert "## Seeds added until decided" in section and "| sst2 | no_dropout vs vanilla |" in section
     assert "efficacy (a difference) | **better**" in section
+
+    from suite.report import build_report
+
+    reads, read_text = [], Path.read_text   # the state file was read twice per report (verdicts, then the section)
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
+    md = build_report([out], figures=False, aso=False, allow_uncommitted=True).read_text()
+    assert reads.count("until_decided.json") == 1 and section.strip() in md
 
 
 def test_an_impossible_schedule_is_refused_before_training(monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
@@ -274,7 +283,7 @@ def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_
     """A look scores the method among healthy seeds (its information is their number) and records how often each
     arm degenerated; a record with a held-out test split is read on it, as the report reads it."""
     from suite.grid.until_decided import Comparison, Track, _look, record_evaluator
-    from suite.run.record import save_predictions
+    from suite.run.record import RunRecord, save_predictions
     from suite.stats.sequential import Design
 
     store = Store(tmp_path)
@@ -287,8 +296,8 @@ def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_
                                                            "logits": np.eye(2)[pred]},
                                                       "heldout": {"index": np.arange(200), "label": gold,
                                                                   "logits": np.eye(2)[pred]}})
-        return {"status": "ok", "final": {"score": dev_score}, "predictions": f"{name}.npz",
-                "heldout": {"score": float((pred == gold).mean())}}
+        return RunRecord({"task": "sst2", "method": name, "seed": 1}, name, name, "ok", final={"score": dev_score},
+                         predictions=f"{name}.npz", heldout={"score": float((pred == gold).mean())})
 
     ours, theirs = {}, {}
     for seed in range(1, 7):
@@ -301,7 +310,7 @@ def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_
     entry = track.looks[0]
     assert entry["paired"] == 6 and entry["n"] == 4 and entry["seeds"] == [3, 4, 5, 6]
     assert entry["degenerate"] == 2 and entry["degenerate_reference"] == 0
-    held = np.mean([ours[s]["heldout"]["score"] - theirs[s]["heldout"]["score"] for s in (3, 4, 5, 6)]) * 100
+    held = np.mean([ours[s].heldout["score"] - theirs[s].heldout["score"] for s in (3, 4, 5, 6)]) * 100
     assert entry["diff"] == pytest.approx(held)   # the held-out scores, not the dev ones (all 0.5)
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -38,13 +37,14 @@ def checkpoint_folder(path: str) -> Path:
     """A checkpoint folder as given, or the one a record's `artifacts.model` names."""
     p = Path(path)
     if p.is_file() and p.suffix == ".json":
+        from suite.run.record import read_record
+
         try:
-            record = json.loads(p.read_text())
-            model = (record.get("artifacts") or {}).get("model")
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError) as exc:
+            model = read_record(p).saved_model
+        except (OSError, ValueError) as exc:  # InvalidRecord is a ValueError
             raise BadInput(f"{p}: not a readable run record ({type(exc).__name__}: {exc}); give a RUN.json "
                            "written by `python -m suite run`, or its RUN.model/ folder") from None
-        if not isinstance(model, str) or not model:
+        if not model:
             raise BadInput(f"{p}: this run kept no model (it ran without --save-model); rerun it with "
                            "`python -m suite run ... --save-model --force`")
         return p.parent / model

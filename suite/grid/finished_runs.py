@@ -13,6 +13,7 @@ from suite.api.errors import BadInput, DataError
 from suite.grid.store import Store
 from suite.run.layout import own_folder
 from suite.run.outputs import RunOutputs, artifact_path
+from suite.run.record import InvalidRecord, RunRecord
 from suite.run.settings import RunConfig
 
 __all__ = ["complete_outputs"]  # what the rest of the suite uses; other names are this module's own
@@ -27,30 +28,29 @@ def lacking(jobs: list[RunConfig], store: Store, outputs: RunOutputs | None) -> 
     found: dict[str, list[RunConfig]] = {k: [] for k in wanted}
     for job in jobs:
         rec = store.read(job.filename)
-        if rec and rec.get("status") == "ok":
+        if rec is not None and rec.ok:
             for k in wanted:
                 if k not in record_artifacts(store, job, rec):
                     found[k].append(job)
     return found
 
 
-def record_artifacts(store: Store, job: RunConfig, rec: dict) -> dict:
+def record_artifacts(store: Store, job: RunConfig, rec: RunRecord) -> dict:
     """The record's `artifacts` ({} when it has none); BadInput naming the record when it holds something else."""
-    found = rec.get("artifacts")
-    if found is None:
-        return {}
-    if not isinstance(found, dict) or not all(isinstance(v, (str, dict, list)) for v in found.values()):
-        raise BadInput(f"{store.path(job.filename)}: artifacts is not the object of file names a run record holds "
-                       f"(a JSON {type(found).__name__}; edited by hand?): restore the record, or remove it and give "
-                       "the command again to rerun that run")
-    return found
+    try:
+        return rec.artifact_files(str(store.path(job.filename)))
+    except InvalidRecord as exc:
+        raise BadInput(f"{exc}: restore the record, or remove it and give the command again to rerun that "
+                       "run") from None
 
 
 def saved_model(store: Store, job: RunConfig) -> tuple[Path | None, str]:
     """(the run's checkpoint folder, "") or (None, why there is none) from the run's record."""
-    model = record_artifacts(store, job, store.read(job.filename) or {}).get("model")
-    if not isinstance(model, str):
-        model = None
+    rec = store.read(job.filename)
+    model = None
+    if rec is not None:
+        record_artifacts(store, job, rec)  # BadInput when its artifacts are not what a run record holds
+        model = rec.saved_model
     if not model:
         return None, "its record has no saved model (it ran without --save-model)"
     folder = store.runs / model
@@ -108,7 +108,7 @@ def complete_outputs(jobs: list[RunConfig], store: Store, outputs: RunOutputs | 
 
 def _predict_one(job: RunConfig, store: Store, data_dir, device) -> str:
     rec = store.read(job.filename)  # read again under the claim: another grid may have rerun it meanwhile
-    if not rec or rec.get("status") != "ok" or "test_predictions" in record_artifacts(store, job, rec):
+    if rec is None or not rec.ok or "test_predictions" in record_artifacts(store, job, rec):
         return f"{job.label}: record changed meanwhile; left as it is"
     folder, why = saved_model(store, job)
     if folder is None:

@@ -30,9 +30,10 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from suite.api.errors import BadInput
+from suite.run.record import HELDOUT
 from suite.stats.design_power import (
     MOST_SEEDS,
     SIMULATIONS,
@@ -44,6 +45,9 @@ from suite.stats.design_power import (
     simulate,
 )
 from suite.stats.sequential import Design, family_alpha
+
+if TYPE_CHECKING:
+    from suite.stats.evidence import RunOutcome
 
 __all__ = ["TaskPlan", "power_lines", "task_plans"]  # what the rest of the suite uses; other names are its own
 
@@ -62,37 +66,36 @@ class TaskPlan:
     source: str
     seed_sd_range: tuple[float, float] | None = None      # over the pilot's comparisons (None: declared)
     example_se_range: tuple[float, float] | None = None
+    split: str = "dev"      # what the verdicts read: "dev", or "heldout" (train.test_holdout); the pilot's too
 
 
-def _setting(config: dict[str, Any]) -> str:
-    return json.dumps({k: v for k, v in config.items() if k != "seed"}, sort_keys=True, default=str)
-
-
-def _pilot_runs(folder: Path) -> dict[tuple[str, str], dict[int, dict]]:
-    """{(task, method): {seed: ok record}} of the setting with the most seeds, from a folder's runs/."""
+def _pilot_runs(folder: Path) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
+    """{(split, task, method): {seed: the ok run's outcome}} of the setting with the most seeds, from a folder's
+    runs/: each run as every verdict scores it (`RunOutcome.of`), on the split it is scored on."""
     from suite.grid.store import iter_records
     from suite.run.layout import OutputFolder
+    from suite.stats.evidence import RunOutcome
 
-    by_setting: dict[tuple[str, str], dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    by_setting: dict[tuple[str, str, str], dict[str, dict[int, RunOutcome]]] = defaultdict(lambda: defaultdict(dict))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # a damaged record is the report's to name; here it is left out
-        for rec in iter_records(OutputFolder(folder).runs):
-            config = rec.get("config") or {}
-            if rec.get("status") == "ok" and "task" in config and "method" in config:
-                by_setting[config["task"], config["method"]][_setting(config)][int(config["seed"])] = rec
+        for path, rec in iter_records(OutputFolder(folder).runs):
+            if rec.ok and rec.seed is not None:
+                setting = json.dumps(rec.setting, sort_keys=True, default=str)
+                cell = rec.scored.name, rec.task, rec.method
+                by_setting[cell][setting][int(rec.seed)] = RunOutcome.of(rec, path.parent)
     return {cell: max(settings.values(), key=len) for cell, settings in by_setting.items()}
 
 
-def _outcome(rec: dict):
-    """The run as the report's verdicts score it: on the held-out test split where it has one, else on dev."""
-    from suite.run.record import heldout_predictions
-    from suite.stats.evidence import RunOutcome
+def planned_split(plan, task: str) -> str:
+    """The split a task's verdicts will read, from its planned jobs: the held-out test split when they keep one
+    (`train.test_holdout`; their records then hold its scores, `RunRecord.scored`), else dev."""
+    held = [bool(j.train.test_holdout) for j in plan.jobs if j.task == task]
+    return HELDOUT if held and all(held) else "dev"
 
-    sidecar = rec.get("predictions")
-    path = Path(rec["_path"]).parent / sidecar if sidecar else None
-    if rec.get("heldout"):
-        return RunOutcome(rec["heldout"]["score"] * 100, heldout_predictions(path) if path else None)
-    return RunOutcome(rec["final"]["score"] * 100, path)
+
+def _on_split(runs: dict, split: str) -> dict[tuple[str, str], dict[int, RunOutcome]]:
+    return {(task, method): seeds for (on, task, method), seeds in runs.items() if on == split}
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> Fo
     found = []
     for m, a in pairs:
         seeds = sorted(set(a) & set(ref))
-        ev = compare_runs(task, {s: _outcome(a[s]) for s in seeds}, {s: _outcome(ref[s]) for s in seeds},
+        ev = compare_runs(task, {s: a[s] for s in seeds}, {s: ref[s] for s in seeds},
                           seed=bootstrap_seed(task, m, reference))
         if math.isfinite(ev.seed_sd):
             found.append((ev.seed_sd, ev.example_se if ev.has_examples else math.nan, ev.n_seeds))
@@ -142,8 +145,8 @@ def _from_halves(task: str, reference: str, runs) -> Found | None:
     half = len(seeds) // 2
     if half < 2:
         return None
-    a = {i: _outcome(ref[s]) for i, s in enumerate(seeds[:half])}
-    b = {i: _outcome(ref[s]) for i, s in enumerate(seeds[half:2 * half])}
+    a = {i: ref[s] for i, s in enumerate(seeds[:half])}
+    b = {i: ref[s] for i, s in enumerate(seeds[half:2 * half])}
     ev = compare_runs(task, a, b, seed=bootstrap_seed(task, reference, "halves"))
     if not math.isfinite(ev.seed_sd):
         return None
@@ -170,24 +173,29 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
     for c in primary:
         by_task[c.task].append(c.method)
     declared = declared_noise(section.tasks if section is not None else {}, list(by_task), plan.request.source)
-    runs = None
+    pilot_runs = None
     out = []
     for task, methods in by_task.items():
         margin = margin_for(study.report.margin, task)
+        split = planned_split(plan, task)
         given = declared.get(task) or declared.get("default")
         if given is not None:
             out.append(TaskPlan(task, len(methods), margin, Noise(given.seed_sd, given.example_se),
-                                "declared (power: tasks:)"))
+                                "declared (power: tasks:)", split=split))
             continue
-        if runs is None:
-            runs = _pilot_runs(folder)
+        if pilot_runs is None:
+            pilot_runs = _pilot_runs(folder)
+        runs = _on_split(pilot_runs, split)   # a split's noise is its own: its examples, its size
         found = _from_comparisons(task, methods, reference, runs) or _from_halves(task, reference, runs)
         if found is None:
+            other = {on for on, t, _ in pilot_runs if t == task} - {split}
+            why = (f"its records of {task} are scored on {', '.join(sorted(other))}, the verdicts on {split}"
+                   if other else "no records")
             out.append(TaskPlan(task, len(methods), margin, None,
-                                f"no records in {folder}: declare power: tasks: {task}: or give --pilot DIR"))
+                                f"{why} in {folder}: declare power: tasks: {task}: or give --pilot DIR", split=split))
             continue
         out.append(TaskPlan(task, len(methods), margin, found.noise, f"{folder}: {found.where}",
-                            found.seed_sd_range, found.example_se_range))
+                            found.seed_sd_range, found.example_se_range, split))
     return out
 
 
@@ -258,6 +266,20 @@ def _reach_limits(tasks: list[TaskPlan], design: Design, target: float) -> str:
                      for m, names in by_margin.items())
 
 
+SPLIT_NAMES = {"dev": "dev (each task's dev set)",
+               HELDOUT: "the held-out test split carved from train (train.test_holdout)"}
+
+
+def _splits(tasks: list[TaskPlan]) -> str:
+    """The split the verdicts read and the noise is taken on: "dev (...)", or per task where they differ."""
+    by_split: dict[str, list[str]] = defaultdict(list)
+    for t in tasks:
+        by_split[t.split].append(t.task)
+    text = "; ".join(f"{SPLIT_NAMES[split]}" + (f": {', '.join(names)}" if len(by_split) > 1 else "")
+                     for split, names in by_split.items())
+    return f"planned on {text}, the split the verdicts read"
+
+
 def _percent(p: float) -> str:
     return f"{100 * p:.1f}%"
 
@@ -306,6 +328,7 @@ def power_lines(plan, pilot: str | None = None, target: float | None = None) -> 
                _with_range(t.noise.example_se if t.noise else None, t.example_se_range), f"{t.margin:g}",
                *(_reach(t, design, target) if t.noise else ["", ""]), t.source] for t in tasks]
     lines = ["power before running (docs/statistics.md, \"Power before running\"):", f"  design: {head}",
+             f"  split: {_splits(tasks)}",
              f"  {SIMULATIONS} simulated comparisons per probability: Monte-Carlo error at most "
              f"{50 / math.sqrt(SIMULATIONS):.1f} points", "",
              tabulate(inputs, headers=["task", "comparisons", "seed_sd", "example_se", "margin",

@@ -1,8 +1,8 @@
 """The results store: one JSON record per run under `<out>/runs/`, written atomically, found by config hash.
 
-Beside a record, a `.predictions.npz` sidecar holds the run's per-example dev predictions. Reading validates every
-record through `RunRecord.from_dict`: a file that is not a valid record counts as "not done" and is named in a
-warning, so a grid reruns that job and a report leaves it out, instead of crashing or trusting it.
+Beside a record, a `.predictions.npz` sidecar holds the run's per-example dev predictions. Every record is read
+through `suite.run.record.read_record` (the one reader): a file that is not a valid record counts as "not done" and
+is named in a warning, so a grid reruns that job and a report leaves it out, instead of crashing or trusting it.
 """
 from __future__ import annotations
 
@@ -17,7 +17,17 @@ from typing import Any, Iterator
 
 from suite.api.errors import SuiteError
 from suite.run.layout import OutputFolder
-from suite.run.record import InvalidRecord, NewerRecord, RunRecord, predictions_filename, save_predictions
+from suite.run.record import (
+    TMP_PREFIX,
+    InvalidRecord,
+    NewerRecord,
+    RunRecord,
+    predictions_filename,
+    read_record,
+    record_files,
+    save_predictions,
+    with_artifacts,
+)
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["RecordNotSaved", "Store", "atomic_write"]
@@ -26,8 +36,6 @@ try:
     import fcntl
 except ImportError:  # Windows: no record locks (see JobClaims)
     fcntl = None
-
-TMP_PREFIX = ".tmp-"
 
 
 class OtherJobsRecord(InvalidRecord):
@@ -107,8 +115,7 @@ class Store:
     def add_artifacts(self, filename: str, artifacts: dict[str, Any]) -> dict[str, Any]:
         """Add files a finished run left later (test predictions from its saved model) to its record's `artifacts`,
         rewriting the record atomically: every other field, unknown ones included, is written back as read."""
-        data = self._parse(filename)
-        data["artifacts"] = {**(data.get("artifacts") or {}), **artifacts}
+        data = with_artifacts(self.path(filename), self._parse(filename), artifacts)
         blob = json.dumps(_clean(data), indent=1).encode()
         atomic_write(self.path(filename), lambda fh: fh.write(blob))
         return data
@@ -125,36 +132,31 @@ class Store:
         except OSError:
             return f"{why}, nor in {folder}. The record follows:\n{json.dumps(_clean(data))}"
 
-    def _parse(self, filename: str) -> dict[str, Any]:
-        """The record file as a dict, validated (raises what reading, decoding or validating raises), and of the job
-        its file name names (else OtherJobsRecord)."""
+    def _parse(self, filename: str) -> RunRecord:
+        """The record (raises what reading or validating raises), of the job its file name names (else
+        OtherJobsRecord)."""
         path = self.path(filename)
-        try:
-            data = json.loads(path.read_text())
-        except RecursionError:  # JSON nested deeper than Python's recursion limit
-            raise InvalidRecord(f"{path}: not a run record (JSON nested too deeply to read)") from None
-        RunRecord.from_dict(data, str(path))
+        rec = read_record(path)
         named = job_hash_of(filename)
-        if named is not None and data["hash"] != named:
-            raise OtherJobsRecord(f"{path} holds the record of another job ({data['label']!r}, hash "
-                                  f"{data['hash']!r}), not of the job its name says (hash {named!r})")
-        return data
+        if named is not None and rec.hash != named:
+            raise OtherJobsRecord(f"{path} holds the record of another job ({rec.label!r}, hash "
+                                  f"{rec.hash!r}), not of the job its name says (hash {named!r})")
+        return rec
 
-    def read(self, filename: str) -> dict[str, Any] | None:
-        """The record as a dict, or None when absent or not a valid record (warned, by file name)."""
+    def read(self, filename: str) -> RunRecord | None:
+        """The record, or None when absent or not a valid record (warned, by file name)."""
         path = self.path(filename)
         try:
-            data = self._parse(filename)
+            return self._parse(filename)
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord) as exc:
+        except (OSError, InvalidRecord) as exc:
             warnings.warn(f"{path} is not a readable run record ({exc}); its job counts as not done", stacklevel=2)
             return None
-        return data
 
     def status(self, filename: str) -> str | None:
         rec = self.read(filename)
-        return None if rec is None else rec.get("status")
+        return None if rec is None else rec.status
 
     def kept_reason(self, filename: str) -> str | None:
         """Why an existing record file must be kept although this process cannot use it (None: nothing to keep).
@@ -176,11 +178,11 @@ class Store:
         except PermissionError as exc:
             return (f"{path} exists but cannot be read ({exc.strerror}): fix its permissions, or move it away to run "
                     "the job again")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord):
+        except (OSError, InvalidRecord):
             return None
         return None
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[tuple[Path, RunRecord]]:
         return iter_records(self.runs)
 
     def claims(self) -> "JobClaims":
@@ -188,23 +190,16 @@ class Store:
         return JobClaims(self.runs)
 
 
-def record_files(folder: str | os.PathLike) -> list[Path]:
-    """The record files of a runs folder: `*.json` without leftover temporary files of interrupted writes."""
-    return sorted(p for p in Path(folder).glob("*.json") if not p.name.startswith(TMP_PREFIX))
-
-
-def iter_records(*folders: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """Valid records as dicts with `_path` added; invalid files are skipped with a warning naming them."""
+def iter_records(*folders: str | os.PathLike) -> Iterator[tuple[Path, RunRecord]]:
+    """(file, record) of each valid record; invalid files are skipped with a warning naming them."""
     for folder in folders:
         for path in record_files(folder):
             try:
-                rec = json.loads(path.read_text())
-                RunRecord.from_dict(rec, str(path))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, InvalidRecord, RecursionError) as exc:
+                rec = read_record(path)
+            except (OSError, InvalidRecord) as exc:
                 warnings.warn(f"skipping {path}: {exc}", stacklevel=2)
                 continue
-            rec["_path"] = str(path)
-            yield rec
+            yield path, rec
 
 
 # ---------------------------------------------------------------------------------------------------------

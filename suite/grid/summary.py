@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from tabulate import tabulate
 
+from suite.run.record import RunRecord
 from suite.run.settings import setting_name, setting_value
 
 # what the rest of the suite uses; other names are this module's own
@@ -25,16 +26,12 @@ __all__ = ["DASH", "compact_leaderboard", "grid_records"]
 SCALE = 100.0
 DASH = "–"
 MAJORITY_ROW = "majority class"
-# Baselines the runner computes from the dev labels: the most frequent class, or for regression the dev mean
-# (whose correlations are undefined and count as 0).
-CONSTANT_BASELINES = ("majority", "constant_mean")
 
 
-def _setting(rec: dict) -> dict[str, Any]:
+def _setting(rec: RunRecord) -> dict[str, Any]:
     """Everything of a record's config that may differ between runs of a task, except the seed."""
-    cfg = rec.get("config", {})
-    flat = {"model": cfg.get("model"), "data_source": cfg.get("data_source")}
-    flat.update({f"train.{k}": v for k, v in (cfg.get("train") or {}).items()})
+    flat = {"model": rec.model, "data_source": rec.data_source}
+    flat.update({f"train.{k}": v for k, v in rec.train.items()})
     return flat
 
 
@@ -58,20 +55,18 @@ def _defaults(method: str) -> dict[str, Any] | None:
     return dataclasses.asdict(METHODS.get(method).Config()) if method in METHODS else None
 
 
-def _row_keys(records: list[dict]) -> list[tuple[str, str, str]]:
+def _row_keys(records: list[RunRecord]) -> list[tuple[str, str, str]]:
     """Per record: (task, the method's setting name, the training settings that vary within its task)."""
-    by_task: dict[str, list[dict]] = defaultdict(list)
+    by_task: dict[str, list[RunRecord]] = defaultdict(list)
     for rec in records:
-        by_task[rec["config"]["task"]].append(rec)
+        by_task[rec.task].append(rec)
     varying_settings = {t: _varying(_setting(r) for r in recs) for t, recs in by_task.items()}
-    defaults = {m: _defaults(m) for m in {r["config"]["method"] for r in records}}
+    defaults = {m: _defaults(m) for m in {r.method for r in records}}
     keys = []
     for rec in records:
-        cfg = rec["config"]
         settings = _setting(rec)
-        tr = [_short(k, settings.get(k)) for k in varying_settings[cfg["task"]]]
-        keys.append((cfg["task"], setting_name(cfg["method"], cfg.get("hparams") or {}, defaults[cfg["method"]]),
-                     ",".join(tr)))
+        tr = [_short(k, settings.get(k)) for k in varying_settings[rec.task]]
+        keys.append((rec.task, setting_name(rec.method, rec.hparams, defaults[rec.method]), ",".join(tr)))
     return keys
 
 
@@ -84,17 +79,13 @@ def _task_display(task: str) -> str:
         return task
 
 
-def _constant_score(rec: dict) -> float | None:
+def _constant_score(rec: RunRecord) -> float | None:
     """The record's majority-class dev score (regression: the constant dev-mean predictor's), or None."""
-    baselines = rec.get("baselines") or {}
-    for name in CONSTANT_BASELINES:
-        score = (baselines.get(name) or {}).get("score")
-        if score is not None and math.isfinite(score):
-            return score
-    return None
+    baseline = rec.dev_baseline
+    return None if baseline is None or math.isnan(baseline.constant) else baseline.constant
 
 
-def _majority(records: list[dict]) -> float | None:
+def _majority(records: list[RunRecord]) -> float | None:
     """The constant baseline's dev score (x100) the runner stored with the records of one task; None if none did."""
     values = sorted({round(s * SCALE, 6) for s in map(_constant_score, records) if s is not None})
     if not values:
@@ -116,13 +107,11 @@ def _diff(x: float, ref: float | None) -> str:
     return f" ({round(x - ref, 1) + 0.0:+.1f})"
 
 
-def compact_leaderboard(records: list[Any], baseline: str = "vanilla", out: str | None = None) -> str:
+def compact_leaderboard(records: list[RunRecord], baseline: str = "vanilla", out: str | None = None) -> str:
     """A plain-text table: one row per method (and varying setting), one column per task (in the grid's order);
     a cell is `mean ± std` of the final dev headline score x100 over the `ok` seeds, then in brackets its
     difference to `baseline` with the same training settings; `n/m ok` marks cells with failed seeds. The last
     row is the majority-class baseline of each task's dev set. `out`: the run folder named in the closing hint."""
-    records = [r.to_dict() if hasattr(r, "to_dict") else r for r in records]  # RunRecord objects or their dicts
-    records = [r for r in records if r and isinstance(r.get("config"), dict)]
     if not records:
         return "no run records to summarise"
     keys = _row_keys(records)
@@ -131,9 +120,8 @@ def compact_leaderboard(records: list[Any], baseline: str = "vanilla", out: str 
     counts: dict[tuple[str, str, str], int] = defaultdict(int)
     for rec, key in zip(records, keys):
         counts[key] += 1
-        score = (rec.get("final") or {}).get("score")
-        if rec.get("status") == "ok" and score is not None and math.isfinite(score):
-            cells[key].append(score * SCALE)
+        if rec.ok and math.isfinite(rec.dev.score):
+            cells[key].append(rec.dev.score * SCALE)
     rows_named = list(dict.fromkeys((k[1], k[2]) for k in keys))
     rows_named.sort(key=lambda r: (r[1], r[0].split("[")[0] != baseline, r[0]))
     table = []
@@ -168,6 +156,6 @@ def compact_leaderboard(records: list[Any], baseline: str = "vanilla", out: str 
             + f"\nFull report with every metric, significance tests and figures: python -m suite report {where}")
 
 
-def grid_records(jobs: Iterable[Any], store: Any) -> list[dict]:
+def grid_records(jobs: Iterable[Any], store: Any) -> list[RunRecord]:
     """The stored records of a grid's jobs (run now or found from an earlier run), in the grid's order."""
     return [rec for rec in (store.read(job.filename) for job in jobs) if rec is not None]

@@ -269,13 +269,10 @@ def plan_tuning_runs(tune, final_jobs: list[RunConfig], final_seeds: list[int], 
 
 
 def _tune_score(store: Store, job: RunConfig) -> float | None:
-    """A tuning run's tuning-split score; nan when it failed; None when it has no record yet."""
+    """A tuning run's tuning-split score (`RunRecord.tune_score`: NaN when it failed); None when it has no record
+    yet."""
     rec = store.read(job.filename)
-    if rec is None:
-        return None
-    score = (rec.get("tune") or {}).get("score")
-    ok = rec.get("status") == "ok" and isinstance(score, (int, float)) and math.isfinite(score)
-    return float(score) if ok else math.nan
+    return None if rec is None else rec.tune_score
 
 
 def select_configurations(plan: TuningPlan) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from suite.api.errors import BadInput
 from suite.grid.executors import GridResult
 from suite.grid.store import Store, atomic_write
 from suite.run.layout import OutputFolder, UntilDecidedFile, state_json
+from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 from suite.stats.looks import next_look
 from suite.stats.sequential import (
@@ -191,7 +192,8 @@ def comparisons(jobs: list[RunConfig], reference: str, primary: Callable[[Compar
     return out
 
 
-Evaluate = Callable[[Comparison, dict[int, dict], dict[int, dict]], Any]  # -> an Evidence (suite.stats.evidence)
+# a comparison and its two arms' ok records by seed -> an Evidence (suite.stats.evidence)
+Evaluate = Callable[[Comparison, dict[int, RunRecord], dict[int, RunRecord]], Any]
 
 
 def run_until_decided(jobs: list[RunConfig], store: Store, schedule: Schedule, seeds: list[int],
@@ -275,12 +277,12 @@ def _arm_set(comparisons: Iterable[Comparison]) -> set[tuple[str, str, str]]:
     return {arm for c in comparisons for arm in _arms(c)}
 
 
-def _records(jobs: list[RunConfig], store: Store, seeds: set[int]) -> dict[tuple[str, str, str], dict[int, dict]]:
+def _records(jobs: list[RunConfig], store: Store,
+             seeds: set[int]) -> dict[tuple[str, str, str], dict[int, RunRecord]]:
     """The ok records of the look's seeds, by (model, task, method) and seed."""
-    out: dict[tuple[str, str, str], dict[int, dict]] = defaultdict(dict)
+    out: dict[tuple[str, str, str], dict[int, RunRecord]] = defaultdict(dict)
     for job in jobs:
-        if job.seed in seeds and (rec := store.read(job.filename)) and rec.get("status") == "ok":
-            rec["_path"] = str(store.path(job.filename))
+        if job.seed in seeds and (rec := store.read(job.filename)) is not None and rec.ok:
             out[job.model, job.task, job.method][job.seed] = rec
     return out
 
@@ -403,21 +405,13 @@ def margin_for(margin, task: str) -> float:
 
 
 def record_evaluator(store: Store, margin=None) -> Evaluate:
-    """A look's evidence from ok records: each run's test score (x100) and its per-example predictions sidecar, on
-    the held-out test split where the run has one (`train.test_holdout`), else on dev (as the report scores it)."""
-    from suite.run.record import heldout_predictions
+    """A look's evidence from ok records, each run as every verdict scores it (`RunOutcome.of`: on its held-out test
+    split where it kept one, else on dev)."""
     from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
 
-    def outcome(rec: dict) -> RunOutcome:
-        sidecar = rec.get("predictions")
-        if rec.get("heldout"):
-            return RunOutcome(rec["heldout"]["score"] * 100,
-                              heldout_predictions(store.path(sidecar)) if sidecar else None)
-        return RunOutcome(rec["final"]["score"] * 100, store.path(sidecar) if sidecar else None)
-
-    def evaluate(cmp: Comparison, ours: dict[int, dict], theirs: dict[int, dict]):
-        return compare_runs(cmp.task, {s: outcome(r) for s, r in ours.items()},
-                            {s: outcome(r) for s, r in theirs.items()}, margin_for(margin, cmp.task),
-                            seed=bootstrap_seed(cmp.task, cmp.method, cmp.reference))
+    def evaluate(cmp: Comparison, ours: dict[int, RunRecord], theirs: dict[int, RunRecord]):
+        return compare_runs(cmp.task, {s: RunOutcome.of(r, store.runs) for s, r in ours.items()},
+                            {s: RunOutcome.of(r, store.runs) for s, r in theirs.items()},
+                            margin_for(margin, cmp.task), seed=bootstrap_seed(cmp.task, cmp.method, cmp.reference))
 
     return evaluate

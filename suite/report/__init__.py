@@ -8,8 +8,9 @@ metadata, and the only line that changes between two regenerations is the one st
 SOURCE_DATE_EPOCH to pin that too).
 
 How records become cells
-  * A cell is one (model, task, method, hyper-parameters, training settings): the headline score
-    (`record["final"]["score"]`, x100) of its `ok` runs as mean ± sample std (n seeds), plus the count of failed runs.
+  * A cell is one (model, task, method, hyper-parameters, training settings): the headline score of the split each
+    `ok` run is scored on (`RunRecord.scored`: its held-out test split when it kept one, else dev; x100) as
+    mean ± sample std (n seeds), plus the count of failed runs.
   * The leaderboard uses, per method, its default hyper-parameters (the method's `Config()`); a method run only with
     other settings shows the most-run one and says so. Per (model, task) it uses one set of training settings for
     every method: the one that the most methods ran (then most ok runs, then the latest finished run).
@@ -17,10 +18,11 @@ How records become cells
     training field within a task); runs in neither place are listed at the end. Nothing is silently dropped.
 
 The walk of a report: load -> facts -> sections -> document
-  load.py            run folders -> one DataFrame row per valid record (`RunRecord.from_dict`), typed: settings
-                     (`Setting`) and the record's parts the sections read (small frozen dataclasses)
-  stages.py          the files a tuning stage and `run --until-decided` leave beside the records (suite.run.layout),
-                     and their sections
+  load.py            run folders, read once -> `Loaded`: one DataFrame row per valid record (`read_record`; the
+                     record's parts typed by suite.run.record_parts, `Setting` for grouping, the run's `outcome`),
+                     and the state files a tuning stage and `run --until-decided` leave beside the records
+  state_checks.py    those state files held against the records
+  stage_sections.py  the sections on them (tuning, the looks of run --until-decided) and the looks' verdicts
   selection.py       which records each table uses; a tuned study's selected runs folded into one cell
   facts.py           the options, and what the report knows of each model, computed once: cells, averages,
                      baselines, collapse floors, costs, comparisons (`ReportFacts`, `ModelFacts`)

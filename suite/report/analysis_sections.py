@@ -20,11 +20,11 @@ import pandas as pd
 
 from suite.report.facts import ModelFacts, Options
 from suite.report.figures import pyplot, save
-from suite.report.load import Analyses
 from suite.report.selection import Selection
 from suite.report.vocabulary import DASH, Part, fmt, slug, table
 from suite.run.analyses import heads as head_stats
 from suite.run.analyses.seeds import seed_divergence
+from suite.run.record_parts import Analyses
 
 __all__ = ["importance_table", "mean_heads", "section", "seed_pairs", "seeds_table"]
 

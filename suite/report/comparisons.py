@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from suite.report.fragility import fragile_text
-from suite.report.vocabulary import DASH, SCALE, fmt, higher_is_better
+from suite.report.vocabulary import DASH, fmt, higher_is_better
 from suite.stats import aso, collapse, families
 from suite.stats.curves import size_tests
 from suite.stats.evidence import (
@@ -102,7 +102,7 @@ def per_task(value: float | Mapping[str, float] | None, task: str, default: floa
 
 def _outcomes(sub: pd.DataFrame) -> dict[int, RunOutcome]:
     ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
-    return {int(r.seed): RunOutcome(float(r.score) * SCALE, r.predictions or None) for r in ok.itertuples()}
+    return {int(r.seed): r.outcome for r in ok.itertuples()}   # RunOutcome.of, read with the record
 
 
 def _paired_outcomes(sub: pd.DataFrame) -> dict:
@@ -110,8 +110,7 @@ def _paired_outcomes(sub: pd.DataFrame) -> dict:
     if "draw" not in sub or sub["draw"].isna().all():
         return _outcomes(sub)
     ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
-    return {(int(r.draw), int(r.seed)): RunOutcome(float(r.score) * SCALE, r.predictions or None)
-            for r in ok.itertuples()}
+    return {(int(r.draw), int(r.seed)): r.outcome for r in ok.itertuples()}
 
 
 def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
@@ -143,7 +142,7 @@ def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list,
                   sequential: Mapping = MappingProxyType({})) -> dict[tuple[str, str], Comparison]:
     """{(method, task or average header): Comparison} for every method except the reference (`options.baseline`).
     `sel`: the model's `Selection`, `cells` its `Cell`s, `avgs` its `Average`s, `floor` each task's collapse floor;
-    `sequential`: `suite.report.stages.verdicts` of the folders reported."""
+    `sequential`: `suite.report.stage_sections.verdicts` of the folders reported."""
     base = options.baseline
     out: dict[tuple[str, str], Comparison] = {}
     evidence: dict[tuple[str, str], Evidence] = {}

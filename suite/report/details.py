@@ -7,9 +7,9 @@ import pandas as pd
 
 from suite.report.comparisons import difference_text
 from suite.report.facts import Cell, ModelFacts, Options, ReportFacts
-from suite.report.load import DataSizes
 from suite.report.selection import Selection, lookup, setting_text, setup_note, train_diff, varying_keys
 from suite.report.vocabulary import DASH, Part, key_of, metric_order, sort_key, table, task_display, value_text
+from suite.run.record_parts import DataSizes
 
 __all__ = ["ablations", "failures", "per_task", "setup", "skipped_records"]
 

@@ -25,7 +25,7 @@ from suite.report import (
     forms,
     header,
     leaderboard,
-    stages,
+    stage_sections,
     tuning_budget,
 )
 from suite.report.facts import (
@@ -59,11 +59,17 @@ LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{"
                  "≥": r"$\geq$", "≤": r"$\leq$", "→": r"$\rightarrow$", "α": r"$\alpha$"}
 
 ModelSection = Callable[[ModelFacts, Options], Part]
+ReportSection = Callable[[ReportFacts, Options], Part]
 # each model's sections, in order (the reference's in-run step times only when the model ran the reference)
 MODEL_SECTIONS: tuple[ModelSection, ...] = (
     leaderboard.section, leaderboard.reference_tasks, leaderboard.in_run_costs, coverage.compute_per_cell,
     details.setup, details.per_task, details.ablations, figure_sections.data_efficiency, figure_sections.stability,
     figure_sections.overfitting, figure_sections.attention, analysis_sections.section)
+# the report-wide sections after the models', in order: failed and skipped runs, then the stages beside the records
+# (the tuning stage's selections and expected validation performance, the looks of run --until-decided)
+CLOSING_SECTIONS: tuple[ReportSection, ...] = (
+    details.failures, details.skipped_records, stage_sections.tuning, tuning_budget.section,
+    stage_sections.sequential)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +91,10 @@ def document(report: ReportFacts, options: Options) -> Document:
             part = forms.footnoted(section(facts, options), notes)
             whole.extend(part)
             tables.update({(model, kind): table for kind, table in part.tables.items()})
-    whole.extend(details.failures(report, options))
-    whole.extend(details.skipped_records(report, options))
+    for closing in CLOSING_SECTIONS:
+        part = closing(report, options)
+        whole.extend(part)
+        tables.update(part.tables)   # a report-wide section's tables are keyed (model, kind)
     text = "\n".join(whole.lines).rstrip("\n") + "\n"
     return Document(re.sub(r"\n{3,}", "\n\n", text), tuple(whole.figures), MappingProxyType(tables))
 
@@ -182,7 +190,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     reference_tasks = tuple(_task_names(reference_tasks))
     loaded = load(run_dirs)
     # a tuned study: each cell's selected runs, one row
-    loaded = dataclasses.replace(loaded, frame=fold_selected(loaded.frame, run_dirs))
+    loaded = dataclasses.replace(loaded, frame=fold_selected(loaded))
     problem = header.code_version_problem(loaded.frame) if len(loaded.frame) else None
     if problem and not allow_uncommitted:
         raise ReportError(f"the records come from {problem}. A published table should come from one committed "
@@ -195,18 +203,14 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     options = Options(out_dir, baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
                       str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
                       collapse_floor, allow_uncommitted, preregistered, planner)
-    report = report_facts(loaded, options, stages.verdicts(run_dirs, loaded.frame, alpha, margin))
+    report = report_facts(loaded, options, stage_sections.verdicts(loaded, alpha, margin))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
-    # the tuning stage's selection and its expected validation performance, if any
-    budget, budget_tables = tuning_budget.expected_performance(stages.selection_files(run_dirs), options)
-    evp = "\n" + "\n".join(budget.lines).rstrip("\n") + "\n" if budget.lines else ""
-    path.write_text(wrap_prose(written.text + stages.tuning_markdown(run_dirs) + evp
-                               + stages.sequential_markdown(run_dirs)))  # until-decided: looks, stopping reasons
-    write_exports(out_dir, {**written.tables, **budget_tables}, {model: dict(f.comparisons) for model, f in
-                                                                 report.models.items() if baseline in f.sel.methods})
+    path.write_text(wrap_prose(written.text))
+    write_exports(out_dir, written.tables, {model: dict(f.comparisons) for model, f in report.models.items()
+                                            if baseline in f.sel.methods})
     if figures:
-        _remove_stale_figures(options.figure_dir, {p.name for p in [*written.figures, *budget.figures]})
+        _remove_stale_figures(options.figure_dir, {p.name for p in written.figures})
     return path
 
 

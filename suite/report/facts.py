@@ -24,7 +24,7 @@ import pandas as pd
 
 from suite.report.comparisons import Comparison, compare_model, curve_tests, floors
 from suite.report.costs import BenchCosts, CostColumns, cost_columns, read_bench
-from suite.report.load import Loaded, RecordedBaseline, Setting
+from suite.report.load import Loaded, Setting
 from suite.report.selection import (
     Selection,
     curve_methods,
@@ -45,6 +45,7 @@ from suite.report.vocabulary import (
     task_spec,
     unique,
 )
+from suite.run.record_parts import RecordedBaseline
 from suite.stats import collapse
 from suite.stats.constant import VsConstant, vs_constant
 
@@ -281,8 +282,8 @@ class ModelFacts:
 def model_facts(records: pd.DataFrame, sel: Selection, options: Options, bench: BenchCosts | None,
                 baseline_cache: dict, sequential: Mapping = MappingProxyType({})) -> ModelFacts:
     """The facts of one model's records under the report's `options`; `baseline_cache` only avoids reading a dev set
-    twice; `sequential`: the verdicts of a study run with --until-decided (`suite.report.stages.verdicts`), which the
-    comparisons report."""
+    twice; `sequential`: the verdicts of a study run with --until-decided (`suite.report.stage_sections.verdicts`),
+    which the comparisons report."""
     board = sel.board(records)
     cells = {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)])
              for m in sel.methods for t in sel.tasks}

@@ -33,7 +33,6 @@ from suite.report.figures import (
     plot_seed_strips,
     plot_size_curves,
 )
-from suite.report.load import AttentionStats
 from suite.report.selection import Selection
 from suite.report.vocabulary import (
     DASH,
@@ -46,6 +45,7 @@ from suite.report.vocabulary import (
     table,
     task_display,
 )
+from suite.run.record_parts import AttentionStats
 from suite.stats import collapse
 
 __all__ = ["attention", "data_efficiency", "overfitting", "stability"]

@@ -1,17 +1,17 @@
-"""Finding run folders and reading their records into one DataFrame row per run.
+"""Finding run folders and reading them once: their records into one DataFrame row per run, and the state files the
+stages beside the records left (the tuning selection, the looks of `run --until-decided`), all into `Loaded`.
 
-Every record is parsed by `suite.run.record.RunRecord.from_dict`; a file that is not a valid record is named (with the
-reason) and skipped, and leftover `.tmp-*.json` files of an interrupted write are not records at all.
+Every record is read by `suite.run.record.read_record`, the suite's one reader; a file that is not a valid record is
+named (with the reason) and skipped, and leftover `.tmp-*.json` files of an interrupted write are not records at all.
 
-The split a run is scored on: its held-out test split when it has one (`train.test_holdout`; the record's `heldout`),
+The split a run is scored on is `RunRecord.scored`'s: its held-out test split when it has one (`train.test_holdout`),
 else dev. A row's `score`, `final`, `baseline` and `predictions` are that split's, so the tables, comparisons and
 example-level statistics read one split without asking which; `scored_on` names it, and `dev_score` / `dev_final`
-keep the dev metrics beside.
+keep the dev metrics beside. A row's `outcome` is the run as every verdict scores it (`RunOutcome.of`).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -23,27 +23,24 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from suite.api.errors import ReportError
-from suite.report.vocabulary import key_of, num
-from suite.run.layout import COMMANDS, RUNS
-from suite.run.record import (
-    InvalidRecord,
-    RunRecord,
-    check_nested_types,
-    heldout_predictions,
-    load_predictions,
+from suite.report.vocabulary import key_of
+from suite.run.layout import (
+    COMMANDS,
+    RUNS,
+    SELECTION,
+    TUNING,
+    UNTIL_DECIDED,
+    SelectionFile,
+    UntilDecidedFile,
+    read_state,
 )
+from suite.run.record import InvalidRecord, RunRecord, load_predictions, read_record, record_files
+from suite.run.record_parts import Metrics, num
 from suite.run.settings import with_added_defaults
+from suite.stats.evidence import RunOutcome
 
-TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
-
-__all__ = ["Analyses", "AttentionStats", "DataSizes", "Environment", "Epoch", "Loaded", "Metrics", "RecordedBaseline",
-           "Setting", "load", "parse_record"]
-CONSTANT_KINDS = ("majority", "constant_mean")
-
-
-def _layers(values: Any) -> tuple | None:
-    """A value per layer as recorded (a JSON list), as a tuple; None for anything else."""
-    return tuple(values) if isinstance(values, list) else None
+__all__ = ["Loaded", "Setting", "load"]
+SELECTION_PATH = Path(TUNING) / SELECTION  # beside the records, at the output root
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -66,120 +63,6 @@ class Setting:
         return Setting.of({k: v for k, v in self.values.items() if k not in left_out})
 
 
-@dataclasses.dataclass(frozen=True)
-class Metrics:
-    """A run's dev metrics at its last epoch (name -> value; "score": the headline); none for a run that failed."""
-    values: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
-
-    @classmethod
-    def of(cls, final: Mapping[str, Any]) -> "Metrics":
-        return cls(MappingProxyType({k: num(v) for k, v in final.items()}))
-
-    def get(self, name: str) -> float:
-        return self.values.get(name, math.nan)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.values)
-
-
-@dataclasses.dataclass(frozen=True)
-class Epoch:
-    """One epoch of a run's history: losses and headline scores (in [0, 1]; NaN: not recorded)."""
-    epoch: int | None
-    train_loss: float
-    dev_loss: float
-    dev_score: float
-    train_subset_score: float
-    drop_rates: tuple | None      # the method's drop rate per layer at this epoch, where it logged one
-
-    @classmethod
-    def of(cls, e: Mapping[str, Any]) -> "Epoch":
-        return cls(e.get("epoch"), num(e.get("train_loss")), num(e.get("dev_loss")),
-                   num((e.get("dev") or {}).get("score")), num((e.get("train_subset") or {}).get("score")),
-                   _layers((e.get("method") or {}).get("drop_rate_per_layer")))
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionStats:
-    """The attention statistics a run recorded on dev batches (suite/run/attention_stats.py)."""
-    mean: Mapping[str, float]                # statistic -> mean over layers
-    per_layer: Mapping[str, tuple | None]    # statistic -> its value per layer
-
-    @classmethod
-    def of(cls, attention: Any) -> "AttentionStats | None":
-        if not isinstance(attention, dict):
-            return None
-        return cls(MappingProxyType({k: num(v) for k, v in (attention.get("mean") or {}).items()}),
-                   MappingProxyType({k: _layers(v) for k, v in (attention.get("per_layer") or {}).items()}))
-
-
-@dataclasses.dataclass(frozen=True)
-class Analyses:
-    """A run's end-of-run analyses (suite/run/analyses), each one's part as the analysis wrote it."""
-    parts: Mapping[str, Any]
-
-    @classmethod
-    def of(cls, analyses: Any) -> "Analyses | None":
-        return cls(MappingProxyType(dict(analyses))) if isinstance(analyses, dict) else None
-
-    def get(self, name: str) -> Any:
-        return self.parts.get(name)
-
-
-@dataclasses.dataclass(frozen=True)
-class Environment:
-    """Where and with which code a run ran, as the header names it ("?", or "unknown" for the commit: not
-    recorded)."""
-    device: str
-    gpu: str
-    platform: str
-    cpu_threads: str
-    host: str
-    suite: str
-    git_commit: str
-    python: str
-    torch: str
-    transformers: str
-
-    @classmethod
-    def of(cls, env: Mapping[str, Any]) -> "Environment":
-        def text(key: str) -> str:
-            return str(env.get(key, "?"))
-        return cls(text("device"), str(env.get("gpu") or ""), text("platform"), text("cpu_threads"), text("host"),
-                   text("suite"), str(env.get("git_commit") or "unknown"), text("python"), text("torch"),
-                   text("transformers"))
-
-
-@dataclasses.dataclass(frozen=True)
-class DataSizes:
-    """The split sizes a run used (None: not recorded)."""
-    train: int | None = None
-    train_subset: int | None = None              # the fixed train subset the generalisation gap is measured on
-    dev: tuple[tuple[str, int], ...] = ()        # (eval-split suffix, examples), in order
-    heldout: int | None = None                   # the held-out test split (train.test_holdout; None: none)
-
-    @classmethod
-    def of(cls, data: Mapping[str, Any]) -> "DataSizes":
-        return cls(data.get("train"), data.get("train_subset"), tuple(sorted((data.get("dev") or {}).items())),
-                   data.get("heldout"))
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordedBaseline:
-    """The scores (in [0, 1]; NaN: not a number) of the predictors that learn nothing, as the runner recorded them."""
-    constant_kind: str     # "majority" or "constant_mean"
-    constant: float
-    chance: float
-
-    @classmethod
-    def of(cls, found: Mapping[str, Any]) -> "RecordedBaseline | None":
-        kind = next((k for k in CONSTANT_KINDS if isinstance(found.get(k), dict)), None)
-        if kind is None:
-            return None
-        return cls(kind, num(found[kind].get("score")), num((found.get("chance") or {}).get("score")))
-
-
 def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
     """(output root, folder of records) for each path: an output folder with runs/, or a runs folder itself."""
     out = []
@@ -194,71 +77,36 @@ def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
     return out
 
 
-def _gap(rec: RunRecord) -> float:
-    gap = num(rec.generalisation_gap)
-    if math.isnan(gap) and rec.history:
-        last = rec.history[-1]
-        gap = num((last.get("train_subset") or {}).get("score")) - num((last.get("dev") or {}).get("score"))
-    return gap
-
-
 OUTCOME_NEUTRAL = frozenset({"analyses", "analysis_examples"})
 
 
 def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
     """One DataFrame row: the fields the report groups by, plus the record's parts the sections read."""
-    cfg = rec.config
-    hp, train = with_added_defaults(str(cfg["method"]), dict(cfg.get("hparams") or {}), dict(cfg.get("train") or {}))
+    hp, train = with_added_defaults(rec.method, rec.hparams, rec.train)
     # what the run analysed afterwards does not change its numbers: not a setting records are grouped by
-    train_all = {**{k: v for k, v in train.items() if k not in OUTCOME_NEUTRAL}, "data_source": cfg.get("data_source")}
-    ok = rec.status == "ok"
-    final, timing, params = rec.final or {}, rec.timing or {}, rec.parameters or {}
-    scored = scored_split(rec)
+    train_all = {**{k: v for k, v in train.items() if k not in OUTCOME_NEUTRAL}, "data_source": rec.data_source}
+    ok, scored, timed, counts = rec.ok, rec.scored, rec.timed, rec.parameter_counts
     return {
-        "model": str(cfg.get("model")), "task": str(cfg["task"]), "method": str(cfg["method"]),
+        "model": str(rec.model), "task": rec.task, "method": rec.method,
         "hp": Setting.of(hp), "train": Setting.of(train_all),
-        "seed": cfg.get("seed"), "status": rec.status,
-        "score": num(scored.metrics.get("score")) if ok else math.nan,
-        "final": Metrics.of(scored.metrics) if ok else Metrics(), "scored_on": scored.name,
-        "dev_score": num(final.get("score")) if ok else math.nan, "dev_final": Metrics.of(final) if ok else Metrics(),
-        "best_score": num((rec.best or {}).get("score")),
-        "gap": _gap(rec) if ok else math.nan,
-        "wall_s": num(rec.wall_s), "step_s": num(timing.get("step_s")), "peak_mb": num(timing.get("peak_memory_mb")),
-        "peak_kind": timing.get("peak_memory_kind"),
-        "step_mode": str((timing.get("step_mode") or {}).get("mode") or "eager"),  # captured: replayed CUDA graphs
-        "total_params": num(params.get("total")), "extra": num(params.get("extra")),
-        "training_only": num(params.get("training_only")),
-        "history": tuple(map(Epoch.of, rec.history or ())) if ok else (),
-        "attention": AttentionStats.of(rec.attention) if ok else None,
-        "analyses": Analyses.of(rec.analyses) if ok else None,
-        "drop_rates": _layers((rec.method_record or {}).get("drop_rate_per_layer")),
-        "env": Environment.of(rec.environment or {}),
-        "data": DataSizes.of(rec.data or {}), "started": rec.started or "", "finished": rec.finished or "",
-        "label": rec.label or f"{cfg['task']}/{cfg['method']}/seed{cfg.get('seed')}",
+        "seed": rec.seed, "status": rec.status,
+        "score": scored.metrics.score if ok else math.nan,
+        "final": scored.metrics if ok else Metrics(), "scored_on": scored.name,
+        "dev_score": rec.dev.score if ok else math.nan, "dev_final": rec.dev if ok else Metrics(),
+        "best_score": rec.best_dev.score,
+        "gap": rec.gap if ok else math.nan,
+        "wall_s": num(rec.wall_s), "step_s": timed.step_s, "peak_mb": timed.peak_mb, "peak_kind": timed.peak_kind,
+        "step_mode": timed.step_mode,  # captured: replayed CUDA graphs
+        "total_params": counts.total, "extra": counts.extra, "training_only": counts.training_only,
+        "history": rec.epochs if ok else (),
+        "attention": rec.attention_stats if ok else None,
+        "analyses": rec.analysis_results if ok else None,
+        "drop_rates": rec.drop_rates, "env": rec.env,
+        "data": rec.sizes, "started": rec.started or "", "finished": rec.finished or "",
+        "label": rec.label or f"{rec.task}/{rec.method}/seed{rec.seed}",
         "error": rec.error or "", "hash": rec.hash or str(path), "file": path.name,
-        "baseline": RecordedBaseline.of(scored.baselines),
-        "predictions": scored.predictions(str(path.parent / rec.predictions)) if ok and rec.predictions else "",
+        "baseline": scored.baseline,
     }
-
-
-@dataclasses.dataclass(frozen=True)
-class Scored:
-    """The split a run is scored on: its name, metrics, learn-nothing baselines and how its predictions are read."""
-    name: str                       # "heldout" (train.test_holdout) or "dev"
-    metrics: Mapping[str, Any]
-    baselines: Mapping[str, Any]
-
-    def predictions(self, sidecar: str) -> str:
-        """What the example-level statistics load this split's predictions by, from the run's sidecar."""
-        return heldout_predictions(sidecar) if self.name == "heldout" else sidecar
-
-
-def scored_split(rec: RunRecord) -> Scored:
-    """The held-out test split when the record has its score, else dev: a run is never scored on dev when it kept
-    a held-out test split (dev then shows beside, as `dev_score`)."""
-    if isinstance(rec.heldout, dict):
-        return Scored("heldout", rec.heldout, rec.heldout_baselines or {})
-    return Scored("dev", rec.final or {}, rec.baselines or {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,40 +116,35 @@ class Loaded:
     duplicates: int                # records of the same job found more than once (the best one is kept)
     commands: list[str]
     problems: dict[str, str] = dataclasses.field(default_factory=dict)   # file name -> why it was skipped
+    # the state files the stages beside the records left (tuning selection, until-decided looks), each read once
+    selections: tuple[tuple[Path, SelectionFile], ...] = ()
+    until_decided: tuple[tuple[Path, UntilDecidedFile], ...] = ()
 
 
-def parse_record(d, source: str) -> RunRecord:
-    """`RunRecord.from_dict`, except that a finished run without a finite score (a correlation of constant
-    predictions is undefined) stays a finished run: the report shows it as "no score" and counts it as collapsed."""
-    final = d.get("final") if isinstance(d, dict) and d.get("status") == "ok" else None
-    if isinstance(final, dict) and "score" in final and num(final["score"]) != num(final["score"]):
-        rec = RunRecord.from_dict({**d, "final": {**final, "score": 0.0}}, source=source)
-        rec.final = final
-        return rec
-    return RunRecord.from_dict(d, source=source)
-
-
-def _sidecar(path: Path, rec: RunRecord) -> str:
-    """The predictions sidecar of an ok record when it can be read in full; else '' (the run is reported without
-    example-level statistics) and a one-line warning naming the file."""
-    if rec.status != "ok" or not rec.predictions:
-        return ""
+def _outcome(path: Path, rec: RunRecord) -> RunOutcome | None:
+    """The run as every verdict scores it (`RunOutcome.of`), its predictions kept only when the sidecar can be read
+    in full (else a one-line warning naming the file: the run is reported without example-level statistics)."""
+    if not rec.ok:
+        return None
+    outcome = RunOutcome.of(rec, path.parent)
+    if not rec.predictions:
+        return outcome
     sidecar = path.parent / rec.predictions
-    scored = scored_split(rec)
+    split = rec.scored.name
     try:
         with zipfile.ZipFile(sidecar) as archive:
             bad = archive.testzip()
-            held = any(n.startswith(f"{scored.name}/") for n in archive.namelist())
+            held = any(n.startswith(f"{split}/") for n in archive.namelist())
         why = f"member {bad} is corrupt" if bad is not None else "no held-out test predictions in it"
-        if bad is None and (scored.name == "dev" or held):
-            why = _shape_problem(scored.predictions(str(sidecar)))
+        if bad is None and (split == "dev" or held):
+            why = _shape_problem(str(outcome.predictions))
             if why is None:
-                return scored.predictions(str(sidecar))
+                return outcome
     except (OSError, zipfile.BadZipFile, ValueError, KeyError) as exc:
         why = f"{type(exc).__name__}: {exc}"
     print(f"warning: {sidecar}: predictions file unreadable ({why}); {path.name} is reported without its "
           "per-example predictions", file=sys.stderr)
-    return ""
+    return dataclasses.replace(outcome, predictions=None)
 
 
 def _shape_problem(predictions: str) -> str | None:
@@ -317,49 +160,30 @@ def _shape_problem(predictions: str) -> str | None:
     return None
 
 
-def check_names(data: Any, source: str) -> None:
-    """The names a row is grouped by are names: model, task and method non-empty text (an emptied one crashed a
-    section of the report)."""
-    config = data.get("config") if isinstance(data, dict) else None
-    for key in ("model", "task", "method"):
-        value = config.get(key) if isinstance(config, dict) else None
-        if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise InvalidRecord(f"{source}: config.{key} is {value!r}, not a name (edited by hand?)")
-
-
-def read_record(path: Path) -> dict:
-    """The row of one record file; InvalidRecord (naming the file and why) for anything that is not a record."""
+def read_row(path: Path) -> dict:
+    """The row of one record file (`suite.run.record.read_record`); InvalidRecord (naming the file and why) for
+    anything that is not a record."""
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(f"{path.name}: not JSON ({exc})") from None
-    except RecursionError:
-        raise InvalidRecord(f"{path.name}: not a run record (JSON nested too deeply)") from None
+        rec = read_record(path, path.name, unscored=True)
     except OSError as exc:  # a dangling link (git-annex, DVC), a folder named *.json, permissions
         what = "a link to a missing file" if path.is_symlink() and not path.exists() else \
             "a folder" if path.is_dir() else "unreadable"
         raise InvalidRecord(f"{path.name}: {what} ({exc.strerror or exc})") from None
-    check_nested_types(data, path.name)
-    check_names(data, path.name)
     try:
-        rec = parse_record(data, path.name)
         row = flatten(rec, path)
-    except InvalidRecord:
-        raise
     except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a shape NESTED_TYPES does not cover
         raise InvalidRecord(f"{path.name}: not a run record ({type(exc).__name__}: {exc})") from None
-    row["predictions"] = _sidecar(path, rec)
+    row["outcome"] = _outcome(path, rec)
+    row["predictions"] = str(row["outcome"].predictions or "") if row["outcome"] is not None else ""
     return row
 
 
 def read_folder(runs: Path) -> tuple[list[dict], dict[str, str]]:
     """Rows of the valid records in one folder, and {file name: problem} for the others."""
     rows, problems = [], {}
-    for path in sorted(runs.glob("*.json")):
-        if path.name.startswith(TMP_PREFIX):
-            continue
+    for path in record_files(runs):
         try:
-            rows.append(read_record(path))
+            rows.append(read_row(path))
         except InvalidRecord as exc:
             problems[path.name] = str(exc)
     return rows, problems
@@ -404,4 +228,17 @@ def load(paths: Sequence[str | os.PathLike]) -> Loaded:
         raise ReportError("no readable run records in " + ", ".join(str(r) for _, r in folders)
                           + "".join(f"; {p}" for p in sorted(problems.values())))
     frame, duplicates = deduplicate(pd.DataFrame(rows))
-    return Loaded(frame, sorted(problems), duplicates, commands, problems)
+    return Loaded(frame, sorted(problems), duplicates, commands, problems,
+                  tuple((f, read_state(f, SelectionFile)) for f in output_files(paths, SELECTION_PATH)),
+                  tuple((f, read_state(f, UntilDecidedFile)) for f in output_files(paths, UNTIL_DECIDED)))
+
+
+def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:
+    """The files called `name` at the output roots of the folders reported (a folder given as OUT/runs counts as OUT),
+    where a stage beside the records left one (the tuning selection, the until-decided state)."""
+    found = []
+    for d in map(Path, paths):
+        root = d.parent if d.name == RUNS and not (d / RUNS).is_dir() else d
+        if (root / name).is_file():
+            found.append(root / name)
+    return found

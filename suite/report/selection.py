@@ -7,24 +7,23 @@ ok runs, then the latest finished run). The ablation tables show every setting t
 data-efficiency curve is a task run at several training-set sizes.
 
 A tuned study (docs/protocol.md): each (model, task, method) ran the configuration its tuning selected
-(`suite.report.stages.selections`), so learning rates and the methods' own rates differ from cell to cell. The runs
-that match their cell's selection have the searched keys taken out of their `train` and `hp` settings
-(`fold_selected`), so that every method's selected runs of a task share one leaderboard row and column; which values
-each cell ran is the Tuning section's table. Runs of another configuration keep their settings and show up as runs
-outside the leaderboard settings.
+(OUT/tuning/selection.json, read once into `Loaded.selections`), so learning rates and the methods' own rates differ
+from cell to cell. The runs that match their cell's selection have the searched keys taken out of their `train` and
+`hp` settings (`fold_selected`), so that every method's selected runs of a task share one leaderboard row and
+column; which values each cell ran is the Tuning section's table. Runs of another configuration keep their settings
+and show up as runs outside the leaderboard settings.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import pandas as pd
 
-from suite.report.load import Setting
-from suite.report.stages import selections
+from suite.report.load import Loaded, Setting
+from suite.report.state_checks import check_selection
 from suite.report.vocabulary import default_hparams, key_of, reconstruction_note, same_value, task_order
 from suite.run.settings import changed_settings, setting_value
 
@@ -151,10 +150,24 @@ def _split(method: str, selected: dict[str, Any]) -> tuple[dict[str, Any], dict[
     return train, own
 
 
-def fold_selected(frame: pd.DataFrame, paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
-    """The frame with each selected run's searched keys taken out of its settings (see the module's text);
+def selections(loaded: Loaded) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(model, task, method) -> the selected configuration ({"train.lr": ..., "METHOD.KEY": ...}) of every tuning
+    stage beside the folders reported, each file first held against its tuning records and the reported final runs
+    (`suite.report.state_checks.check_selection`)."""
+    found = {}
+    for path, selection in loaded.selections:
+        check_selection(path, selection, loaded.frame)
+        for cell in selection.cells:
+            if cell.selected is not None:
+                found[cell.key] = cell.selected
+    return found
+
+
+def fold_selected(loaded: Loaded) -> pd.DataFrame:
+    """The loaded frame with each selected run's searched keys taken out of its settings (see the module's text);
     unchanged when no folder has a tuning stage."""
-    chosen = selections(paths, frame)
+    frame = loaded.frame
+    chosen = selections(loaded)
     if not chosen or not len(frame):
         return frame
     missing = sorted({f"{t}/{m}" for t, m in zip(frame["task"], frame["method"])}

@@ -12,7 +12,6 @@ A file that does not hold is refused (ReportError, exit 2) with its path, what d
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from suite.api.errors import ReportError
 from suite.report.vocabulary import same_value
 from suite.run.layout import RUNS, SelectedCell, SelectionFile, TrackedComparison, UntilDecidedFile
+from suite.run.record import InvalidRecord, read_record, record_files
 
 __all__ = ["check_selection", "check_sequential"]
 
@@ -117,22 +117,15 @@ def _held_score(records: dict, cell: SelectedCell, seed: str, settings: dict[str
 
 def _tuning_scores(folder: Path) -> dict[tuple, list[tuple[dict[str, Any], float]]]:
     """(model, task, method, seed as text) -> (every setting of the run as `train.KEY` / `hp.KEY`, its tuning-split
-    score; NaN for a failed run) of each tuning record."""
+    score as the grid selected by: `RunRecord.tune_score`, NaN for a failed run) of each tuning record."""
     found: dict[tuple, list] = {}
-    for file in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for file in record_files(folder) if folder.is_dir() else []:
         try:
-            rec = json.loads(file.read_text())
-            cfg, score = rec["config"], (rec.get("tune") or {}).get("score")
-            if rec.get("status") == "failed":
-                score = math.nan
-            elif rec.get("status") != "ok" or isinstance(score, bool) or not isinstance(score, (int, float)):
-                continue
-            values = {**{f"train.{k}": v for k, v in cfg["train"].items()},
-                      **{f"hp.{k}": v for k, v in cfg["hparams"].items()}}
-            found.setdefault((cfg["model"], cfg["task"], cfg["method"], str(cfg["seed"])), []).append(
-                (values, float(score)))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            rec = read_record(file)
+        except (OSError, InvalidRecord):
             continue  # the loader names broken records; here they only cannot vouch for a score
+        values = {**{f"train.{k}": v for k, v in rec.train.items()}, **{f"hp.{k}": v for k, v in rec.hparams.items()}}
+        found.setdefault((rec.model, rec.task, rec.method, str(rec.seed)), []).append((values, rec.tune_score))
     return found
 
 
@@ -221,7 +214,7 @@ def replay(c: TrackedComparison, design, seed_order: list[int], frame, margin: f
     """The looks `run --until-decided --replay` would write for `c` from the reported records: each arm's runs of
     one setting (the one with records at most seeds of the order), looked at up to the first look with a seed
     neither run nor failed."""
-    from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
+    from suite.stats.evidence import bootstrap_seed, compare_runs
     from suite.stats.looks import next_look
 
     arms = [_arm(frame, c.model, c.task, m, seed_order) for m in (c.method, c.reference)]
@@ -235,20 +228,20 @@ def replay(c: TrackedComparison, design, seed_order: list[int], frame, margin: f
         wanted = seed_order[:n]
         if (looks and looks[-1]["reason"] != "continue") or any(s not in arm for arm in arms for s in wanted):
             break
-        ours, theirs = ({s: RunOutcome(100 * arm[s][0], arm[s][1] or None) for s in wanted if arm[s] is not None}
-                        for arm in arms)
+        ours, theirs = ({s: arm[s] for s in wanted if arm[s] is not None} for arm in arms)
         looks.append(next_look(looks, design, ours, theirs, evaluate, look, wanted))
     return looks
 
 
-def _arm(frame, model: str, task: str, method: str, seed_order: list[int]) -> dict[int, tuple | None]:
-    """seed -> (score, predictions) of an ok run, or None for a failed one, of the arm's setting that has records
-    at the most seeds of the order (the loop compares the one setting planned at every seed)."""
+def _arm(frame, model: str, task: str, method: str, seed_order: list[int]) -> dict[int, Any]:
+    """seed -> the outcome of an ok run (`RunOutcome.of`, as the loop read it), or None for a failed one, of the arm's
+    setting that has records at the most seeds of the order (the loop compares the one setting planned at every
+    seed)."""
     runs = frame[(frame["model"] == model) & (frame["task"] == task) & (frame["method"] == method)]
     order = set(seed_order)
-    best: dict[int, tuple | None] = {}
+    best: dict[int, Any] = {}
     for _, group in runs.groupby(["train", "hp"], sort=False):
-        found = {int(r["seed"]): ((r["score"], r["predictions"]) if r["status"] == "ok" else None)
+        found = {int(r["seed"]): r["outcome"] if r["status"] == "ok" else None
                  for _, r in group.iterrows() if r["seed"] in order}
         if len(found) > len(best):
             best = found

@@ -6,23 +6,22 @@ Expected validation performance: per (model, task, method), the expected best tu
 configurations the method tried are drawn at random (with replacement), k = 1..N, from each configuration's mean
 score over the tuning seeds as the selection file holds it (`suite.stats.evp`). Where two methods' curves cross, the
 ranking depends on how many configurations each was given, so a difference at one budget may be an artefact of that
-budget. The section reads the selection files the Tuning section reads (OUT/tuning/selection.json, already held
-against their tuning records by `suite.report.stages.selections`).
+budget. The section reads the selection files the Tuning section reads (OUT/tuning/selection.json, read once into
+`Loaded.selections` and held against their tuning records by `suite.report.selection.selections`).
 """
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from suite.report.vocabulary import DASH, SCALE, Part, Table, fmt, slug, table, task_display
-from suite.run.layout import SelectedCell, SelectionFile, TuningProtocol
+from suite.run.layout import SelectedCell, TuningProtocol
 from suite.stats.evp import MIN_TUNING_SEEDS, expected_best
 
-__all__ = ["KIND", "expected_performance", "method_rows", "seeds_warning", "tuned_with"]
+__all__ = ["KIND", "method_rows", "section", "seeds_warning", "tuned_with"]
 
 LR = "train.lr"
 KIND = "expected_performance"  # the exported table (document.EXPORTS)
@@ -138,19 +137,16 @@ def _plot(curves: dict[tuple[str, str], dict], model: str, path: Path, spread: b
     save(fig, path)
 
 
-def expected_performance(files: Sequence[str | os.PathLike], options) -> tuple[Part, dict[tuple[str, str], Table]]:
-    """The section for the selection files given (`suite.report.stages.selection_files`; an empty Part when none)
-    and its table per model, to export as (model, KIND); its figure per model is `evp_MODEL.png`."""
-    from suite.run.layout import read_state
-
-    part, tables = Part(), {}
-    for path in map(Path, files):
-        data = read_state(path, SelectionFile)
+def section(report, options) -> Part:
+    """The section for the reported selection files (`Loaded.selections`; an empty Part when none), its table per
+    model exported as (model, KIND), its figure per model `evp_MODEL.png`."""
+    part = Part()
+    for path, data in report.loaded.selections:
         curves = _curves(data.cells)
         if not curves:
             continue
         if not part.lines:
-            part.add("## Expected validation performance", "",
+            part.add("", "## Expected validation performance", "",
                      "Per task and method: the expected best tuning-split score (x100, ± its standard deviation where "
                      f"the configurations' scores rest on {MIN_TUNING_SEEDS} or more tuning seeds) "
                      "when k of the N configurations the method tried are drawn at random, with replacement "
@@ -174,9 +170,9 @@ def expected_performance(files: Sequence[str | os.PathLike], options) -> tuple[P
                 part.add(f"### {task_display(task)} (`{model}`)", "", table(task_rows, headers), "",
                          _leaders(by_method), "")
                 rows += [[task, *r, *[DASH] * (depth + 2 - len(r))] for r in task_rows]
-            tables[model, KIND] = Table(["task", "method", "N", *[f"k = {k}" for k in range(1, depth + 1)]], rows)
+            part.tables[model, KIND] = Table(["task", "method", "N", *[f"k = {k}" for k in range(1, depth + 1)]], rows)
             figure = options.figure(f"evp_{slug(model)}.png")
             if options.figures:
                 _plot(curves, model, figure, spread)
                 part.link(figure, f"expected best tuning score against the configurations drawn, {model}")
-    return part, tables
+    return part

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 from tabulate import tabulate
 
 from suite.api.registry import normalise
+from suite.run.record_parts import num  # noqa: F401  one definition, read by the report's sections as vocabulary
 
 __all__ = ["DASH", "FIGURES", "SCALE", "Part", "Table", "average_note", "default_hparams", "fmt", "higher_is_better",
            "is_regression", "key_of", "metric_order", "num", "plural", "reconstruction_note", "same_value", "slug",
@@ -61,15 +62,6 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text.rstrip("/").split("/")[-1]).strip("-") or "model"
 
 
-def num(x: Any) -> float:
-    """A finite float, or NaN for anything else (None, strings, inf)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
-
-
 def key_of(d: dict) -> str:
     """A dict as a canonical string (hyper-parameters and training settings are grouped by it)."""
     return json.dumps(d, sort_keys=True, default=str)
@@ -110,7 +102,8 @@ class Part:
     """What one section adds to the document: its lines, the figures it drew (and links), its exported tables."""
     lines: list[str] = dataclasses.field(default_factory=list)
     figures: list[Path] = dataclasses.field(default_factory=list)
-    tables: dict[str, Table] = dataclasses.field(default_factory=dict)   # kind -> table (see document.EXPORTS)
+    # kind -> table (see document.EXPORTS); a report-wide section's: (model, kind) -> table
+    tables: dict[str | tuple[str, str], Table] = dataclasses.field(default_factory=dict)
 
     def add(self, *lines: str) -> None:
         self.lines.extend(lines)

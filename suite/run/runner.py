@@ -260,7 +260,7 @@ def run_one(job: RunConfig, data_dir=None, device: str = "auto", quiet: bool = F
     if rec.error and rec.error.startswith(OOM_ERROR):
         release_memory(dev)
         rec = _attempt(job, data_dir, dev, quiet, on_epoch, cache, gpu, on_progress)
-        rec.executor["oom_retries"] = 1
+        rec.note_executor(oom_retries=1)
         if rec.error and rec.error.startswith(OOM_ERROR):
             rec.error += f" ({OOM_RETRY_NOTE})"
     return rec

@@ -3,9 +3,10 @@ study ran and the dev examples it was scored on.
 
 Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` call):
 
-- `RunOutcome(score, predictions=None)`: one run; `score` on the x100 display scale (the record's `final.score` times
-  100), `predictions` the run's per-example dev predictions (the `.npz` sidecar: a path, or the loaded
-  `{suffix: {"index", "label", "logits"}}` of `suite.run.record.load_predictions`), None when the run kept none.
+- `RunOutcome(score, predictions=None)`: one run; `score` on the x100 display scale (the headline of the split the
+  run is scored on, times 100), `predictions` the run's per-example predictions on that split (the `.npz` sidecar:
+  a path, or the loaded `{suffix: {"index", "label", "logits"}}` of `suite.run.record.load_predictions`), None when
+  the run kept none. `RunOutcome.of(record, folder)` is the one rule that reads them from a record.
 - `Evidence`: n_seeds, diff (method - reference, x100, positive = method's score higher), se, df, low, high, p
   (two-sided test of no difference), p_equiv (TOST of |diff| < margin), margin, and the parts behind se: seed_sd
   (sd of the per-seed paired differences), example_se (the dev-example part of se: the part all seeds share, 0
@@ -69,6 +70,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from suite.run.record import RunRecord
 from suite.stats import collapse
 from suite.stats.cochran_cox import cochran_cox_df
 from suite.stats.examples import example_variance, task_spec
@@ -86,8 +88,17 @@ VERDICTS = ("better", "worse", "equivalent", "undecided")
 
 @dataclasses.dataclass(frozen=True)
 class RunOutcome:
-    score: float                                        # dev score, x100
+    score: float                                        # the scored split's headline, x100
     predictions: str | Path | Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, record: RunRecord, folder: str | Path) -> "RunOutcome":
+        """The one outcome rule: a run as every verdict scores it (the looks, the power table, the report), on the
+        split it is scored on (`RunRecord.scored`: its held-out test split when it kept one, else dev), with that
+        split's predictions in its sidecar in `folder` (the record's own)."""
+        scored = record.scored
+        sidecar = scored.predictions(Path(folder) / record.predictions) if record.predictions else None
+        return cls(scored.metrics.score * 100, sidecar)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -289,9 +289,9 @@ def _collect(ray, refs: dict[Any, RunConfig], record: Callable[[RunConfig, RunRe
             except ray.exceptions.RayError as exc:  # the worker died max_retries + 1 times, or could not start
                 rec, returned = RunRecord.failed(job, f"{type(exc).__name__}: {str(exc)[:2000]}"), None
             if returned is not None:  # before the record, so that its artifacts exist when it does
-                rec.executor["outputs_returned"] = unpack(returned, job.outputs.root)
-            if (rec.executor.get("attempts") or 1) > 1:
-                status.add_retries(rec.executor["attempts"] - 1)
+                rec.note_executor(outputs_returned=unpack(returned, job.outputs.root))
+            if rec.attempts > 1:
+                status.add_retries(rec.attempts - 1)
             record(job, rec)
         if time.monotonic() - checked > RECHECK_CAPACITY_S:
             slots, checked = resources.slots(ray.cluster_resources(), len(refs)), time.monotonic()

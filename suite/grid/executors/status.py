@@ -17,11 +17,10 @@ __all__ = ["GridStatus"]  # what the rest of the suite uses; other names are thi
 
 def retry_note(rec: RunRecord) -> str:
     """' (attempt 2; ...)' when the run was tried more than once (a dead worker, an out-of-memory error), else ''."""
-    facts = rec.executor or {}
     notes = []
-    if (facts.get("attempts") or 1) > 1:
-        notes.append(f"attempt {facts['attempts']}")
-    if facts.get("oom_retries"):
+    if rec.attempts > 1:
+        notes.append(f"attempt {rec.attempts}")
+    if rec.oom_retried:
         notes.append("run again after an out-of-memory error")
     return f" ({'; '.join(notes)})" if notes else ""
 
@@ -118,14 +117,14 @@ class GridStatus:
     def finished_run(self, job: RunConfig, rec: RunRecord) -> None:
         self.running = max(0, self.running - 1)
         self.ended.add(job.hash)
-        steps = (rec.timing or {}).get("steps")  # a run that reported nothing (Ray) still counts its steps here
+        steps = rec.timed.steps  # a run that reported nothing (Ray) still counts its steps here
         if isinstance(steps, int) and steps > self.stepped.get(job.hash, 0):
             self.stepped[job.hash] = steps
         if isinstance(steps, int) and self.planned.get(job.hash) is None:
             self.planned[job.hash] = steps  # a size the unknown ones may take after
         if rec.ok:
             self.done += 1
-            text = f"  done {job.label}: score {rec.final['score']:.4f} in {rec.wall_s:.0f}s"
+            text = f"  done {job.label}: score {rec.dev.score:.4f} in {rec.wall_s:.0f}s"
         else:
             self.failed += 1
             text = f"  FAILED {job.label}: {(rec.error or '')[:300]}"
