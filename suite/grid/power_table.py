@@ -45,7 +45,7 @@ from suite.stats.design_power import (
 )
 from suite.stats.sequential import Design, family_alpha
 
-__all__ = ["TaskPlan", "power_lines", "task_plans"]  # what the rest of the suite uses; other names are its own
+__all__ = ["power_lines"]  # what the rest of the suite uses; other names are its own
 
 TARGET = 0.8
 SEED = 20260101          # of the simulations: the same study prints the same table

@@ -43,7 +43,7 @@ from suite.report.selection import fold_selected
 from suite.report.vocabulary import Part, Table
 from suite.stats.families import CORRECTIONS
 
-__all__ = ["EXPORTS", "build_report", "write_exports"]
+__all__ = ["build_report"]
 
 # stale figures with these prefixes (of tasks or methods no longer in the records) are removed
 FIGURE_PREFIXES = ("curves_", "loss_", "seeds_", "attention_", "drop_rate_", "analysis_", "evp_")

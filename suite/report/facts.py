@@ -49,7 +49,7 @@ from suite.stats import collapse
 from suite.stats.constant import VsConstant, vs_constant
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "DEFAULT_CORRECTION", "DEFAULT_COSTS", "Average", "Baseline", "Cell",
-           "ModelFacts", "Options", "ReportFacts", "model_facts", "report_facts"]
+           "ModelFacts", "Options", "ReportFacts", "report_facts"]
 
 DEFAULT_BASELINE = "vanilla"
 DEFAULT_ALPHA = 0.05

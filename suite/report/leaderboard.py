@@ -40,7 +40,7 @@ from suite.stats.aso import ASO_MIN_SEEDS, ASO_THRESHOLD
 from suite.stats.families import CORRECTIONS
 from suite.stats.sign import SIGN_GUARD_SEEDS
 
-__all__ = ["NEAR_MAJORITY", "in_run_costs", "reference_tasks", "section"]
+__all__ = ["in_run_costs", "reference_tasks", "section"]
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
 

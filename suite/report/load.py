@@ -36,8 +36,8 @@ from suite.run.settings import with_added_defaults
 
 TMP_PREFIX = ".tmp-"   # Store writes through such files and renames them
 
-__all__ = ["Analyses", "AttentionStats", "DataSizes", "Environment", "Epoch", "Loaded", "Metrics", "RecordedBaseline",
-           "Setting", "load", "parse_record"]
+__all__ = ["Analyses", "AttentionStats", "DataSizes", "Loaded", "RecordedBaseline",
+           "Setting", "load"]
 CONSTANT_KINDS = ("majority", "constant_mean")
 
 

@@ -38,7 +38,7 @@ REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (w
            "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
            "continue": "open (needs seeds not yet run: the loop is running, was interrupted, or was replayed)"}
 
-__all__ = ["check_selection", "output_files", "selection_files", "selections", "sequential_markdown", "state_files",
+__all__ = ["check_selection", "selection_files", "selections", "sequential_markdown",
            "tuning_markdown", "verdicts"]
 
 
