@@ -106,11 +106,10 @@ class ReportOptions:
     planner: Callable[[str], set[tuple[str, str, str, int]]] | None = None
 
     @classmethod
-    def settled(cls, given: Mapping[str, Any], study: Mapping[str, Any] = {},  # noqa: B006 (read only)
-                **rest: Any) -> ReportOptions:
+    def settled(cls, given: Mapping[str, Any], study: Mapping[str, Any] | None = None, **rest: Any) -> ReportOptions:
         """Each option from `given` (the flags), else from `study` (its report: section), else its default; None
-        in either means not given. Comma lists become tuples."""
-        values = {}
+        in either means not given. Comma lists become tuples; `rest` gives the fields that are no options."""
+        study, values = study or {}, {}
         for name in REPORT_FIELDS:
             value = next((v for v in (given.get(name), study.get(name)) if v is not None), None)
             if value is not None:
