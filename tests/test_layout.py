@@ -61,7 +61,8 @@ def layer(module: str) -> tuple[str, int] | None:
 
 def test_suite_has_at_most_eight_entries():
     entries = {p.name for p in (ROOT / "suite").iterdir() if p.name not in ("__init__.py", "__main__.py",
-                                                                             "__pycache__")}
+                                                                             "__pycache__")
+               and not p.is_symlink()}  # a worktree's git-ignored links to methods/ and tasks/
     assert len(entries) <= 8, sorted(entries)
     assert {p.removesuffix(".py") for p in entries} <= set(LAYERS), "a new top-level entry needs a layer here"
 
@@ -133,3 +134,84 @@ def test_no_product_module_passes_the_size_limit():
     assert len(product) > 50  # the scan found the package
     big = {name: n for name, path in product.items() if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not big, f"split these modules (at most {MAX_MODULE_LINES} lines): {big}"
+
+
+PRODUCT_FOLDERS = ("suite", "methods", "tasks")
+
+
+def _names_used(text: str) -> set[str]:
+    """The identifiers a file's code names, and the last part of each one-word string literal ("pkg.mod.name"
+    names `name`: lazy re-exports, monkeypatch targets); comments and docstrings mention without using."""
+    import io
+    import tokenize
+
+    found = set()
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.NAME:
+            found.add(token.string)
+        elif token.type == tokenize.STRING and not any(c.isspace() for c in token.string):
+            try:
+                value = ast.literal_eval(token.string)
+            except (ValueError, SyntaxError):  # an f-string or bytes
+                continue
+            if isinstance(value, str):
+                found.add(value.rpartition(".")[2])
+    return found
+
+
+def _exported(text: str) -> list[str]:
+    """A module's literal `__all__` (none: [])."""
+    if "__all__" not in text:
+        return []
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            try:
+                return list(ast.literal_eval(node.value))
+            except ValueError:  # computed (suite/__init__.py: the plugin API, listed as strings)
+                return []
+    return []
+
+
+def unused_exports(files: list[Path], product: set[Path]) -> list[str]:
+    """`path: name` for each name in a product module's `__all__` that no other scanned file uses. A package's
+    `__init__` re-exporting a name does not use it (its own `__all__` is checked against files outside the package);
+    names listed as strings in suite/__init__.py (the plugin API) are used."""
+    import functools
+
+    texts = {path: path.read_text() for path in files}
+    used = functools.cache(lambda path: _names_used(texts[path]))  # a file is tokenized once, when first needed
+    exported = {path: _exported(texts[path]) for path in product}
+    unused = []
+    for path, names in exported.items():
+        if path.name == "__init__.py":  # a package's interface: used from outside the package
+            others, packages = [p for p in files if path.parent not in p.parents], []
+        else:
+            others = [p for p in files if p != path]
+            packages = [p for p, n in exported.items() if p.name == "__init__.py" and p.parent in path.parents]
+        for name in names:
+            reexports = {p for p in packages if name in exported[p]}
+            if not any(name in texts[p] and p not in reexports and name in used(p) for p in others):
+                unused.append(f"{path.relative_to(ROOT)}: {name}")
+    return sorted(unused)
+
+
+def test_every_exported_name_is_used_outside_its_module():
+    files = list(python_files().values())
+    product = {p for p in files if p.relative_to(ROOT).parts[0] in PRODUCT_FOLDERS}
+    assert len(product) > 50  # the scan found the package
+    unused = unused_exports(files, product)
+    assert not unused, ("names in __all__ that nothing outside their module uses (drop them from __all__, or the "
+                        "code if nothing uses it):\n" + "\n".join(unused))
+
+
+def test_the_export_check_sees_an_unused_name(tmp_path, monkeypatch):
+    """The check above must be able to fail: a scratch package exporting a name nobody uses is reported, one whose
+    name another module imports is not, and a comment naming it is no use."""
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    package = tmp_path / "suite" / "x"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text('__all__ = ["used", "idle"]\nused = idle = 1\n')
+    (tmp_path / "suite" / "b.py").write_text("from suite.x.a import used  # idle is mentioned here only\n")
+    files = sorted(tmp_path.rglob("*.py"))
+    assert unused_exports(files, set(files)) == ["suite/x/a.py: idle"]

@@ -15,7 +15,7 @@ from scipy import stats
 from suite.api.attention import METHODS, AttentionMethod, register_method
 from suite.api.tasks import get_task
 from suite.grid.store import Store
-from suite.report import ReportError, build_report
+from suite.report import ReportError, ReportOptions, build_report
 from suite.report.differences import DETAILS
 from suite.report.leaderboard import COSTS
 from suite.report.markdown import unwrap_prose
@@ -405,7 +405,7 @@ def write_single_seed(root: Path) -> Path:
 
 def test_single_seed_table(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")   # pins the date line too
-    md = build_report([write_single_seed(tmp_path)], figures=False).read_text()
+    md = build_report([write_single_seed(tmp_path)], ReportOptions(figures=False)).read_text()
     assert "Generated 1970-01-01 00:00 UTC" in md
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "60.00 ± – (1)" and board["scores_dropout"]["RTE"] == "**90.00 ± –** (1)"
@@ -434,7 +434,7 @@ def test_cli(tmp_path):
 def test_without_baseline_runs(tmp_path):
     store = Store(tmp_path)
     store.write(*make_record("rte", "scores_dropout", 1, {"accuracy": 0.7}, hparams={"p": 0.1}))
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     assert "No `vanilla` runs for this model" in md
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["RTE"] == "**70.00 ± –** (1)"
 
@@ -461,7 +461,7 @@ def test_a_task_run_only_with_other_hyper_parameters_is_listed_not_dropped(tmp_p
     store = Store(tmp_path)
     store.write(*make_record("rte", "scores_dropout", 1, {"accuracy": 0.7}, hparams={"p": 0.1}))
     store.write(*make_record("mrpc", "scores_dropout", 1, {"f1": 0.8, "accuracy": 0.6}, hparams={"p": 0.2}))
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["MRPC"] == "–"
     outside = parse_table(md, "## Runs outside the leaderboard settings")["tiny-bert"]
     assert outside["task"] == "MRPC" and outside["setting"] == "p=0.2" and outside["headline x100"] == "70.00 ± – (1)"
@@ -507,7 +507,7 @@ def test_reference_tasks_get_their_own_table_and_stay_out_of_comparisons(tmp_pat
             store.write(*make_record("sst2", method, seed, {"accuracy": acc[i]}, hparams={"p": 0.1}, baselines=base))
         store.write(*make_record("rte", "vanilla", seed, {"accuracy": [0.49, 0.51, 0.52][i]}, hparams={"p": 0.1},
                                  baselines=base))
-    md = build_report([tmp_path], figures=False, reference_tasks=["RTE"]).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False, reference_tasks=["RTE"])).read_text()
     board = parse_table(md, "### Leaderboard")
     assert "RTE" not in board["vanilla"] and board["scores_dropout"]["GLUE avg"] == "**83.00**"  # comparable
     reference = parse_table(md, "### Reference tasks")
@@ -515,7 +515,7 @@ def test_reference_tasks_get_their_own_table_and_stay_out_of_comparisons(tmp_pat
     assert reference["*majority class / constant mean (baseline)*"]["RTE"] == "50.00"
     assert "## Runs outside the leaderboard settings" not in md
     # without the option RTE is a leaderboard column, and scores_dropout's average covers one of two tasks
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     assert "### Reference tasks" not in md and parse_table(md, "### Leaderboard")["vanilla"]["RTE"]
     # the reference's own evidence that it learned each task; RTE at chance says so
     p_sst2, p_rte = (stats.ttest_1samp(v, 50, alternative="greater").pvalue for v in ([80, 82, 84], [49, 51, 52]))
@@ -523,7 +523,7 @@ def test_reference_tasks_get_their_own_table_and_stay_out_of_comparisons(tmp_pat
     assert (f"SST-2 +32.00 (3 seeds, p = {p_sst2:.2g}, over seeds only); RTE +0.67 (3 seeds, p = {p_rte:.2g}, over "
             "seeds only) — not better at p < 0.05.") in unwrap_prose(md)
     with pytest.raises(ReportError, match="unknown task 'rtee'.*Did you mean 'rte'"):
-        build_report([tmp_path], figures=False, reference_tasks=["rtee"])
+        build_report([tmp_path], ReportOptions(figures=False, reference_tasks=["rtee"]))
 
 
 def test_data_efficiency_at_fixed_optimizer_steps(tmp_path):
@@ -538,7 +538,7 @@ def test_data_efficiency_at_fixed_optimizer_steps(tmp_path):
                                      hparams={"p": 0.1}, train=train))
     store.write(*make_record("rte", "vanilla", 1, {"accuracy": 0.9}, hparams={"p": 0.1},
                              train={"max_train_samples": 16, "epochs": 3}))
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     rows = parse_table(md, "### Data efficiency")
     assert list(rows["vanilla"])[1:] == ["16 examples × 12 epochs", "32 examples × 6 epochs", "64 examples × 3 epochs"]
     assert rows["vanilla"]["16 examples × 12 epochs"] == "53.60 ± 1.00 (3)"
@@ -560,7 +560,7 @@ def test_data_efficiency_with_fixed_draws_pairs_runs_by_draw_and_seed(tmp_path):
         for method in ("vanilla", "scores_dropout"):
             store.write(*make_record("rte", method, seed, {"accuracy": 0.9}, hparams={"p": 0.1},
                                      train={"max_train_samples": 32}))
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     rows = parse_table(md, "### Data efficiency")
     p = stats.ttest_1samp([1, 2, 1, 0], 0).pvalue
     assert rows["vanilla"]["32 examples"] == "56.00 ± 5.89 (4)"

@@ -51,7 +51,7 @@ def test_importance_table_means_over_runs(board):
 
 def _section(sel: Selection, board: pd.DataFrame, out, figures: bool = True):
     """The section of model "m" with these records as its leaderboard's, written under `out`."""
-    return section.section(SimpleNamespace(sel=sel, board=board, model="m"), Options(out, figures=figures))
+    return section.section(SimpleNamespace(sel=sel, board=board, model="m"), Options(out=out, figures=figures))
 
 
 def test_section_writes_tables_and_figures(board, tmp_path):

@@ -4,7 +4,9 @@ from test_report import MODEL, make_record
 
 from suite.commands.report import planned_cells
 from suite.grid.store import Store
-from suite.report import build_report
+from suite.report import ReportOptions, build_report
+
+PLANNED = ReportOptions(figures=False, aso=False, allow_uncommitted=True, planner=planned_cells)  # the command's
 
 
 def _grid(root, records, command):
@@ -22,7 +24,7 @@ def test_an_incomplete_grid_names_its_missing_cells_and_each_cells_hours(tmp_pat
         rec["wall_s"] = 1800.0
     _grid(tmp_path, records, f"python -m suite run --methods vanilla,scores_dropout --tasks rte --seeds 1,2,3,4 "
                              f"--model {MODEL} --out x")
-    md = build_report([tmp_path], figures=False, aso=False, allow_uncommitted=True, planner=planned_cells).read_text()
+    md = build_report([tmp_path], PLANNED).read_text()
     line = next(x for x in md.splitlines() if x.startswith("- **Jobs"))
     assert line.startswith("- **Jobs: 5 of 8 jobs the commands plan have ok records**; 3 without: "
                            "RTE/scores_dropout seeds 3-4; RTE/vanilla seed 4"), line
@@ -35,8 +37,8 @@ def test_an_incomplete_grid_names_its_missing_cells_and_each_cells_hours(tmp_pat
 def test_a_complete_grid_says_so_and_a_command_that_no_longer_plans_is_named(tmp_path):
     records = [make_record("rte", "vanilla", s, {"accuracy": 0.6 + s / 100}) for s in (1, 2)]
     _grid(tmp_path, records, f"python -m suite run --methods vanilla --tasks rte --seeds 1,2 --model {MODEL} --out x")
-    md = build_report([tmp_path], figures=False, aso=False, allow_uncommitted=True, planner=planned_cells).read_text()
+    md = build_report([tmp_path], PLANNED).read_text()
     assert "- **Jobs:** all 2 jobs the commands plan have ok records" in md
     (tmp_path / "commands.txt").write_text("python -m suite run --study gone.yaml\n")
-    md = build_report([tmp_path], figures=False, aso=False, allow_uncommitted=True, planner=planned_cells).read_text()
+    md = build_report([tmp_path], PLANNED).read_text()
     assert "- **Jobs:** the planned jobs are unknown (could not plan command 1 (" in md

@@ -14,7 +14,7 @@ from test_report import comparison_rows, make_record, parse_table
 from suite.api.errors import ReportError
 from suite.api.tasks import TASKS, TaskSpec, register_task
 from suite.grid.store import Store
-from suite.report import build_report
+from suite.report import ReportOptions, build_report
 from suite.report.leaderboard import COSTS
 from suite.report.markdown import unwrap_prose
 
@@ -49,7 +49,7 @@ def collapsed_grid(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def collapsed(tmp_path_factory):
     root = collapsed_grid(tmp_path_factory.mktemp("collapsed"))
-    return root, build_report([root], aso=False, figures=False).read_text()
+    return root, build_report([root], ReportOptions(aso=False, figures=False)).read_text()
 
 
 def test_baseline_rows_marks_and_no_bold_on_ties(collapsed):
@@ -86,10 +86,10 @@ def test_baselines_of_old_records_come_from_the_dev_labels_or_are_declared_unava
     monkeypatch.delenv("SUITE_DATA_DIR", raising=False)
     root = write(tmp_path / "runs", [make_record("rte", "vanilla", s, {"accuracy": 0.6}, hparams={"p": 0.1})
                                      for s in (1, 2)])
-    md = build_report([root], aso=False, figures=False).read_text()
+    md = build_report([root], ReportOptions(aso=False, figures=False)).read_text()
     assert "Baseline unavailable for RTE (unavailable: no data folder" in md
     write_rte_dev(tmp_path / "glue", ["entailment"] * 7 + ["not_entailment"] * 3)
-    md = build_report([root], aso=False, figures=False, data_dir=tmp_path / "glue").read_text()
+    md = build_report([root], ReportOptions(aso=False, figures=False, data_dir=tmp_path / "glue")).read_text()
     board = parse_table(md, "### Leaderboard")
     assert board["*majority class (baseline)*"]["RTE"] == "70.00"    # 7 of 10 dev labels are the majority
     assert board["vanilla"]["RTE"] == "60.00 ± 0.00° (2)"            # below the majority class
@@ -101,13 +101,13 @@ def test_provenance_warning_counts_versions_dirty_trees_and_machines(tmp_path):
             make_record("rte", "vanilla", 3, {"accuracy": 0.6}, env={"git_commit": "bbb", "host": "two"})]
     root = write(tmp_path, recs)
     with pytest.raises(ReportError, match="1 run from uncommitted .* and 2 code versions: bbb .2 runs., aaa"):
-        build_report([root], aso=False, figures=False)   # a published table comes from one code version
-    md = build_report([root], aso=False, figures=False, allow_uncommitted=True).read_text()
+        build_report([root], ReportOptions(aso=False, figures=False))   # a published table comes from one code version
+    md = build_report([root], ReportOptions(aso=False, figures=False, allow_uncommitted=True)).read_text()
     warning = next(line for line in md.splitlines() if line.startswith("> **Warning"))
     assert "2 code versions" in warning and "1 run from uncommitted (`+dirty`) code" in warning
     assert "2 machines or device setups" in warning
     assert "**Code versions:** 2 (allowed by --allow-uncommitted" in md
-    clean = build_report([write(tmp_path / "clean", recs[1:])], aso=False, figures=False).read_text()
+    clean = build_report([write(tmp_path / "clean", recs[1:])], ReportOptions(aso=False, figures=False)).read_text()
     assert "> **Warning" not in clean and "**Code version of every table:** `bbb` (all 2 runs)" in clean
 
 
@@ -117,7 +117,7 @@ def test_a_shallow_clones_version_is_listed_with_its_mark(tmp_path):
     recs = [make_record("rte", "vanilla", s, {"accuracy": 0.6}, env={"git_commit": v})
             for s, v in ((1, full), (2, shallow))]
     with pytest.raises(ReportError, match=r"2 code versions: aaaaaaaaaaaa \(1 run\), aaaaaaaaaaaa\+shallow \(1 run\)"):
-        build_report([write(tmp_path, recs)], aso=False, figures=False)
+        build_report([write(tmp_path, recs)], ReportOptions(aso=False, figures=False))
 
 
 def test_allow_uncommitted_from_the_study_file_and_the_command_line(tmp_path):
@@ -147,16 +147,18 @@ def bench_file(path: Path) -> Path:
 def test_cost_columns_come_from_the_bench_file_with_its_device(tmp_path):
     root = write(tmp_path / "grid", [make_record("rte", m, 1, {"accuracy": 0.6}, hparams={"p": 0.1}, peak_mb=9e9)
                                      for m in ("vanilla", "scores_dropout")])
-    md = build_report([root], aso=False, figures=False, costs=bench_file(tmp_path / "bench.json")).read_text()
+    bench = bench_file(tmp_path / "bench.json")
+    md = build_report([root], ReportOptions(aso=False, figures=False, costs=bench)).read_text()
     board = parse_table(md, COSTS)
     # time: 1.5 and 2.0 -> geometric mean sqrt(3) = 1.73; memory: 0.8 and 1.0 -> sqrt(0.8) = 0.89
     assert board["scores_dropout"]["step time vs vanilla (bench)"] == "1.73×"
     assert board["scores_dropout"]["step memory vs vanilla (bench)"] == "0.89×"
     assert "on cuda (Test GPU), shape `tiny`" in unwrap_prose(md) and "9000000000" not in md
     (root / "bench.json").write_text(bench_file(tmp_path / "b2.json").read_text())
-    assert "(bench)" in build_report([root], aso=False, figures=False).read_text()   # OUT/bench.json: the default
+    # OUT/bench.json: the default
+    assert "(bench)" in build_report([root], ReportOptions(aso=False, figures=False)).read_text()
     with pytest.raises(ReportError, match="no such file"):
-        build_report([root], costs=tmp_path / "missing.json")
+        build_report([root], ReportOptions(costs=tmp_path / "missing.json"))
 
 
 def test_exports_hold_the_markdown_tables(collapsed):
@@ -176,10 +178,10 @@ def test_exports_hold_the_markdown_tables(collapsed):
 
 def test_benjamini_hochberg_option(collapsed):
     root, _ = collapsed
-    md = build_report([root], aso=False, figures=False, correction="bh").read_text()
+    md = build_report([root], ReportOptions(aso=False, figures=False, correction="bh")).read_text()
     assert "all 4 tests of this table (tasks and averages) form one family, adjusted by Benjamini-Hochberg" in md
     with pytest.raises(ReportError, match="valid corrections are holm, bh"):
-        build_report([root], correction="bonferroni")
+        build_report([root], ReportOptions(correction="bonferroni"))
 
 
 @pytest.fixture
@@ -192,7 +194,7 @@ def plugin_task():
 
 def test_a_plugin_task_is_averaged_under_its_own_benchmark_never_glue(tmp_path, plugin_task):
     recs = [make_record(t, "vanilla", 1, {"accuracy": 0.6}, hparams={"p": 0.1}) for t in ("rte", "toxic_probe")]
-    md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
+    md = build_report([write(tmp_path, recs)], ReportOptions(aso=False, figures=False)).read_text()
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["GLUE avg"] == "**60.00**" and board["vanilla"]["SAFETY avg"] == "**60.00**"
     assert "GLUE avg: unweighted mean of the per-task means over RTE;" in md
@@ -204,7 +206,7 @@ def test_invalid_records_are_named_with_the_reason_and_temporary_files_ignored(t
     root = write(tmp_path, [make_record("rte", "vanilla", 1, {"accuracy": 0.6})])
     (root / "runs" / "no_status.json").write_text(json.dumps({"config": {}, "hash": "x", "label": "y"}))
     (root / "runs" / ".tmp-abc.json").write_text("{half a rec")
-    md = build_report([root], aso=False, figures=False).read_text()
+    md = build_report([root], ReportOptions(aso=False, figures=False)).read_text()
     assert "1 unreadable record files skipped: no_status.json" in md
     assert "- no_status.json: not a run record: missing status" in md and ".tmp-abc" not in md
     assert not (root / "figures").exists()          # figures=False: tables only
@@ -230,7 +232,7 @@ def test_example_level_interval_from_prediction_sidecars(tmp_path):
                                                           "logits": np.eye(2)[pred].astype(np.float32)}})
             rec["predictions"] = sidecar
             store.write(name, rec)
-    md = build_report([tmp_path], aso=False, figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(aso=False, figures=False)).read_text()
     row = comparison_rows(md)["scores_dropout", "RTE"]
     low, high = (float(x) for x in row["95% interval"].strip("[]").split(", "))
     d = right_a.astype(float) - right_b.astype(float)
@@ -252,7 +254,7 @@ def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):
     write_json(str(tmp_path / "bench.json"), rows, torch.device("cpu"), None, "python -m suite bench --shapes tiny")
     root = write(tmp_path / "grid", [make_record("rte", m, 1, {"accuracy": 0.6}, hparams={"p": 0.1})
                                      for m in ("vanilla", "scores_dropout")])
-    md = build_report([root], aso=False, figures=False, costs=tmp_path / "bench.json").read_text()
+    md = build_report([root], ReportOptions(aso=False, figures=False, costs=tmp_path / "bench.json")).read_text()
     assert parse_table(md, COSTS)["scores_dropout"]["step time vs vanilla (bench)"] == "1.50×"
     assert "with `python -m suite bench --shapes tiny`" in unwrap_prose(md) and "on CPU" in md
 
@@ -270,7 +272,7 @@ def test_seeds_needed_from_each_comparisons_own_variance_and_comparisons_within_
         recs.append(make_record("rte", "scores_dropout", s, {"accuracy": x}, hparams={"p": 0.1},
                                 baselines=RTE_BASE))
         recs.append(make_record("rte", "no_dropout", s, {"accuracy": v}, baselines=RTE_BASE))
-    md = build_report([write(tmp_path, recs)], aso=False, figures=False).read_text()
+    md = build_report([write(tmp_path, recs)], ReportOptions(aso=False, figures=False)).read_text()
     assert "all 4 tests of this table" in md
     effect = (10 / 3) / np.std([4, 1, 5], ddof=1)
     expected = int(np.ceil(TTestPower().solve_power(effect_size=effect, alpha=0.05 / 4, power=0.8)))
@@ -291,14 +293,14 @@ def test_bimodal_cells_show_the_median_and_collapse_counts_use_the_declared_floo
         recs.append(make_record("rte", "scores_dropout", s, {"accuracy": x}, hparams={"p": 0.1},
                                 baselines=RTE_BASE))
     root = write(tmp_path, recs)
-    md = build_report([root], figures=False).read_text()
+    md = build_report([root], ReportOptions(figures=False)).read_text()
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "median 62.00, 1 of 5 collapsed (5)"
     assert board["scores_dropout"]["RTE"] == "**62.40 ± 2.30** (5)"          # healthy: mean ± sd
     assert parse_table(md, "### Stability across seeds")["vanilla"]["RTE"].startswith("1/5 ·")
     assert comparison_rows(md)["scores_dropout", "RTE"]["ASO ε"] != "–"
     # a floor 12 points above the majority class (62.5) makes three of vanilla's five runs collapsed
-    md = build_report([root], figures=False, aso=False, collapse_floor=12.0).read_text()
+    md = build_report([root], ReportOptions(figures=False, aso=False, collapse_floor=12.0)).read_text()
     assert parse_table(md, "### Stability across seeds")["vanilla"]["RTE"].startswith("3/5 ·")
 
 
@@ -314,7 +316,7 @@ def test_a_method_named_primary_covers_its_tasks_and_the_average_only_when_named
     recs = [make_record(t, m, s, {"accuracy": 0.6 + 0.01 * s + (0.003 * s * s if m == "topk" else 0.0)},
                         hparams={"k": 8})
             for t in ("rte", "wnli") for m in ("vanilla", "topk") for s in (1, 2, 3)]
-    md = build_report([write(tmp_path, recs)], aso=False, figures=False, primary=["topk"]).read_text()
+    md = build_report([write(tmp_path, recs)], ReportOptions(aso=False, figures=False, primary=["topk"])).read_text()
     rows = comparison_rows(md)
     assert rows["topk", "RTE"]["family"] == rows["topk", "WNLI"]["family"] == "primary"
     assert rows["topk", "GLUE avg"]["family"] == "exploratory"

@@ -11,7 +11,7 @@ from scipy import stats
 from test_report import MODEL, attention_stats, comparison_rows, make_record, parse_table
 
 from suite.grid.store import Store
-from suite.report import build_report
+from suite.report import ReportOptions, build_report
 from suite.report.markdown import unwrap_prose
 
 
@@ -29,7 +29,7 @@ def test_attention_means_cover_the_shared_tasks_and_seeds(tmp_path):
     runs = [(t, m, s, shift) for m in ("vanilla", "scores_dropout") for t, shift in (("rte", 0.0), ("mrpc", 1.0))
             for s in (1, 2, 3)]
     runs += [("mrpc", "vanilla", s, 5.0) for s in (4, 5)] + [("wnli", "vanilla", s, 3.0) for s in (1, 2, 3)]
-    md = build_report([write(tmp_path, runs)], figures=False).read_text()
+    md = build_report([write(tmp_path, runs)], ReportOptions(figures=False)).read_text()
     att = parse_table(md, "### Attention")
     assert att["vanilla"]["sparsity"] == att["scores_dropout"]["sparsity"] == "0.650"
     assert att["vanilla"]["runs"] == att["scores_dropout"]["runs"] == "6"
@@ -38,7 +38,7 @@ def test_attention_means_cover_the_shared_tasks_and_seeds(tmp_path):
 
 def test_attention_without_shared_runs_says_the_rows_are_not_comparable(tmp_path):
     runs = [("rte", "vanilla", s, 0.0) for s in (1, 2)] + [("mrpc", "scores_dropout", s, 1.0) for s in (1, 2)]
-    md = build_report([write(tmp_path, runs)], figures=False).read_text()
+    md = build_report([write(tmp_path, runs)], ReportOptions(figures=False)).read_text()
     att = parse_table(md, "### Attention")
     assert att["vanilla"]["sparsity"] == "0.150" and att["scores_dropout"]["sparsity"] == "1.150"
     assert "the rows are not comparable" in md
@@ -55,7 +55,7 @@ def test_reference_margin_counts_runs_without_a_score_and_a_single_seed_as_the_l
         store.write(*make_record("stsb", "vanilla", seed, {"pearson": r, "spearman": r}, baselines=base))
     rte = {"majority": {"accuracy": 0.5, "score": 0.5}, "chance": {"accuracy": 0.5, "score": 0.5}}
     store.write(*make_record("rte", "vanilla", 1, {"accuracy": 0.7}, baselines=rte))
-    line = reference_line(build_report([tmp_path], figures=False).read_text())
+    line = reference_line(build_report([tmp_path], ReportOptions(figures=False)).read_text())
     p = stats.ttest_1samp([80, 82, 84, 0, 0], 0, alternative="greater").pvalue
     # (3 seeds alone: p = 1e-4; a regression task's constant has no correlation to resample: over seeds only)
     assert f"STS-B +49.20 (5 seeds, 2 without a score, p = {p:.2g}, over seeds only);" in line
@@ -69,7 +69,7 @@ def test_the_mark_and_the_reference_note_count_runs_without_a_score_alike(tmp_pa
     store = Store(tmp_path)
     for seed, r in zip((1, 2, 3, 4, 5), (0.8, 0.81, math.nan, math.nan, math.nan)):
         store.write(*make_record("stsb", "vanilla", seed, {"pearson": r, "spearman": r}, baselines=base))
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     p = stats.ttest_1samp([80, 81, 0, 0, 0], 0, alternative="greater").pvalue
     assert 0.05 < p < 0.1
     assert "80.50 ± 0.71° (2), no score (3)" in parse_table(md, "### Leaderboard")["vanilla"]["STS-B"]
@@ -92,7 +92,7 @@ def test_curve_runs_are_left_to_the_curve_and_everything_else_stays_in_the_repor
                              status="failed"))                 # a failed run of the curve: no ablation row
     store.write(*make_record("rte", "drophead", 1, {"accuracy": 0.55}, hparams={"p": 0.1},
                              train={"max_train_samples": 16}))   # one size: no curve, so an ablation
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     assert set(parse_table(md, "### Data efficiency")) == {"vanilla", "scores_dropout"}
     ablations = md.split("### Ablations")[1].split("\n### ")[0]
     vanilla = ablations.split("#### vanilla")[1].split("####")[0]
@@ -136,7 +136,7 @@ def test_beating_the_majority_class_counts_the_dev_examples_noise(tmp_path):
                 assert constant_scores(["accuracy"], {"": labels}, 2, False, ["accuracy"])["score"] == (
                     constant["logits"].argmax(-1) == labels).mean() == 0.6   # the runner's majority predictor
     assert stats.ttest_1samp(seeds_only, 60, alternative="greater").pvalue < 1e-4
-    md = build_report([tmp_path], aso=False, figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(aso=False, figures=False)).read_text()
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"].startswith("65.30 ± 0.27°") and "°" not in board["scores_dropout"]["RTE"]
     line = reference_line(md)
@@ -236,13 +236,13 @@ def test_an_edited_or_stale_sequential_state_is_refused_naming_the_file(tmp_path
     from suite.api.errors import ReportError
 
     state = _sequential_study(tmp_path)
-    build_report([tmp_path], aso=False, figures=False, primary=["topk"])  # as the design wrote it: it holds
+    build_report([tmp_path], ReportOptions(aso=False, figures=False, primary=("topk",)))  # as the design wrote it
     (tmp_path / "until_decided.json").write_text(json.dumps(state))
-    build_report([tmp_path], aso=False, figures=False, primary=["topk"])
+    build_report([tmp_path], ReportOptions(aso=False, figures=False, primary=["topk"]))
     edit(state, state["comparisons"][0])
     (tmp_path / "until_decided.json").write_text(json.dumps(state))
     with pytest.raises(ReportError, match=says) as refused:
-        build_report([tmp_path], aso=False, figures=False, primary=["topk"])
+        build_report([tmp_path], ReportOptions(aso=False, figures=False, primary=["topk"]))
     assert str(tmp_path / "until_decided.json") in str(refused.value)
 
 
@@ -256,7 +256,7 @@ def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tm
 
     state = _sequential_study(tmp_path)
     (tmp_path / "until_decided.json").write_text(json.dumps(state))
-    md = build_report([tmp_path], aso=False, figures=False, primary=["topk"]).read_text()
+    md = build_report([tmp_path], ReportOptions(aso=False, figures=False, primary=["topk"])).read_text()
     assert parse_table(md, "### Difference to `vanilla`")["topk"]["RTE"].startswith("undecided‡ +")
     assert comparison_rows(md)["topk", "RTE"]["verdict"] == "undecided‡"
     assert "the fixed-sample verdict differs for topk on RTE (better)" in md
@@ -264,7 +264,7 @@ def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tm
     row = csv[csv["column"] == "rte"].iloc[0]
     assert (row["verdict"], row["fixed_verdict"], row["sequential"]) == ("undecided", "better", "continue")
     (tmp_path / "until_decided.json").unlink()   # without the state file: the fixed-sample verdict, unmarked
-    md = build_report([tmp_path], aso=False, figures=False, primary=["topk"]).read_text()
+    md = build_report([tmp_path], ReportOptions(aso=False, figures=False, primary=["topk"])).read_text()
     assert comparison_rows(md)["topk", "RTE"]["verdict"] == "better" and "‡" not in md
 
 
@@ -303,7 +303,7 @@ def test_the_report_leaves_degenerate_runs_out_of_the_score_and_tests_them_apart
                                                          "logits": np.eye(2)[pred].astype(np.float32)}})
             rec["predictions"] = sidecar
             store.write(name, rec)
-    md = build_report([tmp_path], aso=False, figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(aso=False, figures=False)).read_text()
     diff = parse_table(md, "### Difference to `vanilla`")["scores_dropout"]["RTE"]
     assert "(5 of 8 seeds; degenerate 3 vs 0)" in diff
     row = comparison_rows(md)["scores_dropout", "RTE"]

@@ -7,7 +7,7 @@ import json
 from test_report import MODEL, make_record, parse_table
 
 from suite.grid.store import Store
-from suite.report import build_report
+from suite.report import ReportOptions, build_report
 from suite.report.markdown import unwrap_prose
 from suite.report.vocabulary import slug
 
@@ -40,7 +40,7 @@ def write_tuned_study(root):
 
 def test_each_cell_reports_its_selected_configuration_on_one_leaderboard_row(tmp_path):
     write_tuned_study(tmp_path)
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "62.00 ± 2.00 (3)" and board["vanilla"]["SST-2"] == "**81.00 ± 1.00** (3)"
     assert board["scores_dropout"]["RTE"] == "**63.00 ± 2.00** (3)" and board["scores_dropout"]["SST-2"] == (
@@ -58,7 +58,7 @@ def test_a_run_of_another_configuration_stays_off_the_leaderboard(tmp_path):
                              train={"lr": 1e-4, "holdout": 50.0}))
     store.write(*make_record("sst2", "vanilla", 4, {"accuracy": 0.10}, hparams={"p": 0.1},
                              train={"lr": 1e-4, "holdout": 50.0}))
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "62.00 ± 2.00 (3)" and board["vanilla"]["SST-2"] == "**81.00 ± 1.00** (3)"
     assert "no runs with its default" not in md
@@ -70,7 +70,7 @@ def test_a_run_of_another_configuration_stays_off_the_leaderboard(tmp_path):
 
 def test_the_tuning_section_tabulates_each_cells_selection_by_method_and_task(tmp_path):
     write_tuned_study(tmp_path)
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
             for line in md.split("Selected per task", 1)[1].split("### Every configuration")[0].splitlines()
             if line.startswith(f"| {MODEL} ")}
@@ -86,7 +86,7 @@ def test_a_quoted_number_in_the_search_space_still_folds(tmp_path):
     for cell in data["cells"]:
         cell["selected"] = {k: (f"{v:g}" if k == "train.lr" else v) for k, v in cell["selected"].items()}
     path.write_text(json.dumps(data))
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "62.00 ± 2.00 (3)" and board["scores_dropout"]["SST-2"] == "80.00 ± 1.00 (3)"
     assert "## Runs outside the leaderboard settings" not in md
@@ -114,13 +114,13 @@ def _with_configurations(root, seeds=(101,), budget=3):
 def test_the_tuning_section_says_each_methods_configurations_and_a_single_seed(tmp_path):
     write_tuned_study(tmp_path)
     _with_configurations(tmp_path)
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     tuning = unwrap_prose(md).split("## Tuning", 1)[1].split("Selected per task")[0]
     assert "The selection rests on 1 tuning seed, fewer than 3" in tuning and "Bouthillier" in tuning
     assert "| vanilla | train.lr: 5e-05, 0.0001, 0.0002, 0.001 | 4 | 3 | 3 of 4 (never 0.001) |" in tuning
     assert "uniform draw, which may leave a learning rate untried" in tuning
     _with_configurations(tmp_path, seeds=(101, 102, 103), budget="all")
-    md = build_report([tmp_path], figures=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
     assert "fewer than 3" not in md and "on its whole grid" in md
 
 
@@ -129,7 +129,7 @@ def test_expected_validation_performance_per_task_with_its_figure_and_csv(tmp_pa
 
     write_tuned_study(tmp_path)
     _with_configurations(tmp_path, seeds=(101, 102, 103))   # the ± only where 3 tuning seeds stand behind it
-    md = build_report([tmp_path], out=tmp_path / "report").read_text()
+    md = build_report([tmp_path], ReportOptions(out=tmp_path / "report")).read_text()
     section = md.split("## Expected validation performance", 1)[1]
     rows = parse_table(section, f"### SST-2 (`{MODEL}`)")
     means, stds = expected_best([0.66, 0.64, 0.20])
@@ -143,7 +143,8 @@ def test_expected_validation_performance_per_task_with_its_figure_and_csv(tmp_pa
     assert csv[0] == "model,task,method,N,k = 1,k = 2,k = 3" and len(csv) == 5
     # one tuning seed: the spread of one seed's scores over 3 configurations is no uncertainty, so no ±
     _with_configurations(tmp_path)
-    section = build_report([tmp_path], figures=False).read_text().split("## Expected validation performance", 1)[1]
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
+    section = md.split("## Expected validation performance", 1)[1]
     rows = parse_table(section, f"### SST-2 (`{MODEL}`)")
     assert rows["scores_dropout"]["k = 1"] == "50.00" and "No ± is shown" in section
 
@@ -158,7 +159,8 @@ def test_a_leader_that_changes_with_the_budget_is_named(tmp_path):
         cell["configurations"] = [{"settings": {**cell["selected"], "train.lr": lr}, "scores": {"101": v}, "mean": v}
                                   for lr, v in zip((cell["selected"]["train.lr"], 1.0, 2.0), values)]
     path.write_text(json.dumps(data))
-    section = build_report([tmp_path], figures=False).read_text().split("## Expected validation performance")[1]
+    md = build_report([tmp_path], ReportOptions(figures=False)).read_text()
+    section = md.split("## Expected validation performance")[1]
     assert ("Best expected score by k: k = 1–2: scores_dropout; k = 3: vanilla. **The leader changes with the "
             "budget.**") in section
 
@@ -172,7 +174,7 @@ def test_the_selection_file_is_read_once_per_report(tmp_path, monkeypatch):
     _with_configurations(tmp_path)
     reads, read_text = [], Path.read_text
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
-    md = build_report([tmp_path], figures=False, aso=False).read_text()
+    md = build_report([tmp_path], ReportOptions(figures=False, aso=False)).read_text()
     assert reads.count("selection.json") == 1
     assert md.index("## Tuning") < md.index("## Expected validation performance")
     assert "### Every configuration tried" in md

@@ -141,8 +141,8 @@ def test_verdicts_are_labelled_preregistered_or_a_reanalysis(tmp_path):
     from suite.report.differences import _analysis_text
     from suite.report.facts import Options
 
-    assert _analysis_text(Options(tmp_path)).startswith("Re-analysis")
-    assert "analysis.md" in _analysis_text(Options(tmp_path, preregistered="analysis.md"))
+    assert _analysis_text(Options(out=tmp_path)).startswith("Re-analysis")
+    assert "analysis.md" in _analysis_text(Options(out=tmp_path, preregistered="analysis.md"))
     assert Study.model_validate({"report": {"preregistered": "a1b2c3d"}}).report.preregistered == "a1b2c3d"
 
 

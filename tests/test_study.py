@@ -130,17 +130,22 @@ def test_study_without_methods_says_how(tmp_path, capsys):
 
 
 def test_report_study_uses_its_out_and_report_section(tmp_path):
-    import argparse
+    from suite.commands import build_parser
+    from suite.commands.report import report_request
 
-    from suite.commands.report import study_arguments
+    path = _write(tmp_path, "methods: [vanilla]\nout: results\nreport: {baseline: scores_dropout, alpha: 0.1, "
+                            "primary: [topk], allow_uncommitted: true}\n")
 
-    path = _write(tmp_path, "methods: [vanilla]\nout: results\nreport: {baseline: scores_dropout, alpha: 0.1}\n")
-    args = study_arguments(argparse.Namespace(study=str(path), dir=None, more=[], baseline=None, alpha=None,
-                                               out=None))
-    assert (args.dir, args.baseline, args.alpha, args.out) == ("results", "scores_dropout", 0.1, None)
-    args = study_arguments(argparse.Namespace(study=str(path), dir="other", more=[], baseline="vanilla", alpha=None,
-                                               out=None))
-    assert (args.dir, args.baseline, args.alpha) == ("other", "vanilla", 0.1)
+    def request(*argv):
+        argv = ["report", "--study", str(path), *argv]
+        return report_request(build_parser(argv).parse_args(argv))
+
+    dirs, options = request()
+    assert dirs == ["results"] and (options.baseline, options.alpha, options.out) == ("scores_dropout", 0.1, None)
+    assert options.primary == ("topk",) and options.allow_uncommitted and options.correction == "holm"
+    dirs, options = request("other", "--baseline", "vanilla", "--primary", "drophead,", "--no-aso")
+    assert dirs == ["other"] and (options.baseline, options.alpha, options.primary) == ("vanilla", 0.1, ("drophead",))
+    assert not options.aso and options.figures  # the flags win; what neither gives is the declared default
 
 
 def test_the_documented_study_example_is_valid(tmp_path):

@@ -72,10 +72,10 @@ def test_the_report_scores_on_the_held_out_split_and_keeps_dev_beside(heldout_ru
 
 
 def test_the_report_builds_from_held_out_runs(heldout_runs):
-    from suite.report import build_report
+    from suite.report import ReportOptions, build_report
     from suite.report.markdown import unwrap_prose
 
-    md = build_report([heldout_runs], aso=False, figures=False, allow_uncommitted=True).read_text()
+    md = build_report([heldout_runs], ReportOptions(aso=False, figures=False, allow_uncommitted=True)).read_text()
     text = unwrap_prose(md)   # each paragraph on one line, as it renders
     assert "held-out test 8 (scored)" in text and "Scored on the held-out test split" in text
     assert "a held-out test split of the train set as the test set for RTE (train.test_holdout" in text

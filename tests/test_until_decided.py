@@ -212,11 +212,11 @@ def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_st
     assert "## Seeds added until decided" in section and "| sst2 | no_dropout vs vanilla |" in section
     assert "efficacy (a difference) | **better**" in section
 
-    from suite.report import build_report
+    from suite.report import ReportOptions, build_report
 
     reads, read_text = [], Path.read_text   # the state file was read twice per report (verdicts, then the section)
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
-    md = build_report([out], figures=False, aso=False, allow_uncommitted=True).read_text()
+    md = build_report([out], ReportOptions(figures=False, aso=False, allow_uncommitted=True)).read_text()
     assert reads.count("until_decided.json") == 1 and section.strip() in md
 
 

@@ -9,7 +9,7 @@ import pytest
 from test_report import comparison_rows, make_record, parse_table
 
 from suite.grid.store import Store
-from suite.report import build_report
+from suite.report import ReportOptions, build_report
 from suite.run.record import save_predictions
 
 N = 2000          # dev examples
@@ -64,7 +64,7 @@ def verdicts(md: str) -> dict[str, str]:
 
 
 def test_planted_effects_read_as_all_four_verdicts(grid):
-    md = build_report([grid], aso=False, figures=False, out=grid / "report").read_text()
+    md = build_report([grid], ReportOptions(aso=False, figures=False, out=grid / "report")).read_text()
     assert verdicts(md) == {"plus_two": "better", "minus_two": "worse", "tight_zero": "equivalent",
                             "noisy_zero": "undecided", "dev_luck": "undecided"}
     cells = parse_table(md, "### Difference to `vanilla`")
@@ -81,7 +81,7 @@ def test_seed_only_variance_would_call_the_dev_set_luck_better(grid, monkeypatch
     import suite.stats.evidence as evidence
 
     monkeypatch.setattr(evidence, "example_variance", lambda *a, **k: (0.0, 0.0))
-    md = build_report([grid], aso=False, figures=False, out=grid / "seed_only").read_text()
+    md = build_report([grid], ReportOptions(aso=False, figures=False, out=grid / "seed_only")).read_text()
     assert verdicts(md)["dev_luck"] == "better"
 
 
@@ -91,7 +91,8 @@ def test_primary_comparisons_are_one_holm_family_and_the_rest_benjamini_hochberg
     from statsmodels.stats.multitest import multipletests
 
     out = grid / "primary"
-    build_report([grid], aso=False, figures=False, out=out, primary=["plus_two:sst2", "minus_two"], margin=0.5)
+    build_report([grid], ReportOptions(aso=False, figures=False, out=out, primary=("plus_two:sst2", "minus_two"),
+                                       margin=0.5))
     rows = pd.read_csv(out / "comparisons.csv")
     primary = rows[rows["family"] == "primary"].sort_values(["method", "column"])
     # a method named primary covers its tasks; its GLUE average is exploratory unless named

@@ -11,7 +11,7 @@ from suite.api.attention import AttentionMethod
 from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, forward, rows
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["LEAK_TOLERANCE", "Response", "check_shape", "check_values", "layout_problem", "value_responses"]
+__all__ = ["check_shape", "check_values"]
 
 def _recording_attention(method: AttentionMethod, calls: list):
     """Wraps the method's `attention` (on the instance) so that each call's query, value and result are kept."""

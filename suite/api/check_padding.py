@@ -13,7 +13,7 @@ from suite.api.attention import AttentionMethod, probes
 from suite.api.check_common import SEEDS, CheckResult, attached, checked_batch, finite_diff, forward
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["PERTURBATION", "check_padding"]
+__all__ = ["check_padding"]
 
 PERTURBATION = 3.0  # size of the noise put on padded positions' embeddings
 TOLERANCE = 1e-5

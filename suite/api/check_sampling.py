@@ -12,7 +12,7 @@ from suite.api.attention import AttentionMethod, attention_modules, probes
 from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, finite_diff, forward, rows
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["EXPECTATION_DRAWS", "check_draws", "check_expectation", "check_gradient"]
+__all__ = ["check_draws", "check_expectation", "check_gradient"]
 
 # train-mode passes whose row sums the expectation rule averages; z beyond Z_LIMIT standard errors fails it
 EXPECTATION_DRAWS = range(16)

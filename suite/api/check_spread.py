@@ -16,7 +16,7 @@ from suite.api.check_common import ROWS, CheckResult, checked_batch, forward, gr
 from suite.api.tiny_models import tiny_model
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["PRETRAINED_SCORES", "PRETRAINED_STD", "check_fp16", "check_identity", "spread_model"]
+__all__ = ["check_fp16", "check_identity"]
 
 # the largest |score| each layer of the spread model reaches on the checked batch: the 99.9th percentile of |q k^T
 # d^-0.5| in MiniLM-L6-H384's first layer on SST-2 and RTE dev sentences is 30.3 (its largest 55.5; other layers'

@@ -73,16 +73,16 @@ class TaskSpec:
     ((dataset, config) on the Hugging Face hub, or None for local files only). Local files are described per split
     by `local` (hub split name -> `LocalSplit`) inside `local_dir` of the data folder; a plugin that ships its data
     sets `data_dir`, which is used instead of `--data-dir`. Every other field has a default; see the comments below
-    and docs/adding-a-task.md.
+    and docs/adding-a-task.md. Write a task by keyword, as `tasks/glue.py` does (the six fields above may also be
+    given by position, in this order).
 
     Example (a local-only two-class task with its own folder)::
 
-        TaskSpec("mood", "Mood", ("sentence",), ("sad", "happy"), ("macro_f1", "accuracy"), None,
-                 data_dir="/path/to/data",
-                 local={"train": LocalSplit("train.tsv", {"sentence": "text", "label": "mood"},
-                                            labels={"sad": 0, "happy": 1}),
-                        "validation": LocalSplit("dev.tsv", {"sentence": "text", "label": "mood"},
-                                                 labels={"sad": 0, "happy": 1})})
+        mood = {"sad": 0, "happy": 1}
+        TaskSpec(name="mood", display="Mood", text_fields=("sentence",), label_names=("sad", "happy"),
+                 metrics=("macro_f1", "accuracy"), hub=None, data_dir="/path/to/data",
+                 local={"train": LocalSplit("train.tsv", {"sentence": "text", "label": "mood"}, labels=mood),
+                        "validation": LocalSplit("dev.tsv", {"sentence": "text", "label": "mood"}, labels=mood)})
     """
 
     name: str                                  # canonical name, e.g. "sst2"

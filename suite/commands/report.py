@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import sys
 
 from suite.api.errors import EXIT_BAD_INPUT, BadInput, ReportError
-from suite.report import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_CORRECTION, DEFAULT_COSTS, build_report
-from suite.run.data import DATA_DIR_ENV
-from suite.stats.families import CORRECTIONS
+from suite.report import ReportOptions, build_report
+from suite.stats.report_options import REPORT_FIELDS, Bounds
 
 # the command, and what the rest of the suite uses
-__all__ = ["COMMAND", "add_parser", "main", "planned_cells", "study_arguments"]
+__all__ = ["COMMAND", "add_parser", "main", "planned_cells", "report_request"]
 
 COMMAND = "report"
 
@@ -23,91 +24,66 @@ def add_parser(sub) -> None:
     p.add_argument("dir", nargs="?", help="output folder of `python -m suite run` (holds runs/)")
     p.add_argument("more", nargs="*", help="more run folders whose records join the report")
     p.add_argument("--study", help="a study file: its out: folder and report: options fill what is not given here")
-    p.add_argument("--baseline", help=f"reference method (default {DEFAULT_BASELINE})")
-    p.add_argument("--alpha", type=_bounded(0, 1, "a level in (0, 1)"),
-                   help=f"significance level after the correction (default {DEFAULT_ALPHA})")
-    p.add_argument("--correction", choices=sorted(CORRECTIONS), default=DEFAULT_CORRECTION,
-                   help="multiple-comparison correction across each model's table: holm (Holm-Bonferroni, "
-                        "family-wise error; default) or bh (Benjamini-Hochberg, false discovery rate)")
-    p.add_argument("--no-aso", dest="aso", action="store_false",
-                   help="skip almost stochastic order (its bootstrap is the slowest statistic)")
-    p.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV),
-                   help=f"GLUE-format data folder (default ${DATA_DIR_ENV}): dev labels for the baseline rows of "
-                        "records that do not carry them")
-    p.add_argument("--costs", help=f"`python -m suite bench --json` file for the cost columns "
-                                   f"(default: OUT/{DEFAULT_COSTS}, else DIR/{DEFAULT_COSTS}, when it exists)")
-    p.add_argument("--reference-tasks", type=lambda v: [t for t in v.split(",") if t],
-                   help="comma list of tasks shown in their own table against their majority class and left out "
-                        "of the comparisons and averages (e.g. tasks the model does not learn)")
-    p.add_argument("--primary", type=lambda v: [t for t in v.split(",") if t],
-                   help="comma list of the primary comparisons: methods, tasks or METHOD:TASK; their family-wise "
-                        "error is held by Holm, every other comparison is exploratory (Benjamini-Hochberg); "
-                        "default: one family under --correction")
-    p.add_argument("--margin", type=_bounded(0, None, "a number > 0"),
-                   help="equivalence margin in points of the task's score x100 (default 1; per task in the study "
-                        "file's report: margin:)")
-    p.add_argument("--collapse-floor", type=_bounded(None, None, "a number >= 0", floor=0),
-                   help="a run not this many points (x100) above its task's majority-class score counts as "
-                        "collapsed (default 1)")
-    p.add_argument("--allow-uncommitted", action="store_true",
-                   help="report records from uncommitted code or from several commits (refused by default: a "
-                        "published table comes from one code version); the header marks the mix")
-    p.add_argument("--no-figures", dest="figures", action="store_false",
-                   help="tables only: much faster; existing figures are left as they are")
-    p.add_argument("--out", help="write the report here instead of DIR")
+    for name, declared in REPORT_FIELDS.items():
+        if declared.metadata["flag"]:
+            _add_flag(p, name, declared.default, declared.metadata)
 
 
-def _bounded(low: float | None, high: float | None, what: str, floor: float | None = None):
-    """An argparse type: a finite number above `low` (or at least `floor`) and below `high`; else a usage error."""
-    import math
+def _add_flag(p: argparse.ArgumentParser, name: str, default, meta) -> None:
+    """An option's flag, from its declaration (`suite.stats.report_options`): a true/false option's flag switches it
+    away from its default; every flag is None when not given, so that a study fills it, then the default."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(default, bool):
+        p.add_argument(f"--no-{flag[2:]}" if default else flag, dest=name, default=None,
+                       action="store_false" if default else "store_true", help=meta["help"])
+        return
+    kind = _bounded(meta["bounds"]) if meta["bounds"] else _comma_list if meta["comma_list"] else None
+    p.add_argument(flag, type=kind, choices=meta["choices"]() if meta["choices"] else None, help=meta["help"],
+                   default=os.environ.get(meta["env"]) if meta["env"] else None)
 
+
+def _comma_list(text: str) -> list[str]:
+    return [t for t in text.split(",") if t]
+
+
+def _bounded(bounds: Bounds):
+    """An argparse type: a number within `bounds`; else a usage error."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-        ok = math.isfinite(value) and (low is None or value > low) and (high is None or value < high) \
-            and (floor is None or value >= floor)
-        if not ok:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        if not bounds.holds(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {bounds.what}")
         return value
     return parse
 
 
-def study_arguments(args: argparse.Namespace) -> argparse.Namespace:
-    """`report --study FILE`: the study's output folder and report: section fill what the command line left unset."""
-    from suite.grid.study import load_study
-
-    study = load_study(args.study)
-    args.dir = args.dir or study.out
-    if not args.dir:
-        raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
-    for key, value in study.report_options().items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if study.report.allow_uncommitted:
-        args.allow_uncommitted = True
-    args.preregistered = study.report.preregistered
-    return args
-
-
-def resolve_arguments(args: argparse.Namespace) -> argparse.Namespace:
-    """A study file's options where the command line left them unset, then the defaults."""
+def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
+    """The run folders and options of a report: each option from its flag, else from the study's report: section
+    (`--study`), else its default; the study's out: folder where DIR is not given."""
     from suite.api.attention import METHODS
     from suite.run.layout import check_folder_name
 
-    if getattr(args, "study", None):
-        study_arguments(args)
-    if not args.dir:
+    flags = {name: getattr(args, name) for name, field in REPORT_FIELDS.items() if field.metadata["flag"]}
+    study, folder = {}, args.dir
+    if args.study:
+        from suite.grid.study import load_study
+
+        loaded = load_study(args.study)
+        study, folder = loaded.report_options(), folder or loaded.out
+        if not folder:
+            raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
+    if not folder:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
-    args.baseline = METHODS.canonical(args.baseline or DEFAULT_BASELINE)   # unknown: an error with a suggestion
-    args.alpha = DEFAULT_ALPHA if args.alpha is None else args.alpha
-    if args.out:
-        check_folder_name("--out", args.out)
-    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise ReportError(f"--out {args.out} is a file: the report is a folder (leaderboard.md, tables, figures/); "
+    options = ReportOptions.settled(flags, study, planner=planned_cells)
+    options = dataclasses.replace(options, baseline=METHODS.canonical(options.baseline))  # unknown: a suggestion
+    if options.out:
+        check_folder_name("--out", options.out)
+    if options.out and os.path.exists(options.out) and not os.path.isdir(options.out):
+        raise ReportError(f"--out {options.out} is a file: the report is a folder (leaderboard.md, tables, figures/); "
                           "give a folder")
-    return args
+    return [folder, *args.more], options
 
 
 def planned_cells(command: str) -> set[tuple[str, str, str, int]]:
@@ -135,18 +111,16 @@ def planned_cells(command: str) -> set[tuple[str, str, str, int]]:
 
 
 def main(args: argparse.Namespace) -> int:
+    run_dirs, options = [args.dir], None
     try:
-        args = resolve_arguments(args)
-        path = build_report([args.dir, *args.more], args.out, args.baseline, args.alpha, args.correction,
-                            args.aso, args.data_dir, args.costs, args.figures, args.reference_tasks or (),
-                            args.primary or (), args.margin, args.collapse_floor, args.allow_uncommitted,
-                            preregistered=getattr(args, "preregistered", None), planner=planned_cells)
+        run_dirs, options = report_request(args)
+        path = build_report(run_dirs, options)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:  # the report's folder cannot be written (permissions, a full disk)
-        print(f"error: cannot write the report: {exc.strerror or exc} ({exc.filename or args.out or args.dir})",
-              file=sys.stderr)
+        where = exc.filename or (options and options.out) or run_dirs[0]
+        print(f"error: cannot write the report: {exc.strerror or exc} ({where})", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(path)
     return 0

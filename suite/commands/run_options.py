@@ -1,7 +1,8 @@
 """The options of `python -m suite run`, each with its help text, and the command line as overrides of a study
 (`suite.grid.overrides.Overrides`). A training shortcut is declared once, in TRAIN_SHORTCUTS: its type, choices and
 help are its setting's own (`suite.run.settings.TrainSettings`), and so is the `train.KEY` listing of `run --help`;
-the executor options are declared in `suite.grid.executors.options`.
+the flags of the study's other keys (preset, data, output folder, device, executor and its options, outputs) are
+made from their declarations (`suite.grid.overrides.STUDY_KEYS`).
 
 Options default to None so that a study file (`--study`) can fill what the command line leaves out;
 `suite.grid.overrides.STUDY_DEFAULTS` applies after that.
@@ -11,10 +12,8 @@ from __future__ import annotations
 import argparse
 import typing
 
-from suite.grid.executors.options import EXECUTOR_OPTIONS, flag_parser
-from suite.grid.overrides import NAME_KEYS, Overrides
-from suite.run.data import DATA_DIR_ENV
-from suite.run.settings import ANALYSES, DEFAULT_MODEL, PRESETS, TRAIN_FIELDS, TrainSettings, setting_help
+from suite.grid.overrides import NAME_KEYS, STUDY_FLAGS, STUDY_KEYS, Overrides, StudyKey, flag_dest
+from suite.run.settings import ANALYSES, DEFAULT_MODEL, TRAIN_FIELDS, TrainSettings, setting_help
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["TRAIN_SHORTCUTS", "add_run_options", "run_overrides", "train_keys_help"]
@@ -25,11 +24,6 @@ TRAIN_SHORTCUTS = {"--epochs": "epochs", "--lr": "lr", "--batch-size": "batch_si
                    "--precision": "precision", "--grad-accumulation": "grad_accumulation",
                    "--early-stopping": "early_stopping_patience", "--compile": "compile"}
 _SHORTCUT_METAVARS = {"--grad-accumulation": "N", "--early-stopping": "PATIENCE"}
-# flags that replace a study's value: their destination -> the study's dotted key
-STUDY_FLAGS = {"preset": "preset", "data_dir": "data_dir", "out": "out", "device": "device",
-               "executor": "executor.name", **{name: f"executor.{name}" for name in EXECUTOR_OPTIONS},
-               "save_model": "outputs.save_model", "predict_test": "outputs.predict_test",
-               "report_to": "outputs.report_to"}
 
 
 def _shortcut_options(flag: str, key: str) -> dict:
@@ -42,6 +36,37 @@ def _shortcut_options(flag: str, key: str) -> dict:
     options = {"type": kind, "metavar": _SHORTCUT_METAVARS.get(flag), "help": f"train.{key}: " + setting_help(key)}
     choices = TRAIN_FIELDS[key].metadata["choices"]
     return {**options, "choices": choices, "metavar": None} if choices else options
+
+
+def _study_flag(group: argparse._ArgumentGroup, key: str, declared: StudyKey) -> None:
+    """The flag of a study key, from its declaration: a --flag/--no-flag switch, or a value read as declared."""
+    flag = "--" + flag_dest(key).replace("_", "-")
+    if declared.switch:
+        group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=declared.flag_help())
+        return
+    options = {"metavar": declared.metavar, "help": declared.flag_help()}
+    if declared.choices:
+        options["choices"] = declared.choices()
+    reader = declared.parse or declared.flag_type
+    if reader:
+        options["type"] = _flag_reader(reader)
+    group.add_argument(flag, **options)
+
+
+def _flag_reader(reader):
+    """An argparse type: the declared reader, its ValueError as argparse's own message."""
+    def parsed(text: str):
+        try:
+            return reader(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parsed
+
+
+def _study_flags(group: argparse._ArgumentGroup, where: str) -> None:
+    for key, declared in STUDY_KEYS.items():
+        if declared.group == where:
+            _study_flag(group, key, declared)
 
 
 def _dest(flag: str) -> str:
@@ -71,15 +96,6 @@ def train_keys_help() -> str:
     return "\n".join(lines)
 
 
-def presets_help() -> str:
-    parts = []
-    for name in PRESETS.names():
-        preset = PRESETS.get(name)
-        train = ", ".join(f"{k}={v}" for k, v in preset.train.items()) or "the train.* defaults below"
-        parts.append(f"{name}: models {','.join(preset.models)}; {train}")
-    return "; ".join(parts)
-
-
 def _ints(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
@@ -97,10 +113,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     what.add_argument("--seeds", type=_ints, help="comma list (default 1,2,3)")
     what.add_argument("--model", help=f"comma list of local folders or hub ids (default: the preset's; "
                                       f"'{DEFAULT_MODEL}' is the offline MiniLM)")
-    what.add_argument("--preset", choices=PRESETS.names(), help=f"training recipe (default quick). {presets_help()}")
-    what.add_argument("--data-dir", help=f"folder of task data (GLUE TSVs in the classic layout); else "
-                                         f"${DATA_DIR_ENV}, else the hub")
-    what.add_argument("--out", help="output folder; records go to OUT/runs/ (default ./runs)")
+    _study_flags(what, "what")
 
     train = p.add_argument_group("training (shortcuts for --set train.KEY=VALUE; every key is listed below)")
     for flag, key in TRAIN_SHORTCUTS.items():
@@ -112,28 +125,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                        help="add a grid axis (train.lr=2e-5,3e-5; METHOD:train.lr=... sweeps one method's "
                             "learning rate); several sweeps multiply")
 
-    where = p.add_argument_group("where it runs")
-    where.add_argument("--device", help="auto (CUDA when present; default), cpu, cuda, cuda:1 ...")
-    where.add_argument("--executor",
-                       help="local (default: sequential; one worker process per GPU when several are visible) or ray")
-    for name, option in EXECUTOR_OPTIONS.items():
-        where.add_argument("--" + name.replace("_", "-"), type=flag_parser(option), metavar=option.metavar,
-                           help=option.flag_help)
+    _study_flags(p.add_argument_group("where it runs"), "where")
 
     outputs = p.add_argument_group("what each run leaves besides its record")
-    outputs.add_argument("--save-model", action=argparse.BooleanOptionalAction, default=None,
-                         help="keep the fine-tuned weights and tokenizer in OUT/runs/RUN.model/ (off by default)")
-    outputs.add_argument("--predict-test", action=argparse.BooleanOptionalAction, default=None,
-                         help="write test-set predictions in the GLUE server's format to OUT/runs/RUN.test/")
+    _study_flags(outputs, "outputs")
     outputs.add_argument("--analyses", metavar="NAMES",
                          help="train.analyses: end-of-run analyses on fixed dev examples, a comma list of "
                               f"{', '.join(ANALYSES)} (docs/analyses.md; off by default: they can take as long as a "
                               "short run; a study file asks for them with train: {analyses: ...})")
-    outputs.add_argument("--report-to", metavar="TRACKERS",
-                         help="comma list of tensorboard, mlflow, wandb: log config and tags, the training loss "
-                              "every 25 batches, per-epoch curves and final metrics (local stores under "
-                              "OUT/tracking/; wandb offline; experiment: $MLFLOW_EXPERIMENT_NAME, else the study's "
-                              "name; docs/tracking.md)")
 
     control = p.add_argument_group("control")
     control.add_argument("--until-decided", action="store_true",

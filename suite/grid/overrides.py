@@ -4,24 +4,95 @@ and whether seeds come in rounds. A run without a study file is these overrides 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from suite.grid.executors.options import EXECUTOR_OPTIONS
-from suite.run.settings import TRAIN_FIELDS
+from suite.run.data import DATA_DIR_ENV
+from suite.run.settings import PRESETS, TRAIN_FIELDS
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["DEFAULT_SEEDS", "NAME_KEYS", "Overrides", "STUDY_DEFAULTS"]
+__all__ = ["DEFAULT_SEEDS", "NAME_KEYS", "Names", "Overrides", "STUDY_DEFAULTS", "STUDY_FLAGS", "STUDY_KEYS",
+           "StudyKey"]
 
-# the study's keys a flag may replace, with the value when neither the flags nor the study give one
-STUDY_DEFAULTS: dict[str, Any] = {"preset": "quick", "data_dir": None, "out": "runs", "device": "auto",
-                                  "executor.name": "local", **{f"executor.{name}": None for name in EXECUTOR_OPTIONS},
-                                  "outputs.save_model": None, "outputs.predict_test": None,
-                                  "outputs.report_to": None}
+Names = Union[list[str], str]  # a YAML list or a comma list
+
+
+@dataclass(frozen=True)
+class StudyKey:
+    """A key of a study file that a flag of `run` replaces, declared once: its type in the study file, its value when
+    neither the flag nor the study gives one, and its flag (help, the `run --help` group that lists it, metavar).
+    `parse` reads a value where the type alone does not (the flag's text and the file's value alike; ValueError when
+    bad); `flag_type` reads the flag's text where the file's type is not a reader (a number). A `switch` is a
+    true/false key (--flag / --no-flag); a `place` key says where the study runs, not what: the whole study keeps
+    it. `details` adds to the help what a registry says when the parser is built; `{default}` in the help is the
+    default."""
+
+    type: Any
+    default: Any
+    help: str
+    group: str  # "what", "where" or "outputs"
+    metavar: str | None = None
+    parse: Callable[[Any], Any] | None = None
+    flag_type: Callable[[str], Any] | None = None
+    choices: Callable[[], list[str]] | None = None
+    details: Callable[[], str] | None = None
+    switch: bool = False
+    place: bool = False
+
+    def flag_help(self) -> str:
+        text = self.help.replace("{default}", str(self.default))
+        return f"{text} {self.details()}" if self.details else text
+
+
+def presets_help() -> str:
+    parts = []
+    for name in PRESETS.names():
+        preset = PRESETS.get(name)
+        train = ", ".join(f"{k}={v}" for k, v in preset.train.items()) or "the train.* defaults below"
+        parts.append(f"{name}: models {','.join(preset.models)}; {train}")
+    return "; ".join(parts)
+
+
+# the study's keys a flag may replace (the flag: --KEY's last part; --executor for executor.name)
+STUDY_KEYS: dict[str, StudyKey] = {
+    "preset": StudyKey(str, "quick", "training recipe (default {default}).", "what", choices=PRESETS.names,
+                       details=presets_help),
+    "data_dir": StudyKey(str, None, f"folder of task data (GLUE TSVs in the classic layout); else ${DATA_DIR_ENV}, "
+                                    "else the hub", "what", place=True),
+    "out": StudyKey(str, "runs", "output folder; records go to OUT/runs/ (default ./{default})", "what", place=True),
+    "device": StudyKey(str, "auto", "auto (CUDA when present; default), cpu, cuda, cuda:1 ...", "where", place=True),
+    "executor.name": StudyKey(str, "local", "local (default: sequential; one worker process per GPU when several are "
+                                            "visible) or ray", "where", place=True),
+    **{f"executor.{name}": StudyKey(option.type, None, option.flag_help, "where", option.metavar, option.parse,
+                                    option.type, place=name == "address")  # the cluster: where, as the device
+       for name, option in EXECUTOR_OPTIONS.items()},
+    "outputs.save_model": StudyKey(bool, None, "keep the fine-tuned weights and tokenizer in OUT/runs/RUN.model/ (off "
+                                               "by default)", "outputs", switch=True),
+    "outputs.predict_test": StudyKey(bool, None, "write test-set predictions in the GLUE server's format to "
+                                                 "OUT/runs/RUN.test/", "outputs", switch=True),
+    "outputs.report_to": StudyKey(Names, None, "comma list of tensorboard, mlflow, wandb: log config and tags, the "
+                                               "training loss every 25 batches, per-epoch curves and final metrics "
+                                               "(local stores under OUT/tracking/; wandb offline; experiment: "
+                                               "$MLFLOW_EXPERIMENT_NAME, else the study's name; docs/tracking.md)",
+                                  "outputs", "TRACKERS"),
+}
+
+
+def flag_dest(key: str) -> str:
+    """The argparse destination of a study key's flag: its last part (executor.name: `executor`)."""
+    section, _, last = key.rpartition(".")
+    return section if last == "name" else last
+
+
+# the value of each key when neither the flags nor the study give one
+STUDY_DEFAULTS: dict[str, Any] = {key: k.default for key, k in STUDY_KEYS.items()}
+# flags that replace a study's value: their destination -> the study's dotted key
+STUDY_FLAGS: dict[str, str] = {flag_dest(key): key for key in STUDY_KEYS}
 # the keys that say where a study runs, not what: the whole study keeps them (device and executor decide what
 # `precision: auto` resolves to, and so the jobs' hashes)
-PLACE_KEYS = ("data_dir", "out", "device", "executor.name", "executor.address")
+PLACE_KEYS = tuple(key for key, k in STUDY_KEYS.items() if k.place)
 NAME_KEYS = ("methods", "tasks", "model")  # a flag picks from what the study gives (seeds: it replaces)
 DEFAULT_SEEDS = (1, 2, 3)
 

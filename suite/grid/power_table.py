@@ -44,12 +44,13 @@ from suite.stats.design_power import (
     seeds_to_decide,
     simulate,
 )
+from suite.stats.report_options import DEFAULT_ALPHA
 from suite.stats.sequential import Design, family_alpha
 
 if TYPE_CHECKING:
     from suite.stats.evidence import RunOutcome
 
-__all__ = ["TaskPlan", "power_lines", "task_plans"]  # what the rest of the suite uses; other names are its own
+__all__ = ["power_lines"]  # what the rest of the suite uses; other names are its own
 
 TARGET = 0.8
 SEED = 20260101          # of the simulations: the same study prints the same table
@@ -225,7 +226,7 @@ def declared_noise(declared: dict, tasks: list[str], source: str | None = None) 
 def design_of(plan, primary: list) -> tuple[Design, str]:
     """The design each primary comparison is decided by, and a line that says what it is."""
     report = plan.request.study.report
-    alpha = 0.05 if report.alpha is None else report.alpha
+    alpha = DEFAULT_ALPHA if report.alpha is None else report.alpha
     each = family_alpha(alpha, len(primary))
     schedule = plan.request.schedule
     head = f"{len(primary)} primary comparison(s), alpha {alpha:g} over the family,"

@@ -19,15 +19,15 @@ from typing import Annotated, Any, Literal, Optional, Union
 import pydantic
 
 from suite.api.errors import BadInput
-from suite.grid.executors.options import EXECUTOR_OPTIONS
+from suite.grid.overrides import STUDY_KEYS, Names
 from suite.grid.plan import parse_assignment
 from suite.run.settings import TrainSettings
+from suite.stats.report_options import REPORT_FIELDS
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["AlsoGrid", "Study", "load_study", "names"]
 
 Scalar = Union[bool, int, float, str, None]
-Names = Union[list[str], str]  # a YAML list or a comma list
 
 
 class _Section(pydantic.BaseModel):
@@ -60,41 +60,55 @@ def _train_section() -> type[pydantic.BaseModel]:
 TrainSection = _train_section()
 
 
-def _executor_section() -> type[pydantic.BaseModel]:
-    """The executor's name (local or ray) and every declared executor option, optional."""
-    options = {name: (Optional[Annotated[option.type, pydantic.BeforeValidator(option.parse)]
-                               if option.parse else option.type], None) for name, option in EXECUTOR_OPTIONS.items()}
-    return pydantic.create_model("ExecutorSection", __base__=_Section, name=(Optional[str], None), **options)
+def _study_fields(section: str) -> dict[str, Any]:
+    """The declared study keys of a section ("": the top level) as optional fields, each of its declared type (read
+    by its `parse` first, where it has one): `suite.grid.overrides.STUDY_KEYS`."""
+    fields = {}
+    for key, declared in STUDY_KEYS.items():
+        where, _, name = key.rpartition(".")
+        if where == section:
+            kind = Annotated[declared.type, pydantic.BeforeValidator(declared.parse)] if declared.parse \
+                else declared.type
+            fields[name] = (Optional[kind], None)
+    return fields
 
 
-ExecutorSection = _executor_section()
+ExecutorSection = pydantic.create_model("ExecutorSection", __base__=_Section, **_study_fields("executor"))
+OutputsSection = pydantic.create_model("OutputsSection", __base__=_Section, **_study_fields("outputs"))
 
 
-class OutputsSection(_Section):
-    save_model: Optional[bool] = None
-    predict_test: Optional[bool] = None
-    report_to: Optional[Names] = None
+def _bounded(low: float | None = None, high: float | None = None, at_least: float | None = None) -> Any:
+    """A number within bounds (NaN fails every bound); true/false is no number."""
+    limits = {k: v for k, v in (("gt", low), ("lt", high), ("ge", at_least)) if v is not None}
+    return Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(**limits)]
 
 
-# numbers of the report: a level strictly between 0 and 1, a margin > 0, a floor >= 0 (NaN fails every bound)
-Level = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0, lt=1)]
-Positive = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(gt=0)]
-NonNegative = Annotated[float, pydantic.BeforeValidator(_not_a_truth_value), pydantic.Field(ge=0)]
+Level = _bounded(0, 1)       # a level strictly between 0 and 1
+Positive = _bounded(0)
+NonNegative = _bounded(at_least=0)
 Count = Annotated[int, pydantic.BeforeValidator(_not_a_truth_value)]  # a number of seeds: true is not 1
 
 
-class ReportSection(_Section):
-    baseline: Optional[str] = None
-    alpha: Optional[Level] = None
-    out: Optional[str] = None
-    reference_tasks: Optional[Names] = None  # own table against the majority class, out of every comparison
-    primary: Optional[Names] = None       # primary comparisons: methods, tasks or METHOD:TASK (Holm); the rest BH
-    margin: Optional[Union[Positive, dict[str, Positive]]] = None   # equivalence margin, points x100 (or per task)
-    collapse_floor: Optional[Union[NonNegative, dict[str, NonNegative]]] = None  # points above the majority class
-    allow_uncommitted: Optional[bool] = None  # report records of uncommitted code or of several commits
-    # where the analysis was fixed before the results were seen (a file or a commit): the verdicts are then
-    # labelled pre-registered; without it, a re-analysis
-    preregistered: Optional[str] = None
+def _report_section() -> type[pydantic.BaseModel]:
+    """The report's options a study file gives (`suite.stats.report_options.ReportOptions`, each declared there with
+    its values), optional: a comma list as a YAML list or a comma string, a bounded number within its bounds (one
+    number, or task -> number where it may differ per task)."""
+    fields = {}
+    for name, declared in REPORT_FIELDS.items():
+        meta = declared.metadata
+        if meta["study"] is None:
+            continue
+        kind = Names if meta["comma_list"] else meta["study"]
+        if meta["bounds"]:
+            bounds = meta["bounds"]
+            kind = _bounded(bounds.above, bounds.below, bounds.at_least)
+        if meta["per_task"]:
+            kind = Union[kind, dict[str, kind]]
+        fields[name] = (Optional[kind], None)
+    return pydantic.create_model("ReportSection", __base__=_Section, **fields)
+
+
+ReportSection = _report_section()
 
 
 class UntilDecidedSection(_Section):
@@ -152,6 +166,7 @@ class _Grid(_Section):
     train: TrainSection = pydantic.Field(default_factory=TrainSection)
     set: dict[str, Scalar] = pydantic.Field(default_factory=dict)
     sweep: dict[str, list[Scalar]] = pydantic.Field(default_factory=dict)
+    description: Optional[str] = None
 
     def train_values(self) -> dict[str, Any]:
         """The training settings the file gives (null included: `max_train_samples: null` means all)."""
@@ -168,21 +183,21 @@ class AlsoGrid(_Grid):
     """A further grid of the study (`also:`): it inherits every key it does not give from the study's top level;
     its train:, set: and sweep: entries add to the top level's."""
 
-    description: Optional[str] = None
+
+# the keys every grid of a study shares, as STUDY_KEYS declares them: preset, data_dir, out, device, and the
+# executor: and outputs: sections
+_SharedKeys = pydantic.create_model(
+    "_SharedKeys", __base__=_Grid, **_study_fields(""),
+    executor=(ExecutorSection, pydantic.Field(default_factory=ExecutorSection)),
+    outputs=(OutputsSection, pydantic.Field(default_factory=OutputsSection)))
 
 
-class Study(_Grid):
+class Study(_SharedKeys):
     """A whole study, frozen once read: its top grid, the keys every grid shares (preset, data, output folder,
-    executor, outputs), the report's options, its further grids (`also:`), its tuning stage and its rounds of seeds.
-    A command line overrides it (`suite.grid.resolve.resolve_study`); the empty study is a command without a file."""
+    executor, outputs: declared in `suite.grid.overrides.STUDY_KEYS`), the report's options, its further grids
+    (`also:`), its tuning stage and its rounds of seeds. A command line overrides it
+    (`suite.grid.resolve.resolve_study`); the empty study is a command without a file."""
 
-    description: Optional[str] = None
-    preset: Optional[str] = None
-    data_dir: Optional[str] = None
-    out: Optional[str] = None
-    device: Optional[str] = None
-    executor: ExecutorSection = pydantic.Field(default_factory=ExecutorSection)
-    outputs: OutputsSection = pydantic.Field(default_factory=OutputsSection)
     report: ReportSection = pydantic.Field(default_factory=ReportSection)
     also: list[AlsoGrid] = pydantic.Field(default_factory=list)  # further grids, written to the same folder
     tune: Optional[TuneSection] = None  # tune every method on a held-out split first (suite.grid.tuning)
@@ -196,12 +211,10 @@ class Study(_Grid):
         return self._source
 
     def report_options(self) -> dict[str, Any]:
-        """The report: section as the options of `report` (comma lists as lists); a list left unset is absent."""
-        options = {key: getattr(self.report, key) for key in ("baseline", "alpha", "out", "margin", "collapse_floor")}
-        for key in ("reference_tasks", "primary"):
-            if getattr(self.report, key) is not None:
-                options[key] = names(getattr(self.report, key)).split(",")
-        return options
+        """The report: section as the options of `report` (comma lists as lists); None: not given."""
+        given = self.report.model_dump()
+        return {key: names(value).split(",") if REPORT_FIELDS[key].metadata["comma_list"] and value is not None
+                else value for key, value in given.items()}
 
 
 def _text(value: Scalar) -> str:

@@ -29,7 +29,7 @@ from suite.stats.evp import MIN_TUNING_SEEDS
 
 __all__ = ["ALL", "MIN_SEEDS", "TuningIncomplete", "TuningPlan", "apply_settings", "budget_text", "check_space",
            "configurations", "plan_tuning_runs", "protocol_train", "run_tuning_stage", "select_configurations",
-           "selected_jobs", "settings_text", "shared_keys", "tuning_notes", "write_selection"]
+           "selected_jobs", "settings_text", "tuning_notes", "write_selection"]
 # (what the rest of the suite uses; other names are this module's own)
 
 DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)

@@ -25,6 +25,7 @@ from suite.run.layout import OutputFolder, UntilDecidedFile, state_json
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 from suite.stats.looks import next_look
+from suite.stats.report_options import DEFAULT_ALPHA, DEFAULT_BASELINE
 from suite.stats.sequential import (
     DEFAULT_FUTILITY,
     FUTILITY_MIN_SEEDS,
@@ -40,7 +41,6 @@ __all__ = ["Comparison", "Schedule", "closing_lines", "comparisons", "primary_co
 
 DEFAULT_START, DEFAULT_STEP, DEFAULT_CAP = 5, 5, 20
 MAX_CAP, MAX_LOOKS = 1000, 50  # seeds and looks a schedule may plan (docs/sequential.md); a cap of 10**9 took 9 GB
-DEFAULT_ALPHA, DEFAULT_REFERENCE = 0.05, "vanilla"  # the report's defaults (report.alpha, report.baseline)
 
 
 @dataclass(frozen=True)
@@ -372,7 +372,7 @@ def primary_comparisons(plan, note: Callable[[str], None] | None = None) -> list
     from suite.stats.families import is_primary
 
     report = plan.request.study.report
-    reference = report.baseline or DEFAULT_REFERENCE
+    reference = report.baseline or DEFAULT_BASELINE
     declared = report.primary or []
     if isinstance(declared, str):
         declared = [x.strip() for x in declared.split(",") if x.strip()]

@@ -42,7 +42,6 @@ from suite.profiling.measure import (
                       build_candidates,
                       cpu_step_peak_bytes,
                       make_batches,
-                      measure_memory,
                       profile_step,
                       run_shape,
                       shape_config,
@@ -50,5 +49,5 @@ from suite.profiling.measure import (
 from suite.profiling.output import command_line, header, missed_targets, table, write_json
 
 __all__ = ["EAGER", "SDPA", "SHAPES", "Candidate",
-           "build_candidates", "command_line", "cpu_step_peak_bytes", "header", "make_batches", "measure_memory",
+           "build_candidates", "command_line", "cpu_step_peak_bytes", "header", "make_batches",
            "missed_targets", "profile_step", "run_shape", "shape_config", "table", "write_json"]

@@ -100,7 +100,7 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
     from suite.run.device import autocast_dtype, machine
     from suite.run.runner import TokenizedCache
     from suite.run.settings import RunConfig, preset_train
-    from suite.run.training import build_context, evaluate, train_epoch
+    from suite.run.training import TrainLoop, build_context, evaluate, train_epoch
 
     task = get_task(ls.task)
     t = dataclasses.replace(preset_train("quick", ls.task), epochs=2, batch_size=ls.batch_size,
@@ -126,9 +126,10 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
         lambda m, args, kwargs: shapes.add(tuple(kwargs["input_ids"].shape)) if m.training else None,
         with_kwargs=True)
     generator = torch.Generator().manual_seed(ls.seed)
+    loop = TrainLoop(ctx, train, task, t, pad_id, generator, "bench", quiet=True, widths=train_w, steps=stepper)
 
     def epoch(number: int) -> None:
-        train_epoch(ctx, train, task, t, pad_id, generator, number, "bench", True, None, train_w, stepper)
+        train_epoch(loop, number)
 
     with counting() as counted:
         epoch(1)

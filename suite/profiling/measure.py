@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["Candidate", "SHAPES", "build_candidates", "cpu_step_peak_bytes", "make_batches", "measure_memory",
+__all__ = ["Candidate", "SHAPES", "build_candidates", "cpu_step_peak_bytes", "make_batches",
            "profile_step", "run_shape", "shape_config"]
 
 SDPA, EAGER = "[sdpa]", "[eager]"

@@ -42,9 +42,8 @@ from __future__ import annotations
 
 from suite.api.errors import ReportError
 from suite.report.document import build_report
-from suite.report.facts import DEFAULT_ALPHA, DEFAULT_BASELINE, DEFAULT_CORRECTION, DEFAULT_COSTS
-from suite.report.load import Loaded, load
+from suite.report.load import load
 from suite.report.vocabulary import slug
+from suite.stats.report_options import ReportOptions
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "DEFAULT_CORRECTION", "DEFAULT_COSTS", "Loaded", "ReportError",
-           "build_report", "load", "slug"]
+__all__ = ["ReportError", "ReportOptions", "build_report", "load", "slug"]

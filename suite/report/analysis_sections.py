@@ -26,7 +26,7 @@ from suite.run.analyses import heads as head_stats
 from suite.run.analyses.seeds import seed_divergence
 from suite.run.record_parts import Analyses
 
-__all__ = ["importance_table", "mean_heads", "section", "seed_pairs", "seeds_table"]
+__all__ = ["importance_table", "mean_heads", "section", "seed_pairs"]
 
 TAUS = ("tau_cls_gxi", "tau_cls_loo", "tau_rollout_gxi", "tau_rollout_loo")
 ENTROPIES = ("entropy_gxi", "entropy_loo", "entropy_cls", "entropy_rollout")

@@ -22,7 +22,7 @@ from suite.stats.aso import ASO_MIN_SEEDS, ASO_THRESHOLD
 from suite.stats.families import CORRECTIONS
 from suite.stats.sign import SIGN_GUARD_SEEDS
 
-__all__ = ["COMPACT_COLUMNS", "DETAILS", "DETAIL_COLUMNS", "FULL_COLUMNS", "REACH_SEEDS", "section"]
+__all__ = ["DETAILS", "section"]
 
 
 def section(facts: ModelFacts, options: Options) -> Part:

@@ -28,23 +28,15 @@ from suite.report import (
     stage_sections,
     tuning_budget,
 )
-from suite.report.facts import (
-    DEFAULT_ALPHA,
-    DEFAULT_BASELINE,
-    DEFAULT_CORRECTION,
-    DEFAULT_COSTS,
-    ModelFacts,
-    Options,
-    ReportFacts,
-    report_facts,
-)
+from suite.report.facts import ModelFacts, Options, ReportFacts, report_facts
 from suite.report.load import load
 from suite.report.markdown import wrap_prose
 from suite.report.selection import fold_selected
 from suite.report.vocabulary import Part, Table
 from suite.stats.families import CORRECTIONS
+from suite.stats.report_options import DEFAULT_COSTS, ReportOptions
 
-__all__ = ["EXPORTS", "build_report", "write_exports"]
+__all__ = ["build_report"]
 
 # stale figures with these prefixes (of tasks or methods no longer in the records) are removed
 FIGURE_PREFIXES = ("curves_", "loss_", "seeds_", "attention_", "drop_rate_", "analysis_", "evp_")
@@ -156,29 +148,23 @@ def _remove_stale_figures(figure_dir: Path, produced: set[str]) -> None:
                 stale.unlink()
 
 
-def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike | None = None,
-                 baseline: str = DEFAULT_BASELINE, alpha: float = DEFAULT_ALPHA,
-                 correction: str = DEFAULT_CORRECTION,
-                 aso: bool = True, data_dir: str | os.PathLike | None = None,
-                 costs: str | os.PathLike | None = None, figures: bool = True,
-                 reference_tasks: Sequence[str] = (), primary: Sequence[str] = (),
-                 margin: float | Mapping[str, float] | None = None,
-                 collapse_floor: float | Mapping[str, float] | None = None,
-                 allow_uncommitted: bool = False, preregistered: str | None = None,
-                 planner: Callable[[str], set[tuple[str, str, str, int]]] | None = None) -> Path:
+def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions = ReportOptions()) -> Path:
     """Read the records under each run folder and write `out/leaderboard.md` (with CSV and LaTeX tables beside it)
-    and `out/figures/*.png|pdf`.
+    and `out/figures/*.png|pdf`, as `options` ask (`suite.stats.report_options.ReportOptions`, where each option is
+    declared with its help).
 
-    `out` defaults to the first folder; `costs` to `out/bench.json`, else the first folder's, when that file exists.
-    `reference_tasks` are shown in their own table against their majority class and left out of every comparison.
-    `primary` (methods, tasks or METHOD:TASK) are the primary comparisons (Holm; the rest Benjamini-Hochberg),
-    `margin` the equivalence margin and `collapse_floor` the points above the constant predictor below which a run
-    collapsed (each one number or task -> number). Records from uncommitted code or from several commits are refused
-    unless `allow_uncommitted`. `preregistered`: where the analysis was fixed before the results (a study's
-    `report: preregistered:`); without it the verdicts are labelled a re-analysis. `planner` plans a `run` line of
-    commands.txt again ((model, task, method, seed) of its jobs), for the header's count of planned jobs with records
-    (`python -m suite report` gives it; None: no count). Returns the path of the markdown file.
+    `options.out` defaults to the first folder; `options.costs` to `out/bench.json`, else the first folder's, when
+    that file exists. `reference_tasks` are shown in their own table against their majority class and left out of
+    every comparison. `primary` (methods, tasks or METHOD:TASK) are the primary comparisons (Holm; the rest
+    Benjamini-Hochberg), `margin` the equivalence margin and `collapse_floor` the points above the constant predictor
+    below which a run collapsed (each one number or task -> number). Records from uncommitted code or from several
+    commits are refused unless `allow_uncommitted`. `preregistered`: where the analysis was fixed before the results
+    (a study's `report: preregistered:`); without it the verdicts are labelled a re-analysis. `planner` plans a `run`
+    line of commands.txt again ((model, task, method, seed) of its jobs), for the header's count of planned jobs with
+    records (`python -m suite report` gives it; None: no count). Returns the path of the markdown file.
     """
+    out, baseline, alpha, correction, costs = (options.out, options.baseline, options.alpha, options.correction,
+                                               options.costs)
     if not run_dirs:
         raise ReportError("give at least one folder of runs")
     if not 0 < alpha < 1:
@@ -187,12 +173,12 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
         raise ReportError(f"--correction {correction!r}: valid corrections are {', '.join(CORRECTIONS)}")
     if costs is not None and not Path(costs).is_file():
         raise ReportError(f"--costs {costs}: no such file (write one with `python -m suite bench --json FILE`)")
-    reference_tasks = tuple(_task_names(reference_tasks))
+    reference_tasks = tuple(_task_names(options.reference_tasks))
     loaded = load(run_dirs)
     # a tuned study: each cell's selected runs, one row
     loaded = dataclasses.replace(loaded, frame=fold_selected(loaded))
     problem = header.code_version_problem(loaded.frame) if len(loaded.frame) else None
-    if problem and not allow_uncommitted:
+    if problem and not options.allow_uncommitted:
         raise ReportError(f"the records come from {problem}. A published table should come from one committed "
                           "code version: rerun the runs from a clean checkout, or pass --allow-uncommitted "
                           "(study file: report: allow_uncommitted: true) to report them anyway, marked as mixed")
@@ -200,16 +186,14 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out: str | os.PathLike |
     out_dir.mkdir(parents=True, exist_ok=True)
     if costs is None:  # the bench file beside the report, else beside the runs it reports
         costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
-    options = Options(out_dir, baseline, alpha, correction, aso, str(data_dir) if data_dir else None,
-                      str(costs) if costs else None, figures, reference_tasks, tuple(primary), margin,
-                      collapse_floor, allow_uncommitted, preregistered, planner)
-    report = report_facts(loaded, options, stage_sections.verdicts(loaded, alpha, margin))
+    options = Options.settled(options, out_dir, str(costs) if costs else None, reference_tasks)
+    report = report_facts(loaded, options, stage_sections.verdicts(loaded, alpha, options.margin))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
     path.write_text(wrap_prose(written.text))
     write_exports(out_dir, written.tables, {model: dict(f.comparisons) for model, f in report.models.items()
                                             if baseline in f.sel.methods})
-    if figures:
+    if options.figures:
         _remove_stale_figures(options.figure_dir, {p.name for p in written.figures})
     return path
 

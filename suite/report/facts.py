@@ -17,7 +17,7 @@ import dataclasses
 import math
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -48,37 +48,23 @@ from suite.report.vocabulary import (
 from suite.run.record_parts import RecordedBaseline
 from suite.stats import collapse
 from suite.stats.constant import VsConstant, vs_constant
+from suite.stats.report_options import ReportOptions
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "DEFAULT_CORRECTION", "DEFAULT_COSTS", "Average", "Baseline", "Cell",
-           "ModelFacts", "Options", "ReportFacts", "model_facts", "report_facts"]
-
-DEFAULT_BASELINE = "vanilla"
-DEFAULT_ALPHA = 0.05
-DEFAULT_CORRECTION = "holm"
-DEFAULT_COSTS = "bench.json"
-
+__all__ = ["Average", "Baseline", "Cell", "ModelFacts", "Options", "ReportFacts", "report_facts"]
 
 @dataclasses.dataclass(frozen=True)
-class Options:
-    """The report's options, each in one place (`suite.report.build_report` documents them)."""
-    out: Path                          # the report's folder (figures in out/figures)
-    baseline: str = DEFAULT_BASELINE   # the reference method
-    alpha: float = DEFAULT_ALPHA
-    correction: str = DEFAULT_CORRECTION  # "holm" or "bh" (suite.stats.families.CORRECTIONS)
-    aso: bool = True                   # almost stochastic order (the slowest statistic)
-    data_dir: str | None = None        # dev labels for the baselines of records that lack them
-    costs: str | None = None           # `python -m suite bench --json` file
-    figures: bool = True               # False: tables only (much faster; existing figures are left alone)
-    reference_tasks: tuple[str, ...] = ()  # shown in their own table, left out of comparisons and averages
-    primary: tuple[str, ...] = ()      # primary comparisons (methods, tasks, METHOD:TASK): Holm; the rest BH
-    # equivalence margin, points x100 (one number or task -> number)
-    margin: float | Mapping[str, float] | None = None
-    # points (x100) above the constant predictor below which a run collapsed (one number or task -> number)
-    collapse_floor: float | Mapping[str, float] | None = None
-    allow_uncommitted: bool = False    # report records of uncommitted code or of several commits
-    preregistered: str | None = None   # where the analysis was fixed before the results; None: a re-analysis
-    # a `run` command line -> the (model, task, method, seed) it plans (the command layer's; None: not asked)
-    planner: Callable[[str], set[tuple[str, str, str, int]]] | None = None
+class Options(ReportOptions):
+    """The report's options as its sections read them, settled by `build_report` from the `ReportOptions` it was
+    given: `out` the report's folder, `costs` the bench file found (None: none), the reference tasks by their
+    registered names."""
+    out: Path = dataclasses.field(kw_only=True)  # figures in out/figures
+
+    @classmethod
+    def settled(cls, asked: ReportOptions, out: Path, costs: str | None, reference_tasks: tuple[str, ...]) -> Options:
+        values = {f.name: getattr(asked, f.name) for f in dataclasses.fields(ReportOptions)}
+        data_dir = str(asked.data_dir) if asked.data_dir else None
+        return cls(**{**values, "out": out, "costs": costs, "reference_tasks": reference_tasks,
+                      "primary": tuple(asked.primary), "data_dir": data_dir})
 
     @property
     def figure_dir(self) -> Path:

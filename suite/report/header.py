@@ -11,7 +11,7 @@ from suite.report.facts import Options, ReportFacts
 from suite.report.vocabulary import Part, plural, task_display, task_order, task_source, unique
 from suite.stats.families import CORRECTIONS
 
-__all__ = ["code_version_problem", "compute_note", "date_line", "section"]
+__all__ = ["code_version_problem", "compute_note", "section"]
 
 
 def date_line() -> str:

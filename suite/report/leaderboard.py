@@ -30,7 +30,7 @@ from suite.report.vocabulary import (
     unique,
 )
 
-__all__ = ["COSTS", "NEAR_MAJORITY", "PARAMS", "in_run_costs", "reference_tasks", "section"]
+__all__ = ["COSTS", "in_run_costs", "reference_tasks", "section"]
 
 NEAR_MAJORITY = "°"        # a cell not distinguishable from the majority-class (or constant-mean) predictor
 

@@ -32,7 +32,7 @@ from suite.run.carving import carve_groups, sentence_groups
 from suite.run.data import seeded_subset  # the legacy draw, and the dev subset's
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["TEST_SEED", "check_heldout_task", "check_holdouts", "dev_rows", "draw_seed", "draw_train",
+__all__ = ["check_heldout_task", "check_holdouts", "dev_rows", "draw_seed", "draw_train",
            "holdout_size", "nested_subset", "train_groups", "tuning_split"]
 
 TEST_SEED = 0  # the held-out test split's draw: fixed, so that every run of a task is scored on the same rows

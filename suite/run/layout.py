@@ -24,8 +24,8 @@ from suite.api.errors import BadInput
 
 __all__ = ["COMMANDS", "RUNS", "SELECTION", "TRACKING", "TUNING", "UNTIL_DECIDED", "OutputFolder", "check_folder_name",
            "own_folder",
-           "Configuration", "SelectedCell", "TuningProtocol", "SelectionFile", "Look", "TrackedComparison",
-           "ScheduleSection", "UntilDecidedFile", "read_state", "state_json"]
+           "SelectedCell", "TuningProtocol", "SelectionFile", "Look", "TrackedComparison",
+           "UntilDecidedFile", "read_state", "state_json"]
 
 RUNS = "runs"
 TUNING = "tuning"

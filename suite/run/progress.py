@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 from suite.run.settings import RunConfig, TrainSettings
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["EVENT_S", "Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "planned_steps", "steps_per_epoch"]
+__all__ = ["Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "planned_steps", "steps_per_epoch"]
 
 STEP_LINE_S = 60.0   # within an epoch, a line at the first loss read this long after the run's last line
 EVENT_S = 5.0        # a run reports its steps at most this often (its loss is read after every batch on a CPU,

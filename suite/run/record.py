@@ -39,7 +39,7 @@ from suite.run.record_parts import (
 )
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["HELDOUT", "InvalidRecord", "NewerRecord", "RECORD_VERSION", "RunRecord", "Scored", "TMP_PREFIX",
+__all__ = ["HELDOUT", "InvalidRecord", "NewerRecord", "RECORD_VERSION", "RunRecord", "TMP_PREFIX",
            "heldout_predictions", "load_predictions", "predictions_filename", "read_record", "record_files",
            "save_predictions", "with_artifacts"]
 

@@ -17,7 +17,7 @@ from suite.api.registry import Registry
 from suite.run.batching import BATCHINGS, PAD_TO
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["ADDED", "ANALYSES", "DEFAULT_MODEL", "HashRule", "PRESETS", "RunConfig", "TRAIN_FIELDS",
+__all__ = ["ADDED", "ANALYSES", "DEFAULT_MODEL", "PRESETS", "RunConfig", "TRAIN_FIELDS",
            "TRAIN_HASH_RULES", "TrainSettings", "canonical_model", "changed_settings", "check_seeds",
            "default_model", "preset_train", "resolve_model", "selected_analyses", "setting_help",
            "setting_name", "setting_value", "unhashed_at_default", "unless", "with_added_defaults"]

@@ -27,7 +27,8 @@ from suite.run.progress import Callback, RunClock, steps_per_epoch
 from suite.run.settings import TrainSettings
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["EpochSelection", "FitData", "FitEnv", "Fitted", "build_context", "evaluate", "fit", "train_epoch"]
+__all__ = ["EpochSelection", "FitData", "FitEnv", "Fitted", "TrainLoop", "build_context", "evaluate", "fit",
+           "train_epoch"]
 
 
 def _no_decay(name: str) -> bool:
@@ -97,19 +98,6 @@ def evaluate(model, enc: Encoded, spec: TaskSpec, batch_size: int, pad_id: int, 
     return Evaluation(total.item() / len(enc), found, arr, len(enc))
 
 
-def evaluate_all(model, devs: dict[str, Encoded], spec, batch_size, pad_id, device, amp_dtype,
-                 widths: dict[str, Widths]) -> tuple[float, dict[str, float], dict[str, Evaluation]]:
-    """(mean dev loss, metrics of every eval split with the headline `score`, each split's evaluation)."""
-    evals = {suffix: evaluate(model, enc, spec, batch_size, pad_id, device, amp_dtype, suffix, widths[suffix])
-             for suffix, enc in devs.items()}
-    found: dict[str, float] = {}
-    for e in evals.values():
-        found.update(e.metrics)
-    found["score"] = metrics.headline(found, spec.metric_keys())
-    loss = sum(e.loss * e.n for e in evals.values()) / sum(e.n for e in evals.values())
-    return loss, found, evals
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The loop
 # ---------------------------------------------------------------------------------------------------------
@@ -167,23 +155,41 @@ class EpochSelection:
         return self.best_epoch, self.best_evals
 
 
-def train_epoch(ctx: StepContext, train: Encoded, spec: TaskSpec, t: TrainSettings, pad_id: int, generator,
-                epoch: int, label: str, quiet: bool,
-                on_step: Callable[[int, dict[str, float]], None] | None = None,
-                widths: Widths = Widths(), steps: Steps | None = None,
-                on_loss: Callable[[int, float], None] | None = None) -> tuple[float, int]:
-    """One pass over shuffled batches, drawn as train.batching says and padded as `widths` says; (mean training
-    loss, examples seen). `on_step(optimizer step, values)` gets the mean loss of the last STEP_LOG_BATCHES batches
-    and the learning rate; `on_loss(optimizer step, the epoch's running loss)` is called at the same reads, and on
-    a CPU after every batch (the progress lines). `steps` runs each step (None: the method's training_step, eagerly)."""
-    steps = steps or Steps(ctx, "no Steps given")
+@dataclasses.dataclass(frozen=True)
+class TrainLoop:
+    """What every epoch of a run trains with: the step context and how each step runs (`steps`; None: the method's
+    training_step, eagerly), the training rows and their bucket widths (train.pad_to), the task, the settings, the
+    tokenizer's padding id, the batch-order generator, the progress bar's label (none when `quiet`) and the
+    callback that gets the step values every STEP_LOG_BATCHES batches."""
+
+    ctx: StepContext
+    train: Encoded
+    spec: TaskSpec
+    t: TrainSettings
+    pad_id: int
+    generator: torch.Generator
+    label: str = ""
+    quiet: bool = True
+    on_step: Callable[[int, dict[str, float]], None] | None = None
+    widths: Widths = Widths()
+    steps: Steps | None = None
+
+
+def train_epoch(loop: TrainLoop, epoch: int, on_loss: Callable[[int, float], None] | None = None) -> tuple[float, int]:
+    """One pass over shuffled batches, drawn as train.batching says and padded as `loop.widths` says; (mean training
+    loss, examples seen). `loop.on_step(optimizer step, values)` gets the mean loss of the last STEP_LOG_BATCHES
+    batches and the learning rate; `on_loss(optimizer step, the epoch's running loss)` is called at the same reads,
+    and on a CPU after every batch (the progress lines)."""
+    ctx, train, t, on_step = loop.ctx, loop.train, loop.t, loop.on_step
+    steps = loop.steps or Steps(ctx, "no Steps given")
     lengths = train.lengths()
-    batches = BATCHINGS[t.batching].order(lengths, t.batch_size, generator)
-    bar = _progress(len(batches), f"{label} ep{epoch}/{t.epochs}", quiet)
+    batches = BATCHINGS[t.batching].order(lengths, t.batch_size, loop.generator)
+    bar = _progress(len(batches), f"{loop.label} ep{epoch}/{t.epochs}", loop.quiet)
     loss_sum = torch.zeros((), device=ctx.device)
 
     def make(idx):
-        return to_device(train.batch(idx, pad_id, spec.is_regression, widths.width(idx, lengths)), ctx.device)
+        return to_device(train.batch(idx, loop.pad_id, loop.spec.is_regression, loop.widths.width(idx, lengths)),
+                         ctx.device)
 
     nxt, seen, accumulate = make(batches[0]), 0, t.grad_accumulation
     logged_sum, logged_at = 0.0, 0  # the loss sum and batch count at the last host sync
@@ -257,72 +263,102 @@ class FitEnv:
     on_progress: Callback | None = None
 
 
+class Scorer:
+    """The run's model scored on each of its splits, built once per run: the same batch size (train.eval_batch_size),
+    padding id, device and autocast dtype for every split, and each split's bucket widths (train.pad_to) from its
+    own lengths, computed once."""
+
+    def __init__(self, model, data: FitData, t: TrainSettings, env: FitEnv):
+        self.model, self.data, self.t, self.env = model, data, t, env
+        self.pad_to = resolve_pad_to(t.pad_to, env.device.type, t.compile)
+        self.dev_widths = {suffix: self.widths(enc) for suffix, enc in data.devs.items()}
+        self.subset_widths = self.widths(data.train_subset)
+        self.tune_widths = self.widths(data.tune) if data.tune is not None else Widths()
+
+    def widths(self, enc: Encoded) -> Widths:
+        return padded_widths(enc.lengths(), self.pad_to, self.t.max_length)
+
+    def evaluate(self, enc: Encoded, widths: Widths, suffix: str = "") -> Evaluation:
+        return evaluate(self.model, enc, self.data.spec, self.t.eval_batch_size, self.data.pad_id, self.env.device,
+                        self.env.amp_dtype, suffix, widths)
+
+    def devs(self) -> tuple[float, dict[str, float], dict[str, Evaluation]]:
+        """(mean dev loss, metrics of every eval split with the headline `score`, each split's evaluation)."""
+        evals = {suffix: self.evaluate(enc, self.dev_widths[suffix], suffix) for suffix, enc in self.data.devs.items()}
+        found: dict[str, float] = {}
+        for e in evals.values():
+            found.update(e.metrics)
+        found["score"] = metrics.headline(found, self.data.spec.metric_keys())
+        loss = sum(e.loss * e.n for e in evals.values()) / sum(e.n for e in evals.values())
+        return loss, found, evals
+
+    def split(self, enc: Encoded, widths: Widths) -> Evaluation:
+        """One split scored by the task's unsuffixed metrics, with their headline `score` (the train subset, the
+        tuning split, the held-out test split)."""
+        e = self.evaluate(enc, widths)
+        e.metrics["score"] = metrics.headline(e.metrics, list(self.data.spec.metrics))
+        return e
+
+    def train_subset(self) -> dict[str, Any]:
+        """An epoch's entries for the fixed train subset (NaN without one: train_eval_samples=0, no generalisation
+        gap)."""
+        if not len(self.data.train_subset):
+            return {"train_subset_loss": math.nan, "train_subset": {"score": math.nan}}
+        e = self.split(self.data.train_subset, self.subset_widths)
+        return {"train_subset_loss": e.loss, "train_subset": e.metrics}
+
+    def tune(self) -> dict[str, Any]:
+        """An epoch's entries for the tuning split, scored like the train subset."""
+        e = self.split(self.data.tune, self.tune_widths)
+        return {"tune_loss": e.loss, "tune": e.metrics}
+
+
 def fit(model, method: AttentionMethod, data: FitData, t: TrainSettings, seed: int, env: FitEnv) -> Fitted:
     """Train for `t.epochs`, scoring dev, the train subset and the tuning split each epoch; early stopping and
     `select_epoch=best` read the tuning split's score only. The held-out test split is scored once, by the model the
     run ends with, after every choice is made."""
-    spec, train, devs, train_subset, tune, pad_id = (data.spec, data.train, data.devs, data.train_subset, data.tune,
-                                                     data.pad_id)
-    device, amp_dtype, label, quiet, on_epoch, on_step = (env.device, env.amp_dtype, env.label, env.quiet,
-                                                          env.on_epoch, env.on_step)
-    if tune is None and (t.early_stopping_patience or t.select_epoch == "best"):
+    if data.tune is None and (t.early_stopping_patience or t.select_epoch == "best"):
         raise HyperParameterError("early stopping and select_epoch=best need a tuning split (train.holdout): they "
                                   "never read dev")
-    per_epoch = steps_per_epoch(len(train), t)
-    reason = eager_reason(method, t.capture, device, amp_dtype, t.compile, t.grad_accumulation)
-    ctx = build_context(model, method, t, per_epoch * t.epochs, device, amp_dtype, graphs=reason is None)
+    device = env.device
+    per_epoch = steps_per_epoch(len(data.train), t)
+    reason = eager_reason(method, t.capture, device, env.amp_dtype, t.compile, t.grad_accumulation)
+    ctx = build_context(model, method, t, per_epoch * t.epochs, device, env.amp_dtype, graphs=reason is None)
     steps = Steps(ctx, reason)
-    pad_to = resolve_pad_to(t.pad_to, device.type, t.compile)
-
-    def widths(enc: Encoded) -> Widths:  # each split's bucket widths, from its own lengths (train.pad_to)
-        return padded_widths(enc.lengths(), pad_to, t.max_length)
-
-    train_w, dev_w, subset_w = widths(train), {k: widths(v) for k, v in devs.items()}, widths(train_subset)
-    tune_w = widths(tune) if tune is not None else Widths()
-    generator = torch.Generator().manual_seed(seed)
+    scorer = Scorer(model, data, t, env)
+    loop = TrainLoop(ctx, data.train, data.spec, t, data.pad_id, torch.Generator().manual_seed(seed), env.label,
+                     env.quiet, env.on_step, scorer.widths(data.train), steps)
     history, train_s, eval_s, seen, evals = [], 0.0, 0.0, 0, {}
-    selection, stop = EpochSelection(t, spec), False
-    clock = RunClock(env.on_progress, t.epochs, per_epoch * t.epochs, len(train))
+    selection, stop = EpochSelection(t, data.spec), False
+    clock = RunClock(env.on_progress, t.epochs, per_epoch * t.epochs, len(data.train))
     clock.started()
     model.train()
     for epoch in range(1, t.epochs + 1):
         start = time.perf_counter()
-        train_loss, n = train_epoch(ctx, train, spec, t, pad_id, generator, epoch, label, quiet, on_step, train_w,
-                                    steps, on_loss=lambda step, loss, e=epoch: clock.stepped(e, step, loss))
+        train_loss, n = train_epoch(loop, epoch, on_loss=lambda step, loss, e=epoch: clock.stepped(e, step, loss))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - start
         train_s, seen = train_s + epoch_time, seen + n
 
         start = time.perf_counter()
-        dev_loss, dev, evals = evaluate_all(model, devs, spec, t.eval_batch_size, pad_id, device, amp_dtype, dev_w)
+        dev_loss, dev, evals = scorer.devs()
         check_finite_model(model, dev_loss, epoch)
-        if len(train_subset):
-            e = evaluate(model, train_subset, spec, t.eval_batch_size, pad_id, device, amp_dtype, widths=subset_w)
-            subset_loss, subset_m = e.loss, e.metrics | {"score": metrics.headline(e.metrics, list(spec.metrics))}
-        else:  # train_eval_samples=0: no train-subset scores (and no generalisation gap)
-            subset_loss, subset_m = math.nan, {"score": math.nan}
-        entry = {"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss, "dev": dev,
-                 "train_subset_loss": subset_loss, "train_subset": subset_m, "epoch_time_s": epoch_time,
-                 "train_samples_per_s": n / epoch_time}
-        if tune is not None:  # scored like the train subset: one split, the task's unsuffixed metrics
-            e = evaluate(model, tune, spec, t.eval_batch_size, pad_id, device, amp_dtype, widths=tune_w)
-            entry["tune_loss"], entry["tune"] = e.loss, e.metrics | {"score": metrics.headline(e.metrics,
-                                                                                             list(spec.metrics))}
+        entry = {"epoch": epoch, "train_loss": train_loss, "dev_loss": dev_loss, "dev": dev, **scorer.train_subset(),
+                 "epoch_time_s": epoch_time, "train_samples_per_s": n / epoch_time}
+        if data.tune is not None:
+            entry |= scorer.tune()
         eval_s += time.perf_counter() - start
         facts = method.epoch_record()
         if facts:
             entry["method"] = facts
         history.append(entry)
         clock.epoch_done(epoch, ctx.step, entry)
-        if on_epoch:
-            on_epoch(entry)
-        if stop := selection.update(epoch, entry["tune"]["score"] if tune is not None else math.nan, model, evals):
+        if env.on_epoch:
+            env.on_epoch(entry)
+        if stop := selection.update(epoch, entry["tune"]["score"] if data.tune is not None else math.nan, model,
+                                    evals):
             break
     selected, evals = selection.finish(model, len(history), evals)
-    heldout = None
-    if data.heldout is not None:  # the task's unsuffixed metrics, as the tuning split's
-        heldout = evaluate(model, data.heldout, spec, t.eval_batch_size, pad_id, device, amp_dtype,
-                           widths=widths(data.heldout))
-        heldout.metrics["score"] = metrics.headline(heldout.metrics, list(spec.metrics))
+    heldout = scorer.split(data.heldout, scorer.widths(data.heldout)) if data.heldout is not None else None
     return Fitted(history, evals, train_s, eval_s, ctx.step, seen, ctx, selected, stop, heldout, steps.facts())

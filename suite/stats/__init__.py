@@ -15,4 +15,6 @@
   sequential.py  group-sequential looks for adding seeds until decided, futility by predictive power
   looks.py       one look of that design at a comparison's runs (the loop takes it, the report replays it)
   evp.py         expected validation performance: the expected best tuning score of k configurations drawn
+  report_options.py  the report's options (`ReportOptions`: reference, level, correction, primary family, margin,
+                 collapse floor, ...), each declared once; below both the grid and the report, which read them
 """

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["DEFAULT_MARGIN", "DEGENERATE_Z", "NEAR_CONSTANT", "bimodal", "degenerate", "degenerate_test", "floor",
+__all__ = ["DEFAULT_MARGIN", "bimodal", "degenerate", "degenerate_test", "floor",
            "rate"]
 
 DEFAULT_MARGIN = 1.0

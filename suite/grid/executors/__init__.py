@@ -11,10 +11,9 @@ Executors only decide *where* a job runs; the driver always writes the records, 
 executor finishes under another.
 """
 from suite.api.errors import ExecutorError
-from suite.grid.executors.local import LocalPlan, local_plan, run_local, visible_gpus
-from suite.grid.executors.ray import run_ray
+from suite.grid.executors.local import LocalPlan, local_plan, visible_gpus
 from suite.grid.executors.schedule import GridResult, check_executor, pending_jobs, run_grid, status_table
 from suite.grid.executors.status import GridStatus
 
 __all__ = ["ExecutorError", "GridResult", "GridStatus", "LocalPlan", "check_executor", "local_plan", "pending_jobs",
-           "run_grid", "run_local", "run_ray", "status_table", "visible_gpus"]
+           "run_grid", "status_table", "visible_gpus"]

@@ -16,7 +16,7 @@ from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["LocalPlan", "auto_workers", "local_plan", "run_local", "visible_gpus"]
+__all__ = ["LocalPlan", "local_plan", "run_local", "visible_gpus"]
 
 
 @dataclass

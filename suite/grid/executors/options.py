@@ -1,14 +1,13 @@
 """The options an executor takes from a study's `executor:` section and the command line, each declared once: its
-type, the executor it belongs to and its help. The study schema, the flags of `run` and the check of which executor
-takes what are built from this table."""
+type, the executor it belongs to and its help. The study keys `executor.NAME` (`suite.grid.overrides.STUDY_KEYS`:
+the study schema and the flags of `run`) and the check of which executor takes what are built from this table."""
 from __future__ import annotations
 
-from argparse import ArgumentTypeError
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["EXECUTOR_OPTIONS", "flag_parser", "options_of"]
+__all__ = ["EXECUTOR_OPTIONS", "options_of"]
 
 
 @dataclass(frozen=True)
@@ -36,19 +35,6 @@ def workers_value(text: Any) -> int | str:
         return int(text)
     except ValueError:
         raise ValueError(f"{text!r}: give a number of worker processes or auto") from None
-
-
-def flag_parser(option: ExecutorOption) -> Callable[[str], Any]:
-    """The flag's argparse type: the option's parser, its ValueError as argparse's own message."""
-    parse = option.parse or option.type
-
-    def parsed(text: str) -> Any:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise ArgumentTypeError(str(exc)) from None
-
-    return parsed
 
 
 EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
