@@ -213,11 +213,12 @@ def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_st
     assert "efficacy (a difference) | **better**" in section
 
     from suite.report import ReportOptions, build_report
+    from suite.report.markdown import unwrap_prose
 
     reads, read_text = [], Path.read_text   # the state file was read twice per report (verdicts, then the section)
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
     md = build_report([out], ReportOptions(figures=False, aso=False, allow_uncommitted=True)).read_text()
-    assert reads.count("until_decided.json") == 1 and section.strip() in md
+    assert reads.count("until_decided.json") == 1 and unwrap_prose(section.strip()) in unwrap_prose(md)
 
 
 def test_an_impossible_schedule_is_refused_before_training(monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):

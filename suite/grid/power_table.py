@@ -164,7 +164,7 @@ def _primary(plan) -> list:
 def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
     """Each task of the primary comparisons with its margin and noise (declared, else from the pilot records in
     `pilot`, else in the study's `power: pilot:`, else in its own output folder)."""
-    from suite.grid.until_decided import margin_for
+    from suite.stats.evidence import per_task
 
     study = plan.request.study
     section = study.power
@@ -177,7 +177,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
     pilot_runs = None
     out = []
     for task, methods in by_task.items():
-        margin = margin_for(study.report.margin, task)
+        margin = per_task(study.report.margin, task)
         split = planned_split(plan, task)
         given = declared.get(task) or declared.get("default")
         if given is not None:

@@ -394,24 +394,14 @@ def same_family(picked: list[Comparison], whole: list[Comparison], picking_flags
                        "primary comparison")
 
 
-def margin_for(margin, task: str) -> float:
-    """The equivalence margin of a task: one number for every task, or task -> number with an optional `default`
-    entry (as the report reads it; default 1 point)."""
-    from suite.stats.evidence import DEFAULT_MARGIN
-
-    if isinstance(margin, dict):
-        margin = margin.get(task, margin.get("default"))
-    return DEFAULT_MARGIN if margin is None else float(margin)
-
-
 def record_evaluator(store: Store, margin=None) -> Evaluate:
     """A look's evidence from ok records, each run as every verdict scores it (`RunOutcome.of`: on its held-out test
     split where it kept one, else on dev)."""
-    from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
+    from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs, per_task
 
     def evaluate(cmp: Comparison, ours: dict[int, RunRecord], theirs: dict[int, RunRecord]):
         return compare_runs(cmp.task, {s: RunOutcome.of(r, store.runs) for s, r in ours.items()},
                             {s: RunOutcome.of(r, store.runs) for s, r in theirs.items()},
-                            margin_for(margin, cmp.task), seed=bootstrap_seed(cmp.task, cmp.method, cmp.reference))
+                            per_task(margin, cmp.task), seed=bootstrap_seed(cmp.task, cmp.method, cmp.reference))
 
     return evaluate

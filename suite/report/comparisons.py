@@ -28,12 +28,13 @@ from suite.stats.evidence import (
     averaged_evidence,
     bootstrap_seed,
     compare_runs,
+    per_task,
     verdict,
 )
 from suite.stats.power import effect_size, seeds_needed
 
 __all__ = ["SEEDS_ONLY", "SEQUENTIAL", "Comparison", "compare_model", "curve_tests", "difference_text",
-           "family_of", "family_sizes", "floors", "per_task", "verdict_text", "within_reach"]
+           "family_of", "family_sizes", "floors", "verdict_text", "within_reach"]
 
 SEEDS_ONLY = "ˢ"   # no per-example predictions: the interval covers seed noise only
 SEQUENTIAL = "‡"   # the verdict of the study's sequential design (run --until-decided)
@@ -89,15 +90,6 @@ class Comparison:
     @property
     def significant(self) -> bool:
         return self.verdict in ("better", "worse")
-
-
-def per_task(value: float | Mapping[str, float] | None, task: str, default: float) -> float:
-    """A study value that is one number or a mapping task -> number (with an optional `default` entry)."""
-    if value is None:
-        return default
-    if isinstance(value, Mapping):
-        return float(value.get(task, value.get("default", default)))
-    return float(value)
 
 
 def _outcomes(sub: pd.DataFrame) -> dict[int, RunOutcome]:

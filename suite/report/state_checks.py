@@ -149,6 +149,7 @@ def check_sequential(path: Path, state: UntilDecidedFile, frame, alpha: float, m
     """ReportError (exit 2, naming the file) unless every comparison's looks, reason and verdict are what replaying
     the design on the reported records (`frame`) gives, at the report's `alpha` and `margin` (a number, or task ->
     number with an optional default; None: 1 point)."""
+    from suite.stats.evidence import per_task
     from suite.stats.sequential import Design, family_alpha, plan_looks
 
     _check_design(path, state, alpha)
@@ -158,11 +159,11 @@ def check_sequential(path: Path, state: UntilDecidedFile, frame, alpha: float, m
     for c in state.comparisons:
         where = f"{path}: {c.task}/{c.method} vs {c.reference}"
         used = next((look.margin for look in c.looks if look.margin is not None), None)
-        if used is not None and not _agrees(used, _margin(margin, c.task)):
+        if used is not None and not _agrees(used, per_task(margin, c.task)):
             raise ReportError(f"{where}: its looks tested equivalence within ±{used:g}, this report within "
-                              f"±{_margin(margin, c.task):g}: give the study's margin (report --study FILE, or "
+                              f"±{per_task(margin, c.task):g}: give the study's margin (report --study FILE, or "
                               f"--margin {used:g}), or " + _REWRITE[0].lower() + _REWRITE[1:])
-        replayed = replay(c, design, state.seed_order, frame, _margin(margin, c.task))
+        replayed = replay(c, design, state.seed_order, frame, per_task(margin, c.task))
         end = (replayed[-1]["reason"], replayed[-1]["verdict"]) if replayed else ("continue", "undecided")
         if (c.reason, c.verdict) != end:
             raise ReportError(f"{where}: the file says {c.verdict} (stopped for {c.reason}), but its looks replayed "
@@ -192,14 +193,6 @@ def _check_design(path: Path, state: UntilDecidedFile, alpha: float) -> None:
                           f"({len(state.comparisons)} in the file), and this report tests at alpha {alpha:g}: give "
                           f"the study's alpha (report --study FILE, or --alpha {state.alpha:g}), or " +
                           _REWRITE[0].lower() + _REWRITE[1:])
-
-
-def _margin(margin, task: str) -> float:
-    from suite.stats.evidence import DEFAULT_MARGIN
-
-    if isinstance(margin, dict):
-        margin = margin.get(task, margin.get("default"))
-    return DEFAULT_MARGIN if margin is None else float(margin)
 
 
 def _agrees(held: Any, given: Any) -> bool:

@@ -79,7 +79,7 @@ from suite.stats.sign import agrees, sign_counts, sign_p
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["DEFAULT_MARGIN", "Evidence", "RunOutcome", "averaged_evidence", "bootstrap_seed", "compare_runs",
-           "evidence_arrays", "loaded_predictions", "paired_t_p", "verdict"]
+           "evidence_arrays", "loaded_predictions", "paired_t_p", "per_task", "verdict"]
 
 DEFAULT_MARGIN = 1.0      # equivalence margin, points of the task's score (x100)
 LEVEL = 0.95
@@ -149,6 +149,14 @@ class Evidence:
     def has_examples(self) -> bool:
         """The dev examples were resampled (a shared part estimated at 0 still counts: it was estimated)."""
         return self.example_se > 0 or self.example_run_se > 0
+
+
+def per_task(value: float | Mapping[str, float] | None, task: str, default: float = DEFAULT_MARGIN) -> float:
+    """A study value given as one number or as task -> number with an optional `default` entry (a margin, a collapse
+    floor), for `task`; `default` where it gives none. The one rule the report, the looks and the power table read."""
+    if isinstance(value, Mapping):
+        value = value.get(task, value.get("default"))
+    return default if value is None else float(value)
 
 
 def evidence_arrays(diffs: np.ndarray, example_var: np.ndarray | float = 0.0, margin: float = DEFAULT_MARGIN,
