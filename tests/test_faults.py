@@ -397,9 +397,9 @@ def test_the_time_limit_counts_the_run_not_the_workers_start(tiny_bert_dir, glue
     monkeypatch.undo()
     monkeypatch.delenv("SUITE_MAX_RUN_MINUTES", raising=False)
     jobs = build_grid([tiny_bert_dir], ["rte"], ["test_slow_start"], [1], TrainSettings(epochs=1, batch_size=8))
-    try:  # 9 s for the run (2-3 on an idle machine); the worker's import alone takes 12 s
+    try:  # 15 s for the run (2-3 on an idle machine, 9+ under load); the worker's import alone takes 20 s
         result = run_grid(jobs, Store(tmp_path / "out"), glue_dir, executor="local", quiet=True, device="cpu",
-                          max_run_minutes=0.15)
+                          max_run_minutes=0.25)
     finally:
         METHODS.remove("test_slow_start")
     assert [j.seed for j, _ in result.done] == [1] and not result.failed, result.failed
