@@ -36,7 +36,7 @@ from suite.run.layout import (
 )
 from suite.run.record import InvalidRecord, RunRecord, load_predictions, read_record, record_files
 from suite.run.record_parts import Metrics, num
-from suite.run.settings import with_added_defaults
+from suite.run.settings import NEVER_HASHED, with_added_defaults
 from suite.stats.evidence import RunOutcome
 
 __all__ = ["Loaded", "Setting", "load"]
@@ -77,14 +77,11 @@ def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
     return out
 
 
-OUTCOME_NEUTRAL = frozenset({"analyses", "analysis_examples"})
-
-
 def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
     """One DataFrame row: the fields the report groups by, plus the record's parts the sections read."""
     hp, train = with_added_defaults(rec.method, rec.hparams, rec.train)
-    # what the run analysed afterwards does not change its numbers: not a setting records are grouped by
-    train_all = {**{k: v for k, v in train.items() if k not in OUTCOME_NEUTRAL}, "data_source": rec.data_source}
+    # a setting that changes none of the run's numbers (never hashed) is no setting records are grouped by
+    train_all = {**{k: v for k, v in train.items() if k not in NEVER_HASHED}, "data_source": rec.data_source}
     ok, scored, timed, counts = rec.ok, rec.scored, rec.timed, rec.parameter_counts
     return {
         "model": str(rec.model), "task": rec.task, "method": rec.method,
