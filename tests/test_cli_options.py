@@ -11,6 +11,7 @@ import suite
 from suite.commands import build_parser, main
 from suite.grid.store import Store
 from suite.run.record import RunRecord
+from suite.run.record_parts import Epoch, Metrics
 from suite.run.settings import RunConfig, TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,8 +113,8 @@ def test_dry_run_reads_no_data_and_marks_existing_records(tmp_path, capsys):
     # bf16 instructions (conftest), and its padding `auto` the longest row on a CPU
     quick = TrainSettings(precision="fp32", pad_to="longest")
     job = RunConfig(str(tmp_path / "no-model"), "rte", "vanilla", {"p": 0.1}, 1, quick, "local")
-    Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5},
-                                                  history=[{"epoch": 1}]))
+    Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok",
+                                                  final=Metrics.from_json({"score": 0.5}), history=(Epoch(epoch=1),)))
     assert main(args) == 0
     rows = {line.split()[-1]: line.split()[0] for line in capsys.readouterr().out.splitlines() if ".json" in line}
     assert rows[job.filename] == "ok" and len(rows) == 2

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from suite.api.errors import BadInput
-from suite.run.record import HELDOUT
+from suite.run.record import HELDOUT, RunRecord
 from suite.stats.design_power import (
     MOST_SEEDS,
     SIMULATIONS,
@@ -70,22 +70,31 @@ class TaskPlan:
     split: str = "dev"      # what the verdicts read: "dev", or "heldout" (train.test_holdout); the pilot's too
 
 
-def _pilot_runs(folder: Path) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
-    """{(split, task, method): {seed: the ok run's outcome}} of the setting with the most seeds, from a folder's
-    runs/: each run as every verdict scores it (`RunOutcome.of`), on the split it is scored on."""
+def _pilot_records(folder: Path) -> dict[tuple[str, str, str], dict[int, tuple[Path, RunRecord]]]:
+    """{(split, task, method): {seed: (file, the ok run's record)}} of the setting with the most seeds, from a
+    folder's runs/, by the split each run is scored on (`RunRecord.scored`)."""
     from suite.grid.store import iter_records
     from suite.run.layout import OutputFolder
-    from suite.stats.evidence import RunOutcome
 
-    by_setting: dict[tuple[str, str, str], dict[str, dict[int, RunOutcome]]] = defaultdict(lambda: defaultdict(dict))
+    by_setting: dict[tuple[str, str, str], dict[str, dict[int, tuple[Path, RunRecord]]]] = \
+        defaultdict(lambda: defaultdict(dict))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # a damaged record is the report's to name; here it is left out
         for path, rec in iter_records(OutputFolder(folder).runs):
             if rec.ok and rec.seed is not None:
                 setting = json.dumps(rec.setting, sort_keys=True, default=str)
                 cell = rec.scored.name, rec.task, rec.method
-                by_setting[cell][setting][int(rec.seed)] = RunOutcome.of(rec, path.parent)
+                by_setting[cell][setting][int(rec.seed)] = path, rec
     return {cell: max(settings.values(), key=len) for cell, settings in by_setting.items()}
+
+
+def _pilot_runs(folder: Path) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
+    """{(split, task, method): {seed: the ok run's outcome}} of `_pilot_records`: each run as every verdict scores
+    it (`RunOutcome.of`), on the split it is scored on."""
+    from suite.stats.evidence import RunOutcome
+
+    return {cell: {seed: RunOutcome.of(rec, path.parent) for seed, (path, rec) in runs.items()}
+            for cell, runs in _pilot_records(folder).items()}
 
 
 def planned_split(plan, task: str) -> str:

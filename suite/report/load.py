@@ -82,24 +82,25 @@ def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
     hp, train = with_added_defaults(rec.method, rec.hparams, rec.train)
     # a setting that changes none of the run's numbers (never hashed) is no setting records are grouped by
     train_all = {**{k: v for k, v in train.items() if k not in NEVER_HASHED}, "data_source": rec.data_source}
-    ok, scored, timed, counts = rec.ok, rec.scored, rec.timed, rec.parameter_counts
+    ok, scored, timing, counts = rec.ok, rec.scored, rec.timing, rec.parameters
     return {
         "model": str(rec.model), "task": rec.task, "method": rec.method,
         "hp": Setting.of(hp), "train": Setting.of(train_all),
         "seed": rec.seed, "status": rec.status,
         "score": scored.metrics.score if ok else math.nan,
         "final": scored.metrics if ok else Metrics(), "scored_on": scored.name,
-        "dev_score": rec.dev.score if ok else math.nan, "dev_final": rec.dev if ok else Metrics(),
-        "best_score": rec.best_dev.score,
+        "dev_score": rec.final.score if ok else math.nan, "dev_final": rec.final if ok else Metrics(),
+        "best_score": rec.best.score,
         "gap": rec.gap if ok else math.nan,
-        "wall_s": num(rec.wall_s), "step_s": timed.step_s, "peak_mb": timed.peak_mb, "peak_kind": timed.peak_kind,
-        "step_mode": timed.step_mode,  # captured: replayed CUDA graphs
-        "total_params": counts.total, "extra": counts.extra, "training_only": counts.training_only,
-        "history": rec.epochs if ok else (),
-        "attention": rec.attention_stats if ok else None,
-        "analyses": rec.analysis_results if ok else None,
+        "wall_s": num(rec.wall_s), "step_s": num(timing.step_s), "peak_mb": num(timing.peak_memory_mb),
+        "peak_kind": timing.peak_memory_kind,
+        "step_mode": timing.mode,  # captured: replayed CUDA graphs
+        "total_params": num(counts.total), "extra": num(counts.extra), "training_only": num(counts.training_only),
+        "history": rec.history if ok else (),
+        "attention": rec.attention if ok else None,
+        "analyses": rec.analyses if ok else None,
         "drop_rates": rec.drop_rates, "env": rec.env,
-        "data": rec.sizes, "started": rec.started or "", "finished": rec.finished or "",
+        "data": rec.data, "started": rec.started or "", "finished": rec.finished or "",
         "label": rec.label or f"{rec.task}/{rec.method}/seed{rec.seed}",
         "error": rec.error or "", "hash": rec.hash or str(path), "file": path.name,
         "baseline": scored.baseline,
