@@ -60,18 +60,19 @@ JITTER = 0.1   # of the healthy differences' sd: resampled seeds never tie exact
 def published_pairs(task: str, method: str, reference: str = "vanilla"):
     """(paired differences x100, the method's and the reference's degenerate flags, the shared dev-example se) of
     a primary comparison's 20 published paired seeds; the se is its last look's (results/until_decided.json)."""
-    from suite.grid.power_table import _pilot_runs
+    from suite.grid.power_table import _pilot_records
     from suite.run.record import load_predictions
     from suite.stats.collapse import degenerate
 
-    runs = _pilot_runs(ROOT / "results")
-    a, b = runs[task, method], runs[task, reference]
+    runs = _pilot_records(ROOT / "results")   # the published runs are scored on dev
+    a, b = runs["dev", task, method], runs["dev", task, reference]
     seeds = sorted(set(a) & set(b))
 
-    def flag(rec):
-        return bool(degenerate(load_predictions(Path(rec["_path"]).parent / rec["predictions"]), task == "stsb"))
+    def flag(found):
+        path, rec = found
+        return bool(degenerate(load_predictions(path.parent / rec.predictions), task == "stsb"))
 
-    d = np.array([100 * (a[s]["final"]["score"] - b[s]["final"]["score"]) for s in seeds])
+    d = np.array([100 * (a[s][1].final.score - b[s][1].final.score) for s in seeds])
     state = json.loads((ROOT / "results" / "until_decided.json").read_text())
     look = next(c for c in state["comparisons"] if (c["task"], c["method"]) == (task, method))["looks"][-1]
     return d, np.array([flag(a[s]) for s in seeds]), np.array([flag(b[s]) for s in seeds]), look["example_se"]
