@@ -141,3 +141,18 @@ def test_keys_the_suite_does_not_define_survive_a_read_and_a_write(tmp_path):
     assert math.isnan(rec.timing.train_s)   # not recorded
     rec.artifacts = Artifacts(model="m")
     assert list(rec.to_dict()) == [*data, "artifacts"] and rec.to_dict()["artifacts"] == {"model": "m"}
+
+
+def test_a_newer_suites_record_is_named_newer_before_its_parts_are_read(tmp_path):
+    """A newer suite may type a part otherwise: its record must still read as newer (kept, never rerun and
+    replaced), not as a hand-edited one."""
+    import json
+
+    import pytest
+
+    from suite.run.record import RECORD_VERSION, NewerRecord, read_record
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**_record().to_dict(), "version": RECORD_VERSION + 1, "timing": {"steps": "many"}}))
+    with pytest.raises(NewerRecord, match="newer than this suite reads"):
+        read_record(path)
