@@ -449,7 +449,7 @@ def test_ray_ships_the_test_split_and_brings_every_output_home(ray_cluster, tiny
     assert (runs / f"{stem}.model" / "config.json").is_file()
     assert len((runs / f"{stem}.test" / "RTE.tsv").read_text().splitlines()) == 6
     assert rec.executor.outputs_returned == (f"runs/{stem}.model", f"runs/{stem}.test")
-    assert json.loads((runs / job.filename).read_text())["artifacts"] == rec.artifacts
+    assert json.loads((runs / job.filename).read_text())["artifacts"] == rec.artifacts.to_json()
 
 
 def test_outputs_that_cannot_come_back_are_refused_before_running():
