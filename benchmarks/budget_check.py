@@ -9,12 +9,14 @@ Used to choose a task's budget before a study (docs/results.md, "Choosing STS-B'
 from __future__ import annotations
 
 import argparse
-import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 from tabulate import tabulate
+
+from suite.grid.store import iter_records
 
 # settings every run of a budget check shares, or that do not change what is trained: left out of the row names
 QUIET = {"holdout", "holdout_seed", "analyses", "train_eval_samples", "eval_batch_size", "precision"}
@@ -30,24 +32,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", help="a run folder (its runs/ holds the records)")
     p.add_argument("--below", type=float, required=True, help="a run whose tuning-split score is below this failed")
     args = p.parse_args(argv)
-    records = [json.loads(f.read_text()) for f in sorted(Path(args.out, "runs").glob("*.json"))]
-    records = [r for r in records if r.get("status") == "ok" and (r.get("tune") or {}).get("score") is not None]
+    records = [rec for _, rec in iter_records(Path(args.out, "runs"))]
+    records = [r for r in records if r.ok and not math.isnan(r.tune_score)]
     if not records:
         raise SystemExit(f"{args.out}: no ok record with a tuning-split score (the runs need train.holdout)")
-    trains = [r["config"]["train"] for r in records]
+    trains = [r.train for r in records]
     shared = {k: v for k, v in trains[0].items() if all(t.get(k) == v for t in trains)}
     groups: dict[str, list[dict]] = defaultdict(list)
     for rec, train in zip(records, trains):
-        groups[f"{rec['config']['task']}/{rec['config']['method']} " + setting_name(train, shared)].append(rec)
+        groups[f"{rec.task}/{rec.method} " + setting_name(train, shared)].append(rec)
     rows = []
     for name, recs in groups.items():
-        recs = sorted(recs, key=lambda r: r["config"]["seed"])
-        tune = np.array([r["tune"]["score"] for r in recs])
-        steps = {r["timing"]["steps"] for r in recs}
+        recs = sorted(recs, key=lambda r: r.seed)
+        tune = np.array([r.tune_score for r in recs])
+        steps = {r.timing.steps for r in recs}
         rows.append([name, len(recs), f"{tune.mean():.3f}", f"{np.median(tune):.3f}", f"{tune.min():.3f}",
                      f"{int((tune < args.below).sum())}/{len(recs)}", "/".join(map(str, sorted(steps))),
-                     f"{np.mean([r['wall_s'] for r in recs]):.0f}",
-                     " ".join(f"{r['config']['seed']}:{s:.2f}" for r, s in zip(recs, tune))])
+                     f"{np.mean([r.wall_s for r in recs]):.0f}",
+                     " ".join(f"{r.seed}:{s:.2f}" for r, s in zip(recs, tune))])
     print(f"{len(records)} records in {args.out}; shared settings: "
           + ", ".join(f"{k}={v}" for k, v in sorted(shared.items()) if k not in QUIET) + "\n")
     print(tabulate(rows, headers=["setting", "runs", "tuning mean", "median", "min", f"below {args.below}",

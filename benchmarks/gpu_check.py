@@ -159,7 +159,7 @@ def grid_check(data_dir: str, executor: str, **options) -> dict:
         result = run_grid(small_jobs(["vanilla"], [1, 2]), Store(out), data_dir, executor=executor, quiet=True,
                           device=DEVICE, **options)
     recs = [rec for _, rec in result.done + result.failed]
-    facts = [{"status": r.status, "error": r.error, "executor": r.executor,
+    facts = [{"status": r.status, "error": r.error, "executor": r.executor.to_json() if r.executor else None,
               "memory_fraction": r.environment.get("memory_fraction"), "gpu": r.environment.get("gpu")}
              for r in recs]
     return {"passed": result.ok and len(result.done) == 2 and all(f["gpu"] for f in facts), "runs": facts}

@@ -41,6 +41,7 @@ from trainer_vs_suite import machine, run_trainer, welch  # noqa: E402
 
 from suite.api.tasks import get_task  # noqa: E402
 from suite.grid.plan import build_grid
+from suite.grid.store import iter_records  # noqa: E402
 from suite.run.settings import DEFAULT_MODEL, RunConfig, TrainSettings  # noqa: E402
 
 
@@ -95,7 +96,7 @@ def suite_side(jobs, data_dir: str, device: str) -> tuple[float, float, list[dic
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     if result.failed:
         raise RuntimeError(f"suite runs failed: {[r.error for _, r in result.failed]}")
-    runs = [{"method": job.method, "seed": job.seed, "wall_s": rec.wall_s, "score": rec.final["score"]}
+    runs = [{"method": job.method, "seed": job.seed, "wall_s": rec.wall_s, "score": rec.final.score}
             for job, rec in result.done]
     return wall, cpu, runs
 
@@ -132,11 +133,10 @@ def suite_command(jobs, args) -> tuple[float, float, list[dict]]:
         wall, cpu = time.perf_counter() - wall, _children_cpu() - cpu
         if done.returncode:
             raise RuntimeError(f"suite command failed:\n{done.stderr[-2000:]}")
-        records = [json.loads(p.read_text()) for p in Path(out, "runs").glob("*.json")]
-    if {r["hash"] for r in records} != {j.hash for j in jobs}:  # same settings, hyper-parameters and seeds
+        records = [rec for _, rec in iter_records(Path(out, "runs"))]
+    if {r.hash for r in records} != {j.hash for j in jobs}:  # same settings, hyper-parameters and seeds
         raise RuntimeError("the suite command ran other jobs than the in-process grid")
-    runs = [{"method": r["config"]["method"], "seed": r["config"]["seed"], "score": r["final"]["score"]}
-            for r in records]
+    runs = [{"method": r.method, "seed": r.seed, "score": r.final.score} for r in records]
     return wall, cpu, runs
 
 

@@ -42,6 +42,9 @@ def install(rev: str, where: Path) -> Path:
 
 
 def scores(out: Path) -> dict[str, dict]:
+    """Each task and method's final dev scores. The records are read as JSON, not through suite.run.record: this
+    harness imports no suite (each side runs its own revision), and an older revision's records may predate the
+    reader here."""
     found: dict[str, list[float]] = defaultdict(list)
     status: dict[str, int] = defaultdict(int)
     for f in sorted((out / "runs").glob("*.json")):

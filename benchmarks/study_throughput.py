@@ -72,15 +72,16 @@ def run_grid(args, capture: str, workers: str, out: Path) -> dict:
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
-    ok = [r for r in records if r.get("status") == "ok"]
+    from suite.grid.store import iter_records
+
+    records = [rec for _, rec in iter_records(out / "runs")]
+    ok = [r for r in records if r.ok]
     return {"capture": capture, "workers": workers, "wall_s": wall, "exit": done.returncode, "runs": len(records),
             "ok": len(ok), "tail": (done.stdout + done.stderr)[-1500:] if done.returncode else "",
-            "step_ms": 1e3 * statistics.median(r["timing"]["step_s"] for r in ok) if ok else None,
-            "startup_s": statistics.median(r["wall_s"] - r["timing"]["train_s"] - r["timing"]["eval_s"]
-                                           for r in ok) if ok else None,
-            "step_modes": sorted({r["timing"].get("step_mode", {}).get("mode", "?") for r in ok}),
-            "tasks": sorted({r["config"]["task"] for r in ok})}
+            "step_ms": 1e3 * statistics.median(r.timing.step_s for r in ok) if ok else None,
+            "startup_s": statistics.median(r.wall_s - r.timing.train_s - r.timing.eval_s for r in ok) if ok else None,
+            "step_modes": sorted({getattr(r.timing.step_mode, "mode", None) or "?" for r in ok}),
+            "tasks": sorted({r.task for r in ok})}
 
 
 def main(argv=None) -> int:

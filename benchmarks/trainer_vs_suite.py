@@ -94,8 +94,8 @@ def run_suite(cfg: RunConfig, data_dir: str, device: str) -> dict:
     wall = time.perf_counter() - start
     if not rec.ok:
         raise RuntimeError(rec.error)
-    return {"wall_s": wall, "score": rec.final["score"], "train_s": rec.timing["train_s"],
-            "eval_s": rec.timing["eval_s"], "steps": rec.timing["steps"]}
+    return {"wall_s": wall, "score": rec.final.score, "train_s": rec.timing.train_s,
+            "eval_s": rec.timing.eval_s, "steps": rec.timing.steps}
 
 
 def run_trainer(cfg: RunConfig, data_dir: str, device: str) -> dict:

@@ -124,7 +124,8 @@ def exact_sign_bounds(counts: tuple[int, ...], alpha: float, cap: int) -> tuple[
             walk = np.convolve(walk, stats.binom.pmf(np.arange(n - before + 1), n - before, 0.5))
         allowed = alpha if k == len(counts) - 1 else spent(min(n / cap, 1.0), alpha, "pocock")
         excess = np.abs(2 * np.arange(n + 1) - n)
-        fits = [e for e in sorted(set(excess.tolist()) - {0}) if spent_so_far + walk[excess >= e].sum() <= allowed + 1e-15]
+        fits = [e for e in sorted(set(excess.tolist()) - {0})
+                if spent_so_far + walk[excess >= e].sum() <= allowed + 1e-15]
         bound = min(fits) if fits else math.inf
         if fits:
             spent_so_far += walk[excess >= bound].sum()

@@ -151,10 +151,11 @@ def run_cli(model, glue, out, *extra) -> int:
 def fake_ok_record(job):
     """A valid ok record made without training, for tests that need records, not numbers."""
     from suite.run.record import RunRecord
+    from suite.run.record_parts import Epoch, Metrics
 
     rec = RunRecord.started_now(job)
-    rec.status, rec.wall_s, rec.final = "ok", 0.0, {"score": 0.5, "accuracy": 0.5}
-    rec.history = [{"epoch": 1, "dev": rec.final}]
+    rec.status, rec.wall_s, rec.final = "ok", 0.0, Metrics.from_json({"score": 0.5, "accuracy": 0.5})
+    rec.history = (Epoch(epoch=1, dev=rec.final),)
     return rec
 
 

@@ -332,14 +332,14 @@ def test_runner_end_to_end_records_traces_and_cost(tiny_bert_dir, glue_dir):
     assert rec.status == "ok", rec.traceback
     assert len(rec.history) == 2
     for e in rec.history:
-        m = e["method"]
+        m = e.method
         assert len(m["drop_rate_per_layer"]) == 2 and all(0 < r < 0.3 for r in m["drop_rate_per_layer"])
         assert m["rewards"] == 2 and m["reward_mean"] is not None  # 3 batches per epoch, the last has no reward
     mr = rec.method_record
-    assert mr["drop_rate_per_layer"] == rec.history[-1]["method"]["drop_rate_per_layer"]
+    assert mr["drop_rate_per_layer"] == rec.history[-1].method["drop_rate_per_layer"]
     assert len(mr["reward_trace"]) == 2 and mr["g_updates"] == 4
-    assert mr["g_parameters"] == rec.parameters["training_only"] > 0
-    assert rec.parameters["extra"] == 0  # G is not part of the saved model
+    assert mr["g_parameters"] == rec.parameters.training_only > 0
+    assert rec.parameters.extra == 0  # G is not part of the saved model
     cost = mr["cost"]
     assert cost["steps"] == 6 and cost["paired_steps"] == 3
     assert cost["step_ratio"] >= 1 and cost["measured_step_ratio"] > 0 and cost["vanilla_step_s"] > 0

@@ -175,7 +175,8 @@ def test_store_write_is_atomic(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         store.write("a.json", _valid_record(0.7))
     monkeypatch.undo()
-    assert json.loads(store.path("a.json").read_text()) == _valid_record(0.5) and store.read("a.json").dev.score == 0.5
+    assert json.loads(store.path("a.json").read_text()) == _valid_record(0.5)
+    assert store.read("a.json").final.score == 0.5
     assert list(store.runs.iterdir()) == [store.runs / "a.json"]
     store.write("b.json", _valid_record(0.5, generalisation_gap=float("nan")))
     assert store.read("b.json").generalisation_gap is None

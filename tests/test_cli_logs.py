@@ -5,6 +5,7 @@ import io
 from suite.commands import main
 from suite.grid.executors.status import GridStatus
 from suite.run.record import RunRecord
+from suite.run.record_parts import Metrics
 from suite.run.settings import RunConfig, TrainSettings
 from suite.run.training import _progress
 
@@ -28,8 +29,8 @@ def test_quiet_drops_the_bar_but_keeps_the_lines_with_their_eta():
         status = GridStatus(2, quiet=quiet, stream=stream)
         assert status._bar is None
         status.started(job)
-        status.finished_run(job, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5},
-                                           wall_s=3.0))
+        status.finished_run(job, RunRecord(job.to_dict(), job.hash, job.label, "ok",
+                                           final=Metrics.from_json({"score": 0.5}), wall_s=3.0))
         (line,) = stream.getvalue().splitlines()
         assert line.startswith("  done rte/vanilla/seed1: score 0.5000") and "[1/2: 1 done" in line
         assert "ETA" in line and "\r" not in stream.getvalue()

@@ -11,6 +11,7 @@ import suite
 from suite.commands import build_parser, main
 from suite.grid.store import Store
 from suite.run.record import RunRecord
+from suite.run.record_parts import Epoch, Metrics
 from suite.run.settings import RunConfig, TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,8 +113,8 @@ def test_dry_run_reads_no_data_and_marks_existing_records(tmp_path, capsys):
     # bf16 instructions (conftest), and its padding `auto` the longest row on a CPU
     quick = TrainSettings(precision="fp32", pad_to="longest")
     job = RunConfig(str(tmp_path / "no-model"), "rte", "vanilla", {"p": 0.1}, 1, quick, "local")
-    Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5},
-                                                  history=[{"epoch": 1}]))
+    Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok",
+                                                  final=Metrics.from_json({"score": 0.5}), history=(Epoch(epoch=1),)))
     assert main(args) == 0
     rows = {line.split()[-1]: line.split()[0] for line in capsys.readouterr().out.splitlines() if ".json" in line}
     assert rows[job.filename] == "ok" and len(rows) == 2
@@ -212,3 +213,13 @@ def test_ctrl_c_outside_training_is_one_line_and_exit_130(monkeypatch, capsys):
     assert main(["list"]) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_settings_that_change_no_number_are_the_never_hashed_ones_the_report_does_not_group_by():
+    """The report groups runs by their training settings but for NEVER_HASHED (speed and analyses): runs that differ
+    only in capture or in the analyses asked for are one setting, as their hashes say."""
+    from suite.run.settings import NEVER_HASHED, TRAIN_HASH_RULES
+
+    assert {"capture", "analyses", "analysis_examples"} <= NEVER_HASHED
+    assert all(TRAIN_HASH_RULES[name].when == "never" for name in NEVER_HASHED)
+    assert {"lr", "epochs", "batch_size"}.isdisjoint(NEVER_HASHED)

@@ -36,6 +36,7 @@ from suite.grid.executors.ray import TaskResources
 from suite.grid.plan import build_grid
 from suite.grid.store import Store
 from suite.run.record import RunRecord
+from suite.run.record_parts import Metrics
 from suite.run.settings import RunConfig, TrainSettings
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
@@ -58,13 +59,13 @@ def records(out) -> dict[str, RunRecord]:
 def assert_same_numbers(a: RunRecord, b: RunRecord, tol: float = 1e-5) -> None:
     """Same metrics for the same job: final scores and every epoch's losses and dev metrics."""
     assert a.status == b.status == "ok", (a.error, b.error)
-    assert a.final == pytest.approx(b.final, abs=tol)
+    assert dict(a.final.values) == pytest.approx(dict(b.final.values), abs=tol)
     assert len(a.history) == len(b.history)
     for ea, eb in zip(a.history, b.history):
         for key in ("train_loss", "dev_loss", "train_subset_loss"):
-            assert ea[key] == pytest.approx(eb[key], rel=tol, abs=tol), key
-        assert ea["dev"] == pytest.approx(eb["dev"], abs=tol)
-        assert ea["train_subset"] == pytest.approx(eb["train_subset"], abs=tol)
+            assert getattr(ea, key) == pytest.approx(getattr(eb, key), rel=tol, abs=tol), key
+        assert dict(ea.dev.values) == pytest.approx(dict(eb.dev.values), abs=tol)
+        assert dict(ea.train_subset.values) == pytest.approx(dict(eb.train_subset.values), abs=tol)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def sequential(tiny_bert_dir, glue_dir, tmp_path_factory):
     assert commands.main(cli_args(tiny_bert_dir, glue_dir, out)) == 0
     recs = records(out)
     assert len(recs) == len(METHOD_NAMES) * len(SEEDS)
-    assert all(r.executor["name"] == "local" and r.executor["worker"] is None for r in recs.values())
+    assert all(r.executor.name == "local" and r.executor.worker is None for r in recs.values())
     return out, recs
 
 
@@ -119,7 +120,7 @@ def fault_jobs(tiny_bert_dir, tmp_path) -> tuple[list[RunConfig], Path, Path]:
 def check_fault_outcome(result, dies: Path, raises: Path) -> None:
     (rec_ok,) = [rec for job, rec in result.done if job.method == "test_dies_once"]
     (job_failed, rec_failed), = result.failed
-    assert rec_ok.ok and rec_ok.executor["attempts"] == 2  # the retry is in the record
+    assert rec_ok.ok and rec_ok.executor.attempts == 2  # the retry is in the record
     assert len(dies.read_text().splitlines()) == 2  # died once, ran again, finished
     assert job_failed.method == "test_raises" and "this method always fails" in rec_failed.error
     assert len(raises.read_text().splitlines()) == 1  # failed on its own: not retried
@@ -139,7 +140,7 @@ def test_ray_cli_matches_local_and_resumes_its_grid(ray_cluster, sequential, tin
     assert commands.main(cli_args(tiny_bert_dir, glue_dir, tmp_path, "--executor", "ray")) == 0
     got = records(tmp_path)
     assert got.keys() == seq.keys()
-    ran_on_ray = [h for h, r in got.items() if r.executor.get("name") == "ray"]
+    ran_on_ray = [h for h, r in got.items() if r.executor.name == "ray"]
     assert len(ran_on_ray) == len(seq) - 1
     for h in seq:
         assert_same_numbers(got[h], seq[h])
@@ -186,7 +187,7 @@ def test_local_pool_matches_sequential_and_retries_dead_worker(sequential, fault
     ok = {j.hash: rec for j, rec in result.done}
     for h in seq:
         assert_same_numbers(ok[h], seq[h])
-    seen = {(r.executor["worker"], r.executor["cuda_visible_devices"]) for r in ok.values()}
+    seen = {(r.executor.worker, r.executor.cuda_visible_devices) for r in ok.values()}
     assert seen == {(0, "gpu-a"), (1, "gpu-b")}
     check_fault_outcome(result, dies, raises)
 
@@ -283,7 +284,8 @@ def test_grid_status_line():
     status.started(job)
     status.started(job)
     assert status.line().startswith("0 done, 2 running, 1 pending, 0 failed | ETA ?")
-    status.finished_run(job, RunRecord(job.to_dict(), job.hash, job.label, "ok", final={"score": 0.5}, wall_s=3.0))
+    status.finished_run(job, RunRecord(job.to_dict(), job.hash, job.label, "ok",
+                                       final=Metrics.from_json({"score": 0.5}), wall_s=3.0))
     status.finished_run(job, RunRecord.failed(job, "boom"))
     out = stream.getvalue()
     assert "done rte/vanilla/seed1: score 0.5000" in out and "FAILED rte/vanilla/seed1: boom" in out
@@ -292,7 +294,8 @@ def test_grid_status_line():
 
 def test_status_table_lists_every_run():
     done, failed, skipped, stopped = build_grid(["m"], ["rte"], ["vanilla"], [1, 2, 3, 4], SETTINGS)
-    ok = RunRecord(done.to_dict(), done.hash, done.label, "ok", final={"score": 0.6251}, wall_s=61.4)
+    ok = RunRecord(done.to_dict(), done.hash, done.label, "ok", final=Metrics.from_json({"score": 0.6251}),
+                   wall_s=61.4)
     result = GridResult(done=[(done, ok)], failed=[(failed, RunRecord.failed(failed, "ValueError: boom", wall_s=2.0))],
                         skipped=[skipped], not_run=[stopped])
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
@@ -417,7 +420,7 @@ def test_pool_worker_with_a_broken_cuda_context_is_replaced(tiny_bert_dir, glue_
     assert len(result.done) == 2 and not result.failed
     pids = marker.read_text().split()
     assert len(pids) == 3 and pids[0] != pids[1] == pids[2]  # broken worker replaced; the new one ran both
-    attempts = sorted(rec.executor["attempts"] for _, rec in result.done)
+    attempts = sorted(rec.executor.attempts for _, rec in result.done)
     assert attempts == [1, 2]
 
 
@@ -440,13 +443,13 @@ def test_ray_ships_the_test_split_and_brings_every_output_home(ray_cluster, tiny
     result = run_grid([job], Store(out), data, executor="ray", quiet=True, ship=True)
     (_, rec), = result.done
     stem = job.filename[:-len(".json")]
-    assert rec.artifacts["model"] == f"{stem}.model" and "test_sets_absent" not in rec.artifacts
-    assert rec.artifacts["test_predictions"] == {"RTE": f"{stem}.test/RTE.tsv"}
+    assert rec.artifacts.model == f"{stem}.model" and rec.artifacts.test_sets_absent is None
+    assert rec.artifacts.test_predictions == {"RTE": f"{stem}.test/RTE.tsv"}
     runs = out / "runs"
     assert (runs / f"{stem}.model" / "config.json").is_file()
     assert len((runs / f"{stem}.test" / "RTE.tsv").read_text().splitlines()) == 6
-    assert rec.executor["outputs_returned"] == [f"runs/{stem}.model", f"runs/{stem}.test"]
-    assert json.loads((runs / job.filename).read_text())["artifacts"] == rec.artifacts
+    assert rec.executor.outputs_returned == (f"runs/{stem}.model", f"runs/{stem}.test")
+    assert json.loads((runs / job.filename).read_text())["artifacts"] == rec.artifacts.to_json()
 
 
 def test_outputs_that_cannot_come_back_are_refused_before_running():

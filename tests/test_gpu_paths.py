@@ -168,7 +168,7 @@ def test_out_of_memory_runs_once_more(fails, tiny_bert_dir, glue_dir, monkeypatc
                      dataclasses.replace(SETTINGS, max_train_samples=16, train_eval_samples=0, stats_batches=0,
                                          analyses="none", max_eval_samples=16))[0]
     rec = runner.run_one(job, glue_dir, device="cpu", quiet=True)
-    assert len(calls) == 2 and rec.executor["oom_retries"] == 1
+    assert len(calls) == 2 and rec.executor.oom_retries == 1
     if fails == 1:
         assert rec.ok
     else:

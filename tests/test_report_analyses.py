@@ -16,7 +16,7 @@ DEFAULTS = {"vanilla": True, "topk": True}   # each method's row labelled by its
 
 def _run(method, seed, attention, prediction, task="sst2", tau=0.5):
     return {"method": method, "task": task, "hp": Setting.of({}), "train": Setting.of({}), "seed": seed, "status": "ok",
-            "analyses": Analyses.of({
+            "analyses": Analyses.from_json({
                 "seeds": {"content_attention": attention, "attention": attention, "prediction": prediction},
                 "importance": {"mean": {"tau_cls_gxi": tau, "entropy_gxi": 1.0}},
                 "heads": {"mass_cls": [[0.5, 0.1]], "mass_sep": [[0.2, 0.3]], "mass_punct": [[0.0, 0.1]],

@@ -40,9 +40,9 @@ def test_fp16_run_records_loss_scaling(tiny_bert_dir, glue_dir, tmp_path):
                  "--data-dir", glue_dir, "--out", str(tmp_path), "--epochs", "1", "--batch-size", "8", "--quiet",
                  "--set", "train.precision=fp16"]) == 0
     ((_, rec),) = list(Store(tmp_path))
-    assert rec.ok and rec.timing["precision"] == "fp16 autocast, loss scaling"
-    assert rec.timing["step_mode"] == {"mode": "eager", "reason": "CUDA graphs need a CUDA device"}
-    assert torch.isfinite(torch.tensor(rec.epochs[0].train_loss))
+    assert rec.ok and rec.timing.precision == "fp16 autocast, loss scaling"
+    assert rec.timing.step_mode.to_json() == {"mode": "eager", "reason": "CUDA graphs need a CUDA device"}
+    assert torch.isfinite(torch.tensor(rec.history[0].train_loss))
 
 
 def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):

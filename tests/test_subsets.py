@@ -103,10 +103,10 @@ def test_a_run_records_its_draw_and_scores_its_tuning_split(tiny_bert_dir, glue_
     rec = run_one(RunConfig(tiny_bert_dir, "rte", "vanilla", {"p": 0.1}, 3, t), glue_dir, device="cpu", quiet=True,
                   cache=TokenizedCache())
     assert rec.ok, rec.error
-    assert rec.data["train"] == 18 and rec.data["tune"] == 6
-    assert rec.data["draw"]["data_seed"] == 3 and rec.data["draw"]["tune_rows"] == 6
-    assert all("tune" in h and "score" in h["tune"] for h in rec.history)
-    assert rec.tune == rec.history[-1]["tune"] and rec.final == rec.history[-1]["dev"]
+    assert rec.data.train == 18 and rec.data.tune == 6
+    assert rec.data.draw.data_seed == 3 and rec.data.draw.tune_rows == 6
+    assert all(h.tune is not None and "score" in h.tune.values for h in rec.history)
+    assert rec.tune == rec.history[-1].tune and rec.final == rec.history[-1].dev
 
 
 def test_an_impossible_tuning_split_stops_the_grid_before_training(tiny_bert_dir, glue_dir, tmp_path, capsys):

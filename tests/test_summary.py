@@ -5,6 +5,7 @@ from __future__ import annotations
 from suite.grid.summary import DASH, compact_leaderboard, grid_records
 from suite.report.selection import setting_text
 from suite.run.record import RunRecord
+from suite.run.record_parts import Baselines, Metrics
 
 TRAIN = {"epochs": 3, "lr": 1e-4, "batch_size": 32, "max_train_samples": 1000}
 
@@ -13,9 +14,11 @@ def record(task: str, method: str, seed: int, score: float | None, *, majority: 
            status: str = "ok", train: dict | None = None, hparams: dict | None = None) -> RunRecord:
     rec = RunRecord({"model": "minilm", "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
                      "train": {**TRAIN, **(train or {})}, "data_source": "local"}, f"{task}{method}{seed}",
-                    f"{task}/{method}/seed{seed}", status, final={} if score is None else {"score": score})
+                    f"{task}/{method}/seed{seed}", status,
+                    final=Metrics.from_json({} if score is None else {"score": score}))
     if majority is not None:
-        rec.baselines = {"majority": {"accuracy": majority, "score": majority}, "chance": {"score": 0.5}}
+        rec.baselines = Baselines.from_json({"majority": {"accuracy": majority, "score": majority},
+                                             "chance": {"score": 0.5}})
     return rec
 
 
@@ -65,7 +68,7 @@ def test_other_baseline_and_missing_majority():
 
 def test_regression_uses_the_constant_mean_baseline():
     stsb = record("stsb", "vanilla", 1, 0.80)
-    stsb.baselines = {"constant_mean": {"pearson": 0.0, "spearmanr": 0.0, "score": 0.0}}
+    stsb.baselines = Baselines.from_json({"constant_mean": {"pearson": 0.0, "spearmanr": 0.0, "score": 0.0}})
     assert rows(compact_leaderboard([stsb]))["majority class"] == ["0.0 (-80.0)"]
 
 

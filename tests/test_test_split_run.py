@@ -31,15 +31,15 @@ def test_a_run_records_the_held_out_score_beside_dev_and_keeps_its_predictions(h
     assert len(records) == 4 and all(rec.ok for _, rec in records)
     rows = set()
     for path, rec in records:
-        assert set(rec.heldout) == {"accuracy", "score"} and rec.final["score"] == rec.history[-1]["dev"]["score"]
-        assert rec.data["heldout"] == 8 and rec.data["tune"] == 4 and rec.data["train"] == 24 - 8 - 4
-        assert rec.data["draw"]["heldout_rows"] == 8 and "majority" in rec.heldout_baselines
-        assert all("heldout" not in e for e in rec.history)  # scored once, at the end: no epoch is chosen on it
+        assert set(rec.heldout.names) == {"accuracy", "score"} and rec.final.score == rec.history[-1].dev.score
+        assert rec.data.heldout == 8 and rec.data.tune == 4 and rec.data.train == 24 - 8 - 4
+        assert rec.data.draw.heldout_rows == 8 and rec.heldout_baselines.majority is not None
+        assert all("heldout" not in e.unknown for e in rec.history)  # scored once, at the end: no epoch is chosen on it
         dev = load_predictions(path.parent / rec.predictions)
         held = load_predictions(heldout_predictions(path.parent / rec.predictions))
         assert set(dev) == {""} and len(dev[""]["label"]) == 12  # the dev set, as before
         assert set(held) == {""} and held[""]["logits"].shape == (8, 2)
-        assert np.mean(held[""]["logits"].argmax(1) == held[""]["label"]) == pytest.approx(rec.heldout["accuracy"])
+        assert np.mean(held[""]["logits"].argmax(1) == held[""]["label"]) == pytest.approx(rec.heldout.get("accuracy"))
         rows.add(tuple(held[""]["index"].tolist()))
     assert len(rows) == 1  # every seed and method: the same train rows
     assert set(next(iter(rows))) <= set(range(24))  # rows of the train split (24 rows)
@@ -54,10 +54,10 @@ def test_the_report_scores_on_the_held_out_split_and_keeps_dev_beside(heldout_ru
     assert set(frame["scored_on"]) == {"heldout"}
     for row in frame.itertuples():
         rec = RunRecord.from_dict(json.loads((heldout_runs / "runs" / row.file).read_text()))
-        assert row.score == rec.heldout["score"] and row.dev_score == rec.final["score"]
-        assert row.final.get("accuracy") == rec.heldout["accuracy"]
-        assert row.dev_final.get("accuracy") == rec.final["accuracy"]
-        assert row.baseline.constant == rec.heldout_baselines["majority"]["score"]
+        assert row.score == rec.heldout.score and row.dev_score == rec.final.score
+        assert row.final.get("accuracy") == rec.heldout.get("accuracy")
+        assert row.dev_final.get("accuracy") == rec.final.get("accuracy")
+        assert row.baseline.constant == rec.heldout_baselines.majority.score
         assert row.predictions.endswith(f".npz#{HELDOUT}") and row.data.heldout == 8
         assert len(loaded_predictions(row.predictions)[""]["label"]) == 8
     from suite.stats.evidence import RunOutcome
@@ -93,9 +93,9 @@ def test_a_record_without_it_is_read_on_dev(heldout_runs, tmp_path):
     (tmp_path / path.name).write_text(json.dumps(data))
     (tmp_path / rec.predictions).write_bytes((path.parent / rec.predictions).read_bytes())
     row = read_row(tmp_path / path.name)
-    assert row["scored_on"] == "dev" and row["score"] == row["dev_score"] == rec.final["score"]
+    assert row["scored_on"] == "dev" and row["score"] == row["dev_score"] == rec.final.score
     assert row["predictions"] == str(tmp_path / rec.predictions)
-    assert row["baseline"].constant == rec.baselines["majority"]["score"]
+    assert row["baseline"].constant == rec.baselines.majority.score
 
 
 def test_a_held_out_score_that_is_not_a_number_is_no_record(heldout_runs, tmp_path, capsys):
@@ -134,5 +134,5 @@ def test_it_is_scored_once_after_the_epoch_is_chosen(tiny_bert_dir, glue_dir, mo
                   cache=TokenizedCache())
     assert rec.ok, rec.error
     assert calls.count(("evaluate", 7)) == 1 and calls[-2:] == [("finish", None), ("evaluate", 7)]
-    assert all(set(e) & {"heldout", "heldout_loss"} == set() for e in rec.history)
-    assert rec.data["heldout"] == 7 and rec.prediction_arrays[HELDOUT]["logits"].shape == (7, 2)
+    assert all(set(e.to_json()) & {"heldout", "heldout_loss"} == set() for e in rec.history)
+    assert rec.data.heldout == 7 and rec.prediction_arrays[HELDOUT]["logits"].shape == (7, 2)

@@ -7,6 +7,7 @@ import time
 import pytest
 from conftest import needs
 
+from suite.run.record_parts import Metrics
 from suite.run.tracking import RunTracking, with_grid_tags
 
 CONFIG = {"model": "minilm", "task": "rte", "method": "vanilla", "hparams": {}, "seed": 3,
@@ -17,7 +18,7 @@ NAMES = {"step/train_loss", "step/lr", "train_loss", "dev_loss", "dev/score", "d
 
 
 class Record:
-    final = {"score": 0.61, "accuracy": 0.61}
+    final = Metrics.from_json({"score": 0.61, "accuracy": 0.61})
     wall_s = 12.0
     status = "ok"
 

@@ -53,7 +53,7 @@ def test_accumulation_takes_one_optimizer_step_per_group(rte_job, glue_dir):
     """24 train rows, batch 4: 6 batches per epoch; accumulating 4 gives 2 optimizer steps (4 + a group of 2)."""
     rec = run_one(rte_job(epochs=2, grad_accumulation=4), glue_dir, device="cpu", quiet=True)
     assert rec.ok, rec.error
-    assert rec.timing["steps"] == 4 and rec.config["train"]["grad_accumulation"] == 4
+    assert rec.timing.steps == 4 and rec.config["train"]["grad_accumulation"] == 4
 
 
 def test_early_stopping_ends_a_run_that_stopped_improving(rte_job, glue_dir):
@@ -61,8 +61,8 @@ def test_early_stopping_ends_a_run_that_stopped_improving(rte_job, glue_dir):
     rec = run_one(rte_job(epochs=6, lr=1e-12, early_stopping_patience=2, holdout=4), glue_dir, device="cpu",
                   quiet=True)
     assert rec.ok, rec.error
-    assert [h["epoch"] for h in rec.history] == [1, 2, 3]
-    assert rec.final == rec.history[-1]["dev"]
+    assert [h.epoch for h in rec.history] == [1, 2, 3]
+    assert rec.final == rec.history[-1].dev
 
 
 def test_select_best_epoch_restores_its_weights():

@@ -93,11 +93,13 @@ def test_bad_tune_blocks_name_file_and_key(tmp_path, tune, message):
 
 def _write_record(store, job, tune_score: float, dev_score: float, ok: bool = True):
     from suite.run.record import RunRecord
+    from suite.run.record_parts import Epoch, Metrics
 
     rec = RunRecord.started_now(job)
     if ok:
-        rec.status, rec.final, rec.tune = "ok", {"score": dev_score}, {"score": tune_score}
-        rec.history = [{"epoch": 1, "dev": rec.final, "tune": rec.tune}]
+        rec.status, rec.final = "ok", Metrics.from_json({"score": dev_score})
+        rec.tune = Metrics.from_json({"score": tune_score})
+        rec.history = (Epoch(epoch=1, dev=rec.final, tune=rec.tune),)
     store.runs.mkdir(parents=True, exist_ok=True)
     store.write(job.filename, rec)
 
@@ -216,8 +218,8 @@ def test_early_stopping_and_the_best_epoch_read_the_tuning_split_never_dev(tiny_
     rec = run_one(RunConfig(tiny_bert_dir, "rte", "vanilla", {"p": 0.1}, 1, t), glue_dir, device="cpu", quiet=True,
                   cache=TokenizedCache())
     assert rec.ok, rec.error
-    assert [h["tune"]["score"] for h in rec.history] == [0.2, 0.9, 0.5, 0.4]
-    assert rec.final["score"] == 0.1 and rec.tune["score"] == 0.9
+    assert [h.tune.score for h in rec.history] == [0.2, 0.9, 0.5, 0.4]
+    assert rec.final.score == 0.1 and rec.tune.score == 0.9
 
 
 def test_a_run_narrowed_to_some_methods_writes_every_cells_selection(tmp_path, glue_dir, monkeypatch, capsys):
@@ -226,9 +228,11 @@ def test_a_run_narrowed_to_some_methods_writes_every_cells_selection(tmp_path, g
     second (neither dropped, nor kept from an older file)."""
     from conftest import fake_ok_record
 
+    from suite.run.record_parts import Metrics
+
     def fake(job, *args, **kwargs):
         rec = fake_ok_record(job)
-        rec.tune = {"score": 0.6 + job.train.lr}
+        rec.tune = Metrics.from_json({"score": 0.6 + job.train.lr})
         return rec
 
     monkeypatch.setattr("suite.run.runner.run_one", fake)

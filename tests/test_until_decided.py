@@ -25,6 +25,7 @@ from suite.grid.until_decided import (
     seed_sequence,
 )
 from suite.run.layout import UNTIL_DECIDED
+from suite.run.record_parts import Epoch, Metrics
 from suite.run.settings import TrainSettings
 from suite.stats.sign import sign_p
 
@@ -39,15 +40,15 @@ def planted_record(job):
     rng = np.random.default_rng(zlib.crc32(f"{job.method}/{job.seed}".encode()))
     shift, spread = PLANTED.get(job.method, (0.0, 0.0))
     score = 80.0 + rng.normal(0, 0.1) * (job.method != "vanilla") + shift + rng.normal(0, spread)
-    rec.final = {"score": score / 100, "accuracy": score / 100}
-    rec.history = [{"epoch": 1, "dev": rec.final}]
+    rec.final = Metrics.from_json({"score": score / 100, "accuracy": score / 100})
+    rec.history = (Epoch(epoch=1, dev=rec.final),)
     return rec
 
 
 def paired_t(cmp, ours: dict, theirs: dict, margin: float = 1.0):
     """A look's evidence by a paired t-test over seeds, with the paired sign test a difference claim also needs
     (the shape of suite.stats.evidence.Evidence)."""
-    d = np.array([ours[s].dev.score - theirs[s].dev.score for s in ours]) * 100
+    d = np.array([ours[s].final.score - theirs[s].final.score for s in ours]) * 100
     n, diff = len(d), float(d.mean())
     se = float(d.std(ddof=1) / math.sqrt(n))
     p = float(2 * stats.t.sf(abs(diff / se), n - 1))
@@ -129,7 +130,7 @@ def test_a_cells_other_settings_run_in_the_first_round_and_never_enter_a_look(gr
     def planted(job, *a, **k):
         rec = planted_record(job)
         if job.train.max_train_samples == 250:
-            rec.final = {"score": rec.final["score"] - 0.2, "accuracy": rec.final["score"] - 0.2}
+            rec.final = Metrics.from_json({"score": rec.final.score - 0.2, "accuracy": rec.final.score - 0.2})
         return grid.trained.append(job) or rec
 
     monkeypatch.setattr("suite.run.runner.run_one", planted)
@@ -297,8 +298,9 @@ def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_
                                                            "logits": np.eye(2)[pred]},
                                                       "heldout": {"index": np.arange(200), "label": gold,
                                                                   "logits": np.eye(2)[pred]}})
-        return RunRecord({"task": "sst2", "method": name, "seed": 1}, name, name, "ok", final={"score": dev_score},
-                         predictions=f"{name}.npz", heldout={"score": float((pred == gold).mean())})
+        return RunRecord({"task": "sst2", "method": name, "seed": 1}, name, name, "ok",
+                         final=Metrics.from_json({"score": dev_score}), predictions=f"{name}.npz",
+                         heldout=Metrics.from_json({"score": float((pred == gold).mean())}))
 
     ours, theirs = {}, {}
     for seed in range(1, 7):
@@ -311,7 +313,7 @@ def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_
     entry = track.looks[0]
     assert entry["paired"] == 6 and entry["n"] == 4 and entry["seeds"] == [3, 4, 5, 6]
     assert entry["degenerate"] == 2 and entry["degenerate_reference"] == 0
-    held = np.mean([ours[s].heldout["score"] - theirs[s].heldout["score"] for s in (3, 4, 5, 6)]) * 100
+    held = np.mean([ours[s].heldout.score - theirs[s].heldout.score for s in (3, 4, 5, 6)]) * 100
     assert entry["diff"] == pytest.approx(held)   # the held-out scores, not the dev ones (all 0.5)
 
 

@@ -26,11 +26,11 @@ from suite.run.record import (
     read_record,
     record_files,
     save_predictions,
-    with_artifacts,
 )
+from suite.run.record_parts import Artifacts
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["RecordNotSaved", "Store", "atomic_write"]
+__all__ = ["RecordNotSaved", "Store", "atomic_write", "record_json"]
 
 try:
     import fcntl
@@ -62,6 +62,12 @@ def _clean(obj):
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
     return obj
+
+
+def record_json(data: dict[str, Any]) -> bytes:
+    """A record's file: its JSON (`RunRecord.to_dict`) as the store writes it. A record read and written back is the
+    same bytes (tests/test_record_reads.py)."""
+    return json.dumps(_clean(data), indent=1).encode()
 
 
 def _file_mode() -> int:
@@ -106,7 +112,7 @@ class Store:
                 sidecar = predictions_filename(filename)
                 atomic_write(self.path(sidecar), lambda fh: save_predictions(fh, arrays))
                 data["predictions"] = sidecar
-            blob = json.dumps(_clean(data), indent=1).encode()
+            blob = record_json(data)
             atomic_write(self.path(filename), lambda fh: fh.write(blob))
         except OSError as exc:
             raise RecordNotSaved(self._fallback(filename, data, exc)) from exc
@@ -115,8 +121,10 @@ class Store:
     def add_artifacts(self, filename: str, artifacts: dict[str, Any]) -> dict[str, Any]:
         """Add files a finished run left later (test predictions from its saved model) to its record's `artifacts`,
         rewriting the record atomically: every other field, unknown ones included, is written back as read."""
-        data = with_artifacts(self.path(filename), self._parse(filename), artifacts)
-        blob = json.dumps(_clean(data), indent=1).encode()
+        rec = self._parse(filename)
+        rec.artifacts = Artifacts.from_json({**rec.artifact_files(str(self.path(filename))), **artifacts}, "artifacts")
+        data = rec.to_dict()
+        blob = record_json(data)
         atomic_write(self.path(filename), lambda fh: fh.write(blob))
         return data
 
@@ -125,7 +133,7 @@ class Store:
         why = f"could not write {self.path(filename)}: {exc.strerror or exc}"
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            blob = json.dumps(_clean(data), indent=1).encode()
+            blob = record_json(data)
             # a shared temporary folder: a link planted at the name is replaced, never written through
             atomic_write(folder / filename, lambda fh: fh.write(blob))
             return f"{why}. The record was kept in {folder / filename}: copy it into {self.runs}/ once it is writable"

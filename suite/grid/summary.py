@@ -81,7 +81,7 @@ def _task_display(task: str) -> str:
 
 def _constant_score(rec: RunRecord) -> float | None:
     """The record's majority-class dev score (regression: the constant dev-mean predictor's), or None."""
-    baseline = rec.dev_baseline
+    baseline = rec.baselines.recorded
     return None if baseline is None or math.isnan(baseline.constant) else baseline.constant
 
 
@@ -120,8 +120,8 @@ def compact_leaderboard(records: list[RunRecord], baseline: str = "vanilla", out
     counts: dict[tuple[str, str, str], int] = defaultdict(int)
     for rec, key in zip(records, keys):
         counts[key] += 1
-        if rec.ok and math.isfinite(rec.dev.score):
-            cells[key].append(rec.dev.score * SCALE)
+        if rec.ok and math.isfinite(rec.final.score):
+            cells[key].append(rec.final.score * SCALE)
     rows_named = list(dict.fromkeys((k[1], k[2]) for k in keys))
     rows_named.sort(key=lambda r: (r[1], r[0].split("[")[0] != baseline, r[0]))
     table = []

@@ -25,7 +25,7 @@ def setup(facts: ModelFacts, options: Options) -> Part:
     for t in sel.tasks:
         sub = board[(board["task"] == t) & (board["status"] == "ok")]
         data = sub["data"].iloc[0] if len(sub) else DataSizes()
-        dev_txt = ", ".join(f"{k or 'dev'} {v:,}" for k, v in data.dev) if data.dev else DASH
+        dev_txt = ", ".join(f"{k or 'dev'} {v:,}" for k, v in sorted(data.dev.items())) if data.dev else DASH
         if data.heldout is not None:  # train.test_holdout: the split the runs are scored on
             dev_txt += f"; held-out test {data.heldout:,} (scored)"
         rows.append([task_display(t), f"{data.train:,}" if data.train is not None else DASH, dev_txt,

@@ -36,7 +36,7 @@ from suite.run.layout import (
 )
 from suite.run.record import InvalidRecord, RunRecord, load_predictions, read_record, record_files
 from suite.run.record_parts import Metrics, num
-from suite.run.settings import with_added_defaults
+from suite.run.settings import NEVER_HASHED, with_added_defaults
 from suite.stats.evidence import RunOutcome
 
 __all__ = ["Loaded", "Setting", "load"]
@@ -77,32 +77,30 @@ def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
     return out
 
 
-OUTCOME_NEUTRAL = frozenset({"analyses", "analysis_examples"})
-
-
 def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
     """One DataFrame row: the fields the report groups by, plus the record's parts the sections read."""
     hp, train = with_added_defaults(rec.method, rec.hparams, rec.train)
-    # what the run analysed afterwards does not change its numbers: not a setting records are grouped by
-    train_all = {**{k: v for k, v in train.items() if k not in OUTCOME_NEUTRAL}, "data_source": rec.data_source}
-    ok, scored, timed, counts = rec.ok, rec.scored, rec.timed, rec.parameter_counts
+    # a setting that changes none of the run's numbers (never hashed) is no setting records are grouped by
+    train_all = {**{k: v for k, v in train.items() if k not in NEVER_HASHED}, "data_source": rec.data_source}
+    ok, scored, timing, counts = rec.ok, rec.scored, rec.timing, rec.parameters
     return {
         "model": str(rec.model), "task": rec.task, "method": rec.method,
         "hp": Setting.of(hp), "train": Setting.of(train_all),
         "seed": rec.seed, "status": rec.status,
         "score": scored.metrics.score if ok else math.nan,
         "final": scored.metrics if ok else Metrics(), "scored_on": scored.name,
-        "dev_score": rec.dev.score if ok else math.nan, "dev_final": rec.dev if ok else Metrics(),
-        "best_score": rec.best_dev.score,
+        "dev_score": rec.final.score if ok else math.nan, "dev_final": rec.final if ok else Metrics(),
+        "best_score": rec.best.score,
         "gap": rec.gap if ok else math.nan,
-        "wall_s": num(rec.wall_s), "step_s": timed.step_s, "peak_mb": timed.peak_mb, "peak_kind": timed.peak_kind,
-        "step_mode": timed.step_mode,  # captured: replayed CUDA graphs
-        "total_params": counts.total, "extra": counts.extra, "training_only": counts.training_only,
-        "history": rec.epochs if ok else (),
-        "attention": rec.attention_stats if ok else None,
-        "analyses": rec.analysis_results if ok else None,
+        "wall_s": num(rec.wall_s), "step_s": num(timing.step_s), "peak_mb": num(timing.peak_memory_mb),
+        "peak_kind": timing.peak_memory_kind,
+        "step_mode": timing.mode,  # captured: replayed CUDA graphs
+        "total_params": num(counts.total), "extra": num(counts.extra), "training_only": num(counts.training_only),
+        "history": rec.history if ok else (),
+        "attention": rec.attention if ok else None,
+        "analyses": rec.analyses if ok else None,
         "drop_rates": rec.drop_rates, "env": rec.env,
-        "data": rec.sizes, "started": rec.started or "", "finished": rec.finished or "",
+        "data": rec.data, "started": rec.started or "", "finished": rec.finished or "",
         "label": rec.label or f"{rec.task}/{rec.method}/seed{rec.seed}",
         "error": rec.error or "", "hash": rec.hash or str(path), "file": path.name,
         "baseline": scored.baseline,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from suite.run.layout import OutputFolder, own_folder
+from suite.run.record_parts import Artifacts
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["RunHooks", "RunOutputs", "artifact_path"]
@@ -110,4 +111,4 @@ class RunHooks:
             if self.tracking_error is not None:
                 self.artifacts["tracking_error"] = self.tracking_error
         if self.artifacts:
-            record.artifacts = dict(self.artifacts)
+            record.artifacts = Artifacts.from_json(dict(self.artifacts), "artifacts")

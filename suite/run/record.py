@@ -22,26 +22,30 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
+from suite.run.record_codec import NO_JSON, PartError, json_fields, read_fields, wrong_type
 from suite.run.record_parts import (
     Analyses,
+    Artifacts,
     AttentionStats,
+    Baselines,
+    Best,
     DataSizes,
     Environment,
     Epoch,
+    Executor,
     Metrics,
     Parameters,
     RecordedBaseline,
     Timing,
-    nested_type_problem,
     num,
 )
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["HELDOUT", "InvalidRecord", "NewerRecord", "RECORD_VERSION", "RunRecord", "TMP_PREFIX",
            "heldout_predictions", "load_predictions", "predictions_filename", "read_record", "record_files",
-           "save_predictions", "with_artifacts"]
+           "save_predictions"]
 
 if TYPE_CHECKING:
     import numpy as np  # imported where used: dry runs read records without it
@@ -64,39 +68,47 @@ class NewerRecord(InvalidRecord):
 
 @dataclasses.dataclass
 class RunRecord:
-    config: dict[str, Any]
+    config: dict[str, Any]      # the job (RunConfig.to_dict): read back by RunConfig.from_dict, hashed by its rules
     hash: str
     label: str
     status: str                                        # "ok" or "failed"
-    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # what the machine and its libraries reported (suite.run.device.environment, a GPU's settings): its keys follow
+    # the device, and only the report's header reads them (`env`)
+    environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     started: str | None = None
     finished: str | None = None
     wall_s: float | None = None
-    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)   # one entry per epoch
-    final: dict[str, Any] = dataclasses.field(default_factory=dict)           # dev metrics at the last epoch
-    best: dict[str, Any] = dataclasses.field(default_factory=dict)            # best epoch by dev score (reference)
-    tune: dict[str, Any] | None = None          # tuning-split metrics at the selected epoch (train.holdout), beside dev
-    heldout: dict[str, Any] | None = None       # held-out test split's metrics (train.test_holdout) of the final model
-    heldout_baselines: dict[str, Any] | None = None  # majority / constant / chance scores on the held-out test split
+    history: tuple[Epoch, ...] = ()                     # one entry per epoch
+    final: Metrics = dataclasses.field(default_factory=Metrics)     # dev metrics at the selected epoch
+    best: Best = dataclasses.field(default_factory=Best)            # best epoch by dev score (reference)
+    tune: Metrics | None = None       # tuning-split metrics at the selected epoch (train.holdout), beside dev
+    heldout: Metrics | None = None    # held-out test split's metrics (train.test_holdout) of the final model
+    heldout_baselines: Baselines | None = None  # majority / constant / chance scores on the held-out test split
     generalisation_gap: float | None = None
-    timing: dict[str, Any] = dataclasses.field(default_factory=dict)
-    data: dict[str, Any] = dataclasses.field(default_factory=dict)            # split sizes actually used
-    parameters: dict[str, Any] = dataclasses.field(default_factory=dict)      # total, extra, training_only
-    attention: dict[str, Any] | None = None                                   # attention statistics
-    method_record: dict[str, Any] = dataclasses.field(default_factory=dict)
-    baselines: dict[str, Any] = dataclasses.field(default_factory=dict)       # majority / constant / chance scores
-    provenance: dict[str, Any] = dataclasses.field(default_factory=dict)      # distributions behind method and task
-    predictions: str | None = None                                            # sidecar file name
-    analyses: dict[str, Any] | None = None
-    artifacts: dict[str, Any] | None = None   # files the run left beside its record (saved model, test predictions)
-    executor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    timing: Timing = dataclasses.field(default_factory=Timing)
+    data: DataSizes = dataclasses.field(default_factory=DataSizes)            # split sizes actually used
+    parameters: Parameters = dataclasses.field(default_factory=Parameters)
+    attention: AttentionStats | None = None
+    method_record: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the method's own facts (its keys)
+    baselines: Baselines = dataclasses.field(default_factory=Baselines)     # majority / constant / chance scores
+    # the distributions behind the method and the task (Registry.origin: their names and versions, as reported)
+    provenance: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    analyses: Analyses | None = None
+    artifacts: Artifacts | None = None   # files the run left beside its record (saved model, test predictions)
+    executor: Executor = dataclasses.field(default_factory=Executor)
     error: str | None = None
     traceback: str | None = None
     version: int = 1
+    predictions: str | None = None     # the sidecar's file name (the store names it last, when it writes the arrays)
     # per-example dev predictions {suffix: {"index", "label", "logits"}}, kept in memory until the store writes
     # them to the sidecar file named by `predictions`; never part of the JSON
     prediction_arrays: dict[str, dict[str, np.ndarray]] | None = dataclasses.field(default=None, repr=False,
-                                                                                     compare=False)
+                                                                                     compare=False, metadata=NO_JSON)
+    # top-level keys this suite does not define (an older or a newer writer's), written back as read
+    unknown: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, metadata=NO_JSON)
+    # the JSON's keys in the order read (None: built by the runner)
+    read_order: tuple[str, ...] | None = dataclasses.field(default=None, repr=False, compare=False,
+                                                           metadata=NO_JSON)
 
     @property
     def ok(self) -> bool:
@@ -138,92 +150,56 @@ class RunRecord:
         """Everything the job's config holds but its seed: runs of one setting differ only by seed (a copy)."""
         return {k: v for k, v in self.config.items() if k != "seed"}
 
-    # --- what it measured ------------------------------------------------------------------------------------
-    @property
-    def dev(self) -> Metrics:
-        """Dev metrics at the selected epoch (none for a failed run)."""
-        return Metrics.of(self.final)
-
-    @property
-    def best_dev(self) -> Metrics:
-        return Metrics.of(self.best)
-
-    @property
-    def dev_baseline(self) -> RecordedBaseline | None:
-        """The dev set's learn-nothing scores the runner recorded (the most frequent class, or the mean label)."""
-        return RecordedBaseline.of(self.baselines)
-
+    # --- what it measured (the fields hold it typed; the rules that read several fields are here) --------------
     @property
     def scored(self) -> "Scored":
         """The split the run is scored on: its held-out test split when it kept one (`train.test_holdout`), else
         dev. Every verdict (the report's, the looks', the power table's) reads this split."""
-        if isinstance(self.heldout, dict):
-            return Scored(HELDOUT, Metrics.of(self.heldout), RecordedBaseline.of(self.heldout_baselines))
-        return Scored("dev", Metrics.of(self.final), RecordedBaseline.of(self.baselines))
+        if self.heldout is not None:
+            return Scored(HELDOUT, self.heldout, (self.heldout_baselines or Baselines()).recorded)
+        return Scored("dev", self.final, self.baselines.recorded)
 
     @property
     def tune_score(self) -> float:
         """The tuning-split score at the selected epoch (`train.holdout`); NaN for a failed run or one that recorded
         none (neither can be selected)."""
-        score = self.tune.get("score") if isinstance(self.tune, dict) else None
-        return float(score) if self.ok and _finite(score) else math.nan
+        return self.tune.score if self.ok and self.tune is not None else math.nan
 
     @property
     def gap(self) -> float:
         """Train-subset minus dev score (the generalisation gap), from the last epoch where it was not recorded."""
         gap = num(self.generalisation_gap)
         if math.isnan(gap) and self.history:
-            last = Epoch.of(self.history[-1])
-            gap = last.train_subset_score - last.dev_score
+            gap = self.history[-1].train_subset_score - self.history[-1].dev_score
         return gap
-
-    @property
-    def epochs(self) -> tuple[Epoch, ...]:
-        return tuple(map(Epoch.of, self.history or ()))
-
-    @property
-    def attention_stats(self) -> AttentionStats | None:
-        return AttentionStats.of(self.attention)
-
-    @property
-    def analysis_results(self) -> Analyses | None:
-        return Analyses.of(self.analyses)
 
     @property
     def env(self) -> Environment:
         return Environment.of(self.environment)
 
     @property
-    def sizes(self) -> DataSizes:
-        return DataSizes.of(self.data)
-
-    @property
-    def timed(self) -> Timing:
-        return Timing.of(self.timing)
-
-    @property
-    def parameter_counts(self) -> Parameters:
-        return Parameters.of(self.parameters)
-
-    @property
     def drop_rates(self) -> tuple | None:
         """The method's final drop rate per layer, where it logged one."""
-        rates = (self.method_record or {}).get("drop_rate_per_layer")
+        rates = self.method_record.get("drop_rate_per_layer")
         return tuple(rates) if isinstance(rates, list) else None
 
     @property
     def attempts(self) -> int:
         """How many times an executor started the run (1 unless it was retried)."""
-        return int((self.executor or {}).get("attempts") or 1)
+        return self.executor.attempts or 1
 
     @property
     def oom_retried(self) -> bool:
         """Whether the run was started again after an out-of-memory error."""
-        return bool((self.executor or {}).get("oom_retries"))
+        return bool(self.executor.oom_retries)
 
     def note_executor(self, **facts: Any) -> None:
         """What the executor adds to the record (`outputs_returned`, `oom_retries`, ...)."""
-        self.executor = {**(self.executor or {}), **facts}
+        self.executor = Executor.from_json({**self.executor.to_json(), **facts}, "executor")
+
+    def ran_by(self, facts: dict[str, Any]) -> None:
+        """The executor that ran the run (`executor_info`), its facts before those the run noted itself."""
+        self.executor = Executor.from_json({**facts, **self.executor.to_json()}, "executor")
 
     def artifact_files(self, source: str = "") -> dict[str, Any]:
         """The files the run left beside its record ({} when none); InvalidRecord when `artifacts` holds something
@@ -231,28 +207,26 @@ class RunRecord:
         found = self.artifacts
         if found is None:
             return {}
-        if not isinstance(found, dict) or not all(isinstance(v, (str, dict, list)) for v in found.values()):
+        if found.unreadable is not None:
             raise InvalidRecord(f"{source or self.label}: artifacts is not the object of file names a run record "
-                                f"holds (a JSON {type(found).__name__}; edited by hand?)")
-        return dict(found)
+                                f"holds (a JSON {type(found.unreadable).__name__}; edited by hand?)")
+        return found.to_json()
 
     @property
     def saved_model(self) -> str | None:
         """The folder (beside the record) of the model the run kept (`--save-model`); None when it kept none."""
-        model = self.artifacts.get("model") if isinstance(self.artifacts, dict) else None
-        return model if isinstance(model, str) and model else None
+        return (self.artifacts.model if self.artifacts is not None else None) or None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form; optional fields that are None are left out."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if getattr(self, f.name) is not None and f.name != "prediction_arrays"}
+        """The JSON form: the keys in the order read (a record built by the runner: its fields in order, those that
+        are None left out), unknown ones kept."""
+        return json_fields(self, defaults=True)
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "") -> "RunRecord":
         where = f"{source}: " if source else ""
         if not isinstance(d, dict):
             raise InvalidRecord(f"{where}not a run record (a JSON {type(d).__name__}, expected an object)")
-        names = {f.name for f in dataclasses.fields(cls)}
         missing = [k for k in ("config", "hash", "label", "status") if k not in d]
         if missing:
             raise InvalidRecord(f"{where}not a run record: missing {', '.join(missing)}")
@@ -260,18 +234,22 @@ class RunRecord:
             raise InvalidRecord(f"{where}status {d['status']!r} is not one of {', '.join(STATUSES)}")
         if not isinstance(d["config"], dict) or not {"task", "method", "seed"} <= set(d["config"]):
             raise InvalidRecord(f"{where}config lacks task, method or seed")
-        if d["status"] == "ok":
-            if not isinstance(d.get("final"), dict) or "score" not in d["final"] or not d.get("history"):
+        version = d.get("version")
+        if isinstance(version, int) and not isinstance(version, bool) and version > RECORD_VERSION:
+            # before its parts are read: a newer suite's parts may be typed otherwise, and its record must be kept
+            raise NewerRecord(f"{where}record version {version} is newer than this suite reads "
+                              f"({RECORD_VERSION}): upgrade the suite")
+        try:
+            rec = cls(**read_fields(cls, d, ""))
+        except PartError as exc:
+            raise InvalidRecord(f"{where}{exc}") from None
+        if rec.ok:
+            if "score" not in rec.final.values or not rec.history:
                 raise InvalidRecord(f"{where}an ok record without final metrics or history")
-            if not _finite(d["final"].get("score")):
-                raise InvalidRecord(f"{where}an ok record whose final score is {d['final'].get('score')!r}")
-            if d.get("heldout") is not None and not (isinstance(d["heldout"], dict)
-                                                     and _finite(d["heldout"].get("score"))):
-                raise InvalidRecord(f"{where}an ok record whose held-out test score is not a number")
-        rec = cls(**{k: v for k, v in d.items() if k in names - {"prediction_arrays"}})
-        if rec.version > RECORD_VERSION:
-            raise NewerRecord(f"{where}record version {rec.version} is newer than this suite reads "
-                                f"({RECORD_VERSION}): upgrade the suite")
+            if not _finite(d["final"]["score"]):
+                raise InvalidRecord(f"{where}an ok record whose final score is {d['final']['score']!r}")
+            if rec.heldout is not None and not _finite(rec.heldout.values.get("score")):
+                raise InvalidRecord(f"{where}an ok record whose held-out test score (heldout.score) is not a number")
         return rec
 
     @classmethod
@@ -315,43 +293,45 @@ def read_record(path: str | Path, name: str | None = None, unscored: bool = Fals
         raise InvalidRecord(f"{source}: not JSON ({exc})") from None
     except RecursionError:  # JSON nested deeper than Python's recursion limit
         raise InvalidRecord(f"{source}: not a run record (JSON nested too deeply)") from None
-    if (problem := nested_type_problem(data)) is not None:
-        raise InvalidRecord(f"{source}: {problem}")
-    _check_names(data, source)
+    _check_config(data, source)
     try:
         final = data.get("final") if isinstance(data, dict) and data.get("status") == "ok" else None
         if unscored and isinstance(final, dict) and "score" in final and math.isnan(num(final["score"])):
             rec = RunRecord.from_dict({**data, "final": {**final, "score": 0.0}}, source)
-            rec.final = final
+            rec.final = Metrics.from_json(final, "final")
             return rec
         return RunRecord.from_dict(data, source)
     except InvalidRecord:
         raise
-    except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a shape NESTED_TYPES does not cover
+    except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a shape the parts' types do not cover
         raise InvalidRecord(f"{source}: not a run record ({type(exc).__name__}: {exc})") from None
 
 
-def _check_names(data: Any, source: str) -> None:
-    """The names runs are grouped by are names: model, task and method non-empty text."""
+# The JSON types of the job's settings that readers group runs by (the config is the RunConfig's, kept as read).
+CONFIG_TYPES: dict[str, type | tuple[type, ...]] = {
+    "model": (str, type(None)), "task": str, "method": str, "seed": (int, type(None)), "hparams": (dict, type(None)),
+    "train": (dict, type(None))}
+
+
+def _check_config(data: Any, source: str) -> None:
+    """The job's settings have the types readers read, and the names runs are grouped by are names: model, task and
+    method non-empty text."""
     config = data.get("config") if isinstance(data, dict) else None
+    if not isinstance(config, dict):
+        return  # RunRecord.from_dict names what is missing
+    for key, types in CONFIG_TYPES.items():
+        value = config.get(key)
+        if key in config and (isinstance(value, bool) or not isinstance(value, types)):
+            raise InvalidRecord(f"{source}: {wrong_type(f'config.{key}', value)}")
     for key in ("model", "task", "method"):
-        value = config.get(key) if isinstance(config, dict) else None
-        if value is not None and (not isinstance(value, str) or not value.strip()):
+        value = config.get(key)
+        if value is not None and not value.strip():
             raise InvalidRecord(f"{source}: config.{key} is {value!r}, not a name (edited by hand?)")
 
 
 def record_files(folder: str | Path) -> list[Path]:
     """The record files of a runs folder: `*.json` without leftover temporary files of interrupted writes."""
     return sorted(p for p in Path(folder).glob("*.json") if not p.name.startswith(TMP_PREFIX))
-
-
-def with_artifacts(path: str | Path, rec: RunRecord, artifacts: dict[str, Any]) -> dict[str, Any]:
-    """The JSON of the record file at `path` (read as `rec`) with `artifacts` added to its own, every other field
-    (unknown ones included) as read: what the store writes back when a finished run gains files (test predictions
-    from its saved model)."""
-    data = json.loads(Path(path).read_text())
-    data["artifacts"] = {**rec.artifact_files(str(path)), **artifacts}
-    return data
 
 
 def _finite(x: Any) -> bool:

@@ -1,20 +1,23 @@
-"""The run record's parts, typed to their leaves: what `RunRecord`'s accessors (suite.run.record) return.
+"""The run record's parts, typed to their leaves: the types of `RunRecord`'s fields (suite.run.record).
 
-The record's JSON keeps its parts as objects (the runner writes them so and old records stay readable); each class
-here reads one part into frozen fields, with NaN for a number that is absent or not finite, so that no reader indexes
-the JSON itself.
+Each part is a frozen dataclass read from the record's JSON and written back by `suite.run.record_codec` (the keys in
+their order, the ones the suite does not define kept): a number the run did not record is NaN (the writer's null),
+an absent part its empty default, so no reader indexes the JSON itself. Where a part's keys are not the suite's to
+name (a task's metrics, a method's own facts), it is a mapping.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from types import MappingProxyType
 from typing import Any, Mapping
 
-# what the rest of the suite uses; other names are this module's own
-__all__ = ["Analyses", "AttentionStats", "DataSizes", "Environment", "Epoch", "Metrics", "Parameters",
-           "RecordedBaseline", "Timing", "nested_type_problem", "num"]
+from suite.run.record_codec import Part, PartError, json_value, wrong_type
 
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["Analyses", "Artifacts", "AttentionStats", "Baselines", "Best", "DataSizes", "Environment", "Epoch",
+           "Executor", "Metrics", "Parameters", "RecordedBaseline", "Timing", "num"]
+
+NAN = math.nan
 CONSTANT_KINDS = ("majority", "constant_mean")   # the constant predictor: most frequent class, or the mean label
 
 
@@ -27,27 +30,25 @@ def num(x: Any) -> float:
     return v if math.isfinite(v) else math.nan
 
 
-def _part(value: Any) -> Mapping[str, Any]:
-    """A part of the record as recorded: an object, or nothing."""
-    return value if isinstance(value, dict) else {}
-
-
-def _layers(values: Any) -> tuple | None:
-    """A value per layer as recorded (a JSON list), as a tuple; None for anything else."""
-    return tuple(values) if isinstance(values, list) else None
-
-
 @dataclasses.dataclass(frozen=True)
 class Metrics:
-    """Metrics of one split (name -> value; "score": the headline); none for a run that failed."""
-    values: Mapping[str, float] = dataclasses.field(default_factory=lambda: MappingProxyType({}))
+    """Metrics of one split (the task's metric names -> value; "score": the headline); none for a run that failed."""
+    values: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, metrics: Any) -> "Metrics":
-        return cls(MappingProxyType({k: num(v) for k, v in _part(metrics).items()}))
+    def from_json(cls, data: Any, where: str = "") -> "Metrics":
+        if not isinstance(data, dict):
+            raise PartError(wrong_type(where, data))
+        for k, v in data.items():
+            if not (v is None or isinstance(v, (int, float)) and not isinstance(v, bool)):
+                raise PartError(wrong_type(f"{where}.{k}", v))
+        return cls({k: NAN if v is None else v for k, v in data.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: json_value(v) for k, v in self.values.items()}
 
     def get(self, name: str) -> float:
-        return self.values.get(name, math.nan)
+        return num(self.values.get(name, NAN))
 
     @property
     def score(self) -> float:
@@ -59,45 +60,72 @@ class Metrics:
 
 
 @dataclasses.dataclass(frozen=True)
-class Epoch:
-    """One epoch of a run's history: losses and headline scores (in [0, 1]; NaN: not recorded)."""
-    epoch: int | None
-    train_loss: float
-    dev_loss: float
-    dev_score: float
-    train_subset_score: float
-    drop_rates: tuple | None      # the method's drop rate per layer at this epoch, where it logged one
+class Best(Metrics):
+    """Dev metrics at the best epoch by dev score (a reference, never what a run is scored by), with that epoch."""
 
     @classmethod
-    def of(cls, e: Any) -> "Epoch":
-        e = _part(e)
-        return cls(e.get("epoch"), num(e.get("train_loss")), num(e.get("dev_loss")),
-                   num(_part(e.get("dev")).get("score")), num(_part(e.get("train_subset")).get("score")),
-                   _layers(_part(e.get("method")).get("drop_rate_per_layer")))
+    def at(cls, epoch: "Epoch") -> "Best":
+        return cls({**epoch.dev.values, "epoch": epoch.epoch})
+
+    @property
+    def epoch(self) -> int | None:
+        found = self.values.get("epoch")
+        return int(found) if math.isfinite(num(found)) else None
 
 
 @dataclasses.dataclass(frozen=True)
-class AttentionStats:
-    """The attention statistics a run recorded on dev batches (suite/run/attention_stats.py)."""
-    mean: Mapping[str, float]                # statistic -> mean over layers
-    per_layer: Mapping[str, tuple | None]    # statistic -> its value per layer
+class Epoch(Part):
+    """One epoch of a run's history: losses, scores (headline in [0, 1]; NaN: not recorded), time."""
+    epoch: int | None = None
+    train_loss: float = NAN
+    dev_loss: float = NAN
+    dev: Metrics = dataclasses.field(default_factory=Metrics)
+    train_subset_loss: float = NAN
+    train_subset: Metrics = dataclasses.field(default_factory=Metrics)
+    epoch_time_s: float = NAN
+    train_samples_per_s: float = NAN
+    tune_loss: float = NAN
+    tune: Metrics | None = None                  # the tuning split (train.holdout); None: the run kept none
+    method: Mapping[str, Any] | None = None      # the method's own facts at this epoch (its keys are the method's)
 
-    @classmethod
-    def of(cls, attention: Any) -> "AttentionStats | None":
-        if not isinstance(attention, dict):
-            return None
-        return cls(MappingProxyType({k: num(v) for k, v in _part(attention.get("mean")).items()}),
-                   MappingProxyType({k: _layers(v) for k, v in _part(attention.get("per_layer")).items()}))
+    @property
+    def dev_score(self) -> float:
+        return self.dev.score
+
+    @property
+    def train_subset_score(self) -> float:
+        return self.train_subset.score
+
+    @property
+    def drop_rates(self) -> tuple | None:
+        """The method's drop rate per layer at this epoch, where it logged one."""
+        rates = (self.method or {}).get("drop_rate_per_layer")
+        return tuple(rates) if isinstance(rates, list) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionStats(Part):
+    """The attention statistics a run recorded on dev batches (suite/run/attention_stats.py), by statistic name."""
+    batches: int | None = None
+    layers: int | None = None
+    per_layer: Mapping[str, tuple[float | None, ...] | None] = dataclasses.field(default_factory=dict)
+    mean: Mapping[str, float] = dataclasses.field(default_factory=dict)   # over layers
 
 
 @dataclasses.dataclass(frozen=True)
 class Analyses:
-    """A run's end-of-run analyses (suite/run/analyses), each one's part as the analysis wrote it."""
-    parts: Mapping[str, Any]
+    """A run's end-of-run analyses (suite/run/analyses), each one's part as the analysis wrote it: their keys are the
+    analyses' own (plugins add analyses)."""
+    parts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, analyses: Any) -> "Analyses | None":
-        return cls(MappingProxyType(dict(analyses))) if isinstance(analyses, dict) else None
+    def from_json(cls, data: Any, where: str = "") -> "Analyses":
+        if not isinstance(data, dict):
+            raise PartError(wrong_type(where, data))
+        return cls(dict(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.parts)
 
     def get(self, name: str) -> Any:
         return self.parts.get(name)
@@ -119,9 +147,7 @@ class Environment:
     transformers: str
 
     @classmethod
-    def of(cls, env: Any) -> "Environment":
-        env = _part(env)
-
+    def of(cls, env: Mapping[str, Any]) -> "Environment":
         def text(key: str) -> str:
             return str(env.get(key, "?"))
         return cls(text("device"), str(env.get("gpu") or ""), text("platform"), text("cpu_threads"), text("host"),
@@ -130,18 +156,30 @@ class Environment:
 
 
 @dataclasses.dataclass(frozen=True)
-class DataSizes:
+class Draw(Part):
+    """How the run's rows were drawn from the train split (suite.run.draws.Draw.facts)."""
+    subset_draw: str | None = None
+    data_seed: int | None = None
+    train_rows: int | None = None
+    train_rows_sha: str | None = None
+    holdout_seed: int | None = None
+    tune_rows: int | None = None
+    tune_rows_sha: str | None = None
+    heldout_seed: int | None = None
+    heldout_rows: int | None = None
+    heldout_rows_sha: str | None = None
+    carve: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSizes(Part):
     """The split sizes a run used (None: not recorded)."""
     train: int | None = None
-    train_subset: int | None = None              # the fixed train subset the generalisation gap is measured on
-    dev: tuple[tuple[str, int], ...] = ()        # (eval-split suffix, examples), in order
-    heldout: int | None = None                   # the held-out test split (train.test_holdout; None: none)
-
-    @classmethod
-    def of(cls, data: Any) -> "DataSizes":
-        data = _part(data)
-        return cls(data.get("train"), data.get("train_subset"), tuple(sorted(_part(data.get("dev")).items())),
-                   data.get("heldout"))
+    dev: Mapping[str, int] = dataclasses.field(default_factory=dict)   # dev split name -> examples, in order
+    train_subset: int | None = None       # the fixed train subset the generalisation gap is measured on
+    draw: Draw | None = None
+    tune: int | None = None               # the tuning split (train.holdout; None: none)
+    heldout: int | None = None            # the held-out test split (train.test_holdout; None: none)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,100 +189,90 @@ class RecordedBaseline:
     constant: float
     chance: float
 
-    @classmethod
-    def of(cls, found: Any) -> "RecordedBaseline | None":
-        found = _part(found)
-        kind = next((k for k in CONSTANT_KINDS if isinstance(found.get(k), dict)), None)
+
+@dataclasses.dataclass(frozen=True)
+class Baselines(Part):
+    """A split's learn-nothing scores: the constant predictor (most frequent class, or the mean label) and chance."""
+    majority: Metrics | None = None
+    constant_mean: Metrics | None = None
+    chance: Metrics | None = None
+
+    @property
+    def recorded(self) -> RecordedBaseline | None:
+        kind = next((k for k in CONSTANT_KINDS if getattr(self, k) is not None), None)
         if kind is None:
             return None
-        return cls(kind, num(found[kind].get("score")), num(_part(found.get("chance")).get("score")))
+        return RecordedBaseline(kind, getattr(self, kind).score, (self.chance or Metrics()).score)
 
 
 @dataclasses.dataclass(frozen=True)
-class Timing:
+class StepMode(Part):
+    """How a run's training steps ran (suite.run.capture): replayed CUDA graphs, or eagerly and why."""
+    mode: str | None = None          # "captured" or "eager"
+    reason: str | None = None        # why eager
+    graphs: int | None = None
+    eager_steps: int | None = None
+    replays: int | None = None
+    capture_s: float = NAN
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing(Part):
     """How long a run's steps took and the memory it peaked at (NaN: not recorded)."""
-    step_s: float
-    peak_mb: float
-    peak_kind: str | None
-    step_mode: str            # "captured" (replayed CUDA graphs) or "eager"
-    steps: int | None = None  # optimizer steps taken
+    train_s: float = NAN
+    eval_s: float = NAN
+    steps: int | None = None          # optimizer steps taken
+    step_s: float = NAN
+    train_samples_per_s: float = NAN
+    peak_memory_mb: float = NAN
+    peak_memory_kind: str | None = None
+    precision: str | None = None
+    step_mode: StepMode | None = None   # recorded since step capture existed; before it every step was eager
 
-    @classmethod
-    def of(cls, timing: Any) -> "Timing":
-        timing = _part(timing)
-        steps = timing.get("steps")
-        return cls(num(timing.get("step_s")), num(timing.get("peak_memory_mb")), timing.get("peak_memory_kind"),
-                   str(_part(timing.get("step_mode")).get("mode") or "eager"),
-                   steps if isinstance(steps, int) and not isinstance(steps, bool) else None)
+    @property
+    def mode(self) -> str:
+        """"captured" (replayed CUDA graphs) or "eager"."""
+        return (self.step_mode.mode if self.step_mode is not None else None) or "eager"
 
 
 @dataclasses.dataclass(frozen=True)
-class Parameters:
+class Parameters(Part):
     """The model's parameter counts: in all, added by the method, used only in training (NaN: not recorded)."""
-    total: float
-    extra: float
-    training_only: float
+    total: float = NAN
+    extra: float = NAN
+    training_only: float = NAN
+
+
+@dataclasses.dataclass(frozen=True)
+class Executor(Part):
+    """Which executor ran the run, where, and how often it started it (suite.grid.executors)."""
+    name: str | None = None
+    worker: int | None = None
+    host: str | None = None
+    attempts: int | None = None
+    pid: int | None = None
+    cuda_visible_devices: str | None = None
+    oom_retries: int | None = None                  # started again after running out of memory
+    outputs_returned: tuple[str, ...] | None = None  # files a remote worker sent back (Ray)
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifacts(Part):
+    """The files a run left beside its record (a saved model, test predictions), by name relative to it."""
+    model: str | None = None
+    test_predictions: Mapping[str, str] | None = None     # GLUE test set -> predictions file
+    test_sets_absent: tuple[str, ...] | None = None
+    tracking_error: str | None = None
+    # a hand-edited value that is no such object, kept as read: the run's numbers are intact, so the record stays a
+    # record and the value is named where the files are needed (`RunRecord.artifact_files`)
+    unreadable: Any = dataclasses.field(default=None, repr=False, metadata={"json": False})
 
     @classmethod
-    def of(cls, parameters: Any) -> "Parameters":
-        parameters = _part(parameters)
-        return cls(num(parameters.get("total")), num(parameters.get("extra")), num(parameters.get("training_only")))
+    def from_json(cls, data: Any, where: str = "") -> "Artifacts":
+        try:
+            return super().from_json(data, where)
+        except PartError:
+            return cls(unreadable=data)
 
-
-NUMBER = (int, float, type(None))
-OPTIONAL_DICT = (dict, type(None))
-OPTIONAL_STR = (str, type(None))
-# The JSON types of the record's parts that readers read ("[]": each item of a list, "*": each value of a dict): a
-# hand-edited record with another type there is no record (the report names and skips it, a grid reruns its job)
-# instead of crashing whatever reads that part.
-NESTED_TYPES: dict[str, type | tuple[type, ...]] = {
-    "config.model": OPTIONAL_STR, "config.task": str, "config.method": str, "config.seed": (int, type(None)),
-    "config.hparams": OPTIONAL_DICT, "config.train": OPTIONAL_DICT, "label": str, "hash": str,
-    "environment": OPTIONAL_DICT, "history": (list, type(None)), "history[]": dict,
-    "history[].dev": OPTIONAL_DICT, "history[].train_subset": OPTIONAL_DICT, "history[].method": OPTIONAL_DICT,
-    "final": OPTIONAL_DICT, "final.score": NUMBER, "best": OPTIONAL_DICT, "timing": OPTIONAL_DICT,
-    "timing.step_s": NUMBER, "timing.peak_memory_mb": NUMBER, "timing.step_mode": OPTIONAL_DICT,
-    "parameters": OPTIONAL_DICT, "parameters.*": NUMBER,
-    "data": OPTIONAL_DICT, "attention": OPTIONAL_DICT, "attention.mean": OPTIONAL_DICT,
-    "attention.per_layer": OPTIONAL_DICT, "analyses": OPTIONAL_DICT, "method_record": OPTIONAL_DICT,
-    "baselines": OPTIONAL_DICT, "heldout": OPTIONAL_DICT, "heldout.score": NUMBER, "heldout_baselines": OPTIONAL_DICT,
-    "predictions": OPTIONAL_STR, "started": OPTIONAL_STR, "finished": OPTIONAL_STR,
-    "error": OPTIONAL_STR, "generalisation_gap": NUMBER, "version": int,
-}
-
-
-def _values(data: Any, path: str) -> list[tuple[str, Any]]:
-    """(where, value) of every value at a dotted `path` of NESTED_TYPES in `data` (absent parts: none)."""
-    found = [("", data)]
-    for part in path.split("."):
-        step = []
-        for where, value in found:
-            name, each = part.removesuffix("[]"), part.endswith("[]")
-            if name == "*":
-                step += [(f"{where}.{k}", v) for k, v in value.items()] if isinstance(value, dict) else []
-                continue
-            if not isinstance(value, dict) or name not in value:
-                continue
-            where, value = f"{where}.{name}".lstrip("."), value[name]
-            if each:
-                step += [(f"{where}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, list) else []
-            else:
-                step.append((where, value))
-        found = step
-    return found
-
-
-def _is(value: Any, types: type | tuple[type, ...]) -> bool:
-    """isinstance, except that JSON's true/false is no number"""
-    if isinstance(value, bool):
-        return bool in (types if isinstance(types, tuple) else (types,))
-    return isinstance(value, types)
-
-
-def nested_type_problem(data: Any) -> str | None:
-    """The first part of a record's JSON `data` whose type is not NESTED_TYPES' (a hand-edited record), or None."""
-    for path, types in NESTED_TYPES.items():
-        for where, value in _values(data, path):
-            if not _is(value, types):
-                return f"{where} is a JSON {type(value).__name__}, not what a run record holds there (edited by hand?)"
-    return None
+    def to_json(self) -> Any:
+        return self.unreadable if self.unreadable is not None else super().to_json()

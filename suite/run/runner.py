@@ -39,6 +39,17 @@ from suite.run.models import load_model
 from suite.run.outputs import RunHooks
 from suite.run.progress import Callback as ProgressCallback
 from suite.run.record import HELDOUT, RECORD_VERSION, RunRecord
+from suite.run.record_parts import (
+    Analyses,
+    AttentionStats,
+    Baselines,
+    Best,
+    DataSizes,
+    Epoch,
+    Metrics,
+    Parameters,
+    Timing,
+)
 from suite.run.settings import RunConfig, resolve_model
 from suite.run.training import FitData, FitEnv, Fitted, fit
 
@@ -145,29 +156,31 @@ def _rank(score: float, spec: TaskSpec) -> float:
 def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, data: Tokenized, model, method: AttentionMethod,
              extra: int, device, amp_dtype) -> None:
     devs, train_subset, train = data.devs, data.train_subset, data.train
-    history = fitted.history
-    chosen = history[(fitted.selected_epoch or len(history)) - 1]  # train.select_epoch: the last or the best epoch
-    rec.history, rec.final, rec.tune = history, chosen["dev"], chosen.get("tune")
-    if not math.isfinite(rec.final["score"]):
-        raise NonFiniteLoss(f"the final dev score is {rec.final['score']}: the model's predictions are constant "
+    rec.history = tuple(Epoch.from_json(e, f"history[{i}]") for i, e in enumerate(fitted.history))
+    chosen = rec.history[(fitted.selected_epoch or len(rec.history)) - 1]  # train.select_epoch: the last or the best
+    rec.final, rec.tune = chosen.dev, chosen.tune
+    if not math.isfinite(rec.final.score):
+        raise NonFiniteLoss(f"the final dev score is {rec.final.score}: the model's predictions are constant "
                             "(collapsed), so the task's correlation metrics are undefined")
-    best = max(history, key=lambda e: _rank(e["dev"]["score"], spec))
-    rec.best = best["dev"] | {"epoch": best["epoch"]}
-    rec.generalisation_gap = chosen["train_subset"]["score"] - chosen["dev"]["score"]
-    rec.timing = {"train_s": fitted.train_s, "eval_s": fitted.eval_s, "steps": fitted.steps,
-                  "step_s": fitted.train_s / max(fitted.steps, 1), "train_samples_per_s": fitted.seen / fitted.train_s,
-                  "peak_memory_mb": peak_memory_mb(device),
-                  "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss",
-                  "precision": precision_label(amp_dtype, loss_scaling=fitted.ctx.scaler.is_enabled()),
-                  "step_mode": fitted.step_mode}
-    rec.data = {"train": len(train), "dev": {spec.eval_splits[k]: len(v) for k, v in devs.items()},
-                "train_subset": len(train_subset), "draw": data.draw}
+    rec.best = Best.at(max(rec.history, key=lambda e: _rank(e.dev_score, spec)))
+    rec.generalisation_gap = chosen.train_subset_score - chosen.dev_score
+    rec.timing = Timing.from_json({
+        "train_s": fitted.train_s, "eval_s": fitted.eval_s, "steps": fitted.steps,
+        "step_s": fitted.train_s / max(fitted.steps, 1), "train_samples_per_s": fitted.seen / fitted.train_s,
+        "peak_memory_mb": peak_memory_mb(device),
+        "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss",
+        "precision": precision_label(amp_dtype, loss_scaling=fitted.ctx.scaler.is_enabled()),
+        "step_mode": fitted.step_mode}, "timing")
+    sizes = {"train": len(train), "dev": {spec.eval_splits[k]: len(v) for k, v in devs.items()},
+             "train_subset": len(train_subset), "draw": data.draw}
     if len(data.tune):
-        rec.data["tune"] = len(data.tune)
-    rec.parameters = {"total": sum(p.numel() for p in model.parameters()), "extra": extra,
-                      "training_only": method.training_only_parameters()}
+        sizes["tune"] = len(data.tune)
+    rec.data = DataSizes.from_json(sizes, "data")
+    rec.parameters = Parameters.from_json({"total": sum(p.numel() for p in model.parameters()), "extra": extra,
+                                           "training_only": method.training_only_parameters()}, "parameters")
     rec.method_record = method.record()
-    rec.baselines = baseline_scores(spec, {k: np.asarray(v.labels) for k, v in devs.items()})
+    rec.baselines = Baselines.from_json(baseline_scores(spec, {k: np.asarray(v.labels) for k, v in devs.items()}),
+                                        "baselines")
     rec.prediction_arrays = {suffix: _arrays(devs[suffix], e, spec) for suffix, e in fitted.final_evals.items()}
     if fitted.heldout is not None:
         _heldout(rec, fitted.heldout, data.heldout, spec)
@@ -185,9 +198,10 @@ def _heldout(rec: RunRecord, e, enc: Encoded, spec: TaskSpec) -> None:
     if not math.isfinite(e.metrics["score"]):
         raise NonFiniteLoss(f"the held-out test score is {e.metrics['score']}: the model's predictions are constant "
                             "(collapsed), so the task's correlation metrics are undefined")
-    rec.heldout = e.metrics
-    rec.heldout_baselines = baseline_scores(spec, {"": np.asarray(enc.labels)})
-    rec.data["heldout"] = len(enc)
+    rec.heldout = Metrics.from_json(e.metrics, "heldout")
+    rec.heldout_baselines = Baselines.from_json(baseline_scores(spec, {"": np.asarray(enc.labels)}),
+                                                "heldout_baselines")
+    rec.data = dataclasses.replace(rec.data, heldout=len(enc))
     rec.prediction_arrays[HELDOUT] = _arrays(enc, e, spec)
 
 
@@ -221,9 +235,11 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
         from suite.run.attention_stats import attention_statistics
 
         first = next(iter(devs.values()))
-        rec.attention = attention_statistics(model, tokenizer, first, spec, t, pad_id, device, amp_dtype)
+        rec.attention = AttentionStats.from_json(
+            attention_statistics(model, tokenizer, first, spec, t, pad_id, device, amp_dtype), "attention")
     if selected(t.analyses):
-        rec.analyses = run_analyses(model, tokenizer, next(iter(devs.values())), spec, t, pad_id, device, amp_dtype)
+        rec.analyses = Analyses.from_json(
+            run_analyses(model, tokenizer, next(iter(devs.values())), spec, t, pad_id, device, amp_dtype), "analyses")
     if hooks is not None:  # saved model, test-set predictions (suite.run.outputs)
         hooks.finished(model, tokenizer, spec, task_data_dir(spec, data_dir), device, amp_dtype)
 
@@ -273,7 +289,7 @@ def _attempt(job: RunConfig, data_dir, dev: torch.device, quiet: bool, on_epoch,
              on_progress: ProgressCallback | None = None) -> RunRecord:
     rec = RunRecord.started_now(job, environment(dev))
     if dev.type == "cuda":
-        rec.environment.update({k: v for k, v in gpu.items() if v is not None})
+        rec.environment = {**rec.environment, **{k: v for k, v in gpu.items() if v is not None}}
     rec.provenance = provenance(job)
     start = time.perf_counter()
     hooks = RunHooks(job)  # tracking, saved model, test predictions: only when the job's outputs ask for them

@@ -17,7 +17,7 @@ from suite.api.registry import Registry
 from suite.run.batching import BATCHINGS, PAD_TO
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["ADDED", "ANALYSES", "DEFAULT_MODEL", "PRESETS", "RunConfig", "TRAIN_FIELDS",
+__all__ = ["ADDED", "ANALYSES", "DEFAULT_MODEL", "NEVER_HASHED", "PRESETS", "RunConfig", "TRAIN_FIELDS",
            "TRAIN_HASH_RULES", "TrainSettings", "canonical_model", "changed_settings", "check_seeds",
            "default_model", "preset_train", "resolve_model", "selected_analyses", "setting_help",
            "setting_name", "setting_value", "unhashed_at_default", "unless", "with_added_defaults"]
@@ -262,6 +262,8 @@ TRAIN_FIELDS = {f.name: f for f in dataclasses.fields(TrainSettings)}
 # `never`: like a run's other outputs (saved model, test predictions) they change none of its numbers, so asking for
 # them never makes a finished run another run.
 TRAIN_HASH_RULES: dict[str, HashRule] = {name: f.metadata["hashed"] for name, f in TRAIN_FIELDS.items()}
+# The settings that change none of a run's numbers (analyses, speed): runs that differ only in them are one setting.
+NEVER_HASHED = frozenset(name for name, rule in TRAIN_HASH_RULES.items() if rule.when == "never")
 # What a record written before a setting existed ran (its value when reading such a record back); `never` settings
 # read back at their defaults.
 OLDER_RECORDS_RAN: dict[str, Any] = {name: rule.value if rule.when == "unless" else TRAIN_FIELDS[name].default

@@ -66,7 +66,7 @@ def epoch_metrics(entry: dict[str, Any]) -> dict[str, float]:
 
 
 def final_metrics(record) -> dict[str, float]:
-    final = {f"final/{k}": v for k, v in (record.final or {}).items()}
+    final = {f"final/{k}": v for k, v in record.final.values.items()}
     final["wall_s"] = record.wall_s
     return _finite(final)
 

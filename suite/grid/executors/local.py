@@ -137,5 +137,5 @@ def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecor
         status.started(job)
         rec = run_one(job, data_dir, device=device, quiet=quiet,
                       on_progress=lambda event, j=job: status.progress(j, event))
-        rec.executor = {**info, **rec.executor}
+        rec.ran_by(info)
         record(job, rec)

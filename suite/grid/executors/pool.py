@@ -109,7 +109,7 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
             outbox.put((worker_id, index, None, False))  # begun: --max-run-minutes counts from here
             rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction,
                           on_progress=lambda event, i=index: outbox.put((worker_id, i, event, False)))
-            rec.executor = {**executor_info("local", worker=worker_id, attempts=attempt), **rec.executor}
+            rec.ran_by(executor_info("local", worker=worker_id, attempts=attempt))
             broken = is_sticky_cuda_error(rec.error)
             outbox.put((worker_id, index, rec, broken))
             if broken:

@@ -137,7 +137,7 @@ def _ray_job(job: RunConfig, data_dir, device: str, threads: int, modules: list[
     lines = ProgressLines()  # printed here: Ray brings a worker's output to the driver's log (unless --quiet)
     rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction,
                   on_progress=lambda event: _print_line(lines.line(job.label, event)))
-    rec.executor = {**executor_info("ray", host=platform.node(), attempts=task_attempt()), **rec.executor}
+    rec.ran_by(executor_info("ray", host=platform.node(), attempts=task_attempt()))
     return rec, (pack(folder) if folder is not None else None)
 
 

@@ -126,7 +126,7 @@ def status_table(result: GridResult) -> str:
     """The end-of-grid table: one row per run (done, skipped, failed, not run) and the counts."""
     rows = []
     for job, rec in result.done:
-        rows.append([job.label, "done", f"{rec.dev.score:.4f}", f"{rec.wall_s:.0f}s", ""])
+        rows.append([job.label, "done", f"{rec.final.score:.4f}", f"{rec.wall_s:.0f}s", ""])
     for job in result.skipped:
         rows.append([job.label, "skipped", "", "", "record exists"])
     for job, rec in result.failed:

@@ -117,14 +117,14 @@ class GridStatus:
     def finished_run(self, job: RunConfig, rec: RunRecord) -> None:
         self.running = max(0, self.running - 1)
         self.ended.add(job.hash)
-        steps = rec.timed.steps  # a run that reported nothing (Ray) still counts its steps here
+        steps = rec.timing.steps  # a run that reported nothing (Ray) still counts its steps here
         if isinstance(steps, int) and steps > self.stepped.get(job.hash, 0):
             self.stepped[job.hash] = steps
         if isinstance(steps, int) and self.planned.get(job.hash) is None:
             self.planned[job.hash] = steps  # a size the unknown ones may take after
         if rec.ok:
             self.done += 1
-            text = f"  done {job.label}: score {rec.dev.score:.4f} in {rec.wall_s:.0f}s"
+            text = f"  done {job.label}: score {rec.final.score:.4f} in {rec.wall_s:.0f}s"
         else:
             self.failed += 1
             text = f"  FAILED {job.label}: {(rec.error or '')[:300]}"
