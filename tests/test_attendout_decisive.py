@@ -2,6 +2,8 @@
 recovered, B's horizon has the registered power at kappa's estimate, and the tests decide as registered."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -46,3 +48,27 @@ def test_registered_tests_decide_as_written():
          "planted": {s: 0.001 * rng.standard_normal() for s in range(10)},
          "placebo": {s: 0.01 * rng.standard_normal() for s in range(3)}}
     assert dr.test_b(b)["decision"].startswith("undecided")
+
+
+def write_runs(folder, runs):
+    folder.mkdir(parents=True)
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+
+
+def test_real_forms_decide_against_their_own_placebo_with_holm(tmp_path):
+    """A_real is read against design A's placebo, rloo2 against its own; Holm runs over the two forms once both are
+    in; a clear drift is 'moved', a flat real arm is 'equivalent' within the margin, and a missing run leaves the
+    family undecided."""
+    noise = [0.004, -0.003, 0.002, -0.001, 0.0]
+    write_runs(tmp_path / "A", [run("placebo", s, e) for s, e in enumerate(noise)])
+    write_runs(tmp_path / "A_real", [run("real", s, 0.03 + e * 1.5) for s, e in enumerate(noise)])
+    rloo = [run("real", s, -e) for s, e in enumerate(noise)] + [run("placebo", s, e) for s, e in enumerate(noise)]
+    write_runs(tmp_path / "rloo2", rloo[:-1])
+    assert dr.test_real_forms(tmp_path)["complete"] is False  # rloo2's placebo seed 4 missing
+    (tmp_path / "rloo2" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rloo))
+    family = dr.test_real_forms(tmp_path)
+    a, r = family["forms"]["A_real"], family["forms"]["rloo2"]
+    assert family["complete"] and a["moved"] and not a["equivalent"] and a["mean_diff"] == pytest.approx(0.0302)
+    assert r["equivalent"] and not r["moved"] and r["mean_diff"] == pytest.approx(-0.0008)
+    assert a["p_holm"] == pytest.approx(min(1.0, 2 * a["p"]))  # the smaller p is doubled
+    assert "more drop" in a["decision"] and "less than" in r["decision"]

@@ -40,12 +40,17 @@ class Design:
     updates: int | None                # None: sized by the kappa calibration (B)
     mask_samples: int
     c: float                           # the planted arm's added correlation
+    baseline: str = "defender"         # AttendOut's advantage: the Defender's (the default) or rloo (K = 2 published)
 
 
 DESIGNS = {
     "kappa": Design("kappa", {"planted": (0, 1, 2), "placebo": (0, 1, 2)}, 100, 8, 0.02),
     "A": Design("A", {"planted": tuple(range(5)), "placebo": tuple(range(5))}, 371, 1, 0.022),
     "B": Design("B", {"real": tuple(range(10)), "planted": tuple(range(10)), "placebo": (0, 1, 2)}, None, 8, 0.0058),
+    # issue 66 (PREREGISTRATION-real.md): the real reward at the benchmark's horizon in two forms; A_real's placebo
+    # is design A's (same seeds, same setting), rloo2 has its own
+    "A_real": Design("A_real", {"real": tuple(range(5))}, 371, 1, 0.0),
+    "rloo2": Design("rloo2", {"real": tuple(range(5)), "placebo": tuple(range(5))}, 371, 2, 0.0, "rloo"),
 }
 
 
@@ -53,7 +58,7 @@ def longhorizon_argv(design: Design, updates: int, data_dir: str, out: str) -> l
     """The design as `longhorizon` options (the setting of the module docstring)."""
     return ["--data-dir", data_dir, "--task", "mrpc", "--model", "minilm", "--layers", "6", "--hidden", "0",
             "--g-lrs", "1e-3", "--updates", str(updates), "--strength", str(design.c), "--planted-form", "added",
-            "--planted-layer", str(LAYER), "--baseline", "defender", "--mask-samples", str(design.mask_samples),
+            "--planted-layer", str(LAYER), "--baseline", design.baseline, "--mask-samples", str(design.mask_samples),
             "--batch-size", "16", "--max-length", "128", "--lr", "1e-4", "--warmup-ratio", "0.06",
             "--probe-every", "10", "--reference-batches", "4", "--threads", "1", "--no-freeze-embeddings",
             "--out", out]

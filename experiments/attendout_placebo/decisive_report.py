@@ -75,6 +75,58 @@ def test_b(arms: dict) -> dict:
                   "decision": decision}
 
 
+# issue 66's real-reward forms (PREREGISTRATION-real.md): the equivalence margin is the drift that a signal of the
+# placebo logs' correlation (0.0188) gives in layer 1 over 371 updates at design A's kappa (0.0030): 0.021
+REAL_MARGIN = 0.021
+REAL_FORMS = ("A_real", "rloo2")
+
+
+def real_vs_placebo(real: dict[int, float], placebo: dict[int, float], seeds: tuple[int, ...]) -> dict:
+    """Paired by seed, real minus placebo in layer LAYER: the two-sided t-test (does G move?) and the TOST at
+    +-REAL_MARGIN (does it move less than a signal of correlation 0.0188 would?), each at ALPHA before Holm."""
+    r, q = (np.array([arm[s] for s in seeds]) for arm in (real, placebo))
+    d = r - q
+    n = len(d)
+    se = d.std(ddof=1) / math.sqrt(n)
+    t, p = stats.ttest_1samp(d, 0.0)
+    p_low = float(stats.t.sf((d.mean() + REAL_MARGIN) / se, n - 1))   # H0: diff <= -margin
+    p_high = float(stats.t.cdf((d.mean() - REAL_MARGIN) / se, n - 1))  # H0: diff >= +margin
+    half = stats.t.ppf(1 - ALPHA / 2, n - 1) * se
+    return {"seeds": list(seeds), "real": r.tolist(), "placebo": q.tolist(), "mean_diff": float(d.mean()),
+            "ci95": [float(d.mean() - half), float(d.mean() + half)], "t": float(t), "p": float(p), "df": n - 1,
+            "tost_p": max(p_low, p_high), "margin": REAL_MARGIN}
+
+
+def test_real_forms(root: Path) -> dict:
+    """Both forms' tests with Holm over the two forms (separately for the difference and the equivalence tests);
+    a form without all its registered runs is left out and the family is not decided."""
+    placebo_a = by_arm(read_runs(root / "A" / "runs.jsonl")).get("placebo", {})
+    tests = {}
+    for name in REAL_FORMS:
+        folder = root / name
+        if not (folder / "runs.jsonl").is_file():
+            continue
+        design, arms = DESIGNS[name], by_arm(read_runs(folder / "runs.jsonl"))
+        placebo = placebo_a if name == "A_real" else arms.get("placebo", {})
+        seeds = design.arms["real"]
+        if set(seeds) <= set(arms.get("real", {})) and set(seeds) <= set(placebo):
+            tests[name] = real_vs_placebo(arms["real"], placebo, seeds)
+    if set(tests) != set(REAL_FORMS):
+        return {"complete": False, "forms": tests}
+    for key, verdict in (("p", "moved"), ("tost_p", "equivalent")):
+        order = sorted(tests, key=lambda f: tests[f][key])
+        for rank, form in enumerate(order):  # Holm: step down over the 2 forms, stop at the first not rejected
+            adjusted = max(min(1.0, tests[f][key] * (len(order) - i)) for i, f in enumerate(order[:rank + 1]))
+            tests[form][f"{key}_holm"] = adjusted
+            tests[form][verdict] = bool(adjusted < ALPHA)
+    for t in tests.values():
+        t["decision"] = ("G moves layer 1's rate under the real reward (" + ("more" if t["mean_diff"] > 0 else "less")
+                         + " drop) within 371 updates" if t["moved"] else
+                         f"G moves layer 1's rate less than +-{REAL_MARGIN} against the placebo within 371 updates "
+                         "(less than a signal of correlation 0.0188 would)" if t["equivalent"] else "undecided")
+    return {"complete": True, "forms": tests}
+
+
 def report(out: Path) -> dict:
     meta = json.loads((out / "meta.json").read_text())
     design = DESIGNS[meta["design"]["name"]]
@@ -91,6 +143,12 @@ def report(out: Path) -> dict:
         result["test"] = test_a(arms)
     if result["complete"] and design.name == "B":
         result["test"] = test_b(arms)
+    if design.name in REAL_FORMS:
+        family = test_real_forms(out.parent)
+        if design.name in family["forms"]:
+            result["test"] = family["forms"][design.name] | {"family_complete": family["complete"]}
+            if not family["complete"]:
+                result["test"]["decision"] = "in progress: the other form's runs are not all in, so Holm cannot run"
     (out / "verdict.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "verdict.md").write_text(markdown(result, runs) + "\n")
     return result
