@@ -160,7 +160,7 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
             "shapes_per_epoch": len(shapes), "widths": sorted({w for _, w in shapes}),
             "ops_per_step": counted.ops / steps, "views_per_step": counted.views / steps,
             "steps_per_s": steps / seconds, "step_ms": 1e3 * seconds / steps,
-            # every thread's CPU time: threads that spin while they wait cost CPU, not speed
+            # every thread's CPU time: what threads spinning while they wait burn shows here
             "cpu_s_per_step": cpu_seconds / steps, "threads": torch.get_num_threads(),
             "omp_wait_policy": wait_policy(),
             "tokens_per_s": padded_tokens / seconds, "real_tokens_per_s": real_tokens / seconds,

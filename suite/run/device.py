@@ -312,9 +312,8 @@ def wait_policy(env: Mapping[str, str] | None = None) -> str:
 
 def torch_threads(processes: int = 1, cores: int | None = None, env: Mapping[str, str] | None = None) -> int:
     """Torch threads for each of `processes` training processes sharing this machine's `cores`: the user's
-    OMP_NUM_THREADS when it is a positive number, else the cores shared out, at least one each. Measured on 2 cores
-    (docs/cost.md#threads-and-waiting): with passive waits, threads beside busy processes cost no more than one
-    thread, and idle cores make a single run faster."""
+    OMP_NUM_THREADS when it is a positive number, else the cores shared out, at least one each. On a busy 2-core CPU
+    two threads with passive waits cost what one costs per step (docs/cost.md#threads-and-waiting)."""
     env = os.environ if env is None else env
     own = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if own.isdigit() and int(own) > 0:
