@@ -35,6 +35,7 @@ from suite.grid.executors import (
 from suite.grid.executors.ray import TaskResources
 from suite.grid.plan import build_grid
 from suite.grid.store import Store
+from suite.run.device import wait_env, wait_policy
 from suite.run.record import RunRecord
 from suite.run.record_parts import Metrics
 from suite.run.settings import RunConfig, TrainSettings
@@ -161,6 +162,8 @@ def test_ray_ships_data_to_workers(ray_cluster, sequential, tiny_bert_dir, glue_
     result = run_grid([job], Store(tmp_path), glue_dir, executor="ray", quiet=True, ship=True)
     (_, rec), = result.done
     assert_same_numbers(rec, seq[job.hash])
+    # the cluster was started without a wait setting: the task's runtime env brought the driver's (PASSIVE)
+    assert rec.env.omp_wait_policy == wait_policy(wait_env()) and rec.env.cpu_threads == "1"
 
 
 def test_ray_missing_gives_install_hint(monkeypatch):

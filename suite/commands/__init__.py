@@ -14,6 +14,7 @@ import sys
 from typing import Callable
 
 from suite.commands.boundary import failure, tolerant_output
+from suite.run.device import prefer_passive_waits
 
 # name -> (module, the line `python -m suite --help` lists it with). A command's module is imported only when that
 # command runs (or when the whole parser is built): most pull in torch and transformers, which `--help` and
@@ -94,6 +95,8 @@ class ClosedPipeSafe:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before a command's module imports torch: its OpenMP reads the wait policy once, when it loads
+    prefer_passive_waits()
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     if getattr(args, "quiet", False) or not sys.stderr.isatty():

@@ -43,7 +43,8 @@ def add_parser(sub) -> None:
                    help="profile one step of each method that misses its target (or of the given comma list) "
                         "with torch.profiler and add its top operators to the output")
     p.add_argument("--threads", type=int,
-                   help="CPU threads for torch (default: torch's choice); 1 is steadier on a busy shared machine")
+                   help="CPU threads for torch (default: as a run's: $OMP_NUM_THREADS, else every core; idle "
+                        "threads sleep unless OMP_WAIT_POLICY says otherwise); 1 is steadier on a busy machine")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and weights (default 0)")
     p.add_argument("--out", help="also write the markdown to this file")
     p.add_argument("--json", metavar="FILE", help="also write the measurements as JSON (`suite report --costs` "
@@ -100,16 +101,16 @@ def _methods(args) -> list[tuple[str, Any]]:
 
 
 def main(args) -> int:
-    from suite.run.device import autocast_dtype, pick_device
+    from suite.run.device import autocast_dtype, pick_device, torch_threads
 
     device = pick_device(args.device)
     if args.threads is not None and args.threads < 1:
         raise BadInput("--threads must be >= 1")
+    args.threads = args.threads or torch_threads()  # the rule a single run follows (docs/cost.md)
+    torch.set_num_threads(args.threads)
     if args.loop:
         return loop_main(args, device)
     shapes, seq_lens, note = _resolved_options(args, device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     amp_dtype = autocast_dtype(args.precision, device)
     methods = _methods(args)
     sections = ["## Attention methods: training-step time and memory", "",
@@ -205,8 +206,6 @@ def loop_main(args, device) -> int:
     from suite.profiling.loop import LoopSpec, loop_table, profile_loop
     from suite.run.device import git_commit
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     if args.steps < 1:
         raise BadInput("--steps must be >= 1")
     methods = METHODS.select(args.methods or "vanilla")

@@ -29,7 +29,8 @@ generator's).
 
 The last columns judge each method against its cost target (a multiple of [eager]; the targets are for CUDA), and
 `--profile` adds, for each method that misses it (or for the methods named), the top operators of one profiled step.
-On a busy shared CPU `--threads 1` gives steadier numbers: oversubscribed OpenMP threads spin and wait.
+Threads follow the rule a single run follows (docs/cost.md#threads-and-waiting: every core, idle threads sleep);
+on a busy shared CPU `--threads 1` still gives steadier numbers.
 
 Layout: `measure` (candidates, batches, timed and profiled steps), `output` (table, header, JSON); the command line is
 `suite.commands.bench`.

@@ -97,7 +97,7 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
     from suite.api.tasks import get_task
     from suite.run.batching import BATCHINGS, padded_widths, resolve_pad_to
     from suite.run.capture import Steps, eager_reason
-    from suite.run.device import autocast_dtype, machine
+    from suite.run.device import autocast_dtype, machine, wait_policy
     from suite.run.runner import TokenizedCache
     from suite.run.settings import RunConfig, preset_train
     from suite.run.training import TrainLoop, build_context, evaluate, train_epoch
@@ -140,10 +140,10 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
     batches = BATCHINGS[t.batching].order(lengths, t.batch_size, order)
     padded = [(len(b), train_w.width(b, lengths)) for b in batches]
     _sync(device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     epoch(2)
     _sync(device)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     with counting() as evaluated:
         evaluate(model, dev, task, t.eval_batch_size, pad_id, device, amp, widths=dev_w)
     eval_batches = math.ceil(len(dev) / t.eval_batch_size)
@@ -160,6 +160,9 @@ def profile_loop(ls: LoopSpec, data_dir, device: torch.device) -> dict[str, Any]
             "shapes_per_epoch": len(shapes), "widths": sorted({w for _, w in shapes}),
             "ops_per_step": counted.ops / steps, "views_per_step": counted.views / steps,
             "steps_per_s": steps / seconds, "step_ms": 1e3 * seconds / steps,
+            # every thread's CPU time: what threads spinning while they wait burn shows here
+            "cpu_s_per_step": cpu_seconds / steps, "threads": torch.get_num_threads(),
+            "omp_wait_policy": wait_policy(),
             "tokens_per_s": padded_tokens / seconds, "real_tokens_per_s": real_tokens / seconds,
             "padding_share": 1 - real_tokens / padded_tokens,
             "eval_host_syncs_per_batch": evaluated.syncs / eval_batches,

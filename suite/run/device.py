@@ -1,11 +1,13 @@
 """Devices and precision: which device a run uses, its autocast dtype, how records name them, the environment."""
 from __future__ import annotations
 
+import os
 import platform
 import resource
 import subprocess
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from suite import __version__
 from suite.api import startup_cache
@@ -14,8 +16,8 @@ from suite.api.errors import BadInput
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["CPU_BF16_CHECKS", "autocast_dtype", "cpu_bf16_native", "device_type", "enable_tf32", "environment",
            "git_commit", "is_out_of_memory", "is_sticky_cuda_error", "limit_gpu_memory", "machine",
-           "make_deterministic", "peak_memory_mb", "pick_device", "precision_label",
-           "resolve_jobs_precision", "resolve_precision"]
+           "make_deterministic", "peak_memory_mb", "pick_device", "precision_label", "prefer_passive_waits",
+           "resolve_jobs_precision", "resolve_precision", "torch_threads", "wait_env", "wait_policy"]
 
 if TYPE_CHECKING:  # torch is imported where it is used: `list` and dry runs plan without it (suite.api.startup_cache)
     import torch
@@ -279,6 +281,48 @@ def git_commit(root: Path | None = None) -> str | None:
         return None
 
 
+# libgomp's (torch's OpenMP) settings for how idle threads wait, read once when torch loads it
+WAIT_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def wait_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """How a process about to load torch lets its OpenMP threads wait: the user's own OMP_WAIT_POLICY and
+    GOMP_SPINCOUNT when either is set, else PASSIVE (sleep at once). libgomp's default spins ~3 ms per wait, which on
+    a shared CPU took the cores the other processes needed: docs/cost.md#threads-and-waiting."""
+    env = os.environ if env is None else env
+    own = {key: env[key] for key in WAIT_SETTINGS if env.get(key, "").strip()}
+    return own or {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def prefer_passive_waits() -> None:
+    """`wait_env` into this process's environment, for libgomp to read when torch loads and for every process
+    started from here; left alone once torch is loaded, so that the record says what this process's threads do."""
+    if "torch" not in sys.modules:
+        os.environ.update(wait_env())
+
+
+def wait_policy(env: Mapping[str, str] | None = None) -> str:
+    """The record's words for how this process's OpenMP threads wait: PASSIVE, ACTIVE or default (libgomp's own:
+    spin, then sleep), with GOMP_SPINCOUNT when set."""
+    env = os.environ if env is None else env
+    policy = env.get("OMP_WAIT_POLICY", "").strip().upper() or "default"
+    spin = env.get("GOMP_SPINCOUNT", "").strip()
+    return f"{policy}, GOMP_SPINCOUNT={spin}" if spin else policy
+
+
+def torch_threads(processes: int = 1, cores: int | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Torch threads for each of `processes` training processes sharing this machine's `cores`: the user's
+    OMP_NUM_THREADS when it is a positive number, else the cores shared out, at least one each. On a busy 2-core CPU
+    two threads with passive waits cost what one costs per step (docs/cost.md#threads-and-waiting)."""
+    env = os.environ if env is None else env
+    own = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if own.isdigit() and int(own) > 0:
+        return int(own)
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // max(1, processes))
+
+
 def environment(device: torch.device) -> dict[str, Any]:
     from importlib import metadata
 
@@ -292,7 +336,8 @@ def environment(device: torch.device) -> dict[str, Any]:
     env = {"suite": __version__, "python": platform.python_version(), "torch": torch.__version__,
            "transformers": transformers.__version__, "datasets": datasets_version,
            "platform": platform.platform(), "machine": platform.machine(), "cpu_threads": torch.get_num_threads(),
-           "device": str(device), "git_commit": git_commit(), "host": platform.node()}
+           "omp_wait_policy": wait_policy(), "device": str(device), "git_commit": git_commit(),
+           "host": platform.node()}
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda

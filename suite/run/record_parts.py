@@ -145,6 +145,7 @@ class Environment:
     python: str
     torch: str
     transformers: str
+    omp_wait_policy: str  # how idle CPU threads waited (PASSIVE, ACTIVE, default); "?": a record from before it
 
     @classmethod
     def of(cls, env: Mapping[str, Any]) -> "Environment":
@@ -152,7 +153,7 @@ class Environment:
             return str(env.get(key, "?"))
         return cls(text("device"), str(env.get("gpu") or ""), text("platform"), text("cpu_threads"), text("host"),
                    text("suite"), str(env.get("git_commit") or "unknown"), text("python"), text("torch"),
-                   text("transformers"))
+                   text("transformers"), text("omp_wait_policy"))
 
 
 @dataclasses.dataclass(frozen=True)

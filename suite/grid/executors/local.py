@@ -12,6 +12,7 @@ from suite.api.errors import ExecutorError
 from suite.grid.executors.pool import WorkerPool, max_run_seconds
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info
+from suite.run.device import torch_threads
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
@@ -22,12 +23,13 @@ __all__ = ["LocalPlan", "local_plan", "run_local", "visible_gpus"]
 @dataclass
 class LocalPlan:
     """How the local executor runs: `workers` processes (0: in this process), each with its environment overrides,
-    the device string given to run_one inside a worker, and torch threads per worker (None: torch's default)."""
+    the device string given to run_one inside a worker, and torch threads per training process
+    (`suite.run.device.torch_threads`)."""
 
     workers: int
     envs: list[dict[str, str]]
     device: str
-    threads: int | None
+    threads: int
     memory_fraction: float | None = None  # each worker's share of its GPU's memory when workers share a GPU
 
 
@@ -59,7 +61,7 @@ def local_plan(device: str = "auto", workers: int | str | None = None, gpu_count
     RAM) default to this machine's (tests pass stand-ins). Several GPUs (device auto or cuda): one worker per GPU
     (or `workers`, assigned round-robin, which packs several runs onto a GPU; `auto`: `auto_workers` per GPU).
     Otherwise `workers` CPU processes (default 1: in this process; `auto`: one per core as the memory allows),
-    sharing the cores."""
+    sharing the cores: each gets its share of them as torch threads (the user's OMP_NUM_THREADS when set)."""
     if workers is not None and workers != "auto" and workers < 1:
         raise ExecutorError(f"--workers {workers}: give at least 1 (or auto)")
     if gpu_count is None:
@@ -72,11 +74,11 @@ def local_plan(device: str = "auto", workers: int | str | None = None, gpu_count
             workers = per_gpu * len(gpus)
         n = workers or len(gpus)
         if n == 1:
-            return LocalPlan(0, [], device, None)
+            return LocalPlan(0, [], device, torch_threads(1, cpu_count, env))
         # One GPU per worker, set before the worker starts, so torch in the worker only ever sees that GPU.
         envs = [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} for i in range(n)]
         per_gpu = math.ceil(n / len(gpus))  # round-robin: the most workers any GPU gets
-        return LocalPlan(n, envs, "cuda", max(1, cpu_count // n), 1 / per_gpu if per_gpu > 1 else None)
+        return LocalPlan(n, envs, "cuda", torch_threads(n, cpu_count, env), 1 / per_gpu if per_gpu > 1 else None)
     if device == "cuda":
         raise ExecutorError("--device cuda was asked for but no CUDA device is visible")
     if workers == "auto":
@@ -85,9 +87,9 @@ def local_plan(device: str = "auto", workers: int | str | None = None, gpu_count
         workers = auto_workers(AUTO_MAX_WORKERS, cpu_count, memory or machine_memory()[0], RUN_CPU_BYTES)
     n = workers or 1
     if n == 1:
-        return LocalPlan(0, [], device, None)
+        return LocalPlan(0, [], device, torch_threads(1, cpu_count, env))
     worker_device = "cpu" if device == "auto" else device
-    return LocalPlan(n, [{} for _ in range(n)], worker_device, max(1, cpu_count // n))
+    return LocalPlan(n, [{} for _ in range(n)], worker_device, torch_threads(n, cpu_count, env))
 
 
 def _cuda_device_count() -> int:
@@ -120,17 +122,21 @@ def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], No
     plan = plan or local_plan(device, workers)
     limit_s = max_run_seconds(max_run_minutes)
     if plan.workers == 0 and limit_s:
-        plan = LocalPlan(1, [{}], "cpu" if plan.device == "auto" else plan.device, None)
+        plan = LocalPlan(1, [{}], "cpu" if plan.device == "auto" else plan.device, plan.threads)
     if plan.workers == 0:
-        _run_in_process(jobs, record, data_dir, device, quiet, status)
+        _run_in_process(jobs, record, data_dir, device, quiet, status, plan.threads)
     else:
         WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries,
                    plan.memory_fraction, limit_s).run()
 
 
 def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
-                    quiet: bool, status: GridStatus) -> None:
+                    quiet: bool, status: GridStatus, threads: int) -> None:
+    import torch
+
     from suite.run.runner import run_one
+
+    torch.set_num_threads(threads)
 
     info = executor_info("local", worker=None)
     for job in jobs:

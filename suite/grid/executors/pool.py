@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import executor_info, import_method_modules, method_modules
+from suite.run.device import wait_env
 from suite.run.progress import Progress
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
@@ -86,7 +87,7 @@ def _exit_with_driver() -> None:
     threading.Thread(target=watch, name="suite-driver-watch", daemon=True).start()
 
 
-def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: int | None,
+def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: int,
                  modules: list[str], memory_fraction: float | None = None) -> None:
     """A spawned local worker: run the jobs the driver sends until it sends None; send each record back. After an
     error that breaks this process's CUDA context (`is_sticky_cuda_error`) it says so and exits: the driver starts a
@@ -95,8 +96,7 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
     try:
         import torch
 
-        if threads:
-            torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
         import_method_modules(modules)
         from suite.run.device import is_sticky_cuda_error
         from suite.run.runner import run_one
@@ -123,7 +123,7 @@ class WorkerPool:
     time by the driver, which writes every record itself."""
 
     def __init__(self, jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir,
-                 worker_envs: list[dict[str, str]], device: str, threads: int | None, status: GridStatus,
+                 worker_envs: list[dict[str, str]], device: str, threads: int, status: GridStatus,
                  max_retries: int, memory_fraction: float | None = None, max_run_s: float | None = None):
         # spawn: fresh interpreters, so no CUDA state is inherited and CUDA_VISIBLE_DEVICES is honoured
         self.mp_context = mp.get_context("spawn")
@@ -161,7 +161,8 @@ class WorkerPool:
 
     def _spawn(self, worker_id: int) -> None:
         self.inboxes[worker_id] = self.mp_context.Queue()
-        with _environ(self.worker_envs[worker_id]):
+        # the wait policy too: a driver that loaded torch before the suite could set it (a script) has none
+        with _environ({**wait_env(), **self.worker_envs[worker_id]}):
             proc = self.mp_context.Process(
                 target=_pool_worker, name=f"suite-worker-{worker_id}", daemon=True,
                 args=(worker_id, self.inboxes[worker_id], self.outbox, self.data_dir, self.device, self.threads,

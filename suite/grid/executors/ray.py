@@ -25,6 +25,7 @@ from suite.grid.executors.returned import check_outputs_can_come_back, in_privat
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, import_method_modules, method_modules
 from suite.run import stopping
+from suite.run.device import wait_env
 from suite.run.progress import ProgressLines
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
@@ -193,11 +194,12 @@ def remote_task(ray, resources: "TaskResources", max_retries: int, env: dict[str
     """The Ray task of one run. A GPU run gets a fresh worker process (max_calls=1): Ray applies that default only to
     functions declared with num_gpus, not to GPU options given later, and refuses max_calls in `.options`; a reused
     process would keep the previous run's CUDA context and cached memory and ignore a changed CUDA_VISIBLE_DEVICES.
-    `env`: environment variables the workers need from the driver (an MLflow server's address)."""
-    extra = {"runtime_env": {"env_vars": env}} if env else {}
+    `env`: environment variables the workers need from the driver (an MLflow server's address); the OpenMP wait
+    policy (`wait_env`) goes with them: a worker of a cluster started elsewhere does not inherit the driver's."""
+    env_vars = {**wait_env(), **(env or {})}
     return declared_task(ray, resources).options(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
                                                  max_retries=max_retries, retry_exceptions=False, name="suite-run",
-                                                 **extra)
+                                                 runtime_env={"env_vars": env_vars})
 
 
 @contextlib.contextmanager
