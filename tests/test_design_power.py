@@ -4,6 +4,8 @@ set's shared noise is the limit; the plan command prints the table from declared
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -196,3 +198,47 @@ def test_plan_takes_the_noise_on_the_split_the_verdicts_read(tmp_path, capsys):
         on_dev.write(*make_record("rte", "vanilla", s, {"accuracy": held[s]}))
     assert main(["plan", "--study", study, "--pilot", str(tmp_path / "dev_pilot")]) == 0
     assert "its records of rte are scored on dev, the verdicts on heldout" in capsys.readouterr().out
+
+
+def test_plan_keeps_its_answer_until_a_record_or_the_study_changes(tmp_path):
+    """A second `plan` with the same options, code, study and records prints the kept answer (suite.api.startup_cache:
+    marked here, so that the test sees it was read, not computed); a new pilot record, or an edited study, is
+    computed anew and prints what a run without the cache prints."""
+    import json
+
+    from test_cli_startup import run_fresh
+    from test_report import make_record
+
+    study = _study(tmp_path)
+    pilot = Store(tmp_path / "pilot")
+    for s in range(1, 9):
+        pilot.write(*make_record("rte", "vanilla", s, {"accuracy": 0.6 + 0.01 * ((s * 7) % 5)}))
+    argv, cache = ["plan", "--study", study, "--pilot", str(tmp_path / "pilot")], tmp_path / "cache"
+
+    def kept_answer() -> tuple[str, str]:
+        """(what plan printed, what its next run prints once the kept answer is marked); a run within 2 s of a
+        change to a file it read keeps no answer, and the first one creates the cache folder: a few runs."""
+        for _ in range(4):
+            time.sleep(2.1)
+            out, _ = run_fresh(argv, cache)
+            for entry in (cache / "startup").glob("plan-*.json"):
+                kept = json.loads(entry.read_text())
+                kept["value"]["lines"].append("(kept)")
+                entry.write_text(json.dumps(kept))
+                marked, _ = run_fresh(argv, cache)
+                entry.unlink()
+                return out, marked
+        raise AssertionError("plan kept no answer")
+
+    first, marked = kept_answer()
+    assert marked == first + "(kept)\n" and "vanilla's 8 seeds in two halves" in first
+    run_fresh(argv, cache)   # kept again
+    for s in range(1, 6):   # a comparison's records: the noise now comes from it
+        pilot.write(*make_record("rte", "no_dropout", s, {"accuracy": 0.61 + 0.01 * ((s * 3) % 4)}))
+    time.sleep(2.1)
+    new, _ = run_fresh(argv, cache)
+    assert new != first and "1 comparison(s), 5 seeds" in new
+    Path(study).write_text(Path(study).read_text().replace("margin: 2.0", "margin: 3.0"))
+    time.sleep(2.1)
+    edited, _ = run_fresh(argv, cache)
+    assert edited != new and edited == run_fresh(argv, "off")[0]
