@@ -81,6 +81,13 @@ class Comparison:
     p_sign: float = math.nan
     p_sign_adj: float = math.nan
     sign_excess: int = 0
+    # what the sign test decides about: the median paired difference over every paired seed and its order-statistic
+    # 95% interval (a degenerate run's difference the worst there is: ±inf), the seeds won and lost
+    median: float = math.nan
+    median_low: float = math.nan
+    median_high: float = math.nan
+    wins: int = 0
+    losses: int = 0
     fragile: str = ""               # a verdict within 20% of its level, and what flips it (suite.report.fragility)
 
     @property
@@ -111,7 +118,8 @@ def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
                       effect_size=effect_size(ev), n_paired=ev.n_paired if ev.n_paired >= 0 else ev.n_seeds,
                       degenerate=ev.degenerate, degenerate_reference=ev.degenerate_reference,
                       collapse_p=ev.collapse_p, p_rope=ev.p_rope, collapse_excess=ev.collapse_excess,
-                      p_sign=ev.p_sign, sign_excess=ev.sign_excess)
+                      p_sign=ev.p_sign, sign_excess=ev.sign_excess, median=ev.median, median_low=ev.median_low,
+                      median_high=ev.median_high, wins=ev.wins, losses=ev.losses)
 
 
 def _seed_averages(cells: Mapping, method: str, tasks: list[str]) -> dict[float, float]:

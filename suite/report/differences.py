@@ -135,11 +135,11 @@ def _seeds_text(n: float) -> str:
 
 # the comparisons table shows what each verdict rests on, the table below it every other statistic; the exported
 # table (leaderboard_comparisons.csv and .tex) keeps all of them in one, in the order of FULL_COLUMNS
-FULL_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",
-                "p equiv", "p equiv adj", "P(Δ within ±m)", "verdict", "family", "seeds needed", "degenerate",
-                "collapse p adj", "ASO ε"]
-COMPACT_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "p adj", "p equiv adj", "verdict", "family",
-                   "degenerate"]
+FULL_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "median Δ", "sign interval", "wins",
+                "dev-example se", "effect size", "p", "p adj", "p equiv", "p equiv adj", "P(Δ within ±m)", "verdict",
+                "family", "seeds needed", "degenerate", "collapse p adj", "ASO ε"]
+COMPACT_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "median Δ", "sign interval", "wins", "p adj",
+                   "p equiv adj", "verdict", "family", "degenerate"]
 DETAIL_COLUMNS = ["method", "task", "dev-example se", "effect size", "p", "p equiv", "P(Δ within ±m)",
                   "seeds needed", "collapse p adj", "ASO ε"]
 DETAILS = "#### Further statistics of each comparison"
@@ -148,10 +148,26 @@ DETAILS = "#### Further statistics of each comparison"
 def _comparison_row(facts: ModelFacts, c: Comparison) -> list[str]:
     return [facts.label(c.method), task_display(c.column), str(c.n), fmt(c.diff, sign=True),
             f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
-            fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.effect_size, sign=True),
+            *_median_texts(c), fmt(c.example_se) if math.isfinite(c.example_se) else DASH,
+            fmt(c.effect_size, sign=True),
             fmt(c.p, 4), fmt(c.p_adj, 4), fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), fmt(c.p_rope, 3),
             verdict_text(c), c.family, _seeds_text(c.seeds_needed), _degenerate_text(c),
             fmt(c.collapse_p_adj, 4), fmt(c.aso, 2)]
+
+
+def _bound(x: float) -> str:
+    """A paired difference, where a degenerate run's is infinite."""
+    return ("+∞" if x > 0 else "−∞") if math.isinf(x) else fmt(x, sign=True)
+
+
+def _median_texts(c: Comparison) -> list[str]:
+    """median Δ, its sign interval and the wins, over every paired seed (suite.stats.sign)."""
+    if not c.n_paired:
+        return [DASH, DASH, DASH]
+    ties = c.n_paired - c.wins - c.losses
+    interval = f"[{_bound(c.median_low)}, {_bound(c.median_high)}]" if not math.isnan(c.median_low) else DASH
+    return [_bound(c.median) if not math.isnan(c.median) else DASH, interval,
+            f"{c.wins}/{c.n_paired}" + (f" ({ties} tied)" if ties else "")]
 
 
 def _comparison_table(facts: ModelFacts, options: Options) -> Part:
@@ -170,7 +186,17 @@ def _comparison_table(facts: ModelFacts, options: Options) -> Part:
 
 def _compact_notes(options: Options) -> list[str]:
     return [f"Seeds: those where neither run degenerated. Δ and 95% interval: as in the table above (method minus "
-            f"`{options.baseline}`, x100). p adj: the two-sided test of no difference; p equiv adj: two one-sided "
+            f"`{options.baseline}`, x100), the mean paired difference, which the test of no difference is about.",
+            "What a better or worse verdict decides on from "
+            f"{SIGN_GUARD_SEEDS} paired seeds on: the median paired difference (median Δ), over every paired seed "
+            "(a degenerate run loses its seed: its difference is ∓∞), with its sign interval (the order statistics "
+            "that cover the median with at least 95% probability for any distribution of the differences, the "
+            "interval the sign test inverts; – below 6 paired seeds, where none reaches 95%), and wins: the seeds "
+            "where the method's score is higher, of all paired seeds (tied: equal scores, or both runs degenerate; "
+            "they leave the sign test). From those seeds on a claim says both: the mean (over seeds and dev "
+            "examples) and the median (over seeds, on this dev set) lie on the claimed side; where they disagree, "
+            "the mean moved with a few seeds (docs/statistics.md).",
+            "p adj: the two-sided test of no difference; p equiv adj: two one-sided "
             "tests of |Δ| ≥ the margin; both adjusted within the comparison's family (primary, exploratory, or all "
             "of the table: the families and the verdicts' rules are under the table above). Degenerate: the "
             "method's and the reference's degenerate runs among all paired seeds (constant predictions, or no "
@@ -178,9 +204,9 @@ def _compact_notes(options: Options) -> list[str]:
             "brackets where its adjusted p, collapse p adj below, is under the level).",
             f"Every other statistic of each comparison is in the table below ({DETAILS.lstrip('# ')}); both tables' "
             "columns together, as shown here, in leaderboard_comparisons.csv and .tex; every statistic as a number at "
-            "full precision in comparisons.csv, with the paired sign test (`p_sign`, `p_sign_adj`), the "
-            "fixed-sample verdict of a sequential design (`fixed_verdict`) and the fragility of each verdict "
-            "(`fragile`)."]
+            "full precision in comparisons.csv, with the paired sign test (`p_sign`, `p_sign_adj`, `wins`, "
+            "`losses`), the fixed-sample verdict of a sequential design (`fixed_verdict`) and the fragility of each "
+            "verdict (`fragile`)."]
 
 
 def _detail_notes() -> list[str]:
