@@ -155,6 +155,7 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
         own = np.std(100 * np.array(ds), ddof=1)
         assert any(line.split()[:4] == ["rte", method, "5", f"{own:.2f}"] for line in out.splitlines())
     assert "power averaged over each task's comparisons" in out and "no number of seeds decides" in out
+    assert "rte 0.10 (0.10-0.10, 18 runs)" in out   # each record's seconds per step (make_record's 0.1)
 
 
 def test_each_comparison_is_planned_at_its_own_noise_and_the_unreachable_are_named():
@@ -168,13 +169,14 @@ def test_each_comparison_is_planned_at_its_own_noise_and_the_unreachable_are_nam
     design = Design((5, 10), 0.05, futility=0.0)
     calm = ComparisonNoise("calm", Noise(1.0, 0.0), 10, 10, True, 0, 0)
     shared = ComparisonNoise("shared", Noise(1.0, 0.8), 10, 12, False, 2, 0)
-    task = SimpleNamespace(task="rte", margin=1.0, comparisons_noise=(calm, shared))
+    task = SimpleNamespace(task="rte", margin=1.0, comparisons_noise=(calm, shared), step_s=(2.0, 3.0, 7.0))
     out = "\n".join(comparison_lines([task], design, 0.8, seed=3))
     low, high = (1.0 * math.sqrt(9 / stats.chi2.ppf(q, 9)) for q in (0.975, 0.025))
     assert f"1.00 [{low:.2f}, {high:.2f}] df 9" in out and "0.00 (clipped at 0)" in out
     ci = stats.binomtest(2, 12).proportion_ci(0.95, method="exact")
     assert f"2/12 [{100 * ci.low:.0f}%, {100 * ci.high:.0f}%]" in out
     assert out.splitlines()[-1].endswith(": shared on rte.")   # 2 Phi(1/0.8 - z) - 1 is far below 0.8
+    assert "rte 3.00 (2.00-7.00, 3 runs)" in out   # seconds per optimizer step
     equivalent = [simulate(c.noise, design, 0.0, 1.0, COMPARISON_SIMULATIONS, 3).equivalent for c in (calm, shared)]
     mean = f"{100 * np.mean(equivalent):.1f}% ({100 * min(equivalent):.1f}%-{100 * max(equivalent):.1f}%)"
     row = next(line for line in out.splitlines() if line.startswith("rte") and line.split()[1] == "0")
@@ -280,7 +282,8 @@ def test_plan_shows_power_for_the_primary_family_as_declared_and_beside_a_small_
     claims it less often than one of SMALL_FAMILY, which the line shows beside it; a small family shows itself only."""
     from types import SimpleNamespace
 
-    from suite.grid.power_comparisons import SMALL_FAMILY, family_lines
+    from suite.grid.power_comparisons import family_lines
+    from suite.stats.sequential import SMALL_FAMILY
 
     task = SimpleNamespace(task="rte", margin=1.0, noise=Noise(1.0, 0.1))
     design = Design((5, 10, 15, 20), 0.05 / 36, futility=0.0)

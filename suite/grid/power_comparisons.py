@@ -19,15 +19,12 @@ from dataclasses import dataclass
 from scipy import stats
 
 from suite.stats.design_power import Noise, equivalence_limit, monte_carlo_error, simulate
-from suite.stats.sequential import Design
+from suite.stats.sequential import SMALL_FAMILY, Design
 
-__all__ = ["COMPARISON_SIMULATIONS", "ComparisonNoise", "SMALL_FAMILY", "comparison_lines", "family_lines"]
+__all__ = ["COMPARISON_SIMULATIONS", "ComparisonNoise", "comparison_lines", "family_lines"]
 
 COMPARISON_SIMULATIONS = 1000   # per comparison and true difference: Monte-Carlo error at most 1.6 points
 LEVEL = 0.95                    # of every interval shown
-# a primary family of about this many comparisons keeps the power of each (issue 62: under the sign-test guard, power
-# at a shift of one seed sd is 0.37 with 36 comparisons and 0.60 with 9); larger ones are shown beside it
-SMALL_FAMILY = 9
 
 
 @dataclass(frozen=True)
@@ -150,6 +147,12 @@ def comparison_lines(tasks: list, design: Design, target: float, seed: int) -> l
                  "(Clopper-Pearson) 95% interval; equivalence limit: P(equivalent | true difference 0) with unlimited "
                  "seeds; decided at 0: P(equivalent or a claim | 0) under the design; claimed at margin: P(better or "
                  "worse | the margin)."]
+    timed = [t for t in planned if t.step_s]
+    if timed:
+        lines.append("seconds per optimizer step of the pilot's compared runs (median and range, as each record "
+                     "measured it: the machine and its load set it): "
+                     + ", ".join(f"{t.task} {statistics.median(t.step_s):.2f} ({min(t.step_s):.2f}-"
+                                 f"{max(t.step_s):.2f}, {len(t.step_s)} runs)" for t in timed) + ".")
     lines.append("no number of seeds decides a true difference of 0 with probability "
                  f"{target:.0%} (the dev set's shared part alone keeps it below): "
                  + (", ".join(never) if never else "none") + ".")

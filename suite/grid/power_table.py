@@ -70,16 +70,19 @@ class TaskPlan:
     example_se_range: tuple[float, float] | None = None
     split: str = "dev"      # what the verdicts read: "dev", or "heldout" (train.test_holdout); the pilot's too
     comparisons_noise: tuple[ComparisonNoise, ...] = ()   # each pilot comparison's own (none: declared, halves)
+    step_s: tuple[float, ...] = ()   # seconds per optimizer step of the pilot's compared runs (as recorded)
 
 
-def _pilot_runs(folder: Path) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
+def _pilot_runs(folder: Path, step_seconds: dict | None = None) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
     """{(split, task, method): {seed: the ok run's outcome}} of the setting with the most seeds, from a folder's
-    runs/: each run as every verdict scores it (`RunOutcome.of`), on the split it is scored on."""
+    runs/: each run as every verdict scores it (`RunOutcome.of`), on the split it is scored on. `step_seconds`, when
+    given, gets {(split, task): [seconds per optimizer step of each of those runs that recorded it]}."""
     from suite.grid.store import iter_records
     from suite.run.layout import OutputFolder
     from suite.stats.evidence import RunOutcome
 
     by_setting: dict[tuple[str, str, str], dict[str, dict[int, RunOutcome]]] = defaultdict(lambda: defaultdict(dict))
+    steps: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # a damaged record is the report's to name; here it is left out
         for path, rec in iter_records(OutputFolder(folder).runs):
@@ -87,7 +90,13 @@ def _pilot_runs(folder: Path) -> dict[tuple[str, str, str], dict[int, RunOutcome
                 setting = json.dumps(rec.setting, sort_keys=True, default=str)
                 cell = rec.scored.name, rec.task, rec.method
                 by_setting[cell][setting][int(rec.seed)] = RunOutcome.of(rec, path.parent)
-    return {cell: max(settings.values(), key=len) for cell, settings in by_setting.items()}
+                if math.isfinite(rec.timing.step_s):
+                    steps[(*cell, setting)].append(rec.timing.step_s)
+    chosen = {cell: max(settings, key=lambda k: len(settings[k])) for cell, settings in by_setting.items()}
+    if step_seconds is not None:
+        for (split, task, method), setting in chosen.items():
+            step_seconds.setdefault((split, task), []).extend(steps[split, task, method, setting])
+    return {cell: by_setting[cell][setting] for cell, setting in chosen.items()}
 
 
 def planned_split(plan, task: str) -> str:
@@ -182,7 +191,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
     for c in primary:
         by_task[c.task].append(c.method)
     declared = declared_noise(section.tasks if section is not None else {}, list(by_task), plan.request.source)
-    pilot_runs = None
+    pilot_runs, step_seconds = None, {}
     out = []
     for task, methods in by_task.items():
         margin = per_task(study.report.margin, task)
@@ -193,7 +202,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
                                 "declared (power: tasks:)", split=split))
             continue
         if pilot_runs is None:
-            pilot_runs = _pilot_runs(folder)
+            pilot_runs = _pilot_runs(folder, step_seconds)
         runs = _on_split(pilot_runs, split)   # a split's noise is its own: its examples, its size
         found = _from_comparisons(task, methods, reference, runs) or _from_halves(task, reference, runs)
         if found is None:
@@ -204,7 +213,8 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
                                 f"{why} in {folder}: declare power: tasks: {task}: or give --pilot DIR", split=split))
             continue
         out.append(TaskPlan(task, len(methods), margin, found.noise, f"{folder}: {found.where}",
-                            found.seed_sd_range, found.example_se_range, split, found.comparisons))
+                            found.seed_sd_range, found.example_se_range, split, found.comparisons,
+                            tuple(step_seconds.get((split, task), ()))))
     return out
 
 

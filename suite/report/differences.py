@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from suite.report.comparisons import (
+    POWER_SIMULATIONS,
     SEEDS_ONLY,
     SEQUENTIAL,
     Comparison,
@@ -20,6 +21,7 @@ from suite.report.fragility import BAND
 from suite.report.vocabulary import DASH, Part, Table, fmt, task_display
 from suite.stats.aso import ASO_MIN_SEEDS, ASO_THRESHOLD
 from suite.stats.families import CORRECTIONS
+from suite.stats.sequential import SMALL_FAMILY
 from suite.stats.sign import SIGN_GUARD_SEEDS
 
 __all__ = ["DETAILS", "section"]
@@ -52,6 +54,26 @@ def _family_text(options: Options, comps: dict) -> str:
     return (f"the {sizes.get('primary', 0)} primary comparisons declared by the study (`primary:`) form one "
             f"family adjusted by {CORRECTIONS['holm']}; the {sizes.get('exploratory', 0)} others are exploratory, "
             f"adjusted by {CORRECTIONS['bh']}")
+
+
+def _family_power_text(comps: dict) -> list[str]:
+    """The power of the primary family as declared (none without one): each primary comparison's P(better or worse)
+    at a true difference of one seed sd, at its seeds and noise, averaged, beside a family of SMALL_FAMILY."""
+    primary = [c for c in comps.values() if c.family == "primary" and math.isfinite(c.power_declared)]
+    if not primary:
+        return []
+    m = sum(1 for c in comps.values() if c.family == "primary")
+    declared = [c.power_declared for c in primary]
+    small = [c.power_small for c in primary]
+    text = (f"Power of the primary family as declared ({m} comparisons, each first tested at α/{m}): at a true "
+            "difference of one seed sd, with each comparison's paired seeds and own noise, a difference is claimed "
+            f"with probability {100 * sum(declared) / len(declared):.0f}% on average "
+            f"({100 * min(declared):.0f}-{100 * max(declared):.0f}% over the {len(primary)} tested; simulated, "
+            f"{POWER_SIMULATIONS:,} studies each, docs/statistics.md)")
+    if m > SMALL_FAMILY:
+        text += (f"; with a family of {SMALL_FAMILY} it would be {100 * sum(small) / len(small):.0f}%: a primary "
+                 "family kept to a few comparisons keeps their power (`report: primary:` takes METHOD:TASK)")
+    return [text + "."]
 
 
 def _collapse_family_text(options: Options, comps: dict) -> str:
@@ -88,6 +110,7 @@ def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> lis
              f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {options.alpha:g}); "
              "**undecided**: neither, so the data do not say whether the methods differ.",
              "Families: " + _family_text(options, comps) + "; " + _collapse_family_text(options, comps) + ".",
+             *_family_power_text(comps),
              f"No test with fewer than 2 paired seeds; {SEEDS_ONLY}: runs without per-example predictions, the "
              "interval covers seed noise only.",
              "A run that degenerated (constant or near-constant predictions, or none correlated with the labels) is "
