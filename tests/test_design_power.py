@@ -3,10 +3,14 @@ its level when there is none, always when the difference is huge; equivalence ge
 set's shared noise is the limit; the plan command prints the table from declared noise or pilot records."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from suite.commands import main
 from suite.grid.store import Store
@@ -146,6 +150,37 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
     out = capsys.readouterr().out
     sd = math.sqrt(np.median([np.var(100 * np.array(ds), ddof=1) for ds in diffs.values()]))
     assert f"{sd:.2f}" in out and "2 comparison(s), 5 seeds" in out and "none (no prediction sidecars)" in out
+    # each comparison at its own noise, and the averages over them
+    for method, ds in diffs.items():
+        own = np.std(100 * np.array(ds), ddof=1)
+        assert any(line.split()[:4] == ["rte", method, "5", f"{own:.2f}"] for line in out.splitlines())
+    assert "power averaged over each task's comparisons" in out and "no number of seeds decides" in out
+    assert "rte 0.10 (0.10-0.10, 18 runs)" in out   # each record's seconds per step (make_record's 0.1)
+
+
+def test_each_comparison_is_planned_at_its_own_noise_and_the_unreachable_are_named():
+    """The per-comparison table: the seed sd's chi-square interval on n - 1 df, a clipped-at-0 dev-set part
+    flagged, degenerate runs with exact intervals; the task's averages are the comparisons' mean probabilities; a
+    comparison whose shared dev-set part alone keeps equivalence at 0 below the target is named."""
+    from types import SimpleNamespace
+
+    from suite.grid.power_comparisons import COMPARISON_SIMULATIONS, ComparisonNoise, comparison_lines
+
+    design = Design((5, 10), 0.05, futility=0.0)
+    calm = ComparisonNoise("calm", Noise(1.0, 0.0), 10, 10, True, 0, 0)
+    shared = ComparisonNoise("shared", Noise(1.0, 0.8), 10, 12, False, 2, 0)
+    task = SimpleNamespace(task="rte", margin=1.0, comparisons_noise=(calm, shared), step_s=(2.0, 3.0, 7.0))
+    out = "\n".join(comparison_lines([task], design, 0.8, seed=3))
+    low, high = (1.0 * math.sqrt(9 / stats.chi2.ppf(q, 9)) for q in (0.975, 0.025))
+    assert f"1.00 [{low:.2f}, {high:.2f}] df 9" in out and "0.00 (clipped at 0)" in out
+    ci = stats.binomtest(2, 12).proportion_ci(0.95, method="exact")
+    assert f"2/12 [{100 * ci.low:.0f}%, {100 * ci.high:.0f}%]" in out
+    assert out.splitlines()[-1].endswith(": shared on rte.")   # 2 Phi(1/0.8 - z) - 1 is far below 0.8
+    assert "rte 3.00 (2.00-7.00, 3 runs)" in out   # seconds per optimizer step
+    equivalent = [simulate(c.noise, design, 0.0, 1.0, COMPARISON_SIMULATIONS, 3).equivalent for c in (calm, shared)]
+    mean = f"{100 * np.mean(equivalent):.1f}% ({100 * min(equivalent):.1f}%-{100 * max(equivalent):.1f}%)"
+    row = next(line for line in out.splitlines() if line.startswith("rte") and line.split()[1] == "0")
+    assert mean in row   # the equivalent column of the averages at a true difference of 0
 
 
 def test_plan_refuses_a_grid_without_primary_comparisons_and_impossible_noise(tmp_path, capsys):
@@ -196,3 +231,66 @@ def test_plan_takes_the_noise_on_the_split_the_verdicts_read(tmp_path, capsys):
         on_dev.write(*make_record("rte", "vanilla", s, {"accuracy": held[s]}))
     assert main(["plan", "--study", study, "--pilot", str(tmp_path / "dev_pilot")]) == 0
     assert "its records of rte are scored on dev, the verdicts on heldout" in capsys.readouterr().out
+
+
+def test_plan_keeps_its_answer_until_a_record_or_the_study_changes(tmp_path):
+    """A second `plan` with the same options, code, study and records prints the kept answer (suite.api.startup_cache:
+    marked here, so that the test sees it was read, not computed); a new pilot record, or an edited study, is
+    computed anew and prints what a run without the cache prints."""
+    import json
+
+    from test_cli_startup import run_fresh
+    from test_report import make_record
+
+    study = _study(tmp_path)
+    pilot = Store(tmp_path / "pilot")
+    for s in range(1, 9):
+        pilot.write(*make_record("rte", "vanilla", s, {"accuracy": 0.6 + 0.01 * ((s * 7) % 5)}))
+    argv, cache = ["plan", "--study", study, "--pilot", str(tmp_path / "pilot")], tmp_path / "cache"
+
+    def kept_answer() -> tuple[str, str]:
+        """(what plan printed, what its next run prints once the kept answer is marked); a run within 2 s of a
+        change to a file it read keeps no answer, and the first one creates the cache folder: a few runs."""
+        for _ in range(4):
+            time.sleep(2.1)
+            out, _ = run_fresh(argv, cache)
+            for entry in (cache / "startup").glob("plan-*.json"):
+                kept = json.loads(entry.read_text())
+                kept["value"]["lines"].append("(kept)")
+                entry.write_text(json.dumps(kept))
+                marked, _ = run_fresh(argv, cache)
+                entry.unlink()
+                return out, marked
+        raise AssertionError("plan kept no answer")
+
+    first, marked = kept_answer()
+    assert marked == first + "(kept)\n" and "vanilla's 8 seeds in two halves" in first
+    run_fresh(argv, cache)   # kept again
+    for s in range(1, 6):   # a comparison's records: the noise now comes from it
+        pilot.write(*make_record("rte", "no_dropout", s, {"accuracy": 0.61 + 0.01 * ((s * 3) % 4)}))
+    time.sleep(2.1)
+    new, _ = run_fresh(argv, cache)
+    assert new != first and "1 comparison(s), 5 seeds" in new
+    Path(study).write_text(Path(study).read_text().replace("margin: 2.0", "margin: 3.0"))
+    time.sleep(2.1)
+    edited, _ = run_fresh(argv, cache)
+    assert edited != new and edited == run_fresh(argv, "off")[0]
+
+
+def test_plan_shows_power_for_the_primary_family_as_declared_and_beside_a_small_one():
+    """Each comparison of a family of m is tested at alpha / m: at a true difference of one seed sd a family of 36
+    claims it less often than one of SMALL_FAMILY, which the line shows beside it; a small family shows itself only."""
+    from types import SimpleNamespace
+
+    from suite.grid.power_comparisons import family_lines
+    from suite.stats.sequential import SMALL_FAMILY
+
+    task = SimpleNamespace(task="rte", margin=1.0, noise=Noise(1.0, 0.1))
+    design = Design((5, 10, 15, 20), 0.05 / 36, futility=0.0)
+    line = family_lines([task], design, 36, 0.05, 2000, seed=4)[0]
+    declared = simulate(task.noise, design, 1.0, 1.0, 2000, 4).difference
+    small = simulate(task.noise, Design((5, 10, 15, 20), 0.05 / SMALL_FAMILY, futility=0.0), 1.0, 1.0, 2000, 4)
+    assert "36 comparisons, each at 0.05 / 36" in line and declared < small.difference
+    assert f"rte {100 * declared:.1f}% ({100 * small.difference:.1f}% with {SMALL_FAMILY})" in line
+    kept = family_lines([task], dataclasses.replace(design, alpha=0.05 / 9), 9, 0.05, 2000, seed=4)[0]
+    assert "with 9" not in kept and "costs" not in kept

@@ -279,7 +279,8 @@ def test_the_compact_tables_show_their_columns_and_the_rest_below_them_and_in_th
     tasks = ["MRPC", "STS-B", "RTE", "WNLI"]   # GLUE's order
     assert headers(md, "### Leaderboard") == ["method", *tasks, "GLUE avg"]
     assert headers(md, COSTS) == ["method", "extra params", "training-only params"]   # no bench file: no costs
-    assert headers(md, "### Comparisons with `vanilla`") == ["method", "task", "seeds", "Δ", "95% interval", "p adj",
+    assert headers(md, "### Comparisons with `vanilla`") == ["method", "task", "seeds", "Δ", "95% interval",
+                                                             "median Δ", "sign interval", "wins", "p adj",
                                                              "p equiv adj", "verdict", "family", "degenerate"]
     assert headers(md, DETAILS) == ["method", "task", "dev-example se", "effect size", "p", "p equiv",
                                     "P(Δ within ±m)", "seeds needed", "collapse p adj", "ASO ε"]

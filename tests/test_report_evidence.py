@@ -3,7 +3,9 @@ the data folder for old records, provenance warnings, costs from a bench file, e
 and records that are not records. Numbers are computed by hand from the records written here."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -321,3 +323,22 @@ def test_a_method_named_primary_covers_its_tasks_and_the_average_only_when_named
     assert rows["topk", "RTE"]["family"] == rows["topk", "WNLI"]["family"] == "primary"
     assert rows["topk", "GLUE avg"]["family"] == "exploratory"
     assert "the 2 primary comparisons" in md
+    # the family's power as declared: each primary comparison simulated at its seeds and noise, at alpha / 2
+    assert "Power of the primary family as declared (2 comparisons, each first tested at α/2)" in md
+    assert "with a family of 9" not in md   # a family of 2 is small already
+
+
+def test_the_power_of_a_primary_comparison_is_simulated_at_its_seeds_noise_and_family_level():
+    from suite.report.comparisons import POWER_SIMULATIONS, family_power
+    from suite.stats.design_power import Noise, simulate
+    from suite.stats.evidence import Evidence, bootstrap_seed
+    from suite.stats.sequential import Design
+
+    ev = Evidence(12, 1.0, 0.4, 11.0, 0.1, 1.9, 0.02, 0.5, 1.0, seed_sd=1.5, example_se=0.2, n_paired=12)
+    declared, small = family_power(ev, 0.05, 36, ("topk", "rte"))
+    seed = bootstrap_seed("power", "topk", "rte")
+    for m, got in ((36, declared), (9, small)):
+        want = simulate(Noise(1.5, 0.2), Design((12,), 0.05 / m, futility=0.0), 1.5, 1.0, POWER_SIMULATIONS, seed)
+        assert got == want.difference
+    assert declared < small   # each added comparison costs the others power
+    assert all(math.isnan(x) for x in family_power(dataclasses.replace(ev, seed_sd=math.nan), 0.05, 9, ("a", "b")))

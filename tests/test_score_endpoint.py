@@ -16,7 +16,7 @@ from scipy import stats
 from suite.stats.design_power import Noise, _decide_looks, _draws
 from suite.stats.evidence import Evidence, RunOutcome, compare_runs, evidence_arrays, verdict
 from suite.stats.sequential import FUTILITY_MIN_SEEDS, Design, family_alpha
-from suite.stats.sign import SIGN_GUARD_SEEDS, sign_p
+from suite.stats.sign import SIGN_GUARD_SEEDS, median_interval, sign_p
 
 
 def _classifier(pred, gold):
@@ -39,6 +39,30 @@ def test_the_sign_test_runs_over_every_paired_seed_and_a_degenerate_run_loses_it
     assert ev.n_seeds == 9 and ev.n_paired == 12
     assert ev.sign_excess == wins - losses
     assert ev.p_sign == pytest.approx(stats.binomtest(wins, wins + losses).pvalue)
+    # what the test decides about: the median over all 12 paired seeds, the 3 degenerate ones at -inf
+    over_all = np.sort([-math.inf] * 3 + healthy)
+    assert (ev.wins, ev.losses) == (wins, losses) and ev.median == pytest.approx(np.median(over_all))
+    assert (ev.median_low, ev.median_high) == (over_all[2], over_all[9])   # 12 seeds: x(3) and x(10)
+
+
+def test_the_sign_interval_covers_the_median_at_its_level_for_any_distribution():
+    """The order-statistic interval covers the true median with at least 95% probability (a skewed distribution,
+    where the mean's interval aims elsewhere), exactly the binomial coverage; no 95% interval below 6 seeds; its
+    bounds are those the sign test inverts: a shift outside it is rejected at 5%."""
+    rng = np.random.default_rng(1)
+    for n, k in ((6, 1), (10, 2), (15, 4), (20, 6)):
+        exact = 1 - 2 * stats.binom.cdf(k - 1, n, 0.5)
+        draws = rng.lognormal(0.0, 1.0, size=(4000, n)) - 1.0   # median 0, mean 0.65
+        bounds = np.array([median_interval(d)[1:] for d in draws])
+        covered = ((bounds[:, 0] <= 0) & (bounds[:, 1] >= 0)).mean()
+        assert exact >= 0.95 and abs(covered - exact) < 4 * math.sqrt(exact * (1 - exact) / 4000)
+        d = draws[0]
+        low, high = median_interval(d)[1:]
+        eps = 1e-9   # shifts just inside the interval stand, just outside it are rejected
+        for m, rejected in ((low - eps, True), (low + eps, False), (high - eps, False), (high + eps, True)):
+            assert (sign_p((d > m).sum(), (d < m).sum()) < 0.05) == rejected
+    assert all(math.isnan(x) for x in median_interval(np.arange(5.0))[1:])
+    assert median_interval(np.arange(5.0))[0] == 2.0
 
 
 def test_from_ten_paired_seeds_a_difference_claim_needs_the_sign_test_to_agree():

@@ -8,7 +8,10 @@ facts it was computed from. An entry is used only when every one of them still h
 unreadable one, one key fact changed or unreadable) is a miss: the command imports torch as before and writes a new
 entry for the next command.
 
-- Only commands that just plan use entries (`plan_only()`: `list` and `run --dry-run`); a real run, `check`,
+- `python -m suite plan` keeps its whole answer the same way (`suite.commands.plan`): its key holds, besides the
+  code, every file and folder the answer read (the study file, the pilot's records and their prediction sidecars, the
+  folders listed to find them: `files_read`), so a new or changed record, or an edited study, recomputes it.
+- Only commands that just plan use entries (`plan_only()`: `list`, `run --dry-run`, `plan`); a real run, `check`,
   `bench` and library code ask the code itself. So does any process that has imported torch already (the test suite,
   whose fixtures patch torch's CPU checks): there the real answer costs little.
 - A key holds the files of the code that computed the answer: (size, modification and change time, inode) of each,
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["interpreter", "loaded_code", "plan_only", "read", "remembered", "usable", "write"]
+__all__ = ["files_read", "interpreter", "loaded_code", "plan_only", "read", "remembered", "usable", "write"]
 
 FORMAT = 1
 SETTLE_NS = 2_000_000_000   # a file or folder changed this recently (or later) keeps an entry from being written
@@ -80,6 +83,46 @@ def loaded_code() -> list[str]:
              if (spec := getattr(module, "__spec__", None)) is not None and spec.has_location and spec.origin]
     folders = {os.path.dirname(f) for f in files} | {os.path.abspath(p or os.curdir) for p in sys.path}
     return sorted(set(files)) + sorted(folders)
+
+
+# the sets of paths each `files_read` in progress has seen opened or listed (the audit hook adds to them)
+_reading: list[set[str]] = []
+_hooked = False
+# paths whose times change by themselves, or that this module writes: never part of a key
+_UNKEYED = ("/proc/", "/sys/", "/dev/")
+
+
+_WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _reading and event in ("open", "os.listdir", "os.scandir") and args:
+        path = args[0]
+        # what is written is no input (tempfile's probe of /tmp is one)
+        written = event == "open" and len(args) > 2 and isinstance(args[2], int) and args[2] & _WRITES
+        if isinstance(path, (str, bytes, os.PathLike)) and not written:
+            full = os.path.abspath(os.fsdecode(path))
+            for seen in _reading:
+                seen.add(full)
+
+
+def files_read(compute: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """(compute(), every file it opened and folder it listed, with the folders holding them): what an answer kept
+    for it depends on besides code. A path absent when read counts too (one that appears later changes the key)."""
+    global _hooked
+    if not _hooked:
+        sys.addaudithook(_audit)   # a hook cannot be removed: it records only while a `files_read` runs
+        _hooked = True
+    seen: set[str] = set()
+    _reading.append(seen)
+    try:
+        value = compute()
+    finally:
+        _reading.pop()
+    own = folder()
+    unkeyed = _UNKEYED + ((str(own),) if own is not None else ())
+    kept = {p for p in seen if not p.startswith(unkeyed)}
+    return value, sorted(kept | {os.path.dirname(p) for p in kept})
 
 
 # variables a shell changes from one command to the next; every other one is part of a key (code may read it)

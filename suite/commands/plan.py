@@ -1,10 +1,17 @@
 """`python -m suite plan`: the power of a study's design before anything runs. It takes `run`'s options (the same
 study, picks, seeds and `--until-decided` give the same grid and design) and prints, per task of the primary
 comparisons, the chance of each verdict and what a decision at a true difference of 0 would take
-(suite.grid.power_table; docs/statistics.md, "Power before running"). It trains nothing and writes nothing."""
+(suite.grid.power_table; docs/statistics.md, "Power before running"). It trains nothing and writes nothing but
+its answer's entry in the startup cache (`suite.api.startup_cache`): the same options, code, study file and records
+print the kept answer without simulating again."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
+import os
+import sys
 
 from suite.commands.run_options import add_run_options, run_overrides
 
@@ -41,12 +48,35 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     from suite.api import startup_cache
+
+    startup_cache.plan_only()
+    keep = startup_cache.usable()   # a process that imported torch already (the tests) computes every time
+    static = {**startup_cache.interpreter(), "cwd": os.getcwd(),
+              "args": json.loads(json.dumps(vars(args), sort_keys=True, default=str))}
+    answer = startup_cache.read(COMMAND, static) if keep else None
+    if answer is None and keep:
+        answer, files = startup_cache.files_read(lambda: _answer(args))
+        startup_cache.write(COMMAND, static, files + startup_cache.loaded_code(), answer)
+    elif answer is None:
+        answer = _answer(args)
+    sys.stderr.write(answer["stderr"])
+    print("\n".join(answer["lines"]))
+    return 0
+
+
+def _answer(args) -> dict:
+    """The power table's lines and what planning said on stderr (a note on primary cells without looks)."""
     from suite.grid.power_table import power_lines
     from suite.grid.stages import plan_stages
     from suite.grid.study import Study, load_study
 
-    startup_cache.plan_only()
-    study = load_study(args.study) if args.study else Study()
-    stages = plan_stages(study, run_overrides(args))
-    print("\n".join(power_lines(stages.plan, pilot=args.pilot, target=args.target)))
-    return 0
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            study = load_study(args.study) if args.study else Study()
+            stages = plan_stages(study, run_overrides(args))
+            lines = power_lines(stages.plan, pilot=args.pilot, target=args.target)
+    except BaseException:
+        sys.stderr.write(said.getvalue())   # what planning said before it refused
+        raise
+    return {"lines": lines, "stderr": said.getvalue()}

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from suite.api.errors import BadInput
+from suite.grid.power_comparisons import ComparisonNoise, comparison_lines, family_lines
 from suite.run.record import HELDOUT
 from suite.stats.design_power import (
     MOST_SEEDS,
@@ -68,16 +69,20 @@ class TaskPlan:
     seed_sd_range: tuple[float, float] | None = None      # over the pilot's comparisons (None: declared)
     example_se_range: tuple[float, float] | None = None
     split: str = "dev"      # what the verdicts read: "dev", or "heldout" (train.test_holdout); the pilot's too
+    comparisons_noise: tuple[ComparisonNoise, ...] = ()   # each pilot comparison's own (none: declared, halves)
+    step_s: tuple[float, ...] = ()   # seconds per optimizer step of the pilot's compared runs (as recorded)
 
 
-def _pilot_runs(folder: Path) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
+def _pilot_runs(folder: Path, step_seconds: dict | None = None) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
     """{(split, task, method): {seed: the ok run's outcome}} of the setting with the most seeds, from a folder's
-    runs/: each run as every verdict scores it (`RunOutcome.of`), on the split it is scored on."""
+    runs/: each run as every verdict scores it (`RunOutcome.of`), on the split it is scored on. `step_seconds`, when
+    given, gets {(split, task): [seconds per optimizer step of each of those runs that recorded it]}."""
     from suite.grid.store import iter_records
     from suite.run.layout import OutputFolder
     from suite.stats.evidence import RunOutcome
 
     by_setting: dict[tuple[str, str, str], dict[str, dict[int, RunOutcome]]] = defaultdict(lambda: defaultdict(dict))
+    steps: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # a damaged record is the report's to name; here it is left out
         for path, rec in iter_records(OutputFolder(folder).runs):
@@ -85,7 +90,13 @@ def _pilot_runs(folder: Path) -> dict[tuple[str, str, str], dict[int, RunOutcome
                 setting = json.dumps(rec.setting, sort_keys=True, default=str)
                 cell = rec.scored.name, rec.task, rec.method
                 by_setting[cell][setting][int(rec.seed)] = RunOutcome.of(rec, path.parent)
-    return {cell: max(settings.values(), key=len) for cell, settings in by_setting.items()}
+                if math.isfinite(rec.timing.step_s):
+                    steps[(*cell, setting)].append(rec.timing.step_s)
+    chosen = {cell: max(settings, key=lambda k: len(settings[k])) for cell, settings in by_setting.items()}
+    if step_seconds is not None:
+        for (split, task, method), setting in chosen.items():
+            step_seconds.setdefault((split, task), []).extend(steps[split, task, method, setting])
+    return {cell: by_setting[cell][setting] for cell, setting in chosen.items()}
 
 
 def planned_split(plan, task: str) -> str:
@@ -107,6 +118,7 @@ class Found:
     where: str
     seed_sd_range: tuple[float, float] | None = None
     example_se_range: tuple[float, float] | None = None
+    comparisons: tuple[ComparisonNoise, ...] = ()
 
 
 def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> Found | None:
@@ -118,13 +130,17 @@ def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> Fo
     pairs = [(m, runs[task, m]) for m in methods if len(set(runs.get((task, m), {})) & set(ref)) >= 2]
     if not pairs:
         return None
-    found = []
+    found, each = [], []
     for m, a in pairs:
         seeds = sorted(set(a) & set(ref))
         ev = compare_runs(task, {s: a[s] for s in seeds}, {s: ref[s] for s in seeds},
                           seed=bootstrap_seed(task, m, reference))
         if math.isfinite(ev.seed_sd):
             found.append((ev.seed_sd, ev.example_se if ev.has_examples else math.nan, ev.n_seeds))
+            if ev.seed_sd + ev.example_se > 0:   # identical runs have no noise to simulate
+                each.append(ComparisonNoise(m, Noise(ev.seed_sd, ev.example_se), ev.n_seeds, ev.n_paired,
+                                            ev.has_examples and ev.example_se == 0, ev.degenerate,
+                                            ev.degenerate_reference))
     if not found:
         return None
     seed_sd = [f[0] for f in found]
@@ -135,7 +151,8 @@ def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> Fo
              + (f"{len(shared)}" if shared else "none (no prediction sidecars): 0"))
     noise = Noise(math.sqrt(statistics.median(s ** 2 for s in seed_sd)),
                   math.sqrt(statistics.median(s ** 2 for s in shared)) if shared else 0.0)
-    return Found(noise, where, (min(seed_sd), max(seed_sd)), (min(shared), max(shared)) if shared else None)
+    return Found(noise, where, (min(seed_sd), max(seed_sd)), (min(shared), max(shared)) if shared else None,
+                 tuple(each))
 
 
 def _from_halves(task: str, reference: str, runs) -> Found | None:
@@ -174,7 +191,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
     for c in primary:
         by_task[c.task].append(c.method)
     declared = declared_noise(section.tasks if section is not None else {}, list(by_task), plan.request.source)
-    pilot_runs = None
+    pilot_runs, step_seconds = None, {}
     out = []
     for task, methods in by_task.items():
         margin = per_task(study.report.margin, task)
@@ -185,7 +202,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
                                 "declared (power: tasks:)", split=split))
             continue
         if pilot_runs is None:
-            pilot_runs = _pilot_runs(folder)
+            pilot_runs = _pilot_runs(folder, step_seconds)
         runs = _on_split(pilot_runs, split)   # a split's noise is its own: its examples, its size
         found = _from_comparisons(task, methods, reference, runs) or _from_halves(task, reference, runs)
         if found is None:
@@ -196,7 +213,8 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
                                 f"{why} in {folder}: declare power: tasks: {task}: or give --pilot DIR", split=split))
             continue
         out.append(TaskPlan(task, len(methods), margin, found.noise, f"{folder}: {found.where}",
-                            found.seed_sd_range, found.example_se_range, split))
+                            found.seed_sd_range, found.example_se_range, split, found.comparisons,
+                            tuple(step_seconds.get((split, task), ()))))
     return out
 
 
@@ -223,10 +241,15 @@ def declared_noise(declared: dict, tasks: list[str], source: str | None = None) 
     return out
 
 
+def _alpha(plan) -> float:
+    """The study's alpha over its primary family."""
+    report = plan.request.study.report
+    return DEFAULT_ALPHA if report.alpha is None else report.alpha
+
+
 def design_of(plan, primary: list) -> tuple[Design, str]:
     """The design each primary comparison is decided by, and a line that says what it is."""
-    report = plan.request.study.report
-    alpha = DEFAULT_ALPHA if report.alpha is None else report.alpha
+    alpha = _alpha(plan)
     each = family_alpha(alpha, len(primary))
     schedule = plan.request.schedule
     head = f"{len(primary)} primary comparison(s), alpha {alpha:g} over the family,"
@@ -241,11 +264,13 @@ def design_of(plan, primary: list) -> tuple[Design, str]:
                     f"decisions can only be likelier); one look at {seeds} seeds")
 
 
-def _with_range(value: float | None, spread: tuple[float, float] | None) -> str:
-    """A noise input with its range over the pilot's comparisons: "0.18 (0.00-0.58)"."""
+def _with_range(value: float | None, spread: tuple[float, float] | None, clipped: int = 0) -> str:
+    """A noise input with its range over the pilot's comparisons, and how many of them were estimates clipped at 0:
+    "0.18 (0.00-0.58, 2 clipped at 0)"."""
     if value is None:
         return "?"
-    return f"{value:.2f}" + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else "")
+    return f"{value:.2f}" + (f" ({spread[0]:.2f}-{spread[1]:.2f}" + (f", {clipped} clipped at 0" if clipped else "")
+                             + ")" if spread else "")
 
 
 def out_of_reach(margin: float, design: Design, target: float) -> float:
@@ -326,12 +351,14 @@ def power_lines(plan, pilot: str | None = None, target: float | None = None) -> 
     sequential = len(design.looks) > 1
     what = "cap" if sequential else "seeds"
     inputs = [[t.task, t.comparisons, _with_range(t.noise.seed_sd if t.noise else None, t.seed_sd_range),
-               _with_range(t.noise.example_se if t.noise else None, t.example_se_range), f"{t.margin:g}",
+               _with_range(t.noise.example_se if t.noise else None, t.example_se_range,
+                           sum(c.clipped for c in t.comparisons_noise)), f"{t.margin:g}",
                *(_reach(t, design, target) if t.noise else ["", ""]), t.source] for t in tasks]
     lines = ["power before running (docs/statistics.md, \"Power before running\"):", f"  design: {head}",
              f"  split: {_splits(tasks)}",
              f"  {SIMULATIONS} simulated comparisons per probability: Monte-Carlo error at most "
-             f"{50 / math.sqrt(SIMULATIONS):.1f} points", "",
+             f"{50 / math.sqrt(SIMULATIONS):.1f} points",
+             *family_lines(known, design, len(primary), _alpha(plan), SIMULATIONS, SEED), "",
              tabulate(inputs, headers=["task", "comparisons", "seed_sd", "example_se", "margin",
                                        f"{what} for {target:.0%} at 0", f"margin for {target:.0%} at 0", "noise from"],
                       tablefmt="simple")]
@@ -352,6 +379,7 @@ def power_lines(plan, pilot: str | None = None, target: float | None = None) -> 
                   + f" with which a true difference of 0 is decided with probability {target:.0%} (never: the "
                   "dev-set noise every seed shares keeps it below that with any number of seeds); margin for "
                   f"{target:.0%} at 0: the smallest margin with which the planned seeds do"]
+    lines += comparison_lines(known, design, target, SEED)
     if not sequential and plan.request.study.until_decided is not None:
         lines.append("the study declares until_decided: add --until-decided for its sequential design")
     return lines

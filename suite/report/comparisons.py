@@ -33,11 +33,12 @@ from suite.stats.evidence import (
 )
 from suite.stats.power import effect_size, seeds_needed
 
-__all__ = ["SEEDS_ONLY", "SEQUENTIAL", "Comparison", "compare_model", "curve_tests", "difference_text",
-           "family_of", "family_sizes", "floors", "verdict_text", "within_reach"]
+__all__ = ["POWER_SIMULATIONS", "SEEDS_ONLY", "SEQUENTIAL", "Comparison", "compare_model", "curve_tests",
+           "difference_text", "family_of", "family_sizes", "floors", "verdict_text", "within_reach"]
 
 SEEDS_ONLY = "ˢ"   # no per-example predictions: the interval covers seed noise only
 SEQUENTIAL = "‡"   # the verdict of the study's sequential design (run --until-decided)
+POWER_SIMULATIONS = 1000   # per primary comparison and family size: Monte-Carlo error at most 1.6 points
 
 
 @dataclasses.dataclass
@@ -81,6 +82,17 @@ class Comparison:
     p_sign: float = math.nan
     p_sign_adj: float = math.nan
     sign_excess: int = 0
+    # what the sign test decides about: the median paired difference over every paired seed and its order-statistic
+    # 95% interval (a degenerate run's difference the worst there is: ±inf), the seeds won and lost
+    median: float = math.nan
+    median_low: float = math.nan
+    median_high: float = math.nan
+    wins: int = 0
+    losses: int = 0
+    # a primary comparison: P(better or worse) at a true difference of one seed sd at its paired seeds and own noise,
+    # with its level in the family as declared (alpha / m, Holm's first step), and in a family of SMALL_FAMILY
+    power_declared: float = math.nan
+    power_small: float = math.nan
     fragile: str = ""               # a verdict within 20% of its level, and what flips it (suite.report.fragility)
 
     @property
@@ -111,7 +123,8 @@ def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
                       effect_size=effect_size(ev), n_paired=ev.n_paired if ev.n_paired >= 0 else ev.n_seeds,
                       degenerate=ev.degenerate, degenerate_reference=ev.degenerate_reference,
                       collapse_p=ev.collapse_p, p_rope=ev.p_rope, collapse_excess=ev.collapse_excess,
-                      p_sign=ev.p_sign, sign_excess=ev.sign_excess)
+                      p_sign=ev.p_sign, sign_excess=ev.sign_excess, median=ev.median, median_low=ev.median_low,
+                      median_high=ev.median_high, wins=ev.wins, losses=ev.losses)
 
 
 def _seed_averages(cells: Mapping, method: str, tasks: list[str]) -> dict[float, float]:
@@ -219,6 +232,21 @@ def _decide(comparisons: dict, evidence: dict, primary, correction: str, alpha: 
             if c.verdict == "undecided" and tested:
                 # the level the correction tests the first (Holm: alpha / m) or the last (BH: alpha) step at
                 c.seeds_needed = seeds_needed(ev, alpha / tested if how == "holm" else alpha)
+            if family == families.PRIMARY and c.tested:
+                c.power_declared, c.power_small = family_power(ev, alpha, len(keys), k)
+
+
+def family_power(ev: Evidence, alpha: float, family: int, identity) -> tuple[float, float]:
+    """P(better or worse) of a comparison at a true difference of one seed sd, simulated at its paired seeds and its
+    own noise (`suite.stats.design_power`), at alpha / family and at alpha / SMALL_FAMILY (NaN: no noise)."""
+    from suite.stats.design_power import Noise, simulate
+    from suite.stats.sequential import SMALL_FAMILY, Design
+
+    if not (math.isfinite(ev.seed_sd) and ev.seed_sd > 0) or ev.n_paired < 2:
+        return math.nan, math.nan
+    noise, seed = Noise(ev.seed_sd, ev.example_se), bootstrap_seed("power", *identity)
+    return tuple(simulate(noise, Design((ev.n_paired,), alpha / m, futility=0.0), ev.seed_sd, ev.margin,
+                          POWER_SIMULATIONS, seed).difference for m in (family, min(family, SMALL_FAMILY)))
 
 
 def _number(x) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from suite.report.comparisons import (
+    POWER_SIMULATIONS,
     SEEDS_ONLY,
     SEQUENTIAL,
     Comparison,
@@ -20,6 +21,7 @@ from suite.report.fragility import BAND
 from suite.report.vocabulary import DASH, Part, Table, fmt, task_display
 from suite.stats.aso import ASO_MIN_SEEDS, ASO_THRESHOLD
 from suite.stats.families import CORRECTIONS
+from suite.stats.sequential import SMALL_FAMILY
 from suite.stats.sign import SIGN_GUARD_SEEDS
 
 __all__ = ["DETAILS", "section"]
@@ -52,6 +54,26 @@ def _family_text(options: Options, comps: dict) -> str:
     return (f"the {sizes.get('primary', 0)} primary comparisons declared by the study (`primary:`) form one "
             f"family adjusted by {CORRECTIONS['holm']}; the {sizes.get('exploratory', 0)} others are exploratory, "
             f"adjusted by {CORRECTIONS['bh']}")
+
+
+def _family_power_text(comps: dict) -> list[str]:
+    """The power of the primary family as declared (none without one): each primary comparison's P(better or worse)
+    at a true difference of one seed sd, at its seeds and noise, averaged, beside a family of SMALL_FAMILY."""
+    primary = [c for c in comps.values() if c.family == "primary" and math.isfinite(c.power_declared)]
+    if not primary:
+        return []
+    m = sum(1 for c in comps.values() if c.family == "primary")
+    declared = [c.power_declared for c in primary]
+    small = [c.power_small for c in primary]
+    text = (f"Power of the primary family as declared ({m} comparisons, each first tested at α/{m}): at a true "
+            "difference of one seed sd, with each comparison's paired seeds and own noise, a difference is claimed "
+            f"with probability {100 * sum(declared) / len(declared):.0f}% on average "
+            f"({100 * min(declared):.0f}-{100 * max(declared):.0f}% over the {len(primary)} tested; simulated, "
+            f"{POWER_SIMULATIONS:,} studies each, docs/statistics.md)")
+    if m > SMALL_FAMILY:
+        text += (f"; with a family of {SMALL_FAMILY} it would be {100 * sum(small) / len(small):.0f}%: a primary "
+                 "family kept to a few comparisons keeps their power (`report: primary:` takes METHOD:TASK)")
+    return [text + "."]
 
 
 def _collapse_family_text(options: Options, comps: dict) -> str:
@@ -88,6 +110,7 @@ def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> lis
              f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {options.alpha:g}); "
              "**undecided**: neither, so the data do not say whether the methods differ.",
              "Families: " + _family_text(options, comps) + "; " + _collapse_family_text(options, comps) + ".",
+             *_family_power_text(comps),
              f"No test with fewer than 2 paired seeds; {SEEDS_ONLY}: runs without per-example predictions, the "
              "interval covers seed noise only.",
              "A run that degenerated (constant or near-constant predictions, or none correlated with the labels) is "
@@ -135,11 +158,11 @@ def _seeds_text(n: float) -> str:
 
 # the comparisons table shows what each verdict rests on, the table below it every other statistic; the exported
 # table (leaderboard_comparisons.csv and .tex) keeps all of them in one, in the order of FULL_COLUMNS
-FULL_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "dev-example se", "effect size", "p", "p adj",
-                "p equiv", "p equiv adj", "P(Δ within ±m)", "verdict", "family", "seeds needed", "degenerate",
-                "collapse p adj", "ASO ε"]
-COMPACT_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "p adj", "p equiv adj", "verdict", "family",
-                   "degenerate"]
+FULL_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "median Δ", "sign interval", "wins",
+                "dev-example se", "effect size", "p", "p adj", "p equiv", "p equiv adj", "P(Δ within ±m)", "verdict",
+                "family", "seeds needed", "degenerate", "collapse p adj", "ASO ε"]
+COMPACT_COLUMNS = ["method", "task", "seeds", "Δ", "95% interval", "median Δ", "sign interval", "wins", "p adj",
+                   "p equiv adj", "verdict", "family", "degenerate"]
 DETAIL_COLUMNS = ["method", "task", "dev-example se", "effect size", "p", "p equiv", "P(Δ within ±m)",
                   "seeds needed", "collapse p adj", "ASO ε"]
 DETAILS = "#### Further statistics of each comparison"
@@ -148,10 +171,26 @@ DETAILS = "#### Further statistics of each comparison"
 def _comparison_row(facts: ModelFacts, c: Comparison) -> list[str]:
     return [facts.label(c.method), task_display(c.column), str(c.n), fmt(c.diff, sign=True),
             f"[{fmt(c.low, sign=True)}, {fmt(c.high, sign=True)}]" if math.isfinite(c.low) else DASH,
-            fmt(c.example_se) if math.isfinite(c.example_se) else DASH, fmt(c.effect_size, sign=True),
+            *_median_texts(c), fmt(c.example_se) if math.isfinite(c.example_se) else DASH,
+            fmt(c.effect_size, sign=True),
             fmt(c.p, 4), fmt(c.p_adj, 4), fmt(c.p_equiv, 4), fmt(c.p_equiv_adj, 4), fmt(c.p_rope, 3),
             verdict_text(c), c.family, _seeds_text(c.seeds_needed), _degenerate_text(c),
             fmt(c.collapse_p_adj, 4), fmt(c.aso, 2)]
+
+
+def _bound(x: float) -> str:
+    """A paired difference, where a degenerate run's is infinite."""
+    return ("+∞" if x > 0 else "−∞") if math.isinf(x) else fmt(x, sign=True)
+
+
+def _median_texts(c: Comparison) -> list[str]:
+    """median Δ, its sign interval and the wins, over every paired seed (suite.stats.sign)."""
+    if not c.n_paired:
+        return [DASH, DASH, DASH]
+    ties = c.n_paired - c.wins - c.losses
+    interval = f"[{_bound(c.median_low)}, {_bound(c.median_high)}]" if not math.isnan(c.median_low) else DASH
+    return [_bound(c.median) if not math.isnan(c.median) else DASH, interval,
+            f"{c.wins}/{c.n_paired}" + (f" ({ties} tied)" if ties else "")]
 
 
 def _comparison_table(facts: ModelFacts, options: Options) -> Part:
@@ -170,7 +209,17 @@ def _comparison_table(facts: ModelFacts, options: Options) -> Part:
 
 def _compact_notes(options: Options) -> list[str]:
     return [f"Seeds: those where neither run degenerated. Δ and 95% interval: as in the table above (method minus "
-            f"`{options.baseline}`, x100). p adj: the two-sided test of no difference; p equiv adj: two one-sided "
+            f"`{options.baseline}`, x100), the mean paired difference, which the test of no difference is about.",
+            "What a better or worse verdict decides on from "
+            f"{SIGN_GUARD_SEEDS} paired seeds on: the median paired difference (median Δ), over every paired seed "
+            "(a degenerate run loses its seed: its difference is ∓∞), with its sign interval (the order statistics "
+            "that cover the median with at least 95% probability for any distribution of the differences, the "
+            "interval the sign test inverts; – below 6 paired seeds, where none reaches 95%), and wins: the seeds "
+            "where the method's score is higher, of all paired seeds (tied: equal scores, or both runs degenerate; "
+            "they leave the sign test). From those seeds on a claim says both: the mean (over seeds and dev "
+            "examples) and the median (over seeds, on this dev set) lie on the claimed side; where they disagree, "
+            "the mean moved with a few seeds (docs/statistics.md).",
+            "p adj: the two-sided test of no difference; p equiv adj: two one-sided "
             "tests of |Δ| ≥ the margin; both adjusted within the comparison's family (primary, exploratory, or all "
             "of the table: the families and the verdicts' rules are under the table above). Degenerate: the "
             "method's and the reference's degenerate runs among all paired seeds (constant predictions, or no "
@@ -178,9 +227,9 @@ def _compact_notes(options: Options) -> list[str]:
             "brackets where its adjusted p, collapse p adj below, is under the level).",
             f"Every other statistic of each comparison is in the table below ({DETAILS.lstrip('# ')}); both tables' "
             "columns together, as shown here, in leaderboard_comparisons.csv and .tex; every statistic as a number at "
-            "full precision in comparisons.csv, with the paired sign test (`p_sign`, `p_sign_adj`), the "
-            "fixed-sample verdict of a sequential design (`fixed_verdict`) and the fragility of each verdict "
-            "(`fragile`)."]
+            "full precision in comparisons.csv, with the paired sign test (`p_sign`, `p_sign_adj`, `wins`, "
+            "`losses`), the fixed-sample verdict of a sequential design (`fixed_verdict`) and the fragility of each "
+            "verdict (`fragile`)."]
 
 
 def _detail_notes() -> list[str]:

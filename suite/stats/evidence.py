@@ -11,7 +11,10 @@ Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` cal
   (two-sided test of no difference), p_equiv (TOST of |diff| < margin), margin, and the parts behind se: seed_sd
   (sd of the per-seed paired differences), example_se (the dev-example part of se: the part all seeds share, 0
   without predictions), example_run_se (each run's own dev-example luck, which s_d already holds: shown, never
-  added) and higher_is_better (the task's metric direction: "better" means higher only when it is True).
+  added) and higher_is_better (the task's metric direction: "better" means higher only when it is True); and what
+  the sign test decides about (`suite.stats.sign`): median (the median paired difference over every paired seed, a
+  degenerate run's difference the worst there is), median_low and median_high (its order-statistic interval at the
+  test's level), wins and losses (the seeds where the method's score is higher and lower), p_sign.
 - `compare_runs(task, method, reference, margin, level=0.95, seed=None) -> Evidence`, runs keyed by seed; `seed`
   only matters for metrics without a closed form (see below): `bootstrap_seed(task, method, reference)`.
 - `bootstrap_seed(*identity) -> int`: the seed a comparison's identity gives (the one place that rule is written).
@@ -75,7 +78,7 @@ from suite.stats import collapse
 from suite.stats.cochran_cox import cochran_cox_df
 from suite.stats.examples import example_variance, task_spec
 from suite.stats.power import seeds_needed  # noqa: F401  part of this module's public names (see above)
-from suite.stats.sign import agrees, sign_counts, sign_p
+from suite.stats.sign import agrees, median_interval, sign_counts, sign_p
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["DEFAULT_MARGIN", "Evidence", "RunOutcome", "averaged_evidence", "bootstrap_seed", "compare_runs",
@@ -130,6 +133,14 @@ class Evidence:
     # higher minus seeds where it is lower (the score's orientation, as diff)
     p_sign: float = math.nan
     sign_excess: int = 0
+    # what the sign test decides about: the median paired difference over every paired seed (a degenerate run's
+    # difference the worst there is) with its order-statistic interval at the test's level, and the seeds won and
+    # lost (ties, both runs degenerate included, count as neither)
+    median: float = math.nan
+    median_low: float = math.nan
+    median_high: float = math.nan
+    wins: int = 0
+    losses: int = 0
 
     @property
     def tested(self) -> bool:
@@ -251,7 +262,8 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
         if math.isfinite(found[0]):
             total, shared = found
     arr = evidence_arrays(d, shared, margin, level)
-    wins, losses = _sign_over_pairs(method, reference, paired_seeds, flags, higher_is_better)
+    over_pairs = _over_pairs(method, reference, paired_seeds, flags, higher_is_better)
+    wins, losses = (int(x) for x in sign_counts(over_pairs))
     # each run's own luck: one seed's part of the example variance beyond the shared part (v_1 - v_shared)
     run = max(len(kept) * (total - shared), 0.0)
     return Evidence(len(seeds), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
@@ -263,27 +275,26 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
                     collapse_p=collapse.degenerate_test([flags[s][0] for s in judged], [flags[s][1] for s in judged])
                     if judged else math.nan, compared=tuple(seeds),
                     collapse_excess=sum(int(bool(flags[s][0])) - int(bool(flags[s][1])) for s in judged),
-                    p_sign=float(sign_p(wins, losses)), sign_excess=wins - losses)
+                    p_sign=float(sign_p(wins, losses)), sign_excess=wins - losses,
+                    **_median_fields(over_pairs, level), wins=wins, losses=losses)
 
 
-def _sign_over_pairs(method, reference, seeds, flags, higher_is_better: bool) -> tuple[int, int]:
-    """(seeds where the method's score is higher, lower) over every paired seed: a degenerate run loses its seed
-    (its score counts as the worse one in the metric's direction), both degenerate is a tie."""
-    up = down = 0
+def _over_pairs(method, reference, seeds, flags, higher_is_better: bool) -> np.ndarray:
+    """The paired differences (method - reference, x100) over every paired seed, as the sign test counts them: a
+    degenerate run's score is the worst there is in the metric's direction (an infinite difference), both
+    degenerate a tie (0)."""
+    worst = -math.inf if higher_is_better else math.inf
+    out = []
     for s in seeds:
         gone_m, gone_r = bool(flags[s][0]), bool(flags[s][1])
-        if gone_m and gone_r:
-            continue
-        if gone_m or gone_r:
-            method_better = gone_r
-            higher = method_better == higher_is_better
-        else:
-            d = method[s].score - reference[s].score
-            if d == 0:
-                continue
-            higher = d > 0
-        up, down = up + higher, down + (not higher)
-    return up, down
+        out.append(0.0 if gone_m and gone_r else worst if gone_m else -worst if gone_r
+                   else method[s].score - reference[s].score)
+    return np.array(out, dtype=float)
+
+
+def _median_fields(diffs: np.ndarray, level: float) -> dict[str, float]:
+    middle, low, high = median_interval(diffs, level)
+    return {"median": middle, "median_low": low, "median_high": high}
 
 
 def _higher_is_better(task: str) -> bool:
@@ -321,9 +332,11 @@ def averaged_evidence(method: Mapping[float, float], reference: Mapping[float, f
     example_var = sum(ev.example_se ** 2 for ev in tasks) / k
     run = sum(ev.example_run_se ** 2 for ev in tasks) / k   # shown, never added: so the average says it resampled
     arr = evidence_arrays(a - b, example_var, margin)
+    wins, losses = (int(x) for x in sign_counts(a - b))
     return Evidence(len(a), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
                     margin=margin, seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(example_var),
-                    example_run_se=math.sqrt(run), p_sign=float(arr["p_sign"]), sign_excess=int(arr["sign_excess"]))
+                    example_run_se=math.sqrt(run), p_sign=float(arr["p_sign"]), sign_excess=int(arr["sign_excess"]),
+                    **_median_fields(a - b, LEVEL), wins=wins, losses=losses)
 
 
 def paired_t_p(diffs: np.ndarray) -> np.ndarray:

@@ -19,7 +19,11 @@ Savage 1956), so a claim now needs the median paired difference too, tested exac
 A "better" or "worse" verdict needs the test of the mean (seeds and dev examples) and this test, both below the
 level and in the same direction. Each guards the other's weakness: the sign test holds under any tail but ignores
 the dev-set luck every seed shares (the t counts it); the t counts that luck but trusts its tails. The claim is
-thus about the median paired difference (the method wins more seeds than it loses), shown with the mean beside it.
+thus about the median paired difference (the method wins more seeds than it loses), shown with the mean beside it:
+`median_interval` gives that median and its distribution-free interval from the order statistics of the paired
+differences (the interval the sign test inverts: a median outside it is rejected by the sign test at its level),
+each degenerate run as the worst score there is (an infinite difference), so the interval is over every paired
+seed, as the test is.
 
 Where it is required. At every look of a sequential design (`suite.stats.sequential.Design.decide`): a look's level
 is a share of alpha / m, where the t's far tail decides; before the seeds let the sign test reach the level (with
@@ -31,10 +35,12 @@ it favours the method that collapses). Equivalence claims are unchanged (TOST on
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import stats
 
-__all__ = ["SIGN_GUARD_SEEDS", "agrees", "sign_counts", "sign_p"]  # what the rest of the suite uses
+__all__ = ["SIGN_GUARD_SEEDS", "agrees", "median_interval", "sign_counts", "sign_p"]  # what the rest of the suite uses
 
 SIGN_GUARD_SEEDS = 10
 
@@ -61,3 +67,23 @@ def agrees(diff, p_sign, excess, n_paired, level) -> np.ndarray:
     few = np.asarray(n_paired) < SIGN_GUARD_SEEDS
     with np.errstate(invalid="ignore"):
         return few | ((p_sign < level) & (np.sign(excess) == np.sign(diff)) & (excess != 0))
+
+
+def median_interval(diffs, level: float = 0.95) -> tuple[float, float, float]:
+    """(median, low, high) of paired differences over every paired seed (a degenerate run's an infinite one): the
+    order statistics x(k) and x(n + 1 - k) with the largest k whose two-sided binomial tail 2 P(B <= k - 1), B ~
+    Bin(n, 1/2), is at most 1 - level, so the interval covers the true median with probability at least `level` for
+    any continuous distribution. NaN bounds where n seeds cannot reach the level (n < 6 at 95%: 2^(1 - n) > 0.05);
+    a NaN median without seeds, or where the middle two are -inf and +inf."""
+    d = np.sort(np.asarray(diffs, dtype=float))
+    n = len(d)
+    if not n:
+        return math.nan, math.nan, math.nan
+    with np.errstate(invalid="ignore"):
+        middle = float(np.median(d))
+    k = int(stats.binom.ppf((1 - level) / 2, n, 0.5))   # the largest k with P(B <= k - 1) <= (1 - level) / 2
+    while k > 0 and 2 * stats.binom.cdf(k - 1, n, 0.5) > 1 - level:
+        k -= 1
+    if k < 1:
+        return middle, math.nan, math.nan
+    return middle, float(d[k - 1]), float(d[n - k])
