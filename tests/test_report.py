@@ -439,6 +439,17 @@ def test_without_baseline_runs(tmp_path):
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["RTE"] == "**70.00 ± –** (1)"
 
 
+def test_the_setup_table_shows_the_train_subset_the_runs_could_draw(tmp_path):
+    """train_eval_samples=512 on a training set of 64 evaluates 64: the table says 64, not the asked-for 512."""
+    store = Store(tmp_path)
+    for task, metrics, train in (("rte", {"accuracy": 0.7}, 64), ("mrpc", {"f1": 0.8, "accuracy": 0.6}, 1000)):
+        name, rec = make_record(task, "vanilla", 1, metrics, hparams={"p": 0.1}, train={"train_eval_samples": 512})
+        rec["data"] = {"train": train, "dev": {"": 100}, "train_subset": min(train, 512)}
+        store.write(name, rec)
+    setup = parse_table(build_report([tmp_path], ReportOptions(figures=False)).read_text(), "### Setup")
+    assert setup["RTE"]["train_eval_samples"] == "64" and setup["MRPC"]["train_eval_samples"] == "512"
+
+
 def test_two_models_and_runs_without_a_score(tmp_path):
     import suite.report as report_module
 
