@@ -131,6 +131,12 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
     pilot = Store(tmp_path / "pilot")
     rng = np.random.default_rng(0)
     reference = {s: 0.6 + 0.01 * rng.normal() for s in range(1, 9)}
+    for s in (1, 2, 3):  # the README's 3-seed grid: records, but too few seeds for either estimate
+        pilot.write(*make_record("rte", "vanilla", s, {"accuracy": reference[s]}))
+    assert main(["plan", "--study", study, "--pilot", str(tmp_path / "pilot")]) == 0
+    out = capsys.readouterr().out
+    assert "too few seeds (3, need 4) of vanilla on rte, and 0 paired with a primary method (need 2)" in out
+    assert "no records" not in out
     for s, score in reference.items():
         pilot.write(*make_record("rte", "vanilla", s, {"accuracy": score}))
     assert main(["plan", "--study", study, "--pilot", str(tmp_path / "pilot")]) == 0
