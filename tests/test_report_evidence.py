@@ -298,6 +298,11 @@ def test_bimodal_cells_show_the_median_and_collapse_counts_use_the_declared_floo
     assert board["vanilla"]["RTE"] == "median 62.00, 1 of 5 collapsed (5)"
     assert board["scores_dropout"]["RTE"] == "**62.40 ± 2.30** (5)"          # healthy: mean ± sd
     assert parse_table(md, "### Stability across seeds")["vanilla"]["RTE"].startswith("1/5 ·")
+    # "failed" means one thing, did not finish: the collapsed run is counted as collapsed, never called failed
+    prose = " ".join(md.split())
+    assert "failed (k): runs that did not finish" in prose and "Failed: did not finish" in prose
+    assert "counts as failed" not in prose and "failed runs / runs" not in prose
+    assert parse_table(md, "#### RTE")["vanilla"]["failed"] == "0"
     assert comparison_rows(md)["scores_dropout", "RTE"]["ASO ε"] != "–"
     # a floor 12 points above the majority class (62.5) makes three of vanilla's five runs collapsed
     md = build_report([root], ReportOptions(figures=False, aso=False, collapse_floor=12.0)).read_text()

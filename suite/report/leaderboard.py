@@ -117,7 +117,7 @@ def _cells_note(sel: Selection, board: pd.DataFrame) -> str:
     return ("Cells: headline dev metric x100 at the last epoch (the task's official metric, or the mean of its "
             "official metrics" + (f": {'; '.join(combined)}" if combined else "") + "), as mean ± sample std "
             "(number of seeds); \"–\" in place of a std: a single seed; a \"–\" cell: no run; failed (k): runs "
-            "that failed; no score (k): finished runs without a finite score.")
+            "that did not finish; no score (k): finished runs without a finite score.")
 
 
 def _baseline_note(options: Options, bases: dict[str, Baseline]) -> str:
