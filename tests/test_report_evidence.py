@@ -326,3 +326,18 @@ def test_a_method_named_primary_covers_its_tasks_and_the_average_only_when_named
     assert rows["topk", "RTE"]["family"] == rows["topk", "WNLI"]["family"] == "primary"
     assert rows["topk", "GLUE avg"]["family"] == "exploratory"
     assert "the 2 primary comparisons" in md
+
+
+def test_a_reference_at_the_majority_class_gets_a_warning_line(tmp_path):
+    """vanilla no better than RTE's majority class (50.5) on three seeds: a warning line under the leaderboard names
+    the task; a reference well above it (the second report) gets none."""
+    recs = [make_record("rte", m, s, {"accuracy": v}, hparams={"p": 0.1}, baselines=RTE_BASE)
+            for s, v in zip((1, 2, 3), (0.505, 0.50, 0.51)) for m in ("vanilla", "scores_dropout")]
+    md = " ".join(build_report([write(tmp_path / "flat", recs)], ReportOptions(figures=False, aso=False))
+                  .read_text().split())
+    assert "**Warning: the reference `vanilla` scores at the majority / constant predictor on RTE** (" in md
+    assert "it learned nothing there, so every difference to it on RTE is one to a constant predictor" in md
+    recs = [make_record("rte", "vanilla", s, {"accuracy": v}, hparams={"p": 0.1}, baselines=RTE_BASE)
+            for s, v in zip((1, 2, 3), (0.70, 0.72, 0.71))]
+    md = build_report([write(tmp_path / "learned", recs)], ReportOptions(figures=False, aso=False)).read_text()
+    assert "Warning: the reference" not in md
