@@ -101,3 +101,45 @@ def test_a_long_epoch_gets_a_line_once_a_minute_and_a_terminal_none():
     terminal = progress.ProgressLines(steps=False)
     terminal._last_line["x"] = -1e9
     assert terminal.line("x", _event("steps", 20)) is None
+
+
+def _bench(path, device: str, step_ms: float, batch_size: int = 8) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"device": device, "precision": "fp32", "date": "2026-01-01", "note": "", "rows": [
+        {"shape": "minilm", "seq_len": 128, "batch_size": batch_size, "method": "vanilla", "step_ms": step_ms,
+         "peak_mb": 100.0, "error": None}]}))
+
+
+def test_a_dry_run_names_its_data_and_prices_the_grid_per_device(tmp_path, glue_dir, capsys, monkeypatch):
+    """Local TSVs: the folder is named and the grid's batches (from the planned budget) are priced at the CPU's
+    measured step time scaled to the job's batch size; no GPU measurement: 'unmeasured', no number. From the hub: the
+    hub id, and the budget's cap as an upper bound of the batches."""
+    from suite.grid.stages import plan_stages
+    from suite.run.progress import planned_steps
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SUITE_DATA_DIR", raising=False)
+    _bench(tmp_path / "results" / "bench.json", "CPU test machine, 1 torch threads", step_ms=400.0)
+    argv = ["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1,2", "--batch-size", "16", "--epochs", "2",
+            "--out", str(tmp_path / "out"), "--dry-run"]
+    assert main([*argv, "--data-dir", glue_dir]) == 0
+    out = capsys.readouterr().out
+    assert f"data: TSV files under {glue_dir}" in out
+    from suite.commands import build_parser
+    from suite.commands.run_options import run_overrides
+    from suite.grid.study import Study
+
+    parsed = build_parser([*argv, "--data-dir", glue_dir]).parse_args([*argv, "--data-dir", glue_dir])
+    jobs = plan_stages(Study(), run_overrides(parsed)).plan.jobs
+    batches = sum(planned_steps(jobs, glue_dir).values())
+    hours = batches * 0.4 * 16 / 8 / 3600   # 400 ms per batch of 8, a job's batch of 16 twice that
+    assert f"{batches:,} training batches of 2 job(s) from the planned budget):" in out
+    assert f"  CPU: {hours:.2g} CPU-hours (results/bench.json: CPU test machine" in out
+    assert "  GPU: unmeasured (no `python -m suite bench --json` file for a GPU" in out
+
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "data: the Hugging Face hub (nyu-mll/glue), downloaded on first use" in out
+    assert "(2 of them at most: their training set is read only when they run)" in out

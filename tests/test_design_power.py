@@ -105,6 +105,7 @@ def test_plan_prints_the_table_from_declared_noise(tmp_path, capsys):
     assert "2 primary comparison(s), alpha 0.05 over the family, Holm" in out and "0.025 each" in out
     assert "one look at 5 seeds" in out and "split: planned on dev (each task's dev set)" in out
     assert "declared (power: tasks:)" in out and "seeds for 70% at 0" in out
+    assert "\ndata: " in out and "\ncost estimate (training steps only" in out and "\n  GPU: " in out  # as a dry run
     rows = [line.split() for line in out.splitlines() if line.startswith("rte ")]
     assert [r[1] for r in rows[1:]] == ["0", "2", "4"]   # 0, the margin, twice the margin
     claims = [float(next(w for w in r if w.endswith("%")).rstrip("%")) for r in rows[1:]]

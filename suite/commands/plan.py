@@ -1,7 +1,8 @@
 """`python -m suite plan`: the power of a study's design before anything runs. It takes `run`'s options (the same
 study, picks, seeds and `--until-decided` give the same grid and design) and prints, per task of the primary
 comparisons, the chance of each verdict and what a decision at a true difference of 0 would take
-(suite.grid.power_table; docs/statistics.md, "Power before running"). It trains nothing and writes nothing."""
+(suite.grid.power_table; docs/statistics.md, "Power before running"), then where the data comes from and what the
+grid costs per device, as a dry run says. It trains nothing and writes nothing."""
 from __future__ import annotations
 
 import argparse
@@ -41,6 +42,7 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     from suite.api import startup_cache
+    from suite.commands.run import data_and_cost_lines
     from suite.grid.power_table import power_lines
     from suite.grid.stages import plan_stages
     from suite.grid.study import Study, load_study
@@ -49,4 +51,5 @@ def main(args) -> int:
     study = load_study(args.study) if args.study else Study()
     stages = plan_stages(study, run_overrides(args))
     print("\n".join(power_lines(stages.plan, pilot=args.pilot, target=args.target)))
+    print("\n" + "\n".join(data_and_cost_lines(stages)))
     return 0
