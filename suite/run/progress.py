@@ -16,8 +16,8 @@ from typing import Callable, Iterable
 from suite.run.settings import RunConfig, TrainSettings
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["MEASURED_STEPS", "Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "grid_cost_lines",
-           "planned_steps", "steps_per_epoch"]
+__all__ = ["MEASURED_STEPS", "Phases", "Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "capped_steps",
+           "grid_cost_lines", "planned_steps", "steps_per_epoch"]
 
 STEP_LINE_S = 60.0   # within an epoch, a line at the first loss read this long after the run's last line
 EVENT_S = 5.0        # a run reports its steps at most this often (its loss is read after every batch on a CPU,
@@ -31,9 +31,11 @@ def steps_per_epoch(n_train: int, t: TrainSettings) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Progress:
-    """Where a run stands: `kind` is "start" (about to train), "steps" (within an epoch) or "epoch" (an epoch and
-    its evaluations done). `step` counts optimizer steps over the whole run, of `steps` planned (early stopping may
-    end it sooner); `elapsed_s` runs from the start of training, evaluations included."""
+    """Where a run stands: `kind` is "phase" (a stretch outside the epochs begins: loading, tokenising, the
+    end-of-run statistics; `phase` says which), "start" (about to train), "steps" (within an epoch) or "epoch" (an
+    epoch and its evaluations done). `step` counts optimizer steps over the whole run, of `steps` planned (early
+    stopping may end it sooner); `elapsed_s` runs from the start of training, evaluations included (a phase's: from
+    the run's own start)."""
 
     kind: str
     epoch: int
@@ -45,6 +47,7 @@ class Progress:
     train_loss: float = math.nan   # the epoch's running mean ("steps") or its mean ("epoch")
     dev_score: float = math.nan
     tune_score: float = math.nan
+    phase: str = ""
 
     def eta_s(self) -> float:
         """The rest of the run at its rate so far (inf before its first step)."""
@@ -54,6 +57,19 @@ class Progress:
 
 
 Callback = Callable[[Progress], None]
+
+
+class Phases:
+    """A run's stretches outside the epochs, each announced as it begins (a line, so that minutes of loading or of
+    end-of-run statistics are never silent); `step` the steps made so far, which a phase leaves as they are."""
+
+    def __init__(self, callback: Callback | None, epochs: int):
+        self.callback, self.epochs, self.start, self.step = callback, epochs, time.perf_counter(), 0
+
+    def begin(self, what: str) -> None:
+        if self.callback is not None:
+            self.callback(Progress("phase", 0, self.epochs, self.step, 0, time.perf_counter() - self.start,
+                                   phase=what))
 
 
 class RunClock:
@@ -109,6 +125,8 @@ class ProgressLines:
         if p.kind == "steps" and not (self.steps and now - self._last_line.get(label, now) >= STEP_LINE_S):
             return None
         self._last_line[label] = now
+        if p.kind == "phase":
+            return f"  {label}: {p.phase} (run {format_duration(p.elapsed_s)})"
         if p.kind == "start":
             return (f"  start {label}: {p.epochs} epoch(s) x {p.steps // max(p.epochs, 1)} steps "
                     f"on {p.examples} examples")
@@ -120,6 +138,13 @@ class ProgressLines:
         if math.isfinite(p.tune_score):
             scores = f"tuning score {p.tune_score:.4f}, {scores}"
         return f"  {label} epoch {p.epoch}/{p.epochs}: train loss {p.train_loss:.4f}, {scores} | {timing}"
+
+
+def capped_steps(job: RunConfig) -> int | None:
+    """The most steps a job can plan when its training set is not read yet (hub data): its `max_train_samples` cap's
+    (None without one). A task's train split holds fewer examples than the cap only for small tasks."""
+    t = job.train
+    return steps_per_epoch(t.max_train_samples, t) * t.epochs if t.max_train_samples else None
 
 
 def planned_steps(jobs: Iterable[RunConfig], data_dir) -> dict[str, int | None]:
@@ -170,8 +195,8 @@ def grid_cost_lines(jobs: list[RunConfig], steps: dict[str, int | None], benches
     counted, bounded, unknown = [], 0, 0
     for job in jobs:
         n = steps.get(job.hash)
-        if n is None and job.train.max_train_samples:  # hub data: the budget's cap, an upper bound
-            n, bounded = steps_per_epoch(job.train.max_train_samples, job.train) * job.train.epochs, bounded + 1
+        if n is None and (n := capped_steps(job)) is not None:
+            bounded += 1
         if n is None:
             unknown += 1
         else:
