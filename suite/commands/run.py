@@ -85,7 +85,7 @@ def print_dry_run(stages: StudyStages, store) -> None:
 
 def data_and_cost_lines(stages: StudyStages) -> list[str]:
     """Where the data comes from, and what every planned job (tuning runs included) costs per device kind, priced at
-    the measured step times (`suite.report.costs.grid_cost_lines`)."""
+    the measured step times (`suite.run.progress.grid_cost_lines`)."""
     import json
     from pathlib import Path
 
@@ -98,7 +98,7 @@ def data_and_cost_lines(stages: StudyStages) -> list[str]:
     own = sorted({f"{j.task} from {get_task(j.task).data_dir}" for j in jobs if get_task(j.task).data_dir})
     source = (f"data: TSV files under {plan.data_dir}" if plan.data_dir is not None
               else f"data: the Hugging Face hub ({', '.join(hub)}), downloaded on first use (no --data-dir given; "
-                   "give --data-dir DIR to read local GLUE TSV files)" if hub else "data: no task reads the hub")
+                   "give --data-dir DIR to read local GLUE TSV files)" if hub else "data: each task's own folder")
     benches, unreadable = {}, []
     for path in filter(lambda p: Path(p).is_file(), MEASURED_STEPS):
         try:
