@@ -74,3 +74,27 @@ def test_a_job_at_another_budget_or_swept_value_is_not_covered_by_a_record_of_an
     assert ("- **Jobs" + line).startswith("- **Jobs: 3 of 6 jobs the commands plan have ok records**; 3 without: "
                            "RTE/vanilla seed 2 (vanilla.p=0.1, train.max_train_samples=128); "
                            "RTE/vanilla seeds 1-2 (vanilla.p=0.2, train.max_train_samples=128)"), line
+
+
+def test_a_tuned_studys_jobs_are_planned_at_the_configuration_its_tuning_records_select(tmp_path):
+    """The final grid of a tuned study runs what tuning selects: before the tuning records exist its jobs are the
+    grid's own settings (no record can have them yet), after, the selected learning rate's."""
+    from suite.run.layout import OutputFolder
+
+    out = tmp_path / "out"
+    study = tmp_path / "study.yaml"
+    study.write_text(f"methods: [vanilla]\ntasks: [rte]\nseeds: [1, 2]\nmodels: [{MODEL}]\nout: {out}\n"
+                     "tune: {holdout: 20, seeds: [101], budget: all, space: {default: {train.lr: [1.0e-4, 3.0e-4]}}}\n")
+    command = f"python -m suite run --study {study}"
+    before = planned_jobs(command)
+    assert len(before) == 2 and {j.train.lr for j in before} == {before[0].train.lr} != {3e-4}
+    tuning = Store(OutputFolder(out).tuning.root)
+    for lr, score in ((1e-4, 0.55), (3e-4, 0.70)):
+        job = next(j for j in before if j.seed == 1)
+        job = job.__class__(job.model, job.task, job.method, job.hparams, 101,
+                            job.train.__class__(**{**job.to_dict()["train"], "lr": lr}), job.data_source)
+        name, rec = _record_of(job)
+        rec["tune"] = {"accuracy": score, "score": score}
+        tuning.write(name, rec)
+    after = planned_jobs(command)
+    assert sorted(j.seed for j in after) == [1, 2] and {j.train.lr for j in after} == {3e-4}
