@@ -54,6 +54,8 @@ def test_a_run_logging_to_a_file_prints_its_start_and_one_line_per_epoch(tiny_be
     lines = [line for line in err.splitlines() if "rte/vanilla/seed1" in line]
     epochs = [line for line in lines if " epoch " in line and "train loss" in line]
     assert any(line.startswith("  start rte/vanilla/seed1: 2 epoch(s) x") for line in lines), err
+    phases = [line.split(": ")[1] for line in lines if line.startswith("  rte/vanilla/seed1: ")]
+    assert [p.split()[0] for p in phases] == ["data", "model", "attention"], phases  # each stretch outside the epochs
     assert [line.split(":")[0] for line in epochs] == ["  rte/vanilla/seed1 epoch 1/2", "  rte/vanilla/seed1 epoch 2/2"]
     assert all("tuning score" in line and "dev score" in line and "ETA" in line and "grid ETA" in line
                for line in epochs), epochs
@@ -74,14 +76,23 @@ def _event(kind, step, steps=100, elapsed=10.0, epoch=1):
     return Progress(kind, epoch, 2, step, steps, elapsed, 40, train_loss=0.5, dev_score=0.6)
 
 
+def _phase(step):
+    from suite.run.progress import Progress
+
+    return Progress("phase", 0, 2, step, 0, 12.0, phase="attention statistics: 4 dev batch(es)")
+
+
 def test_the_grid_eta_comes_from_the_steps_left_at_the_rate_so_far():
     a = RunConfig("minilm", "rte", "vanilla", {}, 1, TrainSettings())
     b = RunConfig("minilm", "rte", "vanilla", {}, 2, TrainSettings())
     status = GridStatus(2, stream=io.StringIO(), planned={a.hash: 100, b.hash: 300})
-    status.start -= 10.0                     # 10 s into the grid
+    status.start -= 100.0                    # the driver's own setup (workers starting): not the runs' rate
     status.started(a)
     status.progress(a, _event("start", 0))
+    status.first_event -= 10.0               # 10 s since the first run reported
     status.progress(a, _event("steps", 50))  # 50 steps in 10 s: 5 steps/s; 50 + 300 left
+    assert abs(status.eta() - 350 / 5) < 1.0
+    status.progress(a, _phase(50))           # a phase after the steps keeps the steps made
     assert abs(status.eta() - 350 / 5) < 1.0
     status.progress(b, _event("start", 0, steps=200))  # the run's own count replaces the plan's
     assert abs(status.eta() - 250 / 5) < 1.0
@@ -91,6 +102,7 @@ def test_a_long_epoch_gets_a_line_once_a_minute_and_a_terminal_none():
     from suite.run import progress
 
     lines = progress.ProgressLines()
+    assert lines.line("x", _phase(0)) == "  x: attention statistics: 4 dev batch(es) (run 12s)"  # never silent
     assert lines.line("x", _event("start", 0)).startswith("  start x: 2 epoch(s) x 50 steps on 40 examples")
     assert lines.line("x", _event("steps", 10)) is None       # the start line was just now
     lines._last_line["x"] -= progress.STEP_LINE_S
@@ -101,3 +113,45 @@ def test_a_long_epoch_gets_a_line_once_a_minute_and_a_terminal_none():
     terminal = progress.ProgressLines(steps=False)
     terminal._last_line["x"] = -1e9
     assert terminal.line("x", _event("steps", 20)) is None
+
+
+def _bench(path, device: str, step_ms: float, batch_size: int = 8) -> None:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"device": device, "precision": "fp32", "date": "2026-01-01", "note": "", "rows": [
+        {"shape": "minilm", "seq_len": 128, "batch_size": batch_size, "method": "vanilla", "step_ms": step_ms,
+         "peak_mb": 100.0, "error": None}]}))
+
+
+def test_a_dry_run_names_its_data_and_prices_the_grid_per_device(tmp_path, glue_dir, capsys, monkeypatch):
+    """Local TSVs: the folder is named and the grid's batches (from the planned budget) are priced at the CPU's
+    measured step time scaled to the job's batch size; no GPU measurement: 'unmeasured', no number. From the hub: the
+    hub id, and the budget's cap as an upper bound of the batches."""
+    from suite.grid.stages import plan_stages
+    from suite.run.progress import planned_steps
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SUITE_DATA_DIR", raising=False)
+    _bench(tmp_path / "results" / "bench.json", "CPU test machine, 1 torch threads", step_ms=400.0)
+    argv = ["run", "--methods", "vanilla", "--tasks", "rte", "--seeds", "1,2", "--batch-size", "16", "--epochs", "2",
+            "--out", str(tmp_path / "out"), "--dry-run"]
+    assert main([*argv, "--data-dir", glue_dir]) == 0
+    out = capsys.readouterr().out
+    assert f"data: TSV files under {glue_dir}" in out
+    from suite.commands import build_parser
+    from suite.commands.run_options import run_overrides
+    from suite.grid.study import Study
+
+    parsed = build_parser([*argv, "--data-dir", glue_dir]).parse_args([*argv, "--data-dir", glue_dir])
+    jobs = plan_stages(Study(), run_overrides(parsed)).plan.jobs
+    batches = sum(planned_steps(jobs, glue_dir).values())
+    hours = batches * 0.4 * 16 / 8 / 3600   # 400 ms per batch of 8, a job's batch of 16 twice that
+    assert f"{batches:,} training batches of 2 job(s) from the planned budget):" in out
+    assert f"  CPU: {hours:.2g} CPU-hours (results/bench.json: CPU test machine" in out
+    assert "  GPU: unmeasured (no `python -m suite bench --json` file for a GPU" in out
+
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "data: the Hugging Face hub (nyu-mll/glue), downloaded on first use" in out
+    assert "(2 of them at most: their training set is read only when they run)" in out

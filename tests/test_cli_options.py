@@ -116,7 +116,8 @@ def test_dry_run_reads_no_data_and_marks_existing_records(tmp_path, capsys):
     Store(tmp_path).write(job.filename, RunRecord(job.to_dict(), job.hash, job.label, "ok",
                                                   final=Metrics.from_json({"score": 0.5}), history=(Epoch(epoch=1),)))
     assert main(args) == 0
-    rows = {line.split()[-1]: line.split()[0] for line in capsys.readouterr().out.splitlines() if ".json" in line}
+    rows = {line.split()[-1]: line.split()[0] for line in capsys.readouterr().out.splitlines()
+            if line.endswith(".json")}  # the job rows (the cost lines below them name bench files mid-line)
     assert rows[job.filename] == "ok" and len(rows) == 2
     assert [v for k, v in rows.items() if k != job.filename] == ["rte/vanilla/seed2"]  # no mark: the label comes first
 

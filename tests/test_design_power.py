@@ -109,6 +109,7 @@ def test_plan_prints_the_table_from_declared_noise(tmp_path, capsys):
     assert "2 primary comparison(s), alpha 0.05 over the family, Holm" in out and "0.025 each" in out
     assert "one look at 5 seeds" in out and "split: planned on dev (each task's dev set)" in out
     assert "declared (power: tasks:)" in out and "seeds for 70% at 0" in out
+    assert "\ndata: " in out and "\ncost estimate (training steps only" in out and "\n  GPU: " in out  # as a dry run
     rows = [line.split() for line in out.splitlines() if line.startswith("rte ")]
     assert [r[1] for r in rows[1:]] == ["0", "2", "4"]   # 0, the margin, twice the margin
     claims = [float(next(w for w in r if w.endswith("%")).rstrip("%")) for r in rows[1:]]
@@ -135,6 +136,12 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
     pilot = Store(tmp_path / "pilot")
     rng = np.random.default_rng(0)
     reference = {s: 0.6 + 0.01 * rng.normal() for s in range(1, 9)}
+    for s in (1, 2, 3):  # the README's 3-seed grid: records, but too few seeds for either estimate
+        pilot.write(*make_record("rte", "vanilla", s, {"accuracy": reference[s]}))
+    assert main(["plan", "--study", study, "--pilot", str(tmp_path / "pilot")]) == 0
+    out = capsys.readouterr().out
+    assert "too few seeds (3, need 4) of vanilla on rte, and 0 paired with a primary method (need 2)" in out
+    assert "no records" not in out
     for s, score in reference.items():
         pilot.write(*make_record("rte", "vanilla", s, {"accuracy": score}))
     assert main(["plan", "--study", study, "--pilot", str(tmp_path / "pilot")]) == 0

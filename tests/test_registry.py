@@ -67,6 +67,29 @@ def test_attaching_a_method_registers_it_with_transformers_attention_and_mask_in
         suite.METHODS.remove("tmp_registered")
 
 
+def test_a_description_is_the_docstrings_whole_first_paragraph():
+    @dataclasses.dataclass
+    class Cfg:
+        p: float = 0.0
+
+    @suite.register_method("tmp_described")
+    class Tmp(suite.AttentionMethod):
+        """A first sentence that runs on past the first line break of the docstring, as a long one does, and ends
+        here.
+
+        A second paragraph the listing leaves out."""
+        Config = Cfg
+
+    try:
+        assert Tmp.description == ("A first sentence that runs on past the first line break of the docstring, as a "
+                                   "long one does, and ends here.")
+    finally:
+        suite.METHODS.remove("tmp_described")
+    # the two built-ins whose first paragraph spans lines (`list` cut them mid-sentence)
+    assert suite.METHODS.get("dynamicconv").description.endswith("the suite's first version).")
+    assert suite.METHODS.get("uniform").description.endswith("no identity setting.")
+
+
 PLUGIN = '''
 import dataclasses
 import suite

@@ -440,6 +440,17 @@ def test_without_baseline_runs(tmp_path):
     assert parse_table(md, "### Leaderboard")["scores_dropout"]["RTE"] == "**70.00 ± –** (1)"
 
 
+def test_the_setup_table_shows_the_train_subset_the_runs_could_draw(tmp_path):
+    """train_eval_samples=512 on a training set of 64 evaluates 64: the table says 64, not the asked-for 512."""
+    store = Store(tmp_path)
+    for task, metrics, train in (("rte", {"accuracy": 0.7}, 64), ("mrpc", {"f1": 0.8, "accuracy": 0.6}, 1000)):
+        name, rec = make_record(task, "vanilla", 1, metrics, hparams={"p": 0.1}, train={"train_eval_samples": 512})
+        rec["data"] = {"train": train, "dev": {"": 100}, "train_subset": min(train, 512)}
+        store.write(name, rec)
+    setup = parse_table(build_report([tmp_path], ReportOptions(figures=False)).read_text(), "### Setup")
+    assert setup["RTE"]["train_eval_samples"] == "64" and setup["MRPC"]["train_eval_samples"] == "512"
+
+
 def test_two_models_and_runs_without_a_score(tmp_path):
     import suite.report as report_module
 
@@ -572,3 +583,26 @@ def test_data_efficiency_with_fixed_draws_pairs_runs_by_draw_and_seed(tmp_path):
     assert shown == pytest.approx(holm_bound, rel=0.05)
     # the curve's runs are shown by the curve: they are no ablation of the leaderboard's setting
     assert "### Ablations" not in md and "Methods with several settings" not in md
+
+
+def test_a_one_epoch_curve_tells_its_points_apart(tmp_path, monkeypatch):
+    """One epoch: dev, train subset and the reference are one point each at x = 1; each gets its own marker and
+    place, and the legend shows the markers."""
+    import suite.report.figures as figures
+
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, path: drawn.setdefault(path.name, fig))
+    store = Store(tmp_path)
+    for method in ("vanilla", "scores_dropout"):
+        for s in (1, 2):
+            store.write(*make_record("rte", method, s, {"accuracy": 0.6 + s / 100}, hparams={"p": 0.1},
+                                     train={"epochs": 1}))
+    build_report([tmp_path], ReportOptions(aso=False))
+    fig = drawn["curves_tiny-bert_rte.png"]
+    panel = next(ax for ax in fig.axes if ax.get_title() == "scores_dropout")
+    points = {line.get_marker(): float(line.get_xdata()[0]) for line in panel.get_lines()
+              if line.get_marker() not in ("None", None, "", "_") and len(line.get_xdata()) == 1}
+    assert set(points) == {"o", "s", "D"}, points          # dev, train subset, reference
+    assert len(set(points.values())) == 3 and all(abs(x - 1) < 0.2 for x in points.values())
+    legend = {h.get_label(): h.get_marker() for h in fig.legends[0].legend_handles if hasattr(h, "get_marker")}
+    assert legend["dev"] == "o" and legend["fixed train subset"] == "s" and legend["vanilla: dev (reference)"] == "D"

@@ -130,7 +130,7 @@ def test_allow_uncommitted_from_the_study_file_and_the_command_line(tmp_path):
     assert commands.main(["report", str(root), "--no-figures", "--no-aso"]) == 2
     assert commands.main(["report", str(root), "--no-figures", "--no-aso", "--allow-uncommitted", "--primary", "topk",
                           "--margin", "2", "--collapse-floor", "3"]) == 0
-    md = (root / "leaderboard.md").read_text()
+    md = " ".join((root / "leaderboard.md").read_text().split())  # unwrapped: prose breaks at 120 columns
     assert "primary comparisons (topk) by Holm" in md and "within 3 points of the majority-class" in md
     study = tmp_path / "study.yaml"
     study.write_text(f"out: {root}\nreport:\n  allow_uncommitted: true\n  margin: {{rte: 2.5}}\n")
@@ -300,6 +300,11 @@ def test_bimodal_cells_show_the_median_and_collapse_counts_use_the_declared_floo
     assert board["vanilla"]["RTE"] == "median 62.00, 1 of 5 collapsed (5)"
     assert board["scores_dropout"]["RTE"] == "**62.40 ± 2.30** (5)"          # healthy: mean ± sd
     assert parse_table(md, "### Stability across seeds")["vanilla"]["RTE"].startswith("1/5 ·")
+    # "failed" means one thing, did not finish: the collapsed run is counted as collapsed, never called failed
+    prose = " ".join(md.split())
+    assert "failed (k): runs that did not finish" in prose and "Failed: did not finish" in prose
+    assert "counts as failed" not in prose and "failed runs / runs" not in prose
+    assert parse_table(md, "#### RTE")["vanilla"]["failed"] == "0"
     assert comparison_rows(md)["scores_dropout", "RTE"]["ASO ε"] != "–"
     # a floor 12 points above the majority class (62.5) makes three of vanilla's five runs collapsed
     md = build_report([root], ReportOptions(figures=False, aso=False, collapse_floor=12.0)).read_text()
@@ -342,3 +347,18 @@ def test_the_power_of_a_primary_comparison_is_simulated_at_its_seeds_noise_and_f
         assert got == want.difference
     assert declared < small   # each added comparison costs the others power
     assert all(math.isnan(x) for x in family_power(dataclasses.replace(ev, seed_sd=math.nan), 0.05, 9, ("a", "b")))
+
+
+def test_a_reference_at_the_majority_class_gets_a_warning_line(tmp_path):
+    """vanilla no better than RTE's majority class (50.5) on three seeds: a warning line under the leaderboard names
+    the task; a reference well above it (the second report) gets none."""
+    recs = [make_record("rte", m, s, {"accuracy": v}, hparams={"p": 0.1}, baselines=RTE_BASE)
+            for s, v in zip((1, 2, 3), (0.505, 0.50, 0.51)) for m in ("vanilla", "scores_dropout")]
+    md = " ".join(build_report([write(tmp_path / "flat", recs)], ReportOptions(figures=False, aso=False))
+                  .read_text().split())
+    assert "**Warning: the reference `vanilla` scores at the majority / constant predictor on RTE** (" in md
+    assert "it learned nothing there, so every difference to it on RTE is one to a constant predictor" in md
+    recs = [make_record("rte", "vanilla", s, {"accuracy": v}, hparams={"p": 0.1}, baselines=RTE_BASE)
+            for s, v in zip((1, 2, 3), (0.70, 0.72, 0.71))]
+    md = build_report([write(tmp_path / "learned", recs)], ReportOptions(figures=False, aso=False)).read_text()
+    assert "Warning: the reference" not in md

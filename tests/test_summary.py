@@ -119,3 +119,17 @@ def test_empty_and_grid_records():
             return {"a.json": {"config": {}}}.get(filename)
 
     assert grid_records([Job("a.json"), Job("missing.json")], Store()) == [{"config": {}}]
+
+
+def test_a_reference_at_the_majority_class_is_warned_about():
+    """MRPC at 128 examples: vanilla, a new method and the majority class all at 68.4: the table's +0.0 says
+    nothing, and a line says the reference learned nothing; SST-2's vanilla, well above its majority, is not named."""
+    recs = [record("mrpc", m, s, 0.684, majority=0.684) for m in ("vanilla", "gauss_noise") for s in (1, 2, 3)]
+    recs += [record("sst2", "vanilla", s, 0.80 + s / 100, majority=0.509) for s in (1, 2, 3)]
+    text = compact_leaderboard(recs)
+    assert rows(text)["majority class"] == ["68.4 (+0.0)", "50.9 (-31.1)"]
+    warnings = [line for line in text.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: the reference vanilla scores at the majority class on MRPC (68.4 vs 68.4, within "
+                        "1 point): it learned nothing there, so every difference to it is one to a constant "
+                        "predictor; train longer (--epochs) or on more examples (--max-train-samples)"]
+    assert "warning" not in compact_leaderboard(grid())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 from typing import Any, ClassVar
 
@@ -258,6 +259,11 @@ def _dispatch(module, query, key, value, attention_mask, scaling=None, dropout=0
     return method.attention(module, query, key, value, attention_mask, scaling, **kwargs)
 
 
+def _first_paragraph(doc: str) -> str:
+    """A docstring's first paragraph on one line: a description cut at its first line break ends mid-sentence."""
+    return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+
+
 def register_method(name: str, description: str | None = None, replace: bool = False):
     """Class decorator: `@register_method("my_method")` on an `AttentionMethod` subclass.
 
@@ -274,7 +280,7 @@ def register_method(name: str, description: str | None = None, replace: bool = F
         if description is not None:
             cls.description = description
         elif "description" not in cls.__dict__:
-            cls.description = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+            cls.description = _first_paragraph(cls.__doc__ or "")
         if not name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"method name {name!r}: use letters, digits, '_' and '-' only (it names record files)")
         METHODS.load()  # the built-ins first, so that a plugin imported before them cannot take a built-in's name

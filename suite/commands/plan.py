@@ -1,9 +1,10 @@
 """`python -m suite plan`: the power of a study's design before anything runs. It takes `run`'s options (the same
 study, picks, seeds and `--until-decided` give the same grid and design) and prints, per task of the primary
 comparisons, the chance of each verdict and what a decision at a true difference of 0 would take
-(suite.grid.power_table; docs/statistics.md, "Power before running"). It trains nothing and writes nothing but
-its answer's entry in the startup cache (`suite.api.startup_cache`): the same options, code, study file and records
-print the kept answer without simulating again."""
+(suite.grid.power_table; docs/statistics.md, "Power before running"), then where the data comes from and what the
+grid costs per device, as a dry run says. It trains nothing and writes nothing but its answer's entry in the startup
+cache (`suite.api.startup_cache`): the same options, code, study file and records print the kept answer without
+simulating again."""
 from __future__ import annotations
 
 import argparse
@@ -65,7 +66,9 @@ def main(args) -> int:
 
 
 def _answer(args) -> dict:
-    """The power table's lines and what planning said on stderr (a note on primary cells without looks)."""
+    """The power table's lines, the data source and cost lines, and what planning said on stderr (a note on primary
+    cells without looks)."""
+    from suite.commands.run import data_and_cost_lines
     from suite.grid.power_table import power_lines
     from suite.grid.stages import plan_stages
     from suite.grid.study import Study, load_study
@@ -76,6 +79,7 @@ def _answer(args) -> dict:
             study = load_study(args.study) if args.study else Study()
             stages = plan_stages(study, run_overrides(args))
             lines = power_lines(stages.plan, pilot=args.pilot, target=args.target)
+            lines += [""] + data_and_cost_lines(stages)
     except BaseException:
         sys.stderr.write(said.getvalue())   # what planning said before it refused
         raise

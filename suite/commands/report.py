@@ -9,10 +9,11 @@ import sys
 
 from suite.api.errors import EXIT_BAD_INPUT, BadInput, ReportError
 from suite.report import ReportOptions, build_report
+from suite.run.settings import RunConfig
 from suite.stats.report_options import REPORT_FIELDS, Bounds
 
 # the command, and what the rest of the suite uses
-__all__ = ["COMMAND", "add_parser", "main", "planned_cells", "report_request"]
+__all__ = ["COMMAND", "add_parser", "main", "planned_jobs", "report_request"]
 
 COMMAND = "report"
 
@@ -76,7 +77,7 @@ def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
             raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
     if not folder:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
-    options = ReportOptions.settled(flags, study, planner=planned_cells)
+    options = ReportOptions.settled(flags, study, planner=planned_jobs)
     options = dataclasses.replace(options, baseline=METHODS.canonical(options.baseline))  # unknown: a suggestion
     if options.out:
         check_folder_name("--out", options.out)
@@ -86,28 +87,32 @@ def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
     return [folder, *args.more], options
 
 
-def planned_cells(command: str) -> set[tuple[str, str, str, int]]:
-    """(model, task, method, seed) of every job a `run` command line of commands.txt plans, planned again; under
-    --until-decided only the first look's seeds (later ones run only while a comparison is undecided). Raises what
-    planning raises (SystemExit from a line the parser refuses)."""
+def planned_jobs(command: str) -> list[RunConfig]:
+    """Every job a `run` command line of commands.txt plans, planned again with all its settings; a tuned study's
+    final jobs at the configurations its tuning records select; under --until-decided only the first look's seeds
+    (later ones run only while a comparison is undecided). Raises what planning raises (SystemExit from a line the
+    parser refuses)."""
     import shlex
 
     from suite.commands import build_parser
     from suite.commands.run_options import run_overrides
     from suite.grid.stages import plan_stages
     from suite.grid.study import Study, load_study
+    from suite.grid.tuning import selected_where_known
 
     words = shlex.split(command)
     argv = words[words.index("run"):]
     args = build_parser(argv).parse_args(argv)
     if args.dry_run or getattr(args, "replay", False):
-        return set()
+        return []
     stages = plan_stages(load_study(args.study) if args.study else Study(), run_overrides(args))
     jobs, schedule = stages.plan.jobs, stages.request.schedule
+    if stages.tuning is not None:
+        jobs = selected_where_known(jobs, stages.tuning)
     seeds = sorted({j.seed for j in jobs})
     if schedule is not None:
         seeds = seeds[:schedule.looks[0]]
-    return {(j.model, j.task, j.method, j.seed) for j in jobs if j.seed in seeds}
+    return [j for j in jobs if j.seed in seeds]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -77,9 +77,38 @@ def print_dry_run(stages: StudyStages, store) -> None:
         print(f"--until-decided: looks at {', '.join(map(str, request.schedule.looks))} seeds; the first runs every "
               "job of its seeds, each later one only the undecided primary comparisons' (the list above is the "
               "most that can run)")
+    print("\n" + "\n".join(data_and_cost_lines(stages)))
     if len(plan.methods) > 1:  # simulating the design takes seconds, more than a dry run should: a command of its own
         print("\neach primary comparison's chance of a decision at these seeds, before anything runs: "
               "`python -m suite plan` with the same options (docs/statistics.md, \"Power before running\")")
+
+
+def data_and_cost_lines(stages: StudyStages) -> list[str]:
+    """Where the data comes from, and what every planned job (tuning runs included) costs per device kind, priced at
+    the measured step times (`suite.run.progress.grid_cost_lines`)."""
+    import json
+    from pathlib import Path
+
+    from suite.api.tasks import get_task
+    from suite.run.progress import MEASURED_STEPS, grid_cost_lines, planned_steps
+
+    plan = stages.plan
+    jobs = [*(stages.tuning.jobs if stages.tuning is not None else []), *plan.jobs]
+    hub = sorted({get_task(j.task).hub[0] for j in jobs if j.data_source == "hub" and get_task(j.task).hub})
+    own = sorted({f"{j.task} from {get_task(j.task).data_dir}" for j in jobs if get_task(j.task).data_dir})
+    source = (f"data: TSV files under {plan.data_dir}" if plan.data_dir is not None
+              else f"data: the Hugging Face hub ({', '.join(hub)}), downloaded on first use (no --data-dir given; "
+                   "give --data-dir DIR to read local GLUE TSV files)" if hub else "data: each task's own folder")
+    benches, unreadable = {}, []
+    for path in filter(lambda p: Path(p).is_file(), MEASURED_STEPS):
+        try:
+            benches[path] = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:  # the estimate goes on without it, saying so
+            unreadable.append(f"warning: {path}: not a bench result written by `python -m suite bench --json` "
+                              f"({exc}); left out of the cost estimate")
+    steps = planned_steps(jobs, plan.data_dir)
+    return [source + (f"; {', '.join(own)} (their own folders)" if own else ""), *unreadable,
+            *grid_cost_lines(jobs, steps, benches)]
 
 
 def print_jobs(plan: GridPlan, store) -> None:

@@ -55,6 +55,8 @@ __all__ = ["power_lines"]  # what the rest of the suite uses; other names are it
 
 TARGET = 0.8
 SEED = 20260101          # of the simulations: the same study prints the same table
+MIN_PAIRED = 2           # seeds a primary method and the reference share, for a seed sd of their differences
+MIN_HALF = 2             # seeds in each half of the reference's own, for a seed sd between the halves
 
 
 @dataclass
@@ -127,7 +129,7 @@ def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> Fo
     from suite.stats.evidence import bootstrap_seed, compare_runs
 
     ref = runs.get((task, reference), {})
-    pairs = [(m, runs[task, m]) for m in methods if len(set(runs.get((task, m), {})) & set(ref)) >= 2]
+    pairs = [(m, runs[task, m]) for m in methods if len(set(runs.get((task, m), {})) & set(ref)) >= MIN_PAIRED]
     if not pairs:
         return None
     found, each = [], []
@@ -161,7 +163,7 @@ def _from_halves(task: str, reference: str, runs) -> Found | None:
     ref = runs.get((task, reference), {})
     seeds = sorted(ref)
     half = len(seeds) // 2
-    if half < 2:
+    if half < MIN_HALF:
         return None
     a = {i: ref[s] for i, s in enumerate(seeds[:half])}
     b = {i: ref[s] for i, s in enumerate(seeds[half:2 * half])}
@@ -170,6 +172,19 @@ def _from_halves(task: str, reference: str, runs) -> Found | None:
         return None
     return Found(Noise(ev.seed_sd, ev.example_se),
                  f"{reference}'s {2 * half} seeds in two halves (dev-set part: a lower bound)")
+
+
+def _too_few(task: str, methods: list[str], reference: str, runs) -> str:
+    """Why a task's records gave no noise: none at all, or too few seeds (a comparison needs 2 paired seeds of a
+    primary method and the reference, the reference's halves 4 of its own)."""
+    ref = set(runs.get((task, reference), {}))
+    paired = max((len(set(runs.get((task, m), {})) & ref) for m in methods), default=0)
+    if not ref and not any(runs.get((task, m)) for m in methods):
+        return "no records"
+    if len(ref) >= 2 * MIN_HALF or paired >= MIN_PAIRED:  # enough seeds, yet no finite seed sd
+        return f"no seed sd from the records ({len(ref)} {reference} seeds, {paired} paired)"
+    return (f"too few seeds ({len(ref)}, need {2 * MIN_HALF}) of {reference} on {task}, and {paired} paired with a "
+            f"primary method (need {MIN_PAIRED})")
 
 
 def _primary(plan) -> list:
@@ -208,7 +223,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
         if found is None:
             other = {on for on, t, _ in pilot_runs if t == task} - {split}
             why = (f"its records of {task} are scored on {', '.join(sorted(other))}, the verdicts on {split}"
-                   if other else "no records")
+                   if other else _too_few(task, methods, reference, runs))
             out.append(TaskPlan(task, len(methods), margin, None,
                                 f"{why} in {folder}: declare power: tasks: {task}: or give --pilot DIR", split=split))
             continue

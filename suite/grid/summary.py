@@ -141,19 +141,38 @@ def compact_leaderboard(records: list[RunRecord], baseline: str = "vanilla", out
                 text += f" {len(values)}/{counts[key]} ok"
             line.append(text)
         table.append(line)
-    majority_line = [MAJORITY_ROW]
+    majority_line, warnings = [MAJORITY_ROW], []
     for task in tasks:
         maj = _majority([r for r, k in zip(records, keys) if k[0] == task])
-        ref = [v for k, v in cells.items() if k[0] == task and k[1] == baseline]
-        ref_mean = _mean_std(ref[0])[0] if len(ref) == 1 else None
+        ref = [(k[2], v) for k, v in cells.items() if k[0] == task and k[1] == baseline]
+        ref_mean = _mean_std(ref[0][1])[0] if len(ref) == 1 else None
         majority_line.append(DASH if maj is None else _num(maj) + _diff(maj, ref_mean))
+        warnings += [_at_majority(baseline, task, settings, _mean_std(v)[0], maj) for settings, v in ref]
     table.append(majority_line)
     headers = ["method"] + [_task_display(t) for t in tasks]
     where = shlex.quote(str(out)) if out is not None else "OUT"
     return ("Dev score x100, mean ± std over seeds (difference to " + baseline + "):\n"
             + tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
             + f"\n{MAJORITY_ROW}: always the dev set's most frequent class (regression: its mean label)"
+            + "".join(f"\n{w}" for w in warnings if w)
             + f"\nFull report with every metric, significance tests and figures: python -m suite report {where}")
+
+
+def _at_majority(baseline: str, task: str, settings: str, mean: float, majority: float | None) -> str:
+    """A warning when the reference's mean is not above the majority class by the collapse margin: the differences
+    to it are then differences to a predictor that learned nothing."""
+    from suite.api.tasks import get_task
+    from suite.stats.collapse import DEFAULT_MARGIN, collapsed, floor
+
+    if majority is None or not math.isfinite(mean):
+        return ""
+    higher = get_task(task).higher_is_better
+    if not collapsed([mean], floor(majority, DEFAULT_MARGIN, higher), higher)[0]:
+        return ""
+    where = _task_display(task) + (f" {{{settings}}}" if settings else "")
+    return (f"warning: the reference {baseline} scores at the majority class on {where} ({_num(mean)} vs "
+            f"{_num(majority)}, within {DEFAULT_MARGIN:g} point): it learned nothing there, so every difference to "
+            "it is one to a constant predictor; train longer (--epochs) or on more examples (--max-train-samples)")
 
 
 def grid_records(jobs: Iterable[Any], store: Any) -> list[RunRecord]:

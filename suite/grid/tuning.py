@@ -29,7 +29,7 @@ from suite.stats.evp import MIN_TUNING_SEEDS
 
 __all__ = ["ALL", "MIN_SEEDS", "TuningIncomplete", "TuningPlan", "apply_settings", "budget_text", "check_space",
            "configurations", "plan_tuning_runs", "protocol_train", "run_tuning_stage", "select_configurations",
-           "selected_jobs", "settings_text", "tuning_notes", "write_selection"]
+           "selected_jobs", "selected_where_known", "settings_text", "tuning_notes", "write_selection"]
 # (what the rest of the suite uses; other names are this module's own)
 
 DEFAULT_SPACE = "default"         # the space every method gets; a method's own entries add to it (or replace a key)
@@ -342,6 +342,15 @@ def selected_jobs(final_jobs: list[RunConfig], selection: dict[str, Any]) -> lis
             + ". Give the same command again to run what is missing; a configuration whose tuning runs failed is "
               "never selected")
     jobs = [apply_settings(j, chosen[(j.model, j.task, j.method)]["selected"]) for j in final_jobs]
+    return list({j.hash: j for j in jobs}.values())
+
+
+def selected_where_known(final_jobs: list[RunConfig], tuning: TuningPlan) -> list[RunConfig]:
+    """The final grid as far as its tuning records decide it: each cell with a selection at its selected
+    configuration, a cell whose tuning is unfinished at the grid's own settings (a job no record can have yet)."""
+    chosen = {(c["model"], c["task"], c["method"]): c["selected"] for c in select_configurations(tuning)["cells"]}
+    jobs = [apply_settings(j, chosen[j.model, j.task, j.method]) if chosen.get((j.model, j.task, j.method)) else j
+            for j in final_jobs]
     return list({j.hash: j for j in jobs}.values())
 
 

@@ -3,13 +3,13 @@
 the cells without them, and the run hours per cell on each device."""
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 import pandas as pd
 
 from suite.report.facts import ModelFacts, Options, ReportFacts
 from suite.report.vocabulary import DASH, Part, table, task_display, task_order
+from suite.run.settings import RunConfig
 
 __all__ = ["compute_per_cell", "coverage_lines"]
 
@@ -29,41 +29,66 @@ def _seed_ranges(seeds: list[int]) -> str:
 
 def coverage_lines(report: ReportFacts, options: Options) -> list[str]:
     """The header's line on the planned jobs: all of them have ok records, or N of M, with the cells that lack them;
-    nothing when no command was recorded or no planner given. A command that no longer plans (a moved study file) is
-    named."""
+    nothing when no command was recorded or no planner given. A job is covered by an ok record of the same job hash,
+    the grid's own rule: a record at another budget or swept value covers nothing. A command that no longer plans (a
+    moved study file) is named."""
     commands = [c for c in report.loaded.commands if " run " in f" {c} "]
     if not commands or options.planner is None:
         return []
-    planned: set[tuple[str, str, str, int]] = set()
+    planned: dict[str, RunConfig] = {}
     failed = []
     for number, command in enumerate(commands, 1):
         with _quiet() as said:
             try:
-                planned |= options.planner(command)
+                planned.update((job.hash, job) for job in options.planner(command))
             except SystemExit:  # argparse refused the line: its last words say why
                 failed.append(f"command {number} ({(said.getvalue().strip().splitlines() or ['?'])[-1][:160]})")
             except Exception as exc:  # noqa: BLE001  the report goes on, saying which line
                 failed.append(f"command {number} ({type(exc).__name__}: {str(exc)[:160]})")
     df = report.frame
-    ok = df[df["status"] == "ok"]
-    have = {(m, t, me, int(s)) for m, t, me, s in zip(ok["model"], ok["task"], ok["method"], ok["seed"])
-            if s is not None and not (isinstance(s, float) and math.isnan(s))}
-    missing = sorted(planned - have)
+    have = set(df.loc[df["status"] == "ok", "hash"])
+    missing = [job for h, job in planned.items() if h not in have]
     note = (f" (could not plan {', '.join(failed)}: give the report from the folder the commands ran in)"
             if failed else "")
     if not planned:
         return [f"- **Jobs:** the planned jobs are unknown{note}"] if failed else []
     if not missing:
         return [f"- **Jobs:** all {len(planned)} jobs the commands plan have ok records{note}"]
-    cells: dict[tuple[str, str, str], list[int]] = defaultdict(list)
-    for model, task, method, seed in missing:
-        cells[model, task, method].append(seed)
-    named = [f"{task_display(t)}/{m} seed{'s' if len(s) > 1 else ''} {_seed_ranges(sorted(s))}"
-             + (f" ({model})" if len({c[0] for c in cells}) > 1 else "")
-             for (model, t, m), s in sorted(cells.items())][:MOST_CELLS_NAMED]
+    telling = _telling_settings(planned.values())
+    several_models = len({j.model for j in planned.values()}) > 1
+    cells: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for job in missing:
+        settings = ", ".join(f"{k}={v}" for k, v in _settings(job).items() if k in telling[_cell(job)])
+        cells[job.model, job.task, job.method, settings].append(job.seed)
+    named = []
+    for (model, t, m, settings), s in sorted(cells.items()):
+        beside = "; ".join(x for x in (settings, model if several_models else "") if x)
+        named.append(f"{task_display(t)}/{m} seed{'s' if len(s) > 1 else ''} {_seed_ranges(sorted(s))}"
+                     + (f" ({beside})" if beside else ""))
     more = f" and {len(cells) - MOST_CELLS_NAMED} more cells" if len(cells) > MOST_CELLS_NAMED else ""
     return [f"- **Jobs: {len(planned) - len(missing)} of {len(planned)} jobs the commands plan have ok records**; "
-            f"{len(missing)} without: {'; '.join(named)}{more} (give the same commands again to run them){note}"]
+            f"{len(missing)} without: {'; '.join(named[:MOST_CELLS_NAMED])}{more} (give the same commands again to "
+            f"run them){note}"]
+
+
+def _cell(job: RunConfig) -> tuple[str, str, str]:
+    return job.model, job.task, job.method
+
+
+def _settings(job: RunConfig) -> dict[str, str]:
+    """The job's hyper-parameters and training settings as assignment keys (`vanilla.p`, `train.lr`) -> text."""
+    return {**{f"{job.method}.{k}": str(v) for k, v in sorted(job.hparams.items())},
+            **{f"train.{k}": str(v) for k, v in sorted(job.to_dict()["train"].items())}}
+
+
+def _telling_settings(jobs) -> dict[tuple[str, str, str], set[str]]:
+    """Per cell, the settings its planned jobs differ in (another budget, a swept value): what tells a missing job
+    from one with a record."""
+    seen: dict[tuple[str, str, str], dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for job in jobs:
+        for key, value in _settings(job).items():
+            seen[_cell(job)][key].add(value)
+    return defaultdict(set, {cell: {k for k, v in values.items() if len(v) > 1} for cell, values in seen.items()})
 
 
 class _quiet:

@@ -16,15 +16,15 @@ __all__ = ["ablations", "failures", "per_task", "setup", "skipped_records"]
 
 def setup(facts: ModelFacts, options: Options) -> Part:
     sel, board, part = facts.sel, facts.board, Part()
-    trains = {t: sel.train_by_task[t].values for t in sel.tasks}
+    sizes = {t: _data_sizes(board, t) for t in sel.tasks}
+    trains = {t: _effective(sel.train_by_task[t].values, sizes[t]) for t in sel.tasks}
     fields = sorted({k for d in trains.values() for k in d})
     common = {k: trains[sel.tasks[0]].get(k) for k in fields
               if len({key_of({"v": d.get(k)}) for d in trains.values()}) == 1}
     varying = [k for k in fields if k not in common]
     rows = []
     for t in sel.tasks:
-        sub = board[(board["task"] == t) & (board["status"] == "ok")]
-        data = sub["data"].iloc[0] if len(sub) else DataSizes()
+        data = sizes[t]
         dev_txt = ", ".join(f"{k or 'dev'} {v:,}" for k, v in sorted(data.dev.items())) if data.dev else DASH
         if data.heldout is not None:  # train.test_holdout: the split the runs are scored on
             dev_txt += f"; held-out test {data.heldout:,} (scored)"
@@ -35,6 +35,20 @@ def setup(facts: ModelFacts, options: Options) -> Part:
              + ", ".join(f"{k}={value_text(v)}" for k, v in common.items()) + "." + setup_note(board), "",
              table(rows, ["task", "train examples", "dev examples", "train subset (gap)", *varying]), "")
     return part
+
+
+def _data_sizes(board: pd.DataFrame, task: str) -> DataSizes:
+    sub = board[(board["task"] == task) & (board["status"] == "ok")]
+    return sub["data"].iloc[0] if len(sub) else DataSizes()
+
+
+def _effective(train: dict, data: DataSizes) -> dict:
+    """The settings as the runs had them: the train subset is drawn from the training set, so it holds at most as
+    many examples as that set (train_eval_samples=512 on 128 training examples evaluates 128)."""
+    asked = train.get("train_eval_samples")
+    if isinstance(asked, int) and data.train is not None and asked > data.train:
+        return {**train, "train_eval_samples": data.train}
+    return train
 
 
 def _per_task_row(facts: ModelFacts, sub: pd.DataFrame, keys: list[str], method: str, dev: bool = False

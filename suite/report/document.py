@@ -160,7 +160,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     below which a run collapsed (each one number or task -> number). Records from uncommitted code or from several
     commits are refused unless `allow_uncommitted`. `preregistered`: where the analysis was fixed before the results
     (a study's `report: preregistered:`); without it the verdicts are labelled a re-analysis. `planner` plans a `run`
-    line of commands.txt again ((model, task, method, seed) of its jobs), for the header's count of planned jobs with
+    line of commands.txt again (its jobs, with all their settings), for the header's count of planned jobs with
     records (`python -m suite report` gives it; None: no count). Returns the path of the markdown file.
     """
     out, baseline, alpha, correction, costs = (options.out, options.baseline, options.alpha, options.correction,

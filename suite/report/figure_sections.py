@@ -11,11 +11,12 @@ test, whose inference is then about those draws. Give each draw seeds of its own
 4-6): with the same seeds under every draw (crossed), pairs sharing a seed share an initialisation and are not
 independent, and the test's p-values come out too small.
 
-Stability (Mosbach et al. 2021, "On the stability of fine-tuning BERT"): failed runs, seed spread, worst seed, per
-method and task, with a per-seed figure per task. A run counts as failed when it did not finish, finished without a
-score, or collapsed: ended not above the task's collapse floor (`suite.stats.collapse`: the majority-class or
-constant-mean score plus the study's `collapse_floor:` margin, 1 point by default). Mosbach et al. call a run failed
-when it does not beat the majority classifier; the margin adds what a few dev examples' worth of noise can give.
+Stability (Mosbach et al. 2021, "On the stability of fine-tuning BERT"): the runs lost to training, seed spread, worst
+seed, per method and task, with a per-seed figure per task. A run is counted when it failed (did not finish: the one
+meaning of "failed" in the report), finished without a score, or collapsed: ended not above the task's collapse floor
+(`suite.stats.collapse`: the majority-class or constant-mean score plus the study's `collapse_floor:` margin, 1 point
+by default). Mosbach et al. call such a collapsed run "failed" when it does not beat the majority classifier; the
+margin adds what a few dev examples' worth of noise can give.
 """
 from __future__ import annotations
 
@@ -108,8 +109,8 @@ def _size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:
     return [f"{s} examples × {epochs[s]} epoch{'' if epochs[s] == 1 else 's'}" for s in sizes]
 
 
-def _failed_runs(cell: Cell, floor: float, higher: bool) -> int | None:
-    """Runs that failed or collapsed; None when the floor is unknown (collapse cannot be judged)."""
+def _lost_runs(cell: Cell, floor: float, higher: bool) -> int | None:
+    """Runs that failed, have no score or collapsed; None when the floor is unknown (collapse cannot be judged)."""
     if not math.isfinite(floor):
         return None
     return cell.failed + cell.no_score + collapse.rate(cell.values, floor, higher)[0]
@@ -119,9 +120,9 @@ def _stability_text(cell: Cell, floor: float, higher: bool) -> str:
     runs = cell.n + cell.failed + cell.no_score
     if not runs:
         return DASH
-    failed = _failed_runs(cell, floor, higher)
+    lost = _lost_runs(cell, floor, higher)
     worst = (cell.values.min() if higher else cell.values.max()) if cell.n else float("nan")
-    share = f"{failed}/{runs}" if failed is not None else f"?/{runs}"
+    share = f"{lost}/{runs}" if lost is not None else f"?/{runs}"
     return f"{share} · {fmt(cell.std)} · {fmt(worst)}"
 
 
@@ -139,8 +140,9 @@ def stability(facts: ModelFacts, options: Options) -> Part:
     headers = ["method", *[task_display(t) for t in sel.tasks]]
     part.tables["stability"] = Table(headers, rows)
     part.add("### Stability across seeds", "",
-             "Per method and task: failed runs / runs · seed std · worst seed (headline metric x100): the collapse "
-             "rate per method. A run counts as failed when it did not finish, has no score, or collapsed: ends "
+             "Per method and task: failed, no-score or collapsed runs / runs · seed std · worst seed (headline metric "
+             "x100): the collapse rate per method. Failed: did not finish; no score: finished without a finite "
+             "score; collapsed: ends "
              f"within {_collapse_margin_text(options)} of the majority-class (or constant-mean) predictor or below "
              "it (Mosbach et al. 2021; `collapse_floor:`); \"?\": no baseline to judge collapse. Leaderboard cells "
              "with both collapsed and healthy runs show the median.",

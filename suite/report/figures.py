@@ -23,6 +23,8 @@ DPI = 200
 METRIC_RANGE = (-SCALE, SCALE)          # x100 scores; correlations and MCC can be negative
 STYLES = ("-", "--", ":", "-.")
 REFERENCE_COLOR = "black"            # the reference method in every small multiple (dotted)
+ONE_EPOCH_MARKS = {"dev": "o", "train": "s", "reference": "D"}     # a curve of one point: a marker per series
+ONE_EPOCH_SHIFT = {"dev": -0.08, "reference": 0.0, "train": 0.08}  # epochs: the three points side by side
 
 
 def pyplot():
@@ -98,25 +100,48 @@ def plot_curves(board_task: pd.DataFrame, methods: list[str], colors: dict, titl
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    # one epoch: each series is one point, a line style shows nothing, so each gets its own marker and a small
+    # offset in x (dev left, train right, the reference between), and its ±std as an error bar
+    one_epoch = curves.index.get_level_values(1).nunique() == 1
+    marks = ONE_EPOCH_MARKS if one_epoch else {"dev": "o", "train": "o", "reference": None}
     with plt.style.context("default"):
         fig, axes = grid(len(present), sharey=True)   # one scale: panels compare at a glance
         for ax, m in zip(axes, present):
             if reference in present and m != reference:
                 x, mean, _ = curve(curves.loc[reference], solid)
-                ax.plot(x, mean, ":", color=REFERENCE_COLOR, linewidth=1.2)
-            for column, style in ((solid, "-"), (dashed, "--")):
-                band(ax, *curve(curves.loc[m], column), colors[m], style, clip=clip)
+                ax.plot(x + (ONE_EPOCH_SHIFT["reference"] if one_epoch else 0), mean, ":", color=REFERENCE_COLOR,
+                        linewidth=1.2, marker=marks["reference"], markersize=5, fillstyle="none")
+            for column, style, series in ((solid, "-", "dev"), (dashed, "--", "train")):
+                x, mean, std = curve(curves.loc[m], column)
+                if one_epoch:
+                    ax.errorbar(x + ONE_EPOCH_SHIFT[series], mean, yerr=np.nan_to_num(std), fmt=marks[series],
+                                color=colors[m], markersize=6, capsize=3, fillstyle="full" if series == "dev"
+                                else "none")
+                else:
+                    band(ax, x, mean, std, colors[m], style, clip=clip)
             ax.set_title(m, fontsize="small")
             ax.set_xlabel("epoch", fontsize="small")
-            ax.xaxis.get_major_locator().set_params(integer=True)
+            if one_epoch:
+                epoch = curves.index.get_level_values(1)[0]
+                ax.set_xlim(epoch - 0.5, epoch + 0.5)
+                ax.set_xticks([epoch])
+            else:
+                ax.xaxis.get_major_locator().set_params(integer=True)
             ax.grid(alpha=0.3)
         ylabel = "loss (per example, nats)" if kind == "loss" else "headline metric (x100)"
         fig.supylabel(ylabel)
-        handles = [Line2D([], [], color="black", linestyle="-", label="dev"),
-                   Line2D([], [], color="black", linestyle="--",
+        spread = (Line2D([], [], color="black", marker="|", linestyle="none", markersize=8,
+                         label="±1 std over seeds") if one_epoch
+                  else Patch(color="black", alpha=0.15, label="±1 std over seeds"))
+        lines = dict.fromkeys(("-", "--", ":"), "none") if one_epoch else {s: s for s in ("-", "--", ":")}
+        handles = [Line2D([], [], color="black", linestyle=lines["-"], marker=marks["dev"] if one_epoch else None,
+                          label="dev"),
+                   Line2D([], [], color="black", linestyle=lines["--"], marker=marks["train"] if one_epoch else None,
+                          fillstyle="none",
                           label="train (running mean, with dropout)" if kind == "loss" else "fixed train subset"),
-                   Line2D([], [], color=REFERENCE_COLOR, linestyle=":", label=f"{reference}: dev (reference)"),
-                   Patch(color="black", alpha=0.15, label="±1 std over seeds")]
+                   Line2D([], [], color=REFERENCE_COLOR, linestyle=lines[":"], marker=marks["reference"],
+                          fillstyle="none", label=f"{reference}: dev (reference)"),
+                   spread]
         fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False, fontsize="small")
         fig.suptitle(title)
         save(fig, path)

@@ -93,6 +93,7 @@ def section(facts: ModelFacts, options: Options) -> Part:
     rows += _baseline_rows(sel, bases, len(avgs), len(cost_headers) + len(PARAMS))
     full = part.tables["leaderboard"] = Table([*scores, *cost_headers, *PARAMS], rows)
     part.add("### Leaderboard", "", full.columns(scores).markdown(), "")
+    part.add(*_reference_warnings(facts, options))
     notes = ([_cells_note(sel, board), _baseline_note(options, bases), *_average_notes(avgs)]
              + _reference_note(facts, options) + _method_notes(sel, facts.ablation)
              + [f"Each method's costs and parameters: the table below ({COSTS.lstrip('# ')}); leaderboard.csv and "
@@ -117,7 +118,7 @@ def _cells_note(sel: Selection, board: pd.DataFrame) -> str:
     return ("Cells: headline dev metric x100 at the last epoch (the task's official metric, or the mean of its "
             "official metrics" + (f": {'; '.join(combined)}" if combined else "") + "), as mean ± sample std "
             "(number of seeds); \"–\" in place of a std: a single seed; a \"–\" cell: no run; failed (k): runs "
-            "that failed; no score (k): finished runs without a finite score.")
+            "that did not finish; no score (k): finished runs without a finite score.")
 
 
 def _baseline_note(options: Options, bases: dict[str, Baseline]) -> str:
@@ -163,6 +164,20 @@ def _reference_note(facts: ModelFacts, options: Options) -> list[str]:
             "the same resampled examples; over seeds only on regression tasks and where the runs kept no "
             "predictions; runs without a score counted at the predictor's score): "
             + "; ".join(parts) + "."]
+
+
+def _reference_warnings(facts: ModelFacts, options: Options) -> list[str]:
+    """A line of its own where the reference does not beat the majority / constant predictor (the test of
+    `_reference_note`): every difference on that task is then one to a predictor that learned nothing."""
+    sel = facts.sel
+    if options.baseline not in sel.methods:
+        return []
+    lost = [(t, v) for t in sel.tasks if (v := facts.above.get((options.baseline, t))) is not None and not v.better]
+    return [f"- **Warning: the reference `{options.baseline}` scores at the majority / constant predictor on "
+            f"{task_display(t)}** ({v.margin:+.2f} points, {v.runs} seed{'s' if v.runs != 1 else ''}, not better "
+            f"at p < {options.alpha:g}): it learned nothing there, so every difference to it on {task_display(t)} is "
+            "one to a constant predictor; train it longer or on more examples before reading those rows."
+            for t, v in lost] + ([""] if lost else [])
 
 
 def _average_notes(avgs: list[Average]) -> list[str]:

@@ -3,7 +3,8 @@
 `STEP_LINE_S` seconds; and the optimizer steps a job plans, from which the grid's ETA is computed.
 
 `fit` reports `Progress` events to a callback (`RunClock`); whoever runs the job decides what becomes a line
-(`ProgressLines`): the grid's status in the driver, or the run itself on a Ray worker.
+(`ProgressLines`): the grid's status in the driver, or the run itself on a Ray worker. Before anything runs, the
+planned steps priced at measured step times give the grid's cost per device (`grid_cost_lines`: dry runs, `plan`).
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from typing import Callable, Iterable
 from suite.run.settings import RunConfig, TrainSettings
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "planned_steps", "steps_per_epoch"]
+__all__ = ["MEASURED_STEPS", "Phases", "Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "capped_steps",
+           "grid_cost_lines", "planned_steps", "steps_per_epoch"]
 
 STEP_LINE_S = 60.0   # within an epoch, a line at the first loss read this long after the run's last line
 EVENT_S = 5.0        # a run reports its steps at most this often (its loss is read after every batch on a CPU,
@@ -29,9 +31,11 @@ def steps_per_epoch(n_train: int, t: TrainSettings) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Progress:
-    """Where a run stands: `kind` is "start" (about to train), "steps" (within an epoch) or "epoch" (an epoch and
-    its evaluations done). `step` counts optimizer steps over the whole run, of `steps` planned (early stopping may
-    end it sooner); `elapsed_s` runs from the start of training, evaluations included."""
+    """Where a run stands: `kind` is "phase" (a stretch outside the epochs begins: loading, tokenising, the
+    end-of-run statistics; `phase` says which), "start" (about to train), "steps" (within an epoch) or "epoch" (an
+    epoch and its evaluations done). `step` counts optimizer steps over the whole run, of `steps` planned (early
+    stopping may end it sooner); `elapsed_s` runs from the start of training, evaluations included (a phase's: from
+    the run's own start)."""
 
     kind: str
     epoch: int
@@ -43,6 +47,7 @@ class Progress:
     train_loss: float = math.nan   # the epoch's running mean ("steps") or its mean ("epoch")
     dev_score: float = math.nan
     tune_score: float = math.nan
+    phase: str = ""
 
     def eta_s(self) -> float:
         """The rest of the run at its rate so far (inf before its first step)."""
@@ -52,6 +57,19 @@ class Progress:
 
 
 Callback = Callable[[Progress], None]
+
+
+class Phases:
+    """A run's stretches outside the epochs, each announced as it begins (a line, so that minutes of loading or of
+    end-of-run statistics are never silent); `step` the steps made so far, which a phase leaves as they are."""
+
+    def __init__(self, callback: Callback | None, epochs: int):
+        self.callback, self.epochs, self.start, self.step = callback, epochs, time.perf_counter(), 0
+
+    def begin(self, what: str) -> None:
+        if self.callback is not None:
+            self.callback(Progress("phase", 0, self.epochs, self.step, 0, time.perf_counter() - self.start,
+                                   phase=what))
 
 
 class RunClock:
@@ -107,6 +125,8 @@ class ProgressLines:
         if p.kind == "steps" and not (self.steps and now - self._last_line.get(label, now) >= STEP_LINE_S):
             return None
         self._last_line[label] = now
+        if p.kind == "phase":
+            return f"  {label}: {p.phase} (run {format_duration(p.elapsed_s)})"
         if p.kind == "start":
             return (f"  start {label}: {p.epochs} epoch(s) x {p.steps // max(p.epochs, 1)} steps "
                     f"on {p.examples} examples")
@@ -118,6 +138,13 @@ class ProgressLines:
         if math.isfinite(p.tune_score):
             scores = f"tuning score {p.tune_score:.4f}, {scores}"
         return f"  {label} epoch {p.epoch}/{p.epochs}: train loss {p.train_loss:.4f}, {scores} | {timing}"
+
+
+def capped_steps(job: RunConfig) -> int | None:
+    """The most steps a job can plan when its training set is not read yet (hub data): its `max_train_samples` cap's
+    (None without one). A task's train split holds fewer examples than the cap only for small tasks."""
+    t = job.train
+    return steps_per_epoch(t.max_train_samples, t) * t.epochs if t.max_train_samples else None
 
 
 def planned_steps(jobs: Iterable[RunConfig], data_dir) -> dict[str, int | None]:
@@ -148,3 +175,57 @@ def planned_steps(jobs: Iterable[RunConfig], data_dir) -> dict[str, int | None]:
                 sizes[key] = None
         out[job.hash] = steps_per_epoch(sizes[key], t) * t.epochs if sizes[key] is not None else None
     return out
+
+
+# where a grid's cost is estimated from before anything runs: the published `python -m suite bench --json` files, one
+# per device kind (their format: suite.report.costs.read_bench)
+MEASURED_STEPS = ("results/bench.json", "results/gpu/bench.json")
+
+
+def _kind(bench: dict) -> str:
+    return "CPU" if str(bench.get("device", "")).upper().startswith("CPU") else "GPU"
+
+
+def grid_cost_lines(jobs: list[RunConfig], steps: dict[str, int | None], benches: dict[str, dict]) -> list[str]:
+    """Per device kind, the grid's training batches priced at each method's measured step time (`benches`: path ->
+    a bench file's JSON: one isolated step at the bench's batch and length, scaled linearly to each job's batch size;
+    evaluation, loading and tokenisation not included); 'unmeasured' for a kind no file measured, never a guess.
+    `steps`: each job's planned optimizer steps by its hash (None before the data is read: `max_train_samples` then
+    bounds it)."""
+    counted, bounded, unknown = [], 0, 0
+    for job in jobs:
+        n = steps.get(job.hash)
+        if n is None and (n := capped_steps(job)) is not None:
+            bounded += 1
+        if n is None:
+            unknown += 1
+        else:
+            counted.append((job, n * job.train.grad_accumulation))  # a step's batches: one bench step each
+    basis = (f"{sum(n for _, n in counted):,} training batches of {len(counted)} job(s) from the planned budget"
+             + (f" ({bounded} of them at most: their training set is read only when they run)" if bounded else "")
+             + (f"; {unknown} job(s) without a known budget left out" if unknown else ""))
+    by_kind = {_kind(bench): (path, bench) for path, bench in reversed(list(benches.items()))}
+    return [f"cost estimate (training steps only, from measured step times; {basis}):",
+            *(f"  {kind}: " + (_priced(counted, *by_kind[kind]) if kind in by_kind else
+                               f"unmeasured (no `python -m suite bench --json` file for a {kind}; looked for "
+                               f"{', '.join(MEASURED_STEPS)})") for kind in ("CPU", "GPU"))]
+
+
+def _priced(counted: list, path: str, bench: dict) -> str:
+    rows = [r for r in bench.get("rows", []) if isinstance(r.get("step_ms"), (int, float))]
+    seconds, missing = 0.0, set()
+    for job, batches in counted:
+        name = job.model.rstrip("/").split("/")[-1].lower()  # the model's own shape: another's time is no estimate
+        shapes = [r for r in rows if str(r["shape"]).lower() in name]
+        measured = sorted((r for r in shapes if r["method"] == job.method), key=lambda r: r["batch_size"])
+        if not measured:
+            missing.add(job.method if shapes else f"model {job.model}")
+            continue
+        seconds += batches * measured[0]["step_ms"] / 1000 * job.train.batch_size / measured[0]["batch_size"]
+    settings = ", ".join(sorted({f"`{r['shape']}` batch {r['batch_size']} x {r['seq_len']} tokens" for r in rows}))
+    hours = seconds / 3600
+    return ((f"{hours:,.0f}" if hours >= 10 else f"{hours:.1f}" if hours >= 1 else f"{hours:.2g}")
+            + f" {_kind(bench)}-hours ({path}: {bench.get('device')}, {settings}, measured "
+            f"{bench.get('date') or 'on an unknown date'}; scaled to each job's batch size; every batch at the bench's "
+            "length, so shorter padded batches make it an upper estimate"
+            + (f"; unmeasured and left out: {', '.join(sorted(missing))}" if missing else "") + ")")

@@ -38,6 +38,7 @@ from suite.run.draws import check_heldout_task, dev_rows, draw_seed, draw_train,
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
 from suite.run.progress import Callback as ProgressCallback
+from suite.run.progress import Phases
 from suite.run.record import HELDOUT, RECORD_VERSION, RunRecord
 from suite.run.record_parts import (
     Analyses,
@@ -212,9 +213,12 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
 
     spec = get_task(job.task)
     t = job.train
+    phases = Phases(on_progress, t.epochs)
+    phases.begin("data: read, drawn and tokenised (or read from the tokenised-data cache)")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(job.model))
     data = cache.get(job, spec, tokenizer, data_dir)
     devs = data.devs
+    phases.begin(f"model: loading {job.model} with {job.method}")
     model, method, extra = load_model(job, spec)
     model.to(device)
     if t.compile:
@@ -231,13 +235,17 @@ def train_and_record(rec: RunRecord, job: RunConfig, data_dir, device: torch.dev
                  on_progress)
     fitted = fit(model, method, fit_data, t, job.seed, env)
     _results(rec, fitted, spec, data, model, method, extra, device, amp_dtype)
+    phases.step = fitted.steps
     if t.stats_batches > 0:
         from suite.run.attention_stats import attention_statistics
 
         first = next(iter(devs.values()))
+        phases.begin(f"attention statistics: {t.stats_batches} dev batch(es) of up to {t.eval_batch_size}, every "
+                     "pair of heads compared per query (train.stats_batches=0 skips them)")
         rec.attention = AttentionStats.from_json(
             attention_statistics(model, tokenizer, first, spec, t, pad_id, device, amp_dtype), "attention")
     if selected(t.analyses):
+        phases.begin(f"analyses: {t.analyses}")
         rec.analyses = Analyses.from_json(
             run_analyses(model, tokenizer, next(iter(devs.values())), spec, t, pad_id, device, amp_dtype), "analyses")
     if hooks is not None:  # saved model, test-set predictions (suite.run.outputs)

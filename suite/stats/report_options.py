@@ -15,6 +15,7 @@ import os
 from typing import Any, Callable, Mapping
 
 from suite.run.data import DATA_DIR_ENV
+from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "DEFAULT_COSTS", "REPORT_FIELDS", "Bounds", "ReportOptions"]
@@ -101,9 +102,9 @@ class ReportOptions:
     # where the analysis was fixed before the results were seen (a file or a commit): the verdicts are then labelled
     # pre-registered; without it, a re-analysis
     preregistered: str | None = option(None, None, flag=False, study=str)
-    # not an option of the command line or the study: plans a `run` line of commands.txt again ((model, task, method,
-    # seed) of its jobs) for the header's count of planned jobs with records; the command layer gives it
-    planner: Callable[[str], set[tuple[str, str, str, int]]] | None = None
+    # not an option of the command line or the study: plans a `run` line of commands.txt again (its jobs, each with
+    # all its settings) for the header's count of planned jobs with records; the command layer gives it
+    planner: Callable[[str], list[RunConfig]] | None = None
 
     @classmethod
     def settled(cls, given: Mapping[str, Any], study: Mapping[str, Any] | None = None, **rest: Any) -> ReportOptions:

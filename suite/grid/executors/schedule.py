@@ -19,7 +19,7 @@ from suite.grid.executors.options import EXECUTOR_OPTIONS, options_of
 from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus
 from suite.grid.store import Store
-from suite.run.progress import planned_steps
+from suite.run.progress import capped_steps, planned_steps
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
@@ -98,7 +98,10 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
         skipped += finished_meanwhile
     result = GridResult(skipped=skipped, elsewhere=elsewhere)
     finished: set[str] = set()
-    status = GridStatus(len(todo), quiet=quiet, planned=planned_steps(todo, data_dir))
+    planned = planned_steps(todo, data_dir)  # unread data (the hub): the budget's cap until the run starts
+    status = GridStatus(len(todo), quiet=quiet,
+                        planned={j.hash: planned[j.hash] if planned[j.hash] is not None else capped_steps(j)
+                                 for j in todo})
 
     def record(job: RunConfig, rec: RunRecord) -> None:
         store.write(job.filename, rec)

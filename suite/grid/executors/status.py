@@ -44,6 +44,7 @@ class GridStatus:
         self.done = self.failed = self.running = 0
         self.retries = 0
         self.start = time.perf_counter()
+        self.first_event: float | None = None  # when the first run reported (loading data, or its first step)
         self.planned: dict[str, int | None] = dict(planned or {})
         self.stepped: dict[str, int] = {}   # job hash -> optimizer steps it has made
         self.ended: set[str] = set()        # job hashes with a record
@@ -66,7 +67,7 @@ class GridStatus:
         return self.total - self.finished - self.running
 
     def eta(self) -> float:
-        made, elapsed = sum(self.stepped.values()), time.perf_counter() - self.start
+        made, elapsed = sum(self.stepped.values()), time.perf_counter() - (self.first_event or self.start)
         if not made:  # no run reports steps (or none has made one yet)
             return elapsed / self.finished * (self.total - self.finished) if self.finished else math.inf
         known = [n for n in self.planned.values() if n is not None]
@@ -81,6 +82,8 @@ class GridStatus:
         """A running job's progress: its steps count towards the ETA, and its line (if any) is printed."""
         if event.kind == "start":  # the exact plan (a second attempt starts again from 0)
             self.planned[job.hash] = event.steps
+        if self.first_event is None:  # the step rate's clock starts with the first run, not the driver's setup
+            self.first_event = time.perf_counter()
         self.stepped[job.hash] = event.step
         if self.quiet:
             return
