@@ -30,6 +30,7 @@ from suite.run.layout import COMMANDS, OutputFolder, check_folder_name, own_fold
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 __all__ = ["VERIFIED_MODEL_TYPES", "check_checkpoint_fits", "check_data", "check_dependencies", "check_device",
+           "check_file_names",
            "check_grid", "check_methods_fit_models", "check_model", "check_out", "machine_memory", "warn_emulated_bf16",
            "warn_grid", "warn_unused_settings"]  # what the rest of the suite uses; other names are this module's own
 

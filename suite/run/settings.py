@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry
@@ -330,9 +330,21 @@ class RunConfig:
 
     @property
     def hash(self) -> str:
+        return self._hash(frozenset())
+
+    def recorded_hashes(self, recorded_train: Mapping[str, Any]) -> tuple[str, ...]:
+        """The hashes a record of this job may carry: today's, and the one written while the settings that change no
+        number were hashed (those of them the record holds, `recorded_train`: the published analyses runs)."""
+        kept = NEVER_HASHED & set(recorded_train)
+        return (self.hash, self._hash(kept)) if kept else (self.hash,)
+
+    def _hash(self, kept: frozenset[str]) -> str:
+        """The hash with the never-hashed training settings in `kept` left in (an earlier rule hashed them)."""
         d = self.to_dict()
         for key, rule in hash_rules(self.method).items():  # a field at its rule's value stays out (HashRule)
             part, name = ("train" if key.startswith("train.") else "hparams"), key.partition(".")[2]
+            if part == "train" and name in kept:
+                continue
             if not rule.hashes(d[part].get(name, rule.value), d["train"]):
                 d[part].pop(name, None)
         from suite.api.method_facts import method_registry  # (the classes or their catalog: suite.api.method_facts)
