@@ -48,7 +48,7 @@ def main(args) -> int:
     show_plugin_errors()
     store = Store(stages.request.out)
     if args.dry_run:
-        check_plan(stages)  # what the real run refuses, the dry run refuses: one path (docs/reliability.md)
+        check_plan(stages, dry_run=True)  # what the real run refuses, so does the dry run (docs/reliability.md)
         print_dry_run(stages, store)
         return 0
     if getattr(args, "replay", False) and not args.until_decided:
@@ -145,16 +145,19 @@ def preflight(stages: StudyStages, store) -> None:
     print(f"{len(plan.jobs)} runs: {shape} -> {store.runs}", file=sys.stderr)
 
 
-def check_plan(stages: StudyStages) -> None:
-    """The checks a dry run and the real run share (neither loads a model nor writes): the executor's options, the
-    record files' names, and the data (every split reads, the tuning and held-out splits can be drawn)."""
+def check_plan(stages: StudyStages, dry_run: bool = False) -> None:
+    """The checks a dry run and the real run share (neither loads a model nor writes): the output folder's name, the
+    executor's options, the record files' names, and the data (every split reads, the tuning and held-out splits can
+    be drawn; a dry run leaves data from the hub to the real run, saying so)."""
     from suite.grid import preflight as checks
     from suite.grid.executors.schedule import check_executor
+    from suite.run.layout import check_folder_name
 
     plan, request = stages.plan, stages.request
+    check_folder_name("--out", request.out)
     check_executor(request.executor, {k: v for k, v in plan.executor_options.items() if v is not None})
     checks.check_file_names(plan.jobs)
-    checks.check_data(plan)
+    checks.check_data(plan, local_only=dry_run)
 
 
 def run_stages(stages: StudyStages, store, args) -> int:

@@ -11,6 +11,7 @@ import errno
 import json
 import math
 import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -146,10 +147,10 @@ class Store:
         while os.path.lexists(self.path(f"{stem}{REFUSED}{n}.json")):
             n += 1
         aside = self.path(f"{stem}{REFUSED}{n}.json")
-        os.rename(path, aside)
+        _keep_copy(path, aside)
         sidecar = self.path(predictions_filename(filename))
         if os.path.lexists(sidecar):
-            os.rename(sidecar, self.path(predictions_filename(aside.name)))
+            _keep_copy(sidecar, self.path(predictions_filename(aside.name)))
         warnings.warn(f"{path} is no record this suite reads ({why.removeprefix(str(path) + ': ')}): set aside as "
                       f"{aside.name} before its job's new record is written", stacklevel=2)
         return aside
@@ -243,6 +244,15 @@ class Store:
     def claims(self) -> "JobClaims":
         """Locks that keep another grid writing into this folder from running the same jobs at the same time."""
         return JobClaims(self.runs)
+
+
+def _keep_copy(path: Path, copy: Path) -> None:
+    """A second name for the file (a hard link; a copy where the file system has none): the original stays until
+    the new record replaces it, so a write that fails leaves the folder as it was."""
+    try:
+        os.link(path, copy, follow_symlinks=False)
+    except OSError:
+        shutil.copyfile(path, copy, follow_symlinks=False)
 
 
 def iter_records(*folders: str | os.PathLike) -> Iterator[tuple[Path, RunRecord]]:
