@@ -1,14 +1,13 @@
 """Checks made once, after the grid is built and before anything trains, so that impossible input exits 2 with a
 message instead of giving one failed record per job (or, worse, an `ok` record of garbage).
 
-- every package the suite requires is installed, and what a run imports imports (`check_dependencies`);
+- every package the suite requires is installed and imports, and so does what a run and a report import;
 - every distinct model loads: its config, a tokenizer with a real vocabulary (a local folder must hold the tokenizer
   files), weights that are complete and match the architecture, and attention modules that go through transformers'
   attention interface (the only way a method can be attached);
 - `--max-length` fits the model's position embeddings;
 - every method's hyper-parameters fit its model (`AttentionMethod.check_model_config`, e.g. layers beyond the depth);
-- the device exists;
-- every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and test sets exist when
+- the device exists; every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and test sets exist when
   predictions are asked for;
 - the output folder is writable;
 - `--set` / `--sweep` of a method that is not in the grid is pointed out (a warning: it changes nothing).
@@ -21,7 +20,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from suite.api.errors import BadInput, DataError
+from suite.api.errors import BadInput, DataError, import_checked, import_name
 from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment, target_method
 from suite.run.data import load_splits, task_data_dir
@@ -51,10 +50,9 @@ DISTRIBUTION = "attention-suite"  # pyproject.toml's project name: its requireme
 
 
 def check_dependencies() -> None:
-    """Every package the suite requires is installed and what a run imports imports, checked once in the driver: a
-    missing one would otherwise kill every worker at its start, each job retried on a fresh worker that dies too
-    (seen on a GPU machine without `datasets`)."""
-    import importlib
+    """Every package the suite requires is installed and imports, and so do the suite's modules a run, its workers
+    and a report import first, checked once in the driver (`suite.api.errors.import_checked`): a missing package
+    killed every worker at its start (a GPU machine without `datasets`); one calling sys.exit() ended `run`, exit 0."""
     import re
     from importlib import metadata
 
@@ -62,24 +60,25 @@ def check_dependencies() -> None:
         required = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed: imports decide
         required = []
-    missing = []
+    missing, installed = [], []
     for requirement in required:
         if "extra ==" in requirement:  # an optional part (test, ray, tracking)
             continue
         name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
         try:
             metadata.version(name)
+            installed.append(name)
         except metadata.PackageNotFoundError:
             missing.append(requirement.split(";")[0].strip())
     if missing:
         raise BadInput(f"the suite needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
                        f"installed: pip install {' '.join(repr(m) if ' ' in m else m for m in missing)} (or "
                        "reinstall the suite: pip install -e .)")
-    try:
-        importlib.import_module("suite.run.runner")  # what every run and every worker imports first
-    except ImportError as exc:
-        raise BadInput(f"a package the runs import is missing or broken ({exc.name or 'unknown'}): {exc}; install "
-                       "or repair it (pip install --force-reinstall NAME) before running") from None
+    for name in installed:
+        if (module := import_name(name)) is not None:
+            import_checked(module, package=name)
+    for module in ("suite.run.runner", "suite.methods", "suite.report"):
+        import_checked(module)
 
 
 def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = (),
