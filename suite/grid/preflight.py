@@ -7,8 +7,8 @@ message instead of giving one failed record per job (or, worse, an `ok` record o
   attention interface (the only way a method can be attached);
 - `--max-length` fits the model's position embeddings;
 - every method's hyper-parameters fit its model (`AttentionMethod.check_model_config`, e.g. layers beyond the depth);
-- the device exists; every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and test sets exist when
-  predictions are asked for;
+- the device exists; every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and
+  test sets exist when predictions are asked for;
 - the output folder is writable;
 - `--set` / `--sweep` of a method that is not in the grid is pointed out (a warning: it changes nothing).
 """
