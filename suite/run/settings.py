@@ -208,6 +208,9 @@ class TrainSettings:
             if value is not None and (value <= 0 or (value >= 1 and value % 1)):
                 raise HyperParameterError(f"train.{name}={value} is impossible: give a fraction in (0, 1) of the "
                                           "training rows, or a whole count of rows")
+            if value == 1:  # 1.0 read as one row ran; as a fraction it is the whole split: neither is a split
+                raise HyperParameterError(f"train.{name}={value:g} is no split: a fraction of the training rows "
+                                          "must be < 1 (e.g. 0.1), and a count at least 2 rows")
         if self.holdout is None and (self.early_stopping_patience or self.select_epoch == "best"):
             used = "train.early_stopping_patience" if self.early_stopping_patience else "train.select_epoch=best"
             raise HyperParameterError(f"{used} chooses epochs by the tuning split, never by dev (dev is the test "
