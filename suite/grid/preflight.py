@@ -407,15 +407,15 @@ def warn_unused_settings(sets: Iterable[str], sweeps: Iterable[str], methods: se
 
 def check_data(plan, local_only: bool = False) -> None:
     """Read every split of the grid's tasks now (a missing file or a malformed line stops the grid before training)
-    and find the test sets when predictions are asked for (models are checked by `check_grid`). `local_only` (a
-    dry run, which downloads nothing): a task read from the hub is named and left to the real run."""
+    and find the test sets when predictions are asked for; `local_only` (a dry run): only the data found here."""
     from suite.run.draws import check_heldout_task, check_holdouts, train_groups
 
     for task in plan.tasks:
         spec = get_task(task)
-        if local_only and task_data_dir(spec, plan.data_dir) is None:
-            print(f"note: {spec.display} comes from the hub, which a dry run does not download: the real run reads "
-                  "and checks it (give --data-dir to check it here)", file=sys.stderr)
+        where = task_data_dir(spec, plan.data_dir)
+        if local_only and (where is None or not where.is_dir()):
+            print(f"note: {spec.display}'s data is {'on the hub' if where is None else f'not in {where}'}: the real "
+                  "run reads and checks it (a dry run checks the data it finds)", file=sys.stderr)
             continue
         splits = load_splits(spec, plan.data_dir)
         train = splits[spec.train_split]

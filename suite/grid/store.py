@@ -33,7 +33,7 @@ from suite.run.record import (
 from suite.run.record_parts import Artifacts
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["RecordNotSaved", "Skip", "Store", "atomic_write", "record_json"]
+__all__ = ["RecordNotSaved", "Store", "atomic_write", "record_json"]
 
 try:
     import fcntl
