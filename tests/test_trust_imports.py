@@ -112,3 +112,21 @@ def test_usage_errors_and_help_still_exit_as_argparse_says(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--help"])
     assert stop.value.code == 0
+
+
+def test_sigterm_outside_training_is_one_line_and_exit_143(monkeypatch, capsys, tmp_path):
+    """A report stopped by SIGTERM printed nothing."""
+    import os
+    import signal
+
+    from suite.api.errors import EXIT_TERMINATED
+
+    def stopped(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(importlib.import_module("suite.commands.report"), "main", stopped)
+    assert main(["report", str(tmp_path)]) == EXIT_TERMINATED
+    assert capsys.readouterr().err.strip() == "terminated: nothing was left half-written"
+    assert signal.getsignal(signal.SIGTERM) is before   # the command's handler is gone with it

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Callable
 
-from suite.api.errors import import_checked
+from suite.api.errors import Terminated, import_checked
 from suite.commands.boundary import failure, tolerant_output
 
 # name -> (module, the line `python -m suite --help` lists it with). A command's module is imported only when that
@@ -99,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ClosedPipeSafe(sys.stdout), ClosedPipeSafe(sys.stderr)
     command = _command_in(argv) or ""
+    try:  # SIGTERM outside training (planning, a report) is the boundary's one line too, not a silent exit
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: signals are left alone
+        previous = None
     try:  # the parser imports the command's module: Ctrl-C or a broken package there is inside the boundary too
         args = build_parser(argv).parse_args(argv)
         command = args.command
@@ -113,3 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         return said[1]
     finally:
         sys.stdout, sys.stderr = streams
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated
