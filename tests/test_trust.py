@@ -237,3 +237,21 @@ def test_the_dry_run_counts_a_kept_record_as_the_real_run_skips_it(kept, named, 
     monkeypatch.setattr("suite.run.runner.run_one", lambda *a, **k: pytest.fail("trained"))
     with pytest.warns(UserWarning, match=named):
         assert run_cli(tiny_bert_dir, glue_dir, tmp_path, "--seeds", "1,2") == 0
+
+
+def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, capsys):
+    """ENOSPC from a write or fsync carries no file name: the message named none."""
+    import errno
+
+    from suite.commands.boundary import failure
+    from suite.grid.store import atomic_write
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        atomic_write(tmp_path / "until_decided.json", lambda fh: fh.write(b"{}"))
+    line, _ = failure(raised.value, "run")
+    assert f"{tmp_path / 'until_decided.json'}: No space left on device (ENOSPC)" in line
+    assert list(tmp_path.iterdir()) == []   # its temporary file is gone too

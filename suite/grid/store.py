@@ -98,8 +98,10 @@ def atomic_write(target: Path, write) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, _file_mode())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a full disk on write or fsync names no file
+            exc.filename = str(target)
         raise
 
 
