@@ -255,3 +255,29 @@ def test_a_full_disk_names_the_file_being_written(tmp_path, monkeypatch, capsys)
     line, _ = failure(raised.value, "run")
     assert f"{tmp_path / 'until_decided.json'}: No space left on device (ENOSPC)" in line
     assert list(tmp_path.iterdir()) == []   # its temporary file is gone too
+
+
+def test_a_swapped_predictions_sidecar_is_named_and_not_read(tmp_path, capsys):
+    """The record holds its sidecar's sha256: a sidecar copied over from another run went unnoticed."""
+    import hashlib
+
+    import numpy as np
+
+    store, paths = Store(tmp_path), {}
+    for seed in (1, 2):
+        job = RunConfig("m", "rte", "vanilla", {}, seed, TrainSettings(precision="fp32"))
+        rec = fake_ok_record(job)
+        rec.prediction_arrays = {"": {"index": np.arange(4), "label": np.array([0, 1, 0, 1]),
+                                      "logits": np.full((4, 2), float(seed))}}
+        store.write(job.filename, rec)
+        written = read_record(store.path(job.filename))
+        sidecar = store.path(written.predictions)
+        assert written.predictions_sha256 == hashlib.sha256(sidecar.read_bytes()).hexdigest()
+        paths[seed] = sidecar
+    assert all(load([tmp_path]).frame["predictions"])   # both read while they are their own
+    paths[1].write_bytes(paths[2].read_bytes())   # run 2's predictions under run 1's name
+    capsys.readouterr()
+    frame = load([tmp_path]).frame.set_index("seed")
+    assert frame.loc[1, "predictions"] == "" and frame.loc[2, "predictions"] != ""
+    err = capsys.readouterr().err
+    assert f"{paths[1]}: predictions file unreadable (ValueError: its sha256 is not the one its record holds" in err

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
+import io
 import json
 import math
 import os
@@ -122,9 +124,11 @@ class Store:
             self.runs.mkdir(parents=True, exist_ok=True)
             self.set_aside(filename)
             if arrays:
-                sidecar = predictions_filename(filename)
-                atomic_write(self.path(sidecar), lambda fh: save_predictions(fh, arrays))
+                sidecar, written = predictions_filename(filename), io.BytesIO()
+                save_predictions(written, arrays)
+                atomic_write(self.path(sidecar), lambda fh: fh.write(written.getvalue()))
                 data["predictions"] = sidecar
+                data["predictions_sha256"] = hashlib.sha256(written.getvalue()).hexdigest()
             blob = record_json(data)
             atomic_write(self.path(filename), lambda fh: fh.write(blob))
         except OSError as exc:

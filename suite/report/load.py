@@ -12,6 +12,7 @@ keep the dev metrics beside. A row's `outcome` is the run as every verdict score
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import sys
@@ -130,6 +131,8 @@ def _outcome(path: Path, rec: RunRecord) -> RunOutcome | None:
     sidecar = path.parent / rec.predictions
     split = rec.scored.name
     try:
+        if rec.predictions_sha256 and hashlib.sha256(sidecar.read_bytes()).hexdigest() != rec.predictions_sha256:
+            raise ValueError("its sha256 is not the one its record holds: another run's, or edited")
         with zipfile.ZipFile(sidecar) as archive:
             bad = archive.testzip()
             held = any(n.startswith(f"{split}/") for n in archive.namelist())

@@ -99,6 +99,7 @@ class RunRecord:
     traceback: str | None = None
     version: int = 1
     predictions: str | None = None     # the sidecar's file name (the store names it last, when it writes the arrays)
+    predictions_sha256: str | None = None  # the sidecar's digest as written: the report reads no other file under it
     # per-example dev predictions {suffix: {"index", "label", "logits"}}, kept in memory until the store writes
     # them to the sidecar file named by `predictions`; never part of the JSON
     prediction_arrays: dict[str, dict[str, np.ndarray]] | None = dataclasses.field(default=None, repr=False,
