@@ -281,3 +281,17 @@ def test_a_swapped_predictions_sidecar_is_named_and_not_read(tmp_path, capsys):
     assert frame.loc[1, "predictions"] == "" and frame.loc[2, "predictions"] != ""
     err = capsys.readouterr().err
     assert f"{paths[1]}: predictions file unreadable (ValueError: its sha256 is not the one its record holds" in err
+
+
+def test_a_fifo_sidecar_is_named_without_hanging(tmp_path, capsys, no_hang):
+    import numpy as np
+
+    store = Store(tmp_path)
+    rec = fake_ok_record(JOB)
+    rec.prediction_arrays = {"": {"index": np.arange(2), "label": np.array([0, 1]), "logits": np.zeros((2, 2))}}
+    store.write(JOB.filename, rec)
+    sidecar = store.path(read_record(store.path(JOB.filename)).predictions)
+    sidecar.unlink()
+    os.mkfifo(sidecar)
+    assert load([tmp_path]).frame["predictions"].tolist() == [""]
+    assert f"{sidecar}: predictions file unreadable (ValueError: not a regular file)" in capsys.readouterr().err
