@@ -9,6 +9,7 @@ import pytest
 import suite
 from suite.commands import main
 from suite.grid.store import Store
+from suite.run.settings import RunConfig, TrainSettings
 
 
 def _run(tiny_bert_dir, glue_dir, out, *extra, methods="vanilla,scores_dropout", tasks="rte,stsb", seeds="1"):
@@ -160,7 +161,8 @@ def test_interrupt_keeps_finished_records_and_resumes(tiny_bert_dir, glue_dir, t
 
 
 def _valid_record(score: float, **extra) -> dict:
-    return {"config": {"task": "rte", "method": "vanilla", "seed": 1}, "hash": "h", "label": "l", "status": "ok",
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())  # a reader holds a record against its own hash
+    return {"config": job.to_dict(), "hash": job.hash, "label": "l", "status": "ok",
             "final": {"score": score}, "history": [{"epoch": 1}], **extra}
 
 

@@ -32,7 +32,7 @@ def test_a_package_that_fails_to_import_is_named(monkeypatch):
         return real(name, *args)
 
     monkeypatch.setattr(importlib, "import_module", broken)
-    with pytest.raises(BadInput, match=r"missing or broken \(datasets\)"):
+    with pytest.raises(BadInput, match=r"the package .datasets. that the suite imports is missing or broken"):
         preflight.check_dependencies()
 
 

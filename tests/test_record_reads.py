@@ -55,10 +55,12 @@ def test_the_check_sees_record_indexing():
 
 def _record(**fields):
     from suite.run.record import RunRecord
+    from suite.run.settings import RunConfig, TrainSettings
 
-    return RunRecord.from_dict({"config": {"task": "rte", "method": "vanilla", "seed": 1}, "hash": "abc",
-                                "label": "rte/vanilla/seed1", "status": "ok", "final": {"score": 0.6},
-                                "history": [{"epoch": 1}], "baselines": {"majority": {"score": 0.5}}, **fields})
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())  # a reader holds a record against its own hash
+    return RunRecord.from_dict({"config": job.to_dict(), "hash": job.hash, "label": "rte/vanilla/seed1",
+                                "status": "ok", "final": {"score": 0.6}, "history": [{"epoch": 1}],
+                                "baselines": {"majority": {"score": 0.5}}, **fields})
 
 
 def test_a_run_is_scored_on_its_held_out_split_when_it_kept_one_else_on_dev(tmp_path):

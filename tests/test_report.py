@@ -3,8 +3,6 @@ the factory writes, so a wrong mean, std, test decision, average or marking fail
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from suite.report import ReportError, ReportOptions, build_report
 from suite.report.differences import DETAILS
 from suite.report.leaderboard import COSTS
 from suite.report.markdown import unwrap_prose
-from suite.run.settings import TrainSettings
+from suite.run.settings import RunConfig, TrainSettings
 
 MODEL = "tiny-bert"
 TRAIN = {**dataclasses.asdict(TrainSettings()), "max_train_samples": 64, "max_eval_samples": 100}
@@ -43,7 +41,7 @@ def make_record(task: str, method: str, seed: int, metrics: dict | None = None, 
     train = {**TRAIN, **(train or {})}
     config = {"model": MODEL, "task": task, "method": method, "hparams": hparams or {}, "seed": seed,
               "train": train, "data_source": "local"}
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    digest = RunConfig.from_dict(config).hash  # a reader holds every record against its own hash
     rec = {"config": config, "hash": digest, "label": f"{task}/{method}/seed{seed}",
            "environment": {**ENV, **(env or {})},
            "started": f"2026-01-01T00:00:{seed:02d}+0000"}
@@ -460,7 +458,8 @@ def test_two_models_and_runs_without_a_score(tmp_path):
     store.write(name, rec)
     other = "org/other-model"
     name, rec = make_record("stsb", "vanilla", 2, {"pearson": 0.7, "spearman": 0.7}, hparams={"p": 0.1})
-    rec["config"]["model"], rec["hash"] = other, "otherhash001"
+    rec["config"]["model"] = other
+    rec["hash"] = RunConfig.from_dict(rec["config"]).hash
     store.write("other.json", rec)
     md = build_report([tmp_path]).read_text()
     assert md.count("## Model `") == 2

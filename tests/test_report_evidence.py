@@ -125,7 +125,8 @@ def test_a_shallow_clones_version_is_listed_with_its_mark(tmp_path):
 def test_allow_uncommitted_from_the_study_file_and_the_command_line(tmp_path):
     from suite import commands
 
-    recs = [make_record("rte", "vanilla", s, {"accuracy": 0.6}, env={"git_commit": "aaa+dirty"}) for s in (1, 2)]
+    recs = [make_record("rte", m, s, {"accuracy": 0.6}, env={"git_commit": "aaa+dirty"})
+            for m in ("vanilla", "topk") for s in (1, 2)]  # --primary names a method of the records (else refused)
     root = write(tmp_path / "grid", recs)
     assert commands.main(["report", str(root), "--no-figures", "--no-aso"]) == 2
     assert commands.main(["report", str(root), "--no-figures", "--no-aso", "--allow-uncommitted", "--primary", "topk",

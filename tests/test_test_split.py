@@ -110,6 +110,9 @@ def test_an_sst2_held_out_split_carved_by_row_is_refused():
     (["--set", "train.test_holdout=12", "--set", "train.holdout=12"], "12 of them are the held-out test split's"),
     (["--tasks", "mnli", "--set", "train.test_holdout=6"], "MNLI is scored on 2 dev sets"),
     (["--set", "train.test_holdout=-1"], "train.test_holdout=-1.0 is impossible"),
+    (["--set", "train.test_holdout=1.0"], "train.test_holdout=1 is no split: a fraction of the training rows must be "
+                                          "< 1"),   # it read as one row and ran
+    (["--set", "train.holdout=1"], "train.holdout=1 is no split"),
 ])
 def test_impossible_held_out_splits_stop_the_grid_before_training(tiny_bert_dir, glue_dir, tmp_path, capsys, flags,
                                                                  message):

@@ -145,8 +145,10 @@ def test_ray_workers_get_the_wait_setting_with_the_drivers_other_variables(monke
 def test_an_older_record_without_the_wait_policy_reads_and_writes_back_unchanged(tmp_path):
     from suite.grid.store import record_json
     from suite.run.record import read_record
+    from suite.run.settings import RunConfig, TrainSettings
 
-    base = {"config": {"task": "rte", "method": "vanilla", "seed": 1}, "hash": "abc", "label": "rte/vanilla/seed1",
+    job = RunConfig("m", "rte", "vanilla", {}, 1, TrainSettings())  # a reader holds a record against its own hash
+    base = {"config": job.to_dict(), "hash": job.hash, "label": "rte/vanilla/seed1",
             "status": "ok", "final": {"score": 0.6}, "history": [{"epoch": 1}]}
     for environment, policy in (({"cpu_threads": 2, "device": "cpu"}, "?"),
                                 ({"cpu_threads": 1, "omp_wait_policy": "PASSIVE", "device": "cpu"}, "PASSIVE")):

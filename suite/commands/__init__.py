@@ -8,11 +8,12 @@ with the file and the fix, never a traceback.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
+import signal
 import sys
 from typing import Callable
 
+from suite.api.errors import Terminated, import_checked
 from suite.commands.boundary import failure, tolerant_output
 from suite.run.device import prefer_passive_waits
 
@@ -49,7 +50,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sub = _Listed(parser.add_subparsers(dest="command", required=True))
     for name, (module, _) in COMMANDS.items():
         if argv is None or name == chosen:
-            importlib.import_module(module).add_parser(sub)
+            import_checked(module).add_parser(sub)
         else:
             sub.add_parser(name)
     return parser
@@ -67,7 +68,7 @@ class _Listed:
 
 def commands() -> dict[str, Callable[[argparse.Namespace], int]]:
     """Every command's main (imports every command module)."""
-    return {name: importlib.import_module(module).main for name, (module, _) in COMMANDS.items()}
+    return {name: import_checked(module).main for name, (module, _) in COMMANDS.items()}
 
 
 class ClosedPipeSafe:
@@ -98,19 +99,31 @@ def main(argv: list[str] | None = None) -> int:
     # before a command's module imports torch: its OpenMP reads the wait policy once, when it loads
     prefer_passive_waits()
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
-    if getattr(args, "quiet", False) or not sys.stderr.isatty():
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     tolerant_output()
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ClosedPipeSafe(sys.stdout), ClosedPipeSafe(sys.stderr)
-    try:
-        return importlib.import_module(COMMANDS[args.command][0]).main(args)
+    command = _command_in(argv) or ""
+    try:  # SIGTERM outside training (planning, a report) is the boundary's one line too, not a silent exit
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: signals are left alone
+        previous = None
+    try:  # the parser imports the command's module: Ctrl-C or a broken package there is inside the boundary too
+        args = build_parser(argv).parse_args(argv)
+        command = args.command
+        if getattr(args, "quiet", False) or not sys.stderr.isatty():
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        return import_checked(COMMANDS[command][0]).main(args)
     except BaseException as exc:  # the one error boundary of every command (suite.commands.boundary)
-        said = failure(exc, args.command)
-        if said is None:
+        said = failure(exc, command)
+        if said is None:  # SystemExit: argparse's usage error or --help, or the command's own exit
             raise
         print(said[0], file=sys.stderr)
         return said[1]
     finally:
         sys.stdout, sys.stderr = streams
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated

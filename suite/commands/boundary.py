@@ -1,7 +1,8 @@
 """The one error boundary every command runs inside: whatever escapes a command becomes one line on stderr that
 names the file and the fix, and an exit code, never a raw traceback.
 
-- `BadInput` (and its subclasses): its own message, exit 2; nothing trained.
+- `BadInput` (and its subclasses): its own message, exit 2; nothing trained. A package that is missing or broken
+  (its import raised, or called sys.exit(), while the command or its parser was imported, or later) is one too.
 - Ctrl-C: exit 130, SIGTERM 143 (a grid says itself what it kept; `run` handles its own interruptions).
 - OSError (a full disk, a read-only mount, no permission, a name too long): the file and what frees it; exit 1 from
   `run` (records written before are kept: the same command goes on), else 2.
@@ -27,6 +28,7 @@ from suite.api.errors import (
     EXIT_TERMINATED,
     BadInput,
     Terminated,
+    broken_dependency,
 )
 
 __all__ = ["failure", "tolerant_output"]
@@ -66,6 +68,8 @@ def failure(exc: BaseException, command: str) -> tuple[str, int] | None:
     anything that should propagate as it is."""
     if isinstance(exc, BadInput):
         return f"error: {exc}", EXIT_BAD_INPUT
+    if isinstance(exc, ImportError) and (broken := broken_dependency(exc)) is not None:  # a package imported late
+        return f"error: {broken}", EXIT_BAD_INPUT
     if isinstance(exc, KeyboardInterrupt):  # outside training (planning, preflight, report, bench, predict)
         return "\ninterrupted: nothing was left half-written", EXIT_INTERRUPTED
     if isinstance(exc, Terminated):  # SIGTERM outside training

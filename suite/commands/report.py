@@ -44,7 +44,10 @@ def _add_flag(p: argparse.ArgumentParser, name: str, default, meta) -> None:
 
 
 def _comma_list(text: str) -> list[str]:
-    return [t for t in text.split(",") if t]
+    found = [t.strip() for t in text.split(",") if t.strip()]
+    if not found:  # `--primary ,` named nothing, and read as no option given
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing: give a comma list of names")
+    return found
 
 
 def _bounded(bounds: Bounds):
@@ -79,7 +82,7 @@ def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
     options = ReportOptions.settled(flags, study, planner=planned_jobs)
     options = dataclasses.replace(options, baseline=METHODS.canonical(options.baseline))  # unknown: a suggestion
-    if options.out:
+    if options.out is not None:
         check_folder_name("--out", options.out)
     if options.out and os.path.exists(options.out) and not os.path.isdir(options.out):
         raise ReportError(f"--out {options.out} is a file: the report is a folder (leaderboard.md, tables, figures/); "

@@ -48,6 +48,7 @@ def main(args) -> int:
     show_plugin_errors()
     store = Store(stages.request.out)
     if args.dry_run:
+        check_plan(stages, dry_run=True)  # what the real run refuses, so does the dry run (docs/reliability.md)
         print_dry_run(stages, store)
         return 0
     if getattr(args, "replay", False) and not args.until_decided:
@@ -111,13 +112,25 @@ def data_and_cost_lines(stages: StudyStages) -> list[str]:
             *grid_cost_lines(jobs, steps, benches)]
 
 
+def record_column(store, job) -> str:
+    """What the real run finds at a job's record, by its own rule (`Store.skip_reason`): ok, failed, kept, or
+    nothing; a kept record is named on stderr as the real run names it."""
+    skip = store.skip_reason(job.filename)
+    if skip is not None and skip.kept:
+        print(f"warning: {job.label}: {skip.why}", file=sys.stderr)
+        return "kept"
+    return store.status(job.filename) or ""
+
+
 def print_jobs(plan: GridPlan, store) -> None:
     from tabulate import tabulate
 
-    rows = [[store.status(name) or "", j.label, name] for j in plan.jobs for name in [j.filename]]
+    rows = [[record_column(store, j), j.label, j.filename] for j in plan.jobs]
     print(tabulate(rows, headers=["record", "job", "file"], tablefmt="simple"))
-    done = sum(r[0] == "ok" for r in rows)
-    print(f"\n{len(rows)} jobs; {done} have ok records (skipped unless --force), {len(rows) - done} would run")
+    done, kept = sum(r[0] == "ok" for r in rows), sum(r[0] == "kept" for r in rows)
+    print(f"\n{len(rows)} jobs; {done} have ok records (skipped unless --force)"
+          + (f", {kept} kept records (skipped even with --force)" if kept else "")
+          + f", {len(rows) - done - kept} would run")
 
 
 def print_tuning_dry_run(tuning, plan: GridPlan, store) -> None:
@@ -126,7 +139,7 @@ def print_tuning_dry_run(tuning, plan: GridPlan, store) -> None:
 
     from suite.grid.tuning import TuningIncomplete, select_configurations, selected_jobs, settings_text
 
-    rows = [[tuning.store.status(j.filename) or "", f"{j.label} [{settings_text(c.settings)}]",
+    rows = [[record_column(tuning.store, j), f"{j.label} [{settings_text(c.settings)}]",
              f"tuning/runs/{j.filename}"]
             for cands in tuning.cells.values() for c in cands for j in c.jobs.values()]
     print("stage 1: tuning (scored on the tuning split)\n" + tabulate(rows, headers=["record", "job", "file"]))
@@ -134,7 +147,7 @@ def print_tuning_dry_run(tuning, plan: GridPlan, store) -> None:
         print(f"warning: tuning: {note}", file=sys.stderr)
     try:
         final = selected_jobs(plan.jobs, select_configurations(tuning))
-        rows = [[store.status(j.filename) or "", j.label, j.filename] for j in final]
+        rows = [[record_column(store, j), j.label, j.filename] for j in final]
     except TuningIncomplete:
         final, rows = plan.jobs, [["", j.label, "after tuning"] for j in plan.jobs]
     print("\nstage 2: final grid, after tuning (scored on dev)\n"
@@ -151,7 +164,7 @@ def preflight(stages: StudyStages, store) -> None:
 
     plan, request = stages.plan, stages.request
     checks.check_dependencies()
-    checks.check_data(plan)
+    check_plan(stages)
     checks.check_grid(plan.jobs, request.device, request.top.sets, request.top.sweeps, request.executor)
     checks.check_out(store, tuning=stages.tuning is not None, until_decided=request.schedule is not None)
     shape = (f"{len(plan.models)} model(s) x {len(plan.tasks)} task(s) x {len(plan.methods)} method(s) x "
@@ -159,6 +172,21 @@ def preflight(stages: StudyStages, store) -> None:
     if request.study.also:
         shape = f"{1 + len(request.study.also)} grids of the study over {shape.replace(' x ', ', ')}"
     print(f"{len(plan.jobs)} runs: {shape} -> {store.runs}", file=sys.stderr)
+
+
+def check_plan(stages: StudyStages, dry_run: bool = False) -> None:
+    """The checks a dry run and the real run share (neither loads a model nor writes): the output folder's name, the
+    executor's options, the record files' names, and the data (every split reads, the tuning and held-out splits can
+    be drawn; a dry run leaves data from the hub to the real run, saying so)."""
+    from suite.grid import preflight as checks
+    from suite.grid.executors.schedule import check_executor
+    from suite.run.layout import check_folder_name
+
+    plan, request = stages.plan, stages.request
+    check_folder_name("--out", request.out)
+    check_executor(request.executor, {k: v for k, v in plan.executor_options.items() if v is not None})
+    checks.check_file_names(plan.jobs)
+    checks.check_data(plan, local_only=dry_run)
 
 
 def run_stages(stages: StudyStages, store, args) -> int:

@@ -1,15 +1,14 @@
 """Checks made once, after the grid is built and before anything trains, so that impossible input exits 2 with a
 message instead of giving one failed record per job (or, worse, an `ok` record of garbage).
 
-- every package the suite requires is installed, and what a run imports imports (`check_dependencies`);
+- every package the suite requires is installed and imports, and so does what a run and a report import;
 - every distinct model loads: its config, a tokenizer with a real vocabulary (a local folder must hold the tokenizer
   files), weights that are complete and match the architecture, and attention modules that go through transformers'
   attention interface (the only way a method can be attached);
 - `--max-length` fits the model's position embeddings;
 - every method's hyper-parameters fit its model (`AttentionMethod.check_model_config`, e.g. layers beyond the depth);
-- the device exists;
-- every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and test sets exist when
-  predictions are asked for;
+- the device exists; every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and
+  test sets exist when predictions are asked for;
 - the output folder is writable;
 - `--set` / `--sweep` of a method that is not in the grid is pointed out (a warning: it changes nothing).
 """
@@ -21,7 +20,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from suite.api.errors import BadInput, DataError
+from suite.api.errors import BadInput, DataError, import_checked, import_name
 from suite.api.tasks import get_task
 from suite.grid.plan import parse_assignment, target_method
 from suite.run.data import load_splits, task_data_dir
@@ -30,6 +29,7 @@ from suite.run.layout import COMMANDS, OutputFolder, check_folder_name, own_fold
 from suite.run.settings import DEFAULT_MODEL, RunConfig, resolve_model
 
 __all__ = ["VERIFIED_MODEL_TYPES", "check_checkpoint_fits", "check_data", "check_dependencies", "check_device",
+           "check_file_names",
            "check_grid", "check_methods_fit_models", "check_model", "check_out", "machine_memory", "warn_emulated_bf16",
            "warn_grid", "warn_unused_settings"]  # what the rest of the suite uses; other names are this module's own
 
@@ -50,10 +50,9 @@ DISTRIBUTION = "attention-suite"  # pyproject.toml's project name: its requireme
 
 
 def check_dependencies() -> None:
-    """Every package the suite requires is installed and what a run imports imports, checked once in the driver: a
-    missing one would otherwise kill every worker at its start, each job retried on a fresh worker that dies too
-    (seen on a GPU machine without `datasets`)."""
-    import importlib
+    """Every package the suite requires is installed and imports, and so do the suite's modules a run, its workers
+    and a report import first, checked once in the driver (`suite.api.errors.import_checked`): a missing package
+    killed every worker at its start (a GPU machine without `datasets`); one calling sys.exit() ended `run`, exit 0."""
     import re
     from importlib import metadata
 
@@ -61,24 +60,25 @@ def check_dependencies() -> None:
         required = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed: imports decide
         required = []
-    missing = []
+    missing, installed = [], []
     for requirement in required:
         if "extra ==" in requirement:  # an optional part (test, ray, tracking)
             continue
         name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
         try:
             metadata.version(name)
+            installed.append(name)
         except metadata.PackageNotFoundError:
             missing.append(requirement.split(";")[0].strip())
     if missing:
         raise BadInput(f"the suite needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not "
                        f"installed: pip install {' '.join(repr(m) if ' ' in m else m for m in missing)} (or "
                        "reinstall the suite: pip install -e .)")
-    try:
-        importlib.import_module("suite.run.runner")  # what every run and every worker imports first
-    except ImportError as exc:
-        raise BadInput(f"a package the runs import is missing or broken ({exc.name or 'unknown'}): {exc}; install "
-                       "or repair it (pip install --force-reinstall NAME) before running") from None
+    for name in installed:
+        if (module := import_name(name)) is not None:
+            import_checked(module, package=name)
+    for module in ("suite.run.runner", "suite.methods", "suite.report"):
+        import_checked(module)
 
 
 def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (), sweeps: Iterable[str] = (),
@@ -405,13 +405,18 @@ def warn_unused_settings(sets: Iterable[str], sweeps: Iterable[str], methods: se
                       f"({', '.join(sorted(methods))})", file=sys.stderr)
 
 
-def check_data(plan) -> None:
+def check_data(plan, local_only: bool = False) -> None:
     """Read every split of the grid's tasks now (a missing file or a malformed line stops the grid before training)
-    and find the test sets when predictions are asked for (models are checked by `check_grid`)."""
+    and find the test sets when predictions are asked for; `local_only` (a dry run): only the data found here."""
     from suite.run.draws import check_heldout_task, check_holdouts, train_groups
 
     for task in plan.tasks:
         spec = get_task(task)
+        where = task_data_dir(spec, plan.data_dir)
+        if local_only and (where is None or not where.is_dir()):
+            print(f"note: {spec.display}'s data is {'on the hub' if where is None else f'not in {where}'}: the real "
+                  "run reads and checks it (a dry run checks the data it finds)", file=sys.stderr)
+            continue
         splits = load_splits(spec, plan.data_dir)
         train = splits[spec.train_split]
         trains = [j.train for j in plan.jobs if j.task == task]

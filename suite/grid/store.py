@@ -6,10 +6,14 @@ is named in a warning, so a grid reruns that job and a report leaves it out, ins
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
+import hashlib
+import io
 import json
 import math
 import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -18,6 +22,7 @@ from typing import Any, Iterator
 from suite.api.errors import SuiteError
 from suite.run.layout import OutputFolder
 from suite.run.record import (
+    REFUSED,
     TMP_PREFIX,
     InvalidRecord,
     NewerRecord,
@@ -47,6 +52,13 @@ def job_hash_of(filename: str) -> str | None:
     stem = filename[:-len(".json")] if filename.endswith(".json") else filename
     tail = stem.rpartition("__")[2]
     return tail if "__" in stem and len(tail) == 12 and all(c in "0123456789abcdef" for c in tail) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    """Why a grid skips a job: its `ok` record exists, or a record that must be `kept` stands at its name."""
+    why: str
+    kept: bool = False
 
 
 class RecordNotSaved(SuiteError, OSError):
@@ -88,8 +100,10 @@ def atomic_write(target: Path, write) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, _file_mode())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a full disk on write or fsync names no file
+            exc.filename = str(target)
         raise
 
 
@@ -108,15 +122,44 @@ class Store:
         arrays = record.prediction_arrays if isinstance(record, RunRecord) else None
         try:
             self.runs.mkdir(parents=True, exist_ok=True)
+            self.set_aside(filename)
             if arrays:
-                sidecar = predictions_filename(filename)
-                atomic_write(self.path(sidecar), lambda fh: save_predictions(fh, arrays))
+                sidecar, written = predictions_filename(filename), io.BytesIO()
+                save_predictions(written, arrays)
+                atomic_write(self.path(sidecar), lambda fh: fh.write(written.getvalue()))
                 data["predictions"] = sidecar
+                data["predictions_sha256"] = hashlib.sha256(written.getvalue()).hexdigest()
             blob = record_json(data)
             atomic_write(self.path(filename), lambda fh: fh.write(blob))
         except OSError as exc:
             raise RecordNotSaved(self._fallback(filename, data, exc)) from exc
         return self.path(filename)
+
+    def set_aside(self, filename: str) -> Path | None:
+        """Move a file at a record's name that the reader refuses (edited by hand, truncated, a FIFO) and its
+        sidecar to NAME.refused-N.json (and .predictions.npz), so that the job's new record never replaces what may
+        be the only copy of a run's numbers; one line names it. Returns where it went (None: nothing refused)."""
+        path = self.path(filename)
+        if not os.path.lexists(path) or self.kept_reason(filename) is not None:
+            return None
+        try:
+            self._parse(filename)
+            return None  # a record: a rerun (--force, a failed run) replaces it as asked
+        except InvalidRecord as exc:
+            why = str(exc)
+        except OSError:
+            return None  # a folder or a dangling link: the write says what stands there
+        stem, n = filename[:-len(".json")] if filename.endswith(".json") else filename, 1
+        while os.path.lexists(self.path(f"{stem}{REFUSED}{n}.json")):
+            n += 1
+        aside = self.path(f"{stem}{REFUSED}{n}.json")
+        _keep_copy(path, aside)
+        sidecar = self.path(predictions_filename(filename))
+        if os.path.lexists(sidecar):
+            _keep_copy(sidecar, self.path(predictions_filename(aside.name)))
+        warnings.warn(f"{path} is no record this suite reads ({why.removeprefix(str(path) + ': ')}): set aside as "
+                      f"{aside.name} before its job's new record is written", stacklevel=2)
+        return aside
 
     def add_artifacts(self, filename: str, artifacts: dict[str, Any]) -> dict[str, Any]:
         """Add files a finished run left later (test predictions from its saved model) to its record's `artifacts`,
@@ -159,12 +202,23 @@ class Store:
         except FileNotFoundError:
             return None
         except (OSError, InvalidRecord) as exc:
-            warnings.warn(f"{path} is not a readable run record ({exc}); its job counts as not done", stacklevel=2)
+            warnings.warn(f"{path} is not a readable run record ({exc}); its job counts as not done (a file the "
+                          f"reader refuses is set aside as NAME{REFUSED}N.json before a new record replaces it)",
+                          stacklevel=2)
             return None
 
     def status(self, filename: str) -> str | None:
         rec = self.read(filename)
         return None if rec is None else rec.status
+
+    def skip_reason(self, filename: str, force: bool = False) -> Skip | None:
+        """Why a grid skips the job of this record file (None: it runs): the one rule of the real run and of
+        `run --dry-run`. A record kept though unusable here (another user's, a newer suite's, another job's) skips
+        it even with `force`; an `ok` record skips it unless `force`."""
+        kept = self.kept_reason(filename)
+        if kept:
+            return Skip(f"kept and skipped: {kept}", kept=True)
+        return Skip("record exists") if not force and self.status(filename) == "ok" else None
 
     def kept_reason(self, filename: str) -> str | None:
         """Why an existing record file must be kept although this process cannot use it (None: nothing to keep).
@@ -196,6 +250,15 @@ class Store:
     def claims(self) -> "JobClaims":
         """Locks that keep another grid writing into this folder from running the same jobs at the same time."""
         return JobClaims(self.runs)
+
+
+def _keep_copy(path: Path, copy: Path) -> None:
+    """A second name for the file (a hard link; a copy where the file system has none): the original stays until
+    the new record replaces it, so a write that fails leaves the folder as it was."""
+    try:
+        os.link(path, copy, follow_symlinks=False)
+    except OSError:
+        shutil.copyfile(path, copy, follow_symlinks=False)
 
 
 def iter_records(*folders: str | os.PathLike) -> Iterator[tuple[Path, RunRecord]]:

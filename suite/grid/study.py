@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import io
 import re
 import typing
@@ -22,7 +23,7 @@ from suite.api.errors import BadInput
 from suite.grid.overrides import STUDY_KEYS, Names
 from suite.grid.plan import parse_assignment
 from suite.run.settings import TrainSettings
-from suite.stats.report_options import REPORT_FIELDS
+from suite.stats.report_options import REPORT_FIELDS, checked_per_task
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["AlsoGrid", "Study", "load_study", "names"]
@@ -102,8 +103,9 @@ def _report_section() -> type[pydantic.BaseModel]:
         if meta["bounds"]:
             bounds = meta["bounds"]
             kind = _bounded(bounds.above, bounds.below, bounds.at_least)
-        if meta["per_task"]:
-            kind = Union[kind, dict[str, kind]]
+        if meta["per_task"]:  # one number, or task -> number: checked in the suite's words (report_options)
+            kind = Annotated[Any, pydantic.BeforeValidator(functools.partial(checked_per_task, f"report.{name}",
+                                                                             bounds=meta["bounds"]))]
         fields[name] = (Optional[kind], None)
     return pydantic.create_model("ReportSection", __base__=_Section, **fields)
 
@@ -250,7 +252,8 @@ def _explain(path: Path, error: pydantic.ValidationError) -> str:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             lines.append(f"{path}: unknown key {key!r}{hint}. Valid keys here: {', '.join(valid)}")
         else:
-            lines.append(f"{path}: {key}: {e['msg']} (got {e.get('input')!r})")
+            lines.append(f"{path}: {e['msg'].removeprefix('Value error, ')}" if e["type"] == "value_error" and
+                         key.startswith("report.") else f"{path}: {key}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
 
 

@@ -34,7 +34,7 @@ from suite.report.markdown import wrap_prose
 from suite.report.selection import fold_selected
 from suite.report.vocabulary import Part, Table
 from suite.stats.families import CORRECTIONS
-from suite.stats.report_options import DEFAULT_COSTS, ReportOptions
+from suite.stats.report_options import DEFAULT_COSTS, REPORT_FIELDS, ReportOptions, checked_per_task
 
 __all__ = ["build_report"]
 
@@ -174,7 +174,15 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     if costs is not None and not Path(costs).is_file():
         raise ReportError(f"--costs {costs}: no such file (write one with `python -m suite bench --json FILE`)")
     reference_tasks = tuple(_task_names(options.reference_tasks))
+    for name in ("margin", "collapse_floor"):  # a study's were checked as it was read; a caller's are here
+        value = getattr(options, name)
+        try:
+            if value is not None:
+                checked_per_task(name, value, REPORT_FIELDS[name].metadata["bounds"])
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
     loaded = load(run_dirs)
+    _check_primary(options.primary, loaded.frame)
     # a tuned study: each cell's selected runs, one row
     loaded = dataclasses.replace(loaded, frame=fold_selected(loaded))
     problem = header.code_version_problem(loaded.frame) if len(loaded.frame) else None
@@ -196,6 +204,21 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     if options.figures:
         _remove_stale_figures(options.figure_dir, {p.name for p in written.figures})
     return path
+
+
+def _check_primary(primary: Sequence[str], frame: pd.DataFrame) -> None:
+    """Every primary entry names a method, a task (or benchmark average) or METHOD:TASK of the records reported: one
+    that names nothing left every comparison exploratory, which changed the correction."""
+    from suite.report.vocabulary import task_benchmark
+
+    methods, tasks = set(frame["method"]), set(frame["task"])
+    columns = tasks | {f"{task_benchmark(t)} avg" for t in tasks if task_benchmark(t)}
+    for entry in primary:
+        method, colon, column = entry.partition(":")
+        if not (method in methods and column in columns if colon else entry in methods | columns):
+            raise ReportError(f"--primary {entry!r} names no method, task or METHOD:TASK of the records reported "
+                              f"(methods: {', '.join(sorted(methods))}; tasks and averages: "
+                              f"{', '.join(sorted(columns))}): fix the name (a study file: report: primary:)")
 
 
 def _task_names(names: Sequence[str]) -> list[str]:

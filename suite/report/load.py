@@ -12,6 +12,7 @@ keep the dev metrics beside. A row's `outcome` is the run as every verdict score
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import sys
@@ -130,6 +131,11 @@ def _outcome(path: Path, rec: RunRecord) -> RunOutcome | None:
     sidecar = path.parent / rec.predictions
     split = rec.scored.name
     try:
+        if sidecar.exists() and not sidecar.is_file():  # a folder, a FIFO (never read: it would hang)
+            raise ValueError("not a regular file")
+        digest = rec.predictions_sha256
+        if digest and sidecar.exists() and hashlib.sha256(sidecar.read_bytes()).hexdigest() != digest:
+            raise ValueError("its sha256 is not the one its record holds: another run's, or edited")
         with zipfile.ZipFile(sidecar) as archive:
             bad = archive.testzip()
             held = any(n.startswith(f"{split}/") for n in archive.namelist())

@@ -75,6 +75,9 @@ def check_folder_name(flag: str, folder: str | Path) -> None:
     split the line of commands.txt that names it, and every line that prints it) or bytes that are not text in the
     file system's encoding (a non-UTF-8 name under a UTF-8 locale, which no record or printed line can hold)."""
     text = str(folder)
+    if not text.strip():  # Path('') is the current folder: an empty out: wrote into ./runs
+        raise BadInput(f"{flag} {text!r} names no folder: give a folder's name (e.g. {flag} runs), or leave the key "
+                       "out for the default")
     control = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
     if control is not None:
         raise BadInput(f"{flag} {text!r} holds the control character {control!r}: give a folder name without "

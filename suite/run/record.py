@@ -18,13 +18,12 @@ sets' and `load_predictions(path + "#heldout")` the held-out split's, each as a 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from suite.run.record_codec import NO_JSON, PartError, json_fields, read_fields, wrong_type
+from suite.run.record_codec import NO_JSON, PartError, json_fields, read_fields, read_json, wrong_type
 from suite.run.record_parts import (
     Analyses,
     Artifacts,
@@ -43,9 +42,9 @@ from suite.run.record_parts import (
 )
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["HELDOUT", "InvalidRecord", "NewerRecord", "RECORD_VERSION", "RunRecord", "TMP_PREFIX",
+__all__ = ["HELDOUT", "InvalidRecord", "NewerRecord", "RECORD_VERSION", "REFUSED", "RunRecord", "TMP_PREFIX",
            "heldout_predictions", "load_predictions", "predictions_filename", "read_record", "record_files",
-           "save_predictions"]
+           "save_predictions", "set_aside"]
 
 if TYPE_CHECKING:
     import numpy as np  # imported where used: dry runs read records without it
@@ -100,6 +99,7 @@ class RunRecord:
     traceback: str | None = None
     version: int = 1
     predictions: str | None = None     # the sidecar's file name (the store names it last, when it writes the arrays)
+    predictions_sha256: str | None = None  # the sidecar's digest as written: the report reads no other file under it
     # per-example dev predictions {suffix: {"index", "label", "logits"}}, kept in memory until the store writes
     # them to the sidecar file named by `predictions`; never part of the JSON
     prediction_arrays: dict[str, dict[str, np.ndarray]] | None = dataclasses.field(default=None, repr=False,
@@ -288,9 +288,9 @@ def read_record(path: str | Path, name: str | None = None, unscored: bool = Fals
     path = Path(path)
     source = str(path) if name is None else name
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidRecord(f"{source}: not JSON ({exc})") from None
+        data = read_json(path)
+    except PartError as exc:
+        raise InvalidRecord(f"{source}: {exc}") from None
     except RecursionError:  # JSON nested deeper than Python's recursion limit
         raise InvalidRecord(f"{source}: not a run record (JSON nested too deeply)") from None
     _check_config(data, source)
@@ -299,12 +299,30 @@ def read_record(path: str | Path, name: str | None = None, unscored: bool = Fals
         if unscored and isinstance(final, dict) and "score" in final and math.isnan(num(final["score"])):
             rec = RunRecord.from_dict({**data, "final": {**final, "score": 0.0}}, source)
             rec.final = Metrics.from_json(final, "final")
-            return rec
-        return RunRecord.from_dict(data, source)
+        else:
+            rec = RunRecord.from_dict(data, source)
     except InvalidRecord:
         raise
-    except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a shape the parts' types do not cover
+    except (TypeError, AttributeError, ValueError, KeyError, OverflowError) as exc:  # a shape the types miss
         raise InvalidRecord(f"{source}: not a run record ({type(exc).__name__}: {exc})") from None
+    _check_own_hash(rec, source)
+    return rec
+
+
+def _check_own_hash(rec: RunRecord, source: str) -> None:
+    """The record's config is the job its hash names (`RunConfig.recorded_hashes`): a config edited by hand (a task
+    renamed, a setting changed) or a hash pasted from another record is no record of either job."""
+    from suite.run.settings import RunConfig
+
+    try:
+        found = RunConfig.from_dict(rec.config).recorded_hashes(rec.train)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a config no job of this suite has
+        raise InvalidRecord(f"{source}: its config is not a job this suite can rebuild ({type(exc).__name__}: "
+                            f"{exc}), so its hash cannot be checked (edited by hand?)") from None
+    if rec.hash not in found:
+        raise InvalidRecord(f"{source}: its config ({rec.task}/{rec.method}/seed{rec.seed}) hashes to {found[0]}, "
+                            f"not to the hash it holds ({rec.hash}): edited by hand, or its method's hash rules are "
+                            "not this suite's (a plugin not installed?); restore the record, or move it away")
 
 
 # The JSON types of the job's settings that readers group runs by (the config is the RunConfig's, kept as read).
@@ -331,7 +349,17 @@ def _check_config(data: Any, source: str) -> None:
 
 def record_files(folder: str | Path) -> list[Path]:
     """The record files of a runs folder: `*.json` without leftover temporary files of interrupted writes."""
-    return sorted(p for p in Path(folder).glob("*.json") if not p.name.startswith(TMP_PREFIX))
+    return sorted(p for p in Path(folder).glob("*.json") if not p.name.startswith(TMP_PREFIX) and not set_aside(p))
+
+
+REFUSED = ".refused-"  # NAME.refused-N.json: a file the reader refused, set aside before a rerun replaced it
+
+
+def set_aside(path: Path) -> bool:
+    """Whether a file is one the store set aside (never a record again until renamed back by hand)."""
+    stem = path.name[:-len(".json")] if path.name.endswith(".json") else path.name
+    head, found, count = stem.rpartition(REFUSED)
+    return bool(found) and count.isdigit()
 
 
 def _finite(x: Any) -> bool:

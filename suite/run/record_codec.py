@@ -14,20 +14,64 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import functools
+import json
 import math
+import stat
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any, Mapping
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["Part", "PartError", "json_fields", "json_value", "read_fields", "wrong_type"]
+__all__ = ["Part", "PartError", "json_fields", "json_value", "read_fields", "read_json", "wrong_type"]
 
 NO_JSON = {"json": False}  # a field's metadata: not part of the JSON (the codec's own bookkeeping, in-memory arrays)
 
 
 class PartError(ValueError):
     """A part of a record's JSON that is not what a run record holds there; the message names where."""
+
+
+# No field of a record holds an integer beyond int64 (seeds < 2**32, counts of parameters and steps): a longer one is
+# an edit, and Python refuses to read one past 4,300 digits with a ValueError of its own.
+MAX_INT_DIGITS = 19
+
+
+def read_json(path: Path) -> Any:
+    """A record file's JSON, its numbers bounded as they are parsed: PartError for a file that is not a regular one
+    (a FIFO would hang the reader; nothing is read from it), for text that is not JSON, and for a number no record
+    holds (an integer of more than MAX_INT_DIGITS digits, a decimal beyond a float's range); OSError as reading
+    raised it (absent, a folder, no permission)."""
+    mode = path.stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a folder: reading it raises what callers name
+        raise PartError(f"not a regular file ({_kind(mode)}): nothing is read from it; remove it")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), parse_int=_bounded_int, parse_float=_bounded_float)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PartError(f"not JSON ({exc})") from None
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise PartError(f"not a run record: it holds an integer of {digits} digits, and no field of a record holds "
+                        f"more than {MAX_INT_DIGITS} (edited by hand?)")
+    return int(text)
+
+
+def _bounded_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # the suite writes a non-finite number as null: this one is too large for a float
+        shown = text if len(text) <= 24 else f"{text[:24]}... ({len(text)} characters)"
+        raise PartError(f"not a run record: it holds the number {shown}, beyond a float's range (edited by hand?)")
+    return value
 
 
 def wrong_type(where: str, value: Any) -> str:

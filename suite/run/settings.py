@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from suite.api.errors import HyperParameterError
 from suite.api.registry import Registry
@@ -208,6 +208,9 @@ class TrainSettings:
             if value is not None and (value <= 0 or (value >= 1 and value % 1)):
                 raise HyperParameterError(f"train.{name}={value} is impossible: give a fraction in (0, 1) of the "
                                           "training rows, or a whole count of rows")
+            if value == 1:  # 1.0 read as one row ran; as a fraction it is the whole split: neither is a split
+                raise HyperParameterError(f"train.{name}={value:g} is no split: a fraction of the training rows "
+                                          "must be < 1 (e.g. 0.1), and a count at least 2 rows")
         if self.holdout is None and (self.early_stopping_patience or self.select_epoch == "best"):
             used = "train.early_stopping_patience" if self.early_stopping_patience else "train.select_epoch=best"
             raise HyperParameterError(f"{used} chooses epochs by the tuning split, never by dev (dev is the test "
@@ -330,9 +333,21 @@ class RunConfig:
 
     @property
     def hash(self) -> str:
+        return self._hash(frozenset())
+
+    def recorded_hashes(self, recorded_train: Mapping[str, Any]) -> tuple[str, ...]:
+        """The hashes a record of this job may carry: today's, and the one written while the settings that change no
+        number were hashed (those of them the record holds, `recorded_train`: the published analyses runs)."""
+        kept = NEVER_HASHED & set(recorded_train)
+        return (self.hash, self._hash(kept)) if kept else (self.hash,)
+
+    def _hash(self, kept: frozenset[str]) -> str:
+        """The hash with the never-hashed training settings in `kept` left in (an earlier rule hashed them)."""
         d = self.to_dict()
         for key, rule in hash_rules(self.method).items():  # a field at its rule's value stays out (HashRule)
             part, name = ("train" if key.startswith("train.") else "hparams"), key.partition(".")[2]
+            if part == "train" and name in kept:
+                continue
             if not rule.hashes(d[part].get(name, rule.value), d["train"]):
                 d[part].pop(name, None)
         from suite.api.method_facts import method_registry  # (the classes or their catalog: suite.api.method_facts)

@@ -18,7 +18,8 @@ from suite.run.data import DATA_DIR_ENV
 from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "DEFAULT_COSTS", "REPORT_FIELDS", "Bounds", "ReportOptions"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_BASELINE", "DEFAULT_COSTS", "REPORT_FIELDS", "Bounds", "ReportOptions",
+           "checked_per_task"]
 
 DEFAULT_BASELINE = "vanilla"
 DEFAULT_ALPHA = 0.05
@@ -90,10 +91,10 @@ class ReportOptions:
             "--correction", study=str, comma_list=True)
     margin: float | Mapping[str, float] | None = option(
         None, "equivalence margin in points of the task's score x100 (default 1; per task in the study file's "
-              "report: margin:)", study=float, bounds=Bounds("a number > 0", above=0), per_task=True)
+              "report: margin:)", study=float, bounds=Bounds("a finite number > 0", above=0), per_task=True)
     collapse_floor: float | Mapping[str, float] | None = option(
         None, "a run not this many points (x100) above its task's majority-class score counts as collapsed "
-              "(default 1)", study=float, bounds=Bounds("a number >= 0", at_least=0), per_task=True)
+              "(default 1)", study=float, bounds=Bounds("a finite number >= 0", at_least=0), per_task=True)
     allow_uncommitted: bool = option(
         False, "report records from uncommitted code or from several commits (refused by default: a published "
                "table comes from one code version); the header marks the mix", study=bool)
@@ -121,3 +122,26 @@ class ReportOptions:
 # the declared options by name (every field but the planner)
 REPORT_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ReportOptions)
                                                if "help" in f.metadata}
+
+
+def per_task_keys() -> list[str]:
+    """What a per-task value (a margin, a collapse floor) may be keyed by: a registered task's name, a benchmark
+    average's column (`GLUE avg`) or `default`."""
+    from suite.api.tasks import TASKS, task_groups
+
+    return [*TASKS.names(), *(f"{group.upper()} avg" for group in sorted(task_groups())), "default"]
+
+
+def checked_per_task(name: str, value: Any, bounds: Bounds) -> Any:
+    """`value` (one number, or task -> number) when every number lies within `bounds` (finite) and every key is one
+    `per_task_keys` names; else ValueError in the suite's words, naming the option, the value and the fix."""
+    if isinstance(value, Mapping):
+        keys = per_task_keys()
+        for key in value:
+            if key not in keys:
+                raise ValueError(f"{name}: {key!r} is no task: key it by a registered task's name, a benchmark "
+                                 f"average or default ({', '.join(keys)})")
+        return {key: checked_per_task(f"{name}.{key}", v, bounds) for key, v in value.items()}
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not bounds.holds(float(value)):
+        raise ValueError(f"{name}: {value!r} is not {bounds.what}: give {bounds.what}, or task -> {bounds.what}")
+    return value

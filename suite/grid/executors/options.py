@@ -41,7 +41,8 @@ EXECUTOR_OPTIONS: dict[str, ExecutorOption] = {
     "workers": ExecutorOption(Union[int, str], "local",
                               "worker processes (default: 1 on CPU, one per GPU); auto: several runs side by side "
                               "on each GPU (up to 8, as its memory and the host's cores allow), or one per core "
-                              "(up to 8, as the memory allows) on the CPU", "N|auto", parse=workers_value),
+                              "(up to 8, as the memory allows) on the CPU", "N|auto", positive=True,
+                              parse=workers_value),
     "max_run_minutes": ExecutorOption(float, "local", "a run still going after M minutes (hung, stopped) is killed "
                                                       "and recorded failed, and the grid goes on; runs each job in a "
                                                       "worker process (default: $SUITE_MAX_RUN_MINUTES, else no "

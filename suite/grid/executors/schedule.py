@@ -58,12 +58,10 @@ def pending_jobs(jobs: list[RunConfig], store: Store, force: bool) -> tuple[list
     `force`, with a warning that says why."""
     todo, skipped = [], []
     for job in jobs:
-        kept = store.kept_reason(job.filename)
-        if kept:
-            warnings.warn(f"{job.label}: kept and skipped: {kept}", stacklevel=2)
-            skipped.append(job)
-            continue
-        (skipped if not force and store.status(job.filename) == "ok" else todo).append(job)
+        skip = store.skip_reason(job.filename, force)
+        if skip is not None and skip.kept:
+            warnings.warn(f"{job.label}: {skip.why}", stacklevel=2)
+        (todo if skip is None else skipped).append(job)
     return todo, skipped
 
 
@@ -79,7 +77,7 @@ def check_executor(executor: str, options: dict[str, Any]) -> None:
         raise ExecutorError(f"{flags} does not apply to --executor {executor}" + (f" ({hint})" if hint else ""))
     for key in (name for name, option in EXECUTOR_OPTIONS.items() if option.positive):
         v = options.get(key)
-        if v is not None and not v > 0:
+        if v is not None and v != "auto" and not v > 0:  # auto: --workers as the machine allows
             raise ExecutorError(f"--{key.replace('_', '-')} {v}: give a value > 0")
     if executor == "ray":
         import_ray()
