@@ -20,7 +20,7 @@ def _record_of(job, accuracy=0.6, **kw):
     """A record of exactly the planned job (its settings and hash), as the grid would write it."""
     name, rec = make_record(job.task, job.method, job.seed, {"accuracy": accuracy}, hparams=job.hparams,
                             train=job.to_dict()["train"], **kw)
-    rec["hash"] = job.hash
+    rec["config"], rec["hash"] = job.to_dict(), job.hash
     return name.rsplit("__", 1)[0] + f"__{job.hash}.json", rec
 
 
