@@ -153,3 +153,19 @@ def test_the_mask_each_method_receives_holds_the_window():
     distance = (torch.arange(12)[None, :] - torch.arange(12)[:, None]).abs()
     assert bool((masks[0] == 0).all())  # global
     assert torch.equal(masks[1][0, 0] == 0, distance <= TINY_WINDOW)  # local
+
+
+def test_uniform_spreads_over_the_window_without_the_sequence_ends():
+    """In a local layer, uniform gives 1/n to the keys of the query's window, less [CLS] and the final [SEP] (the
+    sequence's ends), never the window's own ends."""
+    model = testing.tiny_model("modernbert")
+    suite.METHODS.get("uniform")().attach(model)
+    seen = {}
+    model.eval()
+    with torch.no_grad(), suite.probes(model, lambda module, probs: seen.setdefault(module.layer_idx, probs)):
+        model(input_ids=torch.arange(3, 15)[None], attention_mask=torch.ones(1, 12, dtype=torch.long))
+    local = seen[1][0, 0]
+    for query, keys in {6: [4, 5, 6, 7, 8], 1: [1, 2, 3], 10: [8, 9, 10]}.items():
+        expected = torch.zeros(12)
+        expected[keys] = 1 / len(keys)
+        assert torch.allclose(local[query], expected), (query, local[query])
