@@ -74,6 +74,13 @@ def test_every_method_that_applies_trains_through_suite_run(model_type, tiny_fol
     for method, rec in records.items():
         assert rec.status == "ok" and rec.final.score is not None, (method, rec.error)
         assert rec.history and rec.timing.steps > 0, method
+    if model_type == "modernbert":  # the report gives the model its own leaderboard and costs table
+        from suite.commands import main
+
+        assert main(["report", str(out), "--out", str(tmp_path / "report"), "--no-figures"]) == 0
+        page = (tmp_path / "report" / "leaderboard.md").read_text()
+        assert f"## Model `{tiny_folders[model_type]}`" in page and "#### Costs and parameters" in page
+        assert all(f"| {m} " in page for m in methods), page
 
 
 @pytest.mark.parametrize("model_type, method", [("albert", m) for m in sorted(PER_LAYER)]
