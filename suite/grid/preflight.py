@@ -239,8 +239,7 @@ def check_device(device: str, executor: str = "local") -> None:
 
 
 def check_model(model: str, max_length: int, jobs: Sequence[RunConfig] = ()) -> None:
-    """Load `model` once as the runner will and refuse it (BadInput) when a run could not use it, or when a method
-    of `jobs` cannot apply to its type."""
+    """Load `model` once as the runner will and refuse it (BadInput) when a run or a method of `jobs` cannot use it."""
     from suite.run.models import attention_support, refuse_unfit_methods
 
     path = resolve_model(model)
