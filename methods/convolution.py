@@ -3,6 +3,7 @@ and Dynamic Convolutions"); docs/methods.md#lightconv and #dynamicconv.
 
 Per layer, the probabilities-times-values product becomes a depthwise convolution of width k over the value vectors:
     O[i, h] = sum_t w[t] * V[i + t - k // 2, h]       t = 0 .. k-1, zero outside the sequence and at padding
+(and, in a local layer such as ModernBERT's, at taps beyond its window)
 with the kernel softmax-normalised over its taps and DropConnect on it in training, drawn per batch element,
 position and head as in fairseq (not once per head and tap for the whole batch). `lightconv` has one kernel per head
 (shared by the head's channels); `dynamicconv` predicts a kernel per position and head by a linear map of the
@@ -31,6 +32,7 @@ from suite.api.attention import (
     has_probe,
     register_method,
 )
+from suite.api.layers import local_window
 
 from .entmax_attention import at_least_fp32
 
@@ -135,6 +137,10 @@ class _Convolution(AttentionMethod):
     def _widths(self, config) -> list[int]:
         return kernel_sizes(config.num_hidden_layers, self.cfg.kernel_size)
 
+    @property
+    def layer_specific(self) -> str | None:
+        return "a kernel width of its own (the fairseq schedule 3, 7, 15, 31)" if self.cfg.kernel_size == 0 else None
+
     def kernel_logits(self, module, query: torch.Tensor) -> torch.Tensor:
         """Unnormalised kernel, broadcastable to (B, H, L, k)."""
         raise NotImplementedError
@@ -148,6 +154,10 @@ class _Convolution(AttentionMethod):
             # first): a shared (1, H, 1, k) kernel is expanded so that no two positions share a mask
             b, h, length, _ = value.shape
             weights = F.dropout(weights.expand(b, h, length, weights.shape[-1]), p=self.cfg.p_weight)
+        window = local_window(module)
+        if window is not None and weights.shape[-1] // 2 > window:  # a local layer's keys end at its window
+            k = weights.shape[-1]
+            weights = weights * ((torch.arange(k, device=weights.device) - k // 2).abs() <= window).to(weights)
         padding = padding_positions(attention_mask)                 # (B, 1, L, 1)
         if padding is not None:
             value = value.masked_fill(padding, 0.0)                 # padded positions contribute nothing

@@ -69,6 +69,10 @@ class DropKey(AttentionMethod):
     def prepare(self, model) -> None:
         self.num_layers = model.config.num_hidden_layers
 
+    @property
+    def layer_specific(self) -> str | None:
+        return "a drop rate of its own (falling with depth)" if self.cfg.p != self.cfg.p_last else None
+
     def rate(self, module) -> float:
         """This layer's drop ratio: linear from `p` at the first layer to `p_last` at the last."""
         return layerwise_rate(module.layer_idx, module.config.num_hidden_layers, self.cfg.p, self.cfg.p_last)

@@ -62,6 +62,7 @@ class LessAttention(Vanilla):
     Config = LessAttentionConfig
     identity = {"layers": 0, "p": 0.0}
     cost_target = 1.0  # it does less than softmax attention in every layer
+    layer_specific = "attention or none by its depth (the lowest layers mix no tokens)"
     # the published records ran "linear" with half the layers, before the forms existed and while it was the default:
     # at these values the fields stay out of the hash, so those records keep theirs; the default "lit" enters it
     hashed_when_changed = {"form": "linear", "fraction": None}
@@ -123,8 +124,9 @@ def _sublayer_output(model: torch.nn.Module, attention: torch.nn.Module) -> torc
     for parent in model.modules():
         if getattr(parent, "self", None) is attention and hasattr(parent, "output"):
             return parent.output
-    raise HyperParameterError(f"less_attention.form='lit' needs the attention sublayer's output module (BERT-style "
-                              f"`attention.self` / `attention.output`); {type(model).__name__} has none")
+    raise HyperParameterError(f"less_attention.form='lit' cannot run on model type {model.config.model_type!r}: it "
+                              "removes the attention sublayer through BERT's `attention.output` module, which "
+                              f"{type(model).__name__} has none of; form='linear' runs on every type")
 
 
 def _residual_only(*args, **kwargs):

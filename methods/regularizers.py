@@ -50,6 +50,10 @@ class ScoresDropoutLayerwise(ScoresDropout):
     def prepare(self, model) -> None:
         self.num_layers = model.config.num_hidden_layers
 
+    @property
+    def layer_specific(self) -> str | None:
+        return "a drop rate of its own (falling with depth)" if self.cfg.p_bottom != self.cfg.p_top else None
+
     def drop_rate(self, module, batch_size: int, device) -> float:
         return layerwise_rate(module.layer_idx, module.config.num_hidden_layers, self.cfg.p_bottom, self.cfg.p_top)
 

@@ -25,12 +25,14 @@ class UniformConfig:
 
 
 def uniform_weights(valid: torch.Tensor, boundary_tokens: bool) -> torch.Tensor:
-    """Rows of 1 / n over the allowed keys of `valid` (bool, (..., Lk)), optionally without the first and last."""
+    """Rows of 1 / n over the allowed keys of `valid` (bool, (..., Lq, Lk)), optionally without the sequence's first
+    and last real tokens: those any query may attend (in a local layer, a row's window ends are other tokens)."""
     keep = valid
     if not boundary_tokens:
-        count = valid.long().cumsum(-1)
-        first = valid & (count == 1)
-        last = valid & (count == count[..., -1:])
+        real = valid.any(dim=-2, keepdim=True)
+        count = real.long().cumsum(-1)
+        first = real & (count == 1)
+        last = real & (count == count[..., -1:])
         inner = valid & ~first & ~last
         keep = torch.where(inner.any(-1, keepdim=True), inner, valid)
     keep = keep.float()

@@ -146,8 +146,10 @@ def _tiny_folder(dst: Path, model_type: str, tokenizer_from: str, **sizes) -> Pa
 
 SMALL = {"gpt2": dict(n_embd=32, n_layer=1, n_head=4, n_positions=64),
          "deberta-v2": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64),
-         "xlnet": dict(d_model=32, n_layer=1, n_head=4, d_inner=64),
-         "distilbert": dict(dim=32, n_layers=1, n_heads=4, hidden_dim=64)}
+         "xlnet": dict(d_model=32, n_layer=1, n_head=4, d_inner=64)}
+# why each is refused (transformers 5.25): a decoder, attention computed in the model's own code
+SMALL_REASONS = {"gpt2": "its attention is causal", "deberta-v2": "its disentangled attention",
+                 "xlnet": "does not go through transformers' attention interface"}
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +195,7 @@ def test_unusable_models_exit_2_before_training(case, bad_models, no_training, g
     out = tmp_path / "out"
     err = assert_refused(capsys, run_cli(folder, glue_dir, out), out, message)
     if case in SMALL:
-        assert "Model types that work: bert, roberta" in err
+        assert SMALL_REASONS[case] in err and "Model types that work with this transformers: bert, roberta" in err
 
 
 def test_model_types_said_to_work_dispatch_attention_to_the_method():
@@ -209,7 +211,8 @@ def test_model_types_said_to_work_dispatch_attention_to_the_method():
         def attention(self, *args, **kwargs):
             raise Reached
 
-    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=64,
+    # each type's own vocabulary: ModernBERT's special tokens lie beyond a small one
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
                  max_position_embeddings=40)
     for model_type in VERIFIED_MODEL_TYPES:
         model = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(model_type, **sizes))

@@ -57,7 +57,8 @@ def test_scores_dropout_passes_every_check(capsys):
     assert _cli("scores_dropout") == 0
     out = capsys.readouterr().out
     assert "scores_dropout: passed" in out and "FAIL" not in out
-    for name in ("identity", "padding", "finite", "hparams", "shape", "values", "params", "eval", "prepare", "hooks"):
+    for name in ("identity", "padding", "finite", "hparams", "shape", "values", "params", "eval", "prepare", "hooks",
+                 "window"):
         assert f" {name} " in out
 
 

@@ -1,6 +1,6 @@
-"""Every method at its identity setting equals SDPA attention on a padded batch, forward and backward,
-for BERT and RoBERTa. This is also the check that the mask function is registered: without it transformers passes
-no mask and padded keys get weight (a 1e-2 difference instead of 1e-7)."""
+"""Every method at its identity setting equals SDPA attention on a padded batch, forward and backward, for BERT, RoBERTa
+and ModernBERT (whose local layer's window is in the mask). This is also the check that the mask function is
+registered: without it transformers passes no mask and padded keys get weight (a 1e-2 difference instead of 1e-7)."""
 import pytest
 from conftest import padded_batch, tiny_model
 
@@ -10,7 +10,7 @@ from suite.testing import check_identity
 IDENTITY = [n for n in suite.METHODS.names() if suite.METHODS.get(n).identity is not None]
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "modernbert"])
 @pytest.mark.parametrize("name", IDENTITY)
 def test_identity_setting_matches_sdpa(kind, name):
     """The method check's own identity check (`suite.testing.check_identity`), on every built-in method."""

@@ -107,7 +107,7 @@ class AttendOut(AttentionMethod):
                        "hooks and its per-layer Python state break the graph at every layer (about 60 graphs for a "
                        "2-layer model), and the look-ahead passes run outside the compiled forward; expect no speed-up")
     cost_target = 3.0
-
+    layer_specific = "a drop policy of its own (G's masks, state and statistics per layer)"
     Config = AttendOutConfig
     identity = {"p_max": 0.0}  # G can drop nothing: plain softmax attention
 

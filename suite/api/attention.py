@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from suite.api.errors import HyperParameterError
+from suite.api.layers import name_the_layers, refuse_shared_layers
 from suite.api.method_facts import METHODS, check_precision  # noqa: F401 (torch-free: dry runs read them there)
 
 # what the rest of the suite uses; other names are this module's own
@@ -112,7 +113,6 @@ class StepContext:
         return True
 
 
-
 class AttentionMethod:
     """Base class of every attention method. Subclasses set `Config` and override `attention`.
 
@@ -156,6 +156,9 @@ class AttentionMethod:
     # rule); every other parameter it adds must receive a gradient. A parameter with requires_grad=False is frozen
     # without being named here.
     frozen_parameters: ClassVar[tuple[str, ...]] = ()
+    # What the method gives each layer of its own (e.g. "a drop rate of its own"), or None (a property where the
+    # configuration decides): such a method is refused where layers share one attention module (ALBERT's).
+    layer_specific: str | None = None
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -231,13 +234,14 @@ class AttentionMethod:
 
     def attach(self, model: torch.nn.Module) -> torch.nn.Module:
         """Point every attention module of `model` at this method and run `prepare`."""
-        n = 0
-        for module in attention_modules(model):
-            module.suite_method = self
-            n += 1
-        if n == 0:
+        modules = attention_modules(model)
+        if not modules:
             raise TypeError(f"{type(model).__name__} has no attention module that uses transformers' attention "
-                            "interface (one with `layer_idx` and `config._attn_implementation`)")
+                            "interface (a bidirectional one with `is_causal` and `config._attn_implementation`)")
+        name_the_layers(modules)
+        refuse_shared_layers(self, model, modules)
+        for module in modules:
+            module.suite_method = self
         _register_with_transformers(self.name)
         model.set_attn_implementation(self.implementation)
         self.prepare(model)
@@ -245,9 +249,11 @@ class AttentionMethod:
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """Self-attention modules that dispatch through `AttentionInterface` (BERT, RoBERTa, and their kin)."""
+    """Self-attention modules that dispatch through `AttentionInterface` (BERT and its kin, ModernBERT, DistilBERT,
+    ALBERT): transformers marks each with `is_causal`, which its SDPA path reads; an encoder's are bidirectional.
+    ALBERT calls its one module in every layer, so this may list fewer modules than the model has layers."""
     return [m for m in model.modules()
-            if hasattr(m, "layer_idx") and hasattr(m, "config") and hasattr(m, "num_attention_heads")
+            if getattr(m, "is_causal", None) is False and hasattr(m, "config")
             and not getattr(m, "is_cross_attention", False)]
 
 
@@ -399,8 +405,6 @@ def probes(model: torch.nn.Module, probe):
         for m in modules:
             if hasattr(m, "suite_probe"):
                 del m.suite_probe
-
-
 
 
 def has_probe(module) -> bool:

@@ -7,8 +7,9 @@ import dataclasses
 
 import torch
 
-from suite.api.attention import AttentionMethod
+from suite.api.attention import AttentionMethod, attention_modules
 from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, forward, rows
+from suite.api.layers import local_window
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_shape", "check_values"]
@@ -244,6 +245,9 @@ def _raised_on(model, batch: tuple, failure: Exception) -> str:
             with torch.no_grad():
                 forward(model, *rows(batch, which))
         except Exception as exc:  # noqa: BLE001  the finding
+            if name == "rows with real tokens" and any(local_window(m) is not None for m in attention_modules(model)):
+                return _raised(exc, name) + (": in a local layer a padded query's window may hold no real key, a "
+                                             "row with no key that must work like any other")
             return _raised(exc, name) + ("" if name == "rows with real tokens" else
                                          ": a row with no or one real key must work like any other")
     return _raised(failure)

@@ -27,34 +27,48 @@ PRETRAINED_SCORES = 30.0
 PRETRAINED_STD = 3.85
 TOLERANCE = {"outputs": 1e-5, "gradients": 1e-4}
 FP16_SEEDS = range(2)  # an overflow at these scores does not wait for a rare draw
+SPREAD_PROBE = "suite_spread_probe"  # the attention implementation that measures the scores, then runs SDPA
 
 
 def _score_spread(model, batch: tuple, statistic: str) -> list[float]:
-    """Per layer, the largest |q k^T * d^-0.5| ("max") or its standard deviation ("std") over real query-key pairs
-    of `batch` (an eval pass)."""
+    """Per layer, the largest |q k^T * scaling| ("max") or its standard deviation ("std") over real query-key pairs
+    of `batch` (an eval pass), read from the queries and keys the attention interface receives (after ModernBERT's
+    rotary positions)."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
     found: dict[int, float] = {}
     real = batch[1].bool()
     pairs = (real[:, None, :, None] & real[:, None, None, :])
+    layers = {id(m): i for i, m in enumerate(attention_modules(model))}
 
-    def record(module, args, kwargs):
-        h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-        b, length, _ = h.shape
-        heads = module.num_attention_heads
-        q = module.query(h).view(b, length, heads, -1).transpose(1, 2)
-        k = module.key(h).view(b, length, heads, -1).transpose(1, 2)
-        s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    def record(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        s = (query @ key.transpose(-1, -2)) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
         real_scores = s[pairs.expand_as(s)]
-        found[module.layer_idx] = float(real_scores.abs().max() if statistic == "max" else real_scores.std())
+        found[layers[id(module)]] = float(real_scores.abs().max() if statistic == "max" else real_scores.std())
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
 
-    handles = [m.register_forward_pre_hook(record, with_kwargs=True) for m in attention_modules(model)]
+    AttentionInterface.register(SPREAD_PROBE, record)
+    AttentionMaskInterface.register(SPREAD_PROBE, sdpa_mask)
+    before = model.config._attn_implementation
+    model.set_attn_implementation(SPREAD_PROBE)
     model.eval()
     try:
         with torch.no_grad():
             forward(model, *batch)
     finally:
-        for h in handles:
-            h.remove()
+        model.set_attn_implementation(before)
     return [found[i] for i in sorted(found)]
+
+
+def _query_key_parameters(module) -> list[torch.Tensor]:
+    """The weights and biases that make a layer's queries and keys (ModernBERT's fused projection: its first two
+    thirds)."""
+    if hasattr(module, "Wqkv"):
+        rows = 2 * module.Wqkv.out_features // 3
+        return [p[:rows] for p in module.Wqkv.parameters()]
+    return [*module.query.parameters(), *module.key.parameters()]
 
 
 def spread_model(kind: str, statistic: str = "max"):
@@ -67,7 +81,7 @@ def spread_model(kind: str, statistic: str = "max"):
     for layer, module in enumerate(attention_modules(model)):
         factor = math.sqrt(target / _score_spread(model, batch, statistic)[layer])
         with torch.no_grad():
-            for p in (*module.query.parameters(), *module.key.parameters()):
+            for p in _query_key_parameters(module):
                 p.mul_(factor)
     return model
 

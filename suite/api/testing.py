@@ -1,6 +1,7 @@
 """The method check: what every attention method must satisfy, runnable by a method's author.
 
-`check_method(name_or_class, **hparams)` runs, on tiny random-init BERT and RoBERTa models with padded batches whose
+`check_method(name_or_class, **hparams)` runs, on tiny random-init BERT, RoBERTa and ModernBERT models (the last with
+a global and a local, sliding-window layer) with padded batches whose
 rows hold 12, 9, 6, 1 and 0 real tokens (the last row's attention mask is all 0), every rule below twice: at the
 configuration under test and at high rates (each probability field p, p_* raised to 0.9, or the highest of 0.7 and
 0.45 the method accepts), where whole rows lose all their keys, so that a verdict does not depend on the rate the
@@ -36,12 +37,14 @@ method happens to be checked at. Rules that sample in training look at several r
 - fp16        under fp16 autocast, on the model with a pre-trained score spread, everything stays finite wherever it
               is finite in fp32 (skipped where `supports_fp16 = False`);
 - hooks       two training steps through the hooks as the runner calls them: `training_step` returns the detached
-              loss, `epoch_record()` and `record()` are JSON, `training_only_parameters()` is a count.
+              loss, `epoch_record()` and `record()` are JSON, `training_only_parameters()` is a count;
+- window      (ModernBERT) the mask a local layer's method receives holds the sliding window, and no real query's
+              output changes when only the keys and values beyond its window change, in eval and in training.
 
 The padding, eval and value rules compare finite values only: NaN and inf are the finite rule's finding. The rules
 live in `suite.api.check_layout` (shape, values), `check_contract` (params, trained, eval, device, prepare, hooks),
-`check_padding`, `check_sampling` (draws, expect, gradient) and `check_spread` (identity, fp16); the report types,
-the checked batch and the high rates in `suite.api.check_common`.
+`check_padding`, `check_sampling` (draws, expect, gradient), `check_spread` (identity, fp16) and `check_window`; the
+report types, the checked batch and the high rates in `suite.api.check_common`.
 
 `python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders (`tiny_model`,
 `tiny_config`, `padded_batch`, `tiny_tokenizer`, from `suite.api.tiny_models`) are the ones the test suite uses too.
@@ -82,9 +85,11 @@ from suite.api.check_layout import check_shape, check_values
 from suite.api.check_padding import check_padding
 from suite.api.check_sampling import check_draws, check_expectation, check_gradient
 from suite.api.check_spread import check_fp16, check_identity
+from suite.api.check_window import check_window
 from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: F401
 
-MODEL_KINDS = ("bert", "roberta")
+MODEL_KINDS = ("bert", "roberta", "modernbert")
+WINDOWED_KINDS = ("modernbert",)  # kinds with local layers, where the window rule runs
 INVALID_PROBABILITIES = (-0.1, 1.5, math.nan)
 FINITE_SEEDS = SEEDS[:4]  # each a forward and backward pass per precision and batch; the high rates add their own
 HIGH_RATES_LABEL = ", at high rates"  # appended to the setting of every result at the high rates
@@ -316,3 +321,5 @@ def _rules(cls: type[AttentionMethod], values: dict[str, Any], kind: str, result
     _guarded(results, "prepare", kind, lambda: check_prepare_device(new(), kind))
     _guarded(results, "fp16", kind, lambda: check_fp16(new(), kind))
     _guarded(results, "hooks", kind, lambda: check_hooks(new(), kind))
+    if kind in WINDOWED_KINDS:
+        _guarded(results, "window", kind, lambda: check_window(new(), kind))

@@ -1,5 +1,5 @@
-"""Tiny random-init BERT/RoBERTa models, padded batches and a tokenizer: what the method check runs on, and what
-method authors' own tests (and the suite's) can build on. Public through `suite.testing`."""
+"""Tiny random-init BERT, RoBERTa and ModernBERT models, padded batches and a tokenizer: what the method check runs
+on, and what method authors' own tests (and the suite's) can build on. Public through `suite.testing`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,16 +7,28 @@ from pathlib import Path
 import torch
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["WORDS", "padded_batch", "tiny_config", "tiny_model", "tiny_tokenizer"]
+__all__ = ["TINY_WINDOW", "WORDS", "padded_batch", "tiny_config", "tiny_model", "tiny_tokenizer"]
 
 WORDS = ("the a cat dog sat on mat man woman ran fast slow big small red blue null NA yes no house tree "
          "car bird sees likes \" 'll n't . , ! ?").split()
 
 
-def tiny_config(kind: str = "bert", **over):
-    """A 2-layer, 4-head, hidden-32 BERT or RoBERTa config with no hidden or attention dropout."""
-    from transformers import BertConfig, RobertaConfig
+# ModernBERT's local layers let a key within this distance of its query through: 2 of the checked batch's 12 tokens
+TINY_WINDOW = 2
 
+
+def tiny_config(kind: str = "bert", **over):
+    """A 2-layer, 4-head, hidden-32 BERT, RoBERTa or ModernBERT config with no hidden or attention dropout; the
+    ModernBERT's first layer is global and its second local (a window of TINY_WINDOW keys either side)."""
+    from transformers import BertConfig, ModernBertConfig, RobertaConfig
+
+    if kind == "modernbert":
+        sizes = dict(vocab_size=len(WORDS) + 10, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=80, global_attn_every_n_layers=2,
+                     local_attention=2 * TINY_WINDOW)
+        # the special tokens of tiny_tokenizer's vocabulary (a BERT's), which ModernBERT's defaults lie beyond
+        return ModernBertConfig(pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3,
+                                **{**sizes, **over})
     common = dict(vocab_size=len(WORDS) + 10, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=64, max_position_embeddings=80, hidden_dropout_prob=0.0,
                   attention_probs_dropout_prob=0.0)

@@ -25,7 +25,7 @@ COMMANDS = {
     "list": ("suite.commands.listing", "methods with their hyper-parameters, and tasks"),
     "bench": ("suite.commands.bench", "training-step time and peak memory of each method vs vanilla attention"),
     "report": ("suite.commands.report", "leaderboard markdown, tables and figures from run records"),
-    "check": ("suite.commands.check", "check attention methods on tiny BERT/RoBERTa models (hyper-parameter "
+    "check": ("suite.commands.check", "check attention methods on tiny BERT/RoBERTa/ModernBERT models (hyper-parameter "
                                       "validation, output shape, identity, padding, finite values, deterministic "
                                       "evaluation, parameters on the model's device)"),
     "predict": ("suite.commands.predict", "test-set predictions in the GLUE server's format from saved checkpoints"),

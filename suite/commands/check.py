@@ -19,12 +19,13 @@ EXIT_FAILED = 1
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(COMMAND, help="check attention methods on tiny BERT/RoBERTa models (hyper-parameter "
+    p = sub.add_parser(COMMAND, help="check attention methods on tiny BERT/RoBERTa/ModernBERT models (hyper-parameter "
                                      "validation, output layout, identity, padding, finite values on fully padded "
                                      "and length-1 rows, value channels that reach the output, parameters an "
                                      "optimizer holds and trains, evaluation free of sampling and rates, fresh "
                                      "draws, kept expectation, gradients against a finite difference, devices, fp16 "
-                                     "at pre-trained score ranges, training hooks and records), at the given rates "
+                                     "at pre-trained score ranges, training hooks and records, ModernBERT's local "
+                                     "windows), at the given rates "
                                      "and at high ones",
                        description="Runs the method check of suite.api.testing on each METHOD (names, wildcards or "
                                    "'all'; methods from installed plugins included) and prints a per-check report. "

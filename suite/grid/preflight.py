@@ -3,8 +3,8 @@ message instead of giving one failed record per job (or, worse, an `ok` record o
 
 - every package the suite requires is installed and imports, and so does what a run and a report import;
 - every distinct model loads: its config, a tokenizer with a real vocabulary (a local folder must hold the tokenizer
-  files), weights that are complete and match the architecture, and attention modules that go through transformers'
-  attention interface (the only way a method can be attached);
+  files), weights that are complete and match the architecture, and a type whose tiny copy sends every self-attention
+  call to an attached method (the only way a method can apply), to which every method of the grid attaches;
 - `--max-length` fits the model's position embeddings;
 - every method's hyper-parameters fit its model (`AttentionMethod.check_model_config`, e.g. layers beyond the depth);
 - the device exists; every split of every task reads (`check_data`), the tuning and dev subsets can be drawn, and
@@ -33,9 +33,10 @@ __all__ = ["VERIFIED_MODEL_TYPES", "check_checkpoint_fits", "check_data", "check
            "check_grid", "check_methods_fit_models", "check_model", "check_out", "machine_memory", "warn_emulated_bf16",
            "warn_grid", "warn_unused_settings"]  # what the rest of the suite uses; other names are this module's own
 
-# Model types whose tiny copies were checked to dispatch every self-attention call to an attached method.
+# Model types the tests train with every built-in method (tests/test_encoder_types.py); whether a type works with
+# the installed transformers is asked of a tiny copy of it (suite.run.models.attention_support)
 VERIFIED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "data2vec-text",
-                        "roberta-prelayernorm")
+                        "roberta-prelayernorm", "modernbert", "distilbert", "albert")
 
 # Weights that may be absent from a checkpoint: the new classification head and the pooler (sentence-embedding
 # checkpoints such as MiniLM ship without it); both are initialised fresh, as for any fine-tuning.
@@ -96,7 +97,7 @@ def check_grid(jobs: Sequence[RunConfig], device: str, sets: Iterable[str] = (),
                              (2**62, "a Ray cluster"))
     for model in dict.fromkeys(job.model for job in jobs):
         mine = [job for job in jobs if job.model == model]
-        check_model(model, max(job.train.max_length for job in mine))
+        check_model(model, max(job.train.max_length for job in mine), mine)
         check_lengths(model, mine)
     warn_grid(jobs, device, sets, sweeps)
 
@@ -237,12 +238,18 @@ def check_device(device: str, executor: str = "local") -> None:
     pick_device(device)
 
 
-def check_model(model: str, max_length: int) -> None:
-    """Load `model` once as the runner will and refuse it (BadInput) when a run could not use it."""
+def check_model(model: str, max_length: int, jobs: Sequence[RunConfig] = ()) -> None:
+    """Load `model` once as the runner will and refuse it (BadInput) when a run or a method of `jobs` cannot use it."""
+    from suite.run.models import attention_support, refuse_unfit_methods
+
     path = resolve_model(model)
     config = _load_config(model, path)
     skeleton = _skeleton(model, config)
-    _check_attention_interface(model, config, skeleton)
+    reason = attention_support(config.model_type)  # asked of a tiny copy of the type
+    if reason:
+        raise BadInput(f"model {model!r} is of type {config.model_type!r}: {reason}, so no attention method can be "
+                       f"attached to it. {_supported()}")
+    refuse_unfit_methods(model, jobs)
     _check_positions(model, skeleton, max_length)
     _check_tokenizer(model, path)
     _check_weights(model, path, config)
@@ -282,18 +289,11 @@ def _skeleton(model: str, config):
                        f"transformers: {type(exc).__name__}: {str(exc)[:200]}. {_supported()}") from None
 
 
-def _check_attention_interface(model: str, config, skeleton) -> None:
-    """Look for attention modules a method can take over, as `AttentionMethod.attach` does."""
-    from suite.api.attention import attention_modules
-
-    if not attention_modules(skeleton):
-        raise BadInput(f"model {model!r} is of type {config.model_type!r}, whose attention does not go through "
-                       f"transformers' attention interface, so no attention method can be attached to it. "
-                       f"{_supported()}")
-
-
 def _supported() -> str:
-    return f"Model types that work: {', '.join(VERIFIED_MODEL_TYPES)} (MiniLM is a BERT)."
+    from suite.run.models import attention_support
+
+    works = [t for t in VERIFIED_MODEL_TYPES if attention_support(t) is None]
+    return f"Model types that work with this transformers: {', '.join(works)} (MiniLM is a BERT)."
 
 
 def position_limit(skeleton) -> int | None:

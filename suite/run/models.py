@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from suite.api.attention import METHODS, AttentionMethod
-from suite.api.errors import BadInput
+from suite.api.attention import METHODS, AttentionMethod, attention_modules
+from suite.api.errors import BadInput, HyperParameterError
 from suite.api.tasks import TaskSpec
 from suite.run.settings import RunConfig, resolve_model
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["build_method", "checked_tokenizer", "load_model", "quiet_transformers"]
+__all__ = ["attention_support", "build_method", "checked_tokenizer", "load_model", "quiet_transformers",
+           "refuse_unfit_methods"]
 
 
 @contextlib.contextmanager
@@ -88,3 +92,80 @@ def load_model(job: RunConfig, spec: TaskSpec) -> tuple[torch.nn.Module, Attenti
     before = sum(p.numel() for p in model.parameters())
     method.attach(model)
     return model, method, sum(p.numel() for p in model.parameters()) - before  # saved with the model
+
+
+# the tiny copy `attention_support` builds of a type: 3 layers, so that ModernBERT has a global and two local ones
+TINY_SIZES = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=3, intermediate_size=64)
+# what the refusal says of types whose attention is computed in their own code, where the probe only finds no module
+OWN_ATTENTION = dict.fromkeys(("deberta", "deberta-v2"), "its disentangled attention (content-to-position and "
+                              "position-to-content scores) is computed in its own code, not through transformers' "
+                              "attention interface")
+
+
+@functools.lru_cache(maxsize=None)
+def attention_support(model_type: str) -> str | None:
+    """None when a tiny random-init copy of `model_type` sends every self-attention call to an attached method with
+    the installed transformers; otherwise why not. Asked of transformers itself (once per type and process), not read
+    from a list, which would age with transformers' releases."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    vanilla = METHODS.get("vanilla")
+    calls = []
+
+    class Counted(vanilla):
+        def attention(self, module, *args, **kwargs):
+            calls.append(module)
+            return super().attention(module, *args, **kwargs)
+
+    try:
+        with quiet_transformers(), torch.random.fork_rng(devices=[]):
+            config = AutoConfig.for_model(model_type, **TINY_SIZES)
+            model = AutoModelForSequenceClassification.from_config(config).eval()
+    except Exception as exc:  # noqa: BLE001  a type that cannot be built small cannot be run; its structure may say
+        try:
+            with quiet_transformers(), torch.device("meta"):
+                model = AutoModelForSequenceClassification.from_config(AutoConfig.for_model(model_type))
+        except Exception:  # noqa: BLE001
+            model = None
+        if model is None or attention_modules(model):
+            return f"a tiny copy of it, to test its attention, could not be built ({_one_line(exc)})"
+    if not attention_modules(model):
+        if any(getattr(m, "is_causal", None) is True for m in model.modules()):
+            return "its attention is causal (a decoder's), and the suite fine-tunes bidirectional encoders"
+        return OWN_ATTENTION.get(model_type, "its attention does not go through transformers' attention interface")
+    Counted().attach(model)
+    ids = torch.tensor([[2, 5, 6, 7], [2, 5, 0, 0]])
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=(ids != 0).long())
+    except Exception as exc:  # noqa: BLE001
+        return f"a tiny copy of it failed with a method attached ({_one_line(exc)})"
+    if len(calls) != config.num_hidden_layers:
+        return (f"only {len(calls)} of the {config.num_hidden_layers} self-attention calls of a tiny copy reached "
+                "the attached method")
+    return None
+
+
+def refuse_unfit_methods(model: str, jobs: Sequence[RunConfig]) -> None:
+    """Attach each distinct method of `jobs` to `model`'s skeleton on the meta device, as a run will: a method that
+    cannot apply to this type (e.g. one that treats each depth differently, where layers share one module) is
+    refused (BadInput) before training, with its reason."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    config = AutoConfig.from_pretrained(resolve_model(model))
+    seen = set()
+    for job in jobs:
+        key = (job.method, json.dumps(job.hparams, sort_keys=True, default=str))
+        if key in seen:
+            continue
+        seen.add(key)
+        with quiet_transformers(), torch.device("meta"):
+            skeleton = AutoModelForSequenceClassification.from_config(config)
+            try:
+                build_method(job).attach(skeleton)
+            except HyperParameterError as exc:
+                raise BadInput(f"{job.label}: {exc}") from None
+
+
+def _one_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:200]
