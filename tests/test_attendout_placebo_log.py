@@ -72,3 +72,11 @@ def test_logged_is_share_logs_statistic_on_a_tiny_model():
                   for layer in range(layers)]
         assert logged == pytest.approx(shares.steps[t], abs=1e-6)
         assert ((log.expected[t] > 0) & (log.expected[t] < method.cfg.p_max)).all()
+
+
+def test_k1_alone_has_no_within_sample_statistics():
+    adv, share, expected = units(np.random.default_rng(2), between=0.5, within=0.0)
+    s = pl.summarise(adv[:, :1], share[:, :, :1], expected[:, :, :1])
+    assert s["K"] == 1 and "within" not in s and "k1_minus_k8" not in s
+    assert s["logged"]["mean"] == s["mask1"]["mean"] == s["logged_k1"]["mean"]
+    assert s["expected"]["mean"][0] > 0.3 and abs(s["centred"]["mean"][0]) < 0.05

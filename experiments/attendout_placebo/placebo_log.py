@@ -3,12 +3,14 @@ while the K = 8 runs log about 0 (issue 66, item 1): on the same steps, the logg
 split into the part G's update can use and the part it cannot.
 
     OMP_NUM_THREADS=1 python -m experiments.attendout_placebo placebo-log --data-dir ../shared/data/glue \\
-        --out results/attendout_decisive/placebo_log --steps 150 --minutes 25
-    python -m experiments.attendout_placebo placebo-log-report results/attendout_decisive/placebo_log
+        --out results/attendout_decisive/placebo_log --steps 150 --minutes 62
+    python -m experiments.attendout_placebo placebo-log-report results/attendout_decisive/placebo_log \
+        --decisive results/attendout_decisive           # the table again, and what designs A, kappa and B logged
 
 One run in design A's setting (`decisive.longhorizon_argv`: MiniLM, MRPC, lr 1e-4, the Defender baseline, g_lr 1e-3,
 the placebo arm, seed 0) but with K = 8 masks per step, so that every step gives both forms on identical draws: mask 1
-is the training forward's mask, the one a K = 1 run rewards and logs. Per reward step and layer, with adv the reward
+is the training forward's mask, the one a K = 1 run rewards and logs (`--mask-samples 1` runs A's form itself: the
+statistics that need K >= 2 are then left out). Per reward step and layer, with adv the reward
 minus the Defender's (K, B), share each (mask, sample)'s drop share and expected its expectation under G (the mean of
 pi over the sample's valid pairs), correlations over units:
 
@@ -102,7 +104,7 @@ def summarise(adv: np.ndarray, share: np.ndarray, expected: np.ndarray) -> dict:
     per_step = [[step_statistics(adv[t], share[t, layer], expected[t, layer]) for layer in range(layers)]
                 for t in range(adv.shape[0])]
     out: dict = {"steps": int(adv.shape[0]), "K": int(adv.shape[1]), "B": int(adv.shape[2])}
-    names = [n for n in STATISTICS if n in per_step[0][0]] + ["k1_minus_k8"]
+    names = [n for n in STATISTICS if n in per_step[0][0]] + (["k1_minus_k8"] if adv.shape[1] > 1 else [])
     for name in names:
         x = np.array([[(s["logged_k1"] - s["logged"]) if name == "k1_minus_k8" else s[name] for s in row]
                       for row in per_step])
@@ -129,8 +131,8 @@ def parse(argv):
     p.add_argument("--arm", choices=("placebo", "real"), default="placebo")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    if args.steps < 2 or args.mask_samples < 2:
-        p.error("--steps and --mask-samples must be >= 2 (K = 1 is read off mask 1 of K >= 2)")
+    if args.steps < 2 or args.mask_samples < 1:
+        p.error("--steps must be >= 2 and --mask-samples >= 1 (at K = 1: no within, between or k1_minus_k8)")
     return args
 
 
@@ -148,7 +150,7 @@ def main(argv: list[str]) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    began = time.perf_counter()
+    began, meta = time.perf_counter(), longhorizon.meta(lh, argv)  # the load at the start
     with quiet_transformers():
         spec, tokenizer, train, _ = load_data(lh)
         model, method, ctx = longhorizon.build(lh, spec, args.seed, args.arm, 1e-3)
@@ -166,7 +168,7 @@ def main(argv: list[str]) -> int:
     adv, share, expected = np.array(log.adv), np.array(log.share), np.array(log.expected)
     np.savez_compressed(out / "units.npz", adv=adv.astype(np.float32), share=share.astype(np.float32),
                         expected=expected.astype(np.float32))
-    meta = longhorizon.meta(lh, argv) | {
+    meta |= {
         "command": "python -m experiments.attendout_placebo placebo-log " + " ".join(argv), "arm": args.arm,
         "seed": args.seed, "mask_samples": args.mask_samples, "reward_steps": len(log.adv),
         "s_per_step": (time.perf_counter() - steps_began) / max(1, len(log.adv) + 1),
