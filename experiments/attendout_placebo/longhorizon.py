@@ -176,9 +176,20 @@ class ShareLog:
                 "steps": n.tolist()}
 
 
-def train_run(args, spec, train, pad_id, states, arm: str, g_lr: float, seed: int) -> dict:
+def training_batches(args, spec, train, pad_id, seed: int, n: int) -> list[dict]:
+    """The first `n` training batches of a run of `seed`: as many epochs as needed, the first epoch's order the
+    published runs' one."""
     from suite.run.batching import length_grouped_batches
 
+    order, epoch = [], 0
+    while len(order) < n:
+        order += length_grouped_batches(train.lengths(), args.batch_size,
+                                        torch.Generator().manual_seed(seed + 1000 * epoch))
+        epoch += 1
+    return list(batches_of(train, order[:n], pad_id, spec))
+
+
+def train_run(args, spec, train, pad_id, states, arm: str, g_lr: float, seed: int) -> dict:
     model, method, ctx = build(args, spec, seed, arm, g_lr)
     # the log wraps the policy update first, the planted reward around it: the log sees what G is handed
     shares = ShareLog(method, args.layers)
@@ -187,12 +198,7 @@ def train_run(args, spec, train, pad_id, states, arm: str, g_lr: float, seed: in
         planted = (AddedReward(method, args.strength, args.planted_layer) if args.planted_form == "added" else
                    PlantedReward(method, args.strength, args.planted_layer, seed=seed + 1000))
     steps = args.updates + 1
-    order, epoch = [], 0  # as many epochs as the steps need; the first epoch's order is the published runs' one
-    while len(order) < steps + 1:
-        order += length_grouped_batches(train.lengths(), args.batch_size,
-                                        torch.Generator().manual_seed(seed + 1000 * epoch))
-        epoch += 1
-    batches = list(batches_of(train, order[:steps + 1], pad_id, spec))
+    batches = training_batches(args, spec, train, pad_id, seed, steps + 1)
     probes = [{"step": 0, "reference": [float(v.mean()) for v in policy_on(method.generator, method.cfg.p_max, states)],
                "training": None}]
     start_policy = policy_on(method.generator, method.cfg.p_max, states)
