@@ -98,8 +98,8 @@ class AttendOut(AttentionMethod):
                    "sample and layer, at 2-3x a vanilla step.")
     capturable = "its own training_step (look-ahead steps, G's update, its own generators) runs eagerly"
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
-                      "paper's numbers; within a benchmark run its generator does not detectably learn from the real "
-                      "reward, and whether it does at the paper's scale is undecided (results/attendout_decisive)")
+                      "paper's numbers; whether G learns from the real reward is undecided in every form tested (a "
+                      "planted signal is learned within a benchmark run; results/attendout_decisive)")
     keeps_expectation = False  # scores dropout: G's dropped pairs are masked before the softmax, nothing rescales
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
     # read by the runner under train.compile: it compiles anyway, and says why that does not pay
