@@ -36,7 +36,10 @@ def capture_fails(monkeypatch, tmp_path):
                          ids=["pool", "in-process"])
 def test_a_failed_capture_runs_its_job_again_eagerly_in_a_fresh_process(plan, capture_fails, tiny_bert_dir,
                                                                          glue_dir, tmp_path, monkeypatch, capsys):
+    from suite.grid.executors import local
+
     monkeypatch.setattr(schedule, "capture_self_test", lambda *a, **k: None)  # the self-test passed: runs capture
+    monkeypatch.setattr(local, "_CAPTURE_FAILED_HERE", [])  # this test's own: other tests run in this process
     result = run_grid(_jobs(tiny_bert_dir), Store(tmp_path / "out"), glue_dir, executor="local", quiet=True,
                       plan=plan)
     assert result.ok and len(result.done) == 2 and not result.failed
@@ -54,6 +57,7 @@ def test_a_failed_capture_runs_its_job_again_eagerly_in_a_fresh_process(plan, ca
                                     for r in stored)
     retries = [line for line in capsys.readouterr().err.splitlines() if "RETRY" in line]
     assert len(retries) == 2 and all("CUDA graph capture failed" in line for line in retries), retries
+    assert local._CAPTURE_FAILED_HERE == ([True] if plan.workers == 0 else [])  # later grids here: in a worker
 
 
 def test_a_failed_self_test_runs_the_whole_grid_eagerly_with_one_line(capture_fails, tiny_bert_dir, glue_dir,
@@ -139,3 +143,57 @@ def test_the_graphs_of_a_run_share_one_memory_pool_and_the_record_counts_it(monk
     assert facts["graphs"] == 3 and len(pools) == 3 and pools[0] is not None
     assert all(p is pools[0] for p in pools)
     assert facts["graph_pool_mb"] == 9.0
+
+
+class _FakeRay:
+    """Ray's calls that `_collect` makes, answered at once: each submitted job's record comes back from `answer`."""
+
+    class exceptions:
+        RayError = RuntimeError
+
+    def __init__(self, answer):
+        self.answer, self.results = answer, {}
+
+    def cluster_resources(self):
+        return {"CPU": 2}
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        return self.results[ref], None
+
+    def submit(self, job):
+        ref = object()
+        self.results[ref] = self.answer(job)
+        return ref
+
+
+def test_ray_submits_a_job_whose_capture_failed_once_more_with_capture_off(tiny_bert_dir):
+    """Ray's collector (stand-ins for Ray's calls): the failed capture's record is not kept; the job is submitted again
+    with capture off, and that record, eager with the reason, is the one written."""
+    from conftest import fake_ok_record
+
+    from suite.grid.executors.ray import TaskResources, _collect
+    from suite.grid.executors.status import GridStatus
+    from suite.run.record import RunRecord
+    from suite.run.record_parts import Timing
+
+    def answer(job):
+        if job.train.capture == "auto":
+            return RunRecord.failed(job, "CaptureFailed: CUDA graph capture failed at step 2 (CUDA error: x); a grid "
+                                         "runs the job again eagerly")
+        rec = fake_ok_record(job)
+        rec.timing = Timing.from_json({"step_mode": {"mode": "eager", "reason": "train.capture=off"}})
+        return rec
+
+    ray, written = _FakeRay(answer), []
+    jobs = _jobs(tiny_bert_dir)
+    refs = {ray.submit(job): job for job in jobs}
+    _collect(ray, refs, lambda job, rec: written.append((job, rec)), GridStatus(2, quiet=True),
+             TaskResources(1, 0), ray.submit)
+    assert sorted(job.seed for job, _ in written) == [1, 2]
+    for job, rec in written:
+        assert rec.ok and job.train.capture == "off" and rec.timing.mode == "eager"
+        assert rec.timing.step_mode.reason == ("CUDA graph capture failed at step 2 (CUDA error: x); run again in a "
+                                               "fresh process with train.capture=off")

@@ -123,6 +123,8 @@ def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], No
     status = status or GridStatus(len(jobs), quiet=True)
     plan = plan or local_plan(device, workers)
     limit_s = max_run_seconds(max_run_minutes)
+    if plan.workers == 0 and _CAPTURE_FAILED_HERE:  # this process is left mid-capture: a fresh one runs the grid
+        plan = LocalPlan(1, [{}], plan.device, None)
     if plan.workers == 0 and limit_s:
         plan = LocalPlan(1, [{}], "cpu" if plan.device == "auto" else plan.device, None)
     if plan.workers == 0:
@@ -130,6 +132,9 @@ def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], No
     else:
         WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries,
                    plan.memory_fraction, limit_s).run()
+
+
+_CAPTURE_FAILED_HERE: list[bool] = []  # not empty once a capture failed in this process: its later grids use a worker
 
 
 def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
@@ -146,6 +151,7 @@ def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecor
         rec.ran_by(info)
         eager = rerun_eagerly(job, rec.error)
         if eager is not None:
+            _CAPTURE_FAILED_HERE.append(True)
             status.retried(job, f"this process: {eager}; the rest of the grid runs in a fresh worker process")
             rest = [without_capture(job), *jobs[i + 1:]]
             WorkerPool(rest, record, data_dir, [{}], device, None, status, max_retries,
