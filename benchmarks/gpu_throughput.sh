@@ -39,10 +39,12 @@ step() {
   else MISSING+=("$name (exit $rc$([ "$rc" = 124 ] && echo ": its ${limit} s ran out"), no $(basename "$result"))"); fi
 }
 # records.py RUNS_FOLDER JSON [START]: each record's config, status, wall time, timing, final scores and error as one
-# JSON list (with the command's wall time since START, epoch seconds)
+# JSON list (with the command's wall time since START, epoch seconds); no file where no run finished
 cat > "$WORK/records.py" <<'PY'
 import glob, json, sys, time
 runs = [json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + "/*.json"))]
+if not runs:
+    sys.exit(f"no record in {sys.argv[1]}: nothing to write")  # a step that finished no run has no result
 keep = ("config", "status", "wall_s", "timing", "final", "error")
 out = {"records": [{k: r.get(k) for k in keep} for r in runs]}
 if len(sys.argv) > 3:
@@ -83,7 +85,7 @@ if [ "$CALL" = 1 ]; then
 else
   step "study throughput at the standard budget, captured, --workers auto: runs per GPU-hour" 150 "$OUT/throughput.json" \
     python3 "$REPO/benchmarks/study_throughput.py" --data-dir "$GLUE" $TP --capture auto --out "$OUT/throughput.json"
-  step "pilot shards (studies/pilot-standard.yaml, --workers auto) until the call's time is spent" 100000 "$OUT/pilot.json" \
+  step "pilot shards (studies/pilot-standard.yaml, --workers auto) until the call's time is spent" 540 "$OUT/pilot.json" \
     bash -c "t0=\$(date +%s.%N); timeout \$(( $DEADLINE - \$(date +%s) - 25 )) python3 -m suite run --study '$REPO/studies/pilot-standard.yaml' --data-dir '$GLUE' --workers auto --out '$OUT/pilot_standard' --quiet $PILOT; python3 '$WORK/records.py' '$OUT/pilot_standard/runs' '$OUT/pilot.json' \$t0"
 fi
 
