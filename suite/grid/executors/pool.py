@@ -217,7 +217,8 @@ class WorkerPool:
 
     def _replace_broken_worker(self, worker_id: int, index: int, rec: RunRecord) -> None:
         """The job whose CUDA error broke its worker runs again on a fresh worker while retries are left (the error
-        may be the broken context's, not the job's); then its record, with the error, is kept."""
+        may be the broken context's, not the job's); then its record, with the error, is kept. A failed capture's
+        job runs again once, with capture off."""
         job, eager = self.jobs[index], rerun_eagerly(self.jobs[index], rec.error)
         if eager is not None:  # once, with capture off: the failure was the capture's, not the run's
             self.jobs[index], self.eager_notes[index] = without_capture(job), f"worker {worker_id}: {eager}"

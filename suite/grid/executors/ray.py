@@ -311,7 +311,8 @@ def _collect(ray, refs: dict[Any, RunConfig], record: Callable[[RunConfig, RunRe
             if eager is not None:
                 notes[job.hash] = eager
                 status.retried(job, eager)
-                refs[submit(without_capture(job))] = without_capture(job)
+                eager_job = without_capture(job)
+                refs[submit(eager_job)] = eager_job
                 continue
             if job.hash in notes:
                 noted_eager(rec, notes[job.hash])
