@@ -13,6 +13,15 @@ optimizer, scheduler and `suite.run.capture.Steps`):
 3. step times: eager against replayed, after the first epoch's captures.
 Then vanilla's attention-dropout rate realised inside replayed graphs (fused SDPA, p = 0.1, over many replays):
 the share of dropped real keys, and whether consecutive replays draw different masks.
+
+    python benchmarks/gpu_capture.py --data-dir ../shared/data/glue --sync --out sync.json
+
+`--sync` instead runs each method's training step under `torch.cuda.set_sync_debug_mode("error")`, which sees what
+the suite's CPU counters cannot (a host-to-device copy or a synchronisation inside a C++ kernel): one warm-up step,
+then an eager step with the mode on, then (for a capturable method whose eager step had none) its first-sight step,
+its capture and one replay with the mode on. Each method's row names the first synchronising call found and the
+suite's frame that made it, or says none was found. A method whose eager step syncs is not captured here: a failed
+capture would leave this process mid-capture for the methods after it. On the CPU it writes only why it skipped.
 """
 from __future__ import annotations
 
@@ -28,6 +37,7 @@ import torch
 LOSS_TOL = 2e-2
 STEPS = 24
 DEVICE = torch.device("cuda")  # --device cpu rehearses the script: the captured path emulated, no graphs
+AMP = torch.bfloat16  # the rehearsal on the CPU runs fp32 (bf16 is emulated on most CPUs, 8-95x slower)
 
 
 def batches(data_dir: str, count: int, batch_size: int = 32):
@@ -63,7 +73,7 @@ def train(model, method, spec, steps_batches, captured: bool, seed: int):
     device, emulate = DEVICE, DEVICE.type == "cpu"
     t = TrainSettings(lr=5e-5)
     reason = eager_reason(method, "auto" if captured else "off", torch.device("cuda"), torch.bfloat16, False, 1)
-    ctx = build_context(model, method, t, 2 * len(steps_batches), device, torch.bfloat16, graphs=reason is None)
+    ctx = build_context(model, method, t, 2 * len(steps_batches), device, AMP, graphs=reason is None)
     steps = Steps(ctx, reason, emulate=emulate)
     torch.manual_seed(seed)
     losses, times = [], []
@@ -106,6 +116,79 @@ def compare(name: str, spec, steps_batches, dropout_off: bool) -> dict:
             "weights_rel_l2": float((we - wc).norm() / we.norm()), "eager_ms": 1e3 * sorted(te)[len(te) // 2],
             "captured_ms": 1e3 * sorted(tc)[len(tc) // 2], "captured": fc, "eager": fe,
             "hparams": hparams}
+
+
+def _frame(exc: BaseException) -> str:
+    """The innermost frame of the suite's own code (suite/, methods/) in the error's traceback: who synchronised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    f = ([f for f in frames if "/suite/" in f.filename or "/methods/" in f.filename] or frames)[-1]
+    return f"{f.filename.split('/suite/')[-1]}:{f.lineno} in {f.name}: {(f.line or '').strip()[:160]}"
+
+
+def sync_check(name: str, spec, steps_batches) -> dict:
+    """One method's training step under torch.cuda.set_sync_debug_mode("error") (see --sync)."""
+    import suite
+    from suite.run.capture import Steps, eager_reason
+    from suite.run.models import load_model
+    from suite.run.settings import RunConfig, TrainSettings
+    from suite.run.training import build_context
+
+    model, method, _ = load_model(RunConfig("minilm", "rte", name, {}, 1, TrainSettings()), spec)
+    model.to(DEVICE).train()
+    reason = eager_reason(method, "auto", DEVICE, AMP, False, 1)
+    ctx = build_context(model, method, TrainSettings(lr=5e-5), 8, DEVICE, AMP, graphs=reason is None)
+    eager, captured = Steps(ctx, "sync check: eager"), Steps(ctx, reason)
+    batch, other = steps_batches[0], steps_batches[1]
+    plan = [("warm-up (mode off)", eager, batch, False), ("eager step", eager, batch, True)]
+    if reason is None:
+        plan += [("first-sight step", captured, other, True), ("capture", captured, other, True),
+                 ("replay", captured, other, True)]
+    row = {"capturable": suite.METHODS.get(name).capturable is True, "eager_reason": reason, "sync": None,
+           "phases_run": []}
+    for phase, steps, b, watched in plan:
+        row["phases_run"].append(phase)
+        ctx.step += 1
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error" if watched else 0)
+        try:
+            steps(b, None)
+        except RuntimeError as exc:
+            root = exc
+            while root.__cause__ is not None or root.__context__ is not None:
+                root = root.__cause__ or root.__context__
+            row.update(sync=str(root).strip().splitlines()[0][:300], phase=phase, where=_frame(root))
+            break
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return row
+
+
+def sync_report(args) -> int:
+    """--sync: every method's step under the sync debug mode, the report written after each method."""
+    import suite
+    from suite.run.device import git_commit, machine
+
+    report = {"device": machine(DEVICE), "torch": torch.__version__, "code": git_commit(), "methods": {}}
+    if DEVICE.type != "cuda":
+        report["skipped"] = ("no CUDA device: torch.cuda.set_sync_debug_mode sees only CUDA synchronisations (the "
+                             "CPU's counterpart is suite.profiling.counters, tests/test_capture.py)")
+        print("sync check skipped:", report["skipped"], flush=True)
+        with open(args.out, "w") as fh:
+            json.dump(report, fh, indent=1)
+        return 0
+    steps_batches, spec = batches(args.data_dir, 2)
+    for name in suite.METHODS.select(args.methods):
+        try:
+            row = sync_check(name, spec, steps_batches)
+        except Exception as exc:  # noqa: BLE001  reported, the other methods still run
+            row = {"error": f"{type(exc).__name__}: {exc}"[:500], "traceback": traceback.format_exc()[-3000:]}
+        report["methods"][name] = row
+        found = row.get("sync") or row.get("error")
+        print(name, f"SYNC in {row.get('phase')}: {found} at {row.get('where')}" if row.get("sync") else
+              f"ERROR {found}" if found else "no sync found", flush=True)
+        with open(args.out, "w") as fh:
+            json.dump(report, fh, indent=1, default=str)
+    return 0
 
 
 def realised_rate(replays: int = 200) -> dict:
@@ -153,16 +236,22 @@ def main() -> int:
     ap.add_argument("--methods", default="all")
     ap.add_argument("--out", default="capture.json")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu to rehearse the script (no graphs, no rate)")
+    ap.add_argument("--steps", type=int, default=STEPS, help="training batches, each seen twice (two epochs)")
+    ap.add_argument("--sync", action="store_true", help="only the sync check: each method's step under "
+                                                        "torch.cuda.set_sync_debug_mode('error')")
     args = ap.parse_args()
-    global DEVICE
+    global DEVICE, AMP
     DEVICE = torch.device(args.device)
+    AMP = torch.bfloat16 if DEVICE.type == "cuda" else None
+    if args.sync:
+        return sync_report(args)
     import suite
     from suite.run.device import git_commit, machine
 
     torch.backends.cuda.matmul.allow_tf32 = True
-    steps_batches, spec = batches(args.data_dir, STEPS)
+    steps_batches, spec = batches(args.data_dir, args.steps, 32 if DEVICE.type == "cuda" else 8)
     report = {"device": machine(DEVICE), "torch": torch.__version__, "code": git_commit(),
-              "loss_tol": LOSS_TOL, "steps": 2 * STEPS, "methods": {}}
+              "loss_tol": LOSS_TOL, "steps": 2 * args.steps, "methods": {}}
     try:
         report["vanilla_rate"] = realised_rate() if DEVICE.type == "cuda" else {"skipped": "no GPU"}
     except Exception as exc:  # noqa: BLE001  reported, the rest still runs

@@ -1,7 +1,7 @@
 """Captured training steps (`train.capture`, suite.run.capture), checked on the CPU: when a run captures and why not,
 the captured path (static inputs, the scheduler outside the graph, a learning-rate tensor) run without the graph
 against the eager step, and every capturable built-in's step free of host reads. The graphs themselves need a GPU
-(benchmarks/gpu_throughput.py)."""
+(benchmarks/gpu_capture.py, benchmarks/gpu_throughput.sh)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import suite
 from suite.api.attention import AttentionMethod
-from suite.run.capture import Steps, eager_reason
+from suite.run.capture import CaptureFailed, Steps, eager_reason
 from suite.run.settings import TrainSettings
 from suite.testing import tiny_model
 
@@ -230,8 +230,9 @@ def test_a_subclass_that_changes_code_declares_capturable_itself():
 
 
 def test_a_failed_capture_fails_the_run_and_says_why(monkeypatch):
-    """A capture refused mid-run fails the run with the operation that caused it and the way out: going on eagerly is
-    unsafe, since torch leaves its generator in capture mode after a failed capture."""
+    """A capture refused mid-run fails the run (CaptureFailed, which a grid answers by running the job again eagerly in
+    a fresh process) with the operation that caused it: going on eagerly in this process is unsafe, since torch
+    leaves its generator in capture mode after a failed capture."""
     def refuse(self, batch):
         try:
             raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
@@ -239,5 +240,5 @@ def test_a_failed_capture_fails_the_run_and_says_why(monkeypatch):
             raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
 
     monkeypatch.setattr(Steps, "_capture", refuse)
-    with pytest.raises(RuntimeError, match=r"capture failed at step 3 \(operation not permitted.*train.capture=off"):
+    with pytest.raises(CaptureFailed, match=r"capture failed at step 3 \(operation not permitted.*fresh process"):
         _train("vanilla", {}, True, monkeypatch)

@@ -11,11 +11,20 @@ input buffers, the learning rate is a tensor the scheduler fills between replays
 Each batch shape's first step runs eagerly (a real step, which also warms up what a capture needs: cuBLAS handles,
 the optimizer's state, autograd's threads), its second is captured and every later one replays. With
 `train.pad_to=buckets` an epoch sees at most 8 shapes. Steps run eagerly, with the reason in the record, where a
-graph would be wrong or cannot be captured (`eager_reason`).
+graph would be wrong or cannot be captured (`eager_reason`). A capture that fails raises `CaptureFailed`: the grid
+retires that process and runs the job again, eagerly, in a fresh one; a short capture at the grid's start
+(`suite.grid.executors.workers.capture_self_test`) turns capture off for the whole
+grid where it fails.
+
+The graphs of one run share one memory pool (`torch.cuda.graph_pool_handle`), so their memory is that of the largest
+shape's step, not the sum over shapes. PyTorch calls a shared pool safe when graphs replay in capture order; in any
+order, a graph may overwrite what another graph left in the pool, and the only tensor a step's graph leaves for later
+is its loss, which the loop adds to its running sum before the next step (`train_epoch`).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any, Callable
 
@@ -24,9 +33,24 @@ import torch
 from suite.api import attention
 from suite.api.attention import AttentionMethod, StepContext
 
-__all__ = ["Steps", "eager_reason"]  # what the rest of the suite uses; other names are this module's own
+# what the rest of the suite uses; other names are this module's own
+__all__ = ["CAPTURE_FAULT_ENV", "CaptureFailed", "Steps", "eager_reason", "fault_injected"]
 
-MAX_GRAPHS = 16  # shapes beyond these run eagerly: a graph per shape holds its own activation memory
+MAX_GRAPHS = 16  # shapes beyond these run eagerly (the graphs share one pool: a shape more costs its capture)
+# Tests set it (to anything): every capture then fails as a CUDA one can, and a CPU run takes the captured path
+# (emulated, no graphs) so that it reaches a capture; a grid's fall-back to eager steps is tested on the CPU with it
+CAPTURE_FAULT_ENV = "SUITE_CAPTURE_FAULT"
+
+
+def fault_injected() -> bool:
+    return bool(os.environ.get(CAPTURE_FAULT_ENV))
+
+
+class CaptureFailed(RuntimeError):
+    """A CUDA graph capture failed. torch leaves the process's CUDA generator and the graph's memory pool in capture
+    mode (its capture_end throws before cleaning up), so the next eager dropout in this process would fail too: the
+    run is recorded as failed with this error (`CaptureFailed: ...`, `suite.run.device.is_capture_failure`), and the
+    grid runs the job again with capture off in a fresh process (suite.grid.executors)."""
 
 
 def eager_reason(method: AttentionMethod, capture: str, device: torch.device, amp_dtype: torch.dtype | None,
@@ -34,7 +58,7 @@ def eager_reason(method: AttentionMethod, capture: str, device: torch.device, am
     """Why this run's training steps run eagerly, or None when they are replayed from CUDA graphs."""
     if capture == "off":
         return "train.capture=off"
-    if device.type != "cuda":
+    if device.type != "cuda" and not fault_injected():
         return "CUDA graphs need a CUDA device"
     if type(method).training_step is not AttentionMethod.training_step:
         note = method.capturable if isinstance(method.capturable, str) else "not captured"
@@ -92,11 +116,13 @@ class Steps:
     the captured function on the static inputs instead of replaying a graph: the same code path but the graph."""
 
     def __init__(self, ctx: StepContext, reason: str | None, emulate: bool = False):
-        self.ctx, self.reason, self.emulate = ctx, reason, emulate
+        # a CPU run reaches the captured path only with a capture fault injected ($SUITE_CAPTURE_FAULT): emulated
+        self.ctx, self.reason, self.emulate = ctx, reason, emulate or ctx.device.type != "cuda"
         self.graphs: dict[tuple, _Graph] = {}
         self.seen: set[tuple] = set()
-        self.eager_steps, self.replays, self.capture_s = 0, 0, 0.0
-        self.stream = torch.cuda.Stream(ctx.device) if reason is None and not emulate else None
+        self.eager_steps, self.replays, self.capture_s, self.pool_bytes = 0, 0, 0.0, 0
+        self.stream = torch.cuda.Stream(ctx.device) if reason is None and not self.emulate else None
+        self.pool = None  # the graphs' one memory pool, made at the first capture
 
     def __call__(self, batch: dict, next_batch: dict | None) -> torch.Tensor:
         """One step on `batch`; the detached training loss (a captured step's is valid until the next step)."""
@@ -115,7 +141,7 @@ class Steps:
             try:
                 graph = self.graphs[key] = self._capture(batch)
             except RuntimeError as exc:  # a failed capture leaves torch's generator and allocator mid-capture
-                raise RuntimeError(self._failure(exc)) from exc
+                raise CaptureFailed(self._failure(exc)) from exc
             self.capture_s += time.perf_counter() - start
         for name, buffer in graph.inputs.items():
             buffer.copy_(batch[name], non_blocking=True)
@@ -125,15 +151,14 @@ class Steps:
         return graph.loss
 
     def _failure(self, exc: RuntimeError) -> str:
-        """The run's error when a capture fails. It fails the run rather than going on eagerly: after a failed
-        capture torch leaves its CUDA generator and the graph's memory pool in capture mode (its capture_end throws
-        before cleaning up), so the next eager dropout would fail with a less clear error."""
+        """The run's error when a capture fails. It fails the run rather than going on eagerly in this process (see
+        `CaptureFailed`); a grid runs the job again eagerly in a fresh process."""
         root = exc
         while root.__context__ is not None and isinstance(root.__context__, RuntimeError):
             root = root.__context__  # capture_end's "invalidated" error hides the operation that caused it
         first = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
-        return (f"CUDA graph capture failed at step {self.ctx.step} ({first[:300]}); rerun with "
-                f"--set train.capture=off, and report the method: it should not declare capturable = True")
+        return (f"CUDA graph capture failed at step {self.ctx.step} ({first[:300]}); a grid runs the job again "
+                "eagerly in a fresh process (else --set train.capture=off); please report the method and versions")
 
     def _side(self, work: Callable[[], Any]) -> Any:
         """Run `work` on the capture stream (eager warm-up steps belong there, as PyTorch's capture recipe says)."""
@@ -147,6 +172,9 @@ class Steps:
 
     def _capture(self, batch: dict) -> _Graph:
         ctx = self.ctx
+        if fault_injected():
+            raise RuntimeError(f"CUDA error: operation not permitted when stream is capturing (injected by "
+                               f"${CAPTURE_FAULT_ENV})")
         inputs = {k: v.clone() for k, v in batch.items()}
 
         def step() -> torch.Tensor:
@@ -160,10 +188,13 @@ class Steps:
         if not ctx.optimizer.state:  # AdamW builds its state at its first step: inside a capture it would be static
             raise RuntimeError("the optimizer has no state yet: a shape is captured only after an eager step")
         graph = torch.cuda.CUDAGraph()
-        # one private memory pool per graph: graphs replay in any order of shapes, and a shared pool is safe only
-        # when replays follow the capture order (PyTorch's CUDA graph notes); MAX_GRAPHS bounds what they hold
-        with torch.cuda.device(ctx.device), torch.cuda.graph(graph, stream=self.stream):
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        # one pool for every shape: safe in any replay order, as the module's docstring says
+        reserved = torch.cuda.memory_reserved(ctx.device)
+        with torch.cuda.device(ctx.device), torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             loss = step()
+        self.pool_bytes += torch.cuda.memory_reserved(ctx.device) - reserved  # what the pool grew by
         return _Graph(inputs, graph.replay, loss)
 
     def facts(self) -> dict[str, Any]:
@@ -171,4 +202,6 @@ class Steps:
         if self.reason is not None:
             return {"mode": "eager", "reason": self.reason, **({"replays": self.replays} if self.replays else {})}
         return {"mode": "captured", "graphs": len(self.graphs), "eager_steps": self.eager_steps,
-                "replays": self.replays, "capture_s": round(self.capture_s, 4)}
+                "replays": self.replays, "capture_s": round(self.capture_s, 4),
+                **({} if self.emulate else {"graph_pool_mb": round(self.pool_bytes / 2**20, 1)})}
+

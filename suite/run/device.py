@@ -15,9 +15,10 @@ from suite.api.errors import BadInput
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["CPU_BF16_CHECKS", "autocast_dtype", "cpu_bf16_native", "device_type", "enable_tf32", "environment",
-           "git_commit", "is_out_of_memory", "is_sticky_cuda_error", "limit_gpu_memory", "machine",
-           "make_deterministic", "peak_memory_mb", "pick_device", "precision_label", "prefer_passive_waits",
-           "resolve_jobs_precision", "resolve_precision", "torch_threads", "wait_env", "wait_policy"]
+           "git_commit", "is_capture_failure", "is_out_of_memory", "is_sticky_cuda_error", "limit_gpu_memory",
+           "machine", "make_deterministic", "peak_memory_mb", "peak_reserved_mb", "pick_device", "precision_label",
+           "prefer_passive_waits", "resolve_jobs_precision", "resolve_precision", "torch_threads", "wait_env",
+           "wait_policy"]
 
 if TYPE_CHECKING:  # torch is imported where it is used: `list` and dry runs plan without it (suite.api.startup_cache)
     import torch
@@ -231,6 +232,12 @@ def is_sticky_cuda_error(error: str | None) -> bool:
     return bool(error) and any(marker in error for marker in STICKY_CUDA_ERRORS)
 
 
+def is_capture_failure(error: str | None) -> bool:
+    """A recorded error of a failed CUDA graph capture (`suite.run.capture.CaptureFailed`): the process's CUDA
+    generator is left mid-capture, so it takes no more jobs, and the job runs again eagerly in a fresh process."""
+    return bool(error) and error.startswith("CaptureFailed: ")
+
+
 def precision_label(amp_dtype: torch.dtype | None, loss_scaling: bool = False) -> str:
     """'fp32', 'bf16 autocast', 'fp16 autocast, loss scaling': what records and bench headers say ran."""
     if amp_dtype is None:
@@ -366,6 +373,14 @@ def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_reserved_mb(device: torch.device) -> dict[str, float]:
+    """{"peak_reserved_mb": ...} on CUDA: the most GPU memory this run's process held (its captured graphs' pool
+    and the allocator's cache included), what a worker sharing a GPU must fit in; {} elsewhere."""
+    import torch
+
+    return {"peak_reserved_mb": torch.cuda.max_memory_reserved(device) / 2**20} if device.type == "cuda" else {}
 
 
 def gpus_bf16_native(device: torch.device) -> bool:

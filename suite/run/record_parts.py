@@ -215,6 +215,7 @@ class StepMode(Part):
     eager_steps: int | None = None
     replays: int | None = None
     capture_s: float = NAN
+    graph_pool_mb: float = NAN       # what the graphs' one memory pool grew by while capturing (CUDA)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +228,7 @@ class Timing(Part):
     train_samples_per_s: float = NAN
     peak_memory_mb: float = NAN
     peak_memory_kind: str | None = None
+    peak_reserved_mb: float = NAN     # CUDA: the most memory the process held, graphs' pool and cache included
     precision: str | None = None
     step_mode: StepMode | None = None   # recorded since step capture existed; before it every step was eager
 

@@ -31,6 +31,7 @@ from suite.run.device import (
     limit_gpu_memory,
     make_deterministic,
     peak_memory_mb,
+    peak_reserved_mb,
     pick_device,
     precision_label,
 )
@@ -170,6 +171,7 @@ def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, data: Tokenized, mo
         "step_s": fitted.train_s / max(fitted.steps, 1), "train_samples_per_s": fitted.seen / fitted.train_s,
         "peak_memory_mb": peak_memory_mb(device),
         "peak_memory_kind": "cuda_max_allocated" if device.type == "cuda" else "process_max_rss",
+        **peak_reserved_mb(device),
         "precision": precision_label(amp_dtype, loss_scaling=fitted.ctx.scaler.is_enabled()),
         "step_mode": fitted.step_mode}, "timing")
     sizes = {"train": len(train), "dev": {spec.eval_splits[k]: len(v) for k, v in devs.items()},

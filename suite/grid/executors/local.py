@@ -11,7 +11,7 @@ from typing import Callable
 from suite.api.errors import ExecutorError
 from suite.grid.executors.pool import WorkerPool, max_run_seconds
 from suite.grid.executors.status import GridStatus
-from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info
+from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, rerun_eagerly, without_capture
 from suite.run.device import torch_threads
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
@@ -43,9 +43,13 @@ def visible_gpus(count: int, env: dict[str, str] | None = None) -> list[str]:
 
 
 AUTO_MAX_WORKERS = 8  # per GPU, or on the CPU: beyond it a small run's share of the host is too thin to measure
-# What one run may take, for `--workers auto`: a BERT-base run with its captured graphs (one activation pool per
-# batch shape) on a GPU; the driver's 2.7 GB peak of the README's main job on the CPU
-RUN_GPU_BYTES, RUN_CPU_BYTES = 10 * 2**30, 3 * 2**30
+# What one run may take, for `--workers auto`. On a GPU, a BERT-base run (estimates: no GPU has measured them yet;
+# a record's timing.peak_reserved_mb will): its eager step, 6 GiB (weights, gradients and AdamW's state at 16 bytes
+# a parameter, 1.8 GB; bf16 activations of a 32 x 128 batch, about 1.8 GB; the CUDA context and the allocator's
+# cache), and its captured graphs' one shared pool, 4 GiB (one step's activations and fp32 gradients at the largest
+# shape, about 2.5 GB: suite.run.capture). On the CPU, the driver's 2.7 GB peak of the README's main job.
+RUN_EAGER_GPU_BYTES, GRAPH_POOL_GPU_BYTES = 6 * 2**30, 4 * 2**30
+RUN_GPU_BYTES, RUN_CPU_BYTES = RUN_EAGER_GPU_BYTES + GRAPH_POOL_GPU_BYTES, 3 * 2**30
 
 
 def auto_workers(slots: int, cores: int, memory: int, per_run: int) -> int:
@@ -121,17 +125,24 @@ def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], No
     status = status or GridStatus(len(jobs), quiet=True)
     plan = plan or local_plan(device, workers)
     limit_s = max_run_seconds(max_run_minutes)
+    if plan.workers == 0 and _CAPTURE_FAILED_HERE:  # this process is left mid-capture: a fresh one runs the grid
+        plan = LocalPlan(1, [{}], plan.device, plan.threads)
     if plan.workers == 0 and limit_s:
         plan = LocalPlan(1, [{}], "cpu" if plan.device == "auto" else plan.device, plan.threads)
     if plan.workers == 0:
-        _run_in_process(jobs, record, data_dir, device, quiet, status, plan.threads)
+        _run_in_process(jobs, record, data_dir, device, quiet, status, plan.threads, max_retries)
     else:
         WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries,
                    plan.memory_fraction, limit_s).run()
 
 
+_CAPTURE_FAILED_HERE: list[bool] = []  # not empty once a capture failed in this process: its later grids use a worker
+
+
 def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
-                    quiet: bool, status: GridStatus, threads: int) -> None:
+                    quiet: bool, status: GridStatus, threads: int, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+    """One job after another in this process. After a failed capture this process is left mid-capture: the job
+    (eagerly) and the rest of the grid run on in one spawned worker instead."""
     import torch
 
     from suite.run.runner import run_one
@@ -139,9 +150,17 @@ def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecor
     torch.set_num_threads(threads)
 
     info = executor_info("local", worker=None)
-    for job in jobs:
+    for i, job in enumerate(jobs):
         status.started(job)
         rec = run_one(job, data_dir, device=device, quiet=quiet,
                       on_progress=lambda event, j=job: status.progress(j, event))
         rec.ran_by(info)
+        eager = rerun_eagerly(job, rec.error)
+        if eager is not None:
+            _CAPTURE_FAILED_HERE.append(True)
+            status.retried(job, f"this process: {eager}; the rest of the grid runs in a fresh worker process")
+            rest = [without_capture(job), *jobs[i + 1:]]
+            WorkerPool(rest, record, data_dir, [{}], device, threads, status, max_retries,
+                       eager_notes={0: f"this process: {eager}"}).run()
+            return
         record(job, rec)

@@ -1,5 +1,6 @@
 """A pool of spawned worker processes on this machine (one per GPU, or several sharing the CPU cores): workers pull
-jobs from the driver and send records back; a job whose worker dies is run again on a fresh worker."""
+jobs from the driver and send records back; a job whose worker dies is run again on a fresh worker, and one whose
+CUDA graph capture failed runs again eagerly on a fresh worker."""
 from __future__ import annotations
 
 import contextlib
@@ -12,7 +13,14 @@ from collections import deque
 from typing import Any, Callable
 
 from suite.grid.executors.status import GridStatus
-from suite.grid.executors.workers import executor_info, import_method_modules, method_modules
+from suite.grid.executors.workers import (
+    executor_info,
+    import_method_modules,
+    method_modules,
+    noted_eager,
+    rerun_eagerly,
+    without_capture,
+)
 from suite.run.device import wait_env
 from suite.run.progress import Progress
 from suite.run.record import RunRecord
@@ -90,15 +98,16 @@ def _exit_with_driver() -> None:
 def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: int,
                  modules: list[str], memory_fraction: float | None = None) -> None:
     """A spawned local worker: run the jobs the driver sends until it sends None; send each record back. After an
-    error that breaks this process's CUDA context (`is_sticky_cuda_error`) it says so and exits: the driver starts a
-    fresh worker, since every later job here would fail too."""
+    error that breaks this process's CUDA context (`is_sticky_cuda_error`) or a failed capture, which leaves it
+    mid-capture (`is_capture_failure`), it says so and exits: the driver starts a fresh worker, since every later
+    job here would fail too."""
     _exit_with_driver()
     try:
         import torch
 
         torch.set_num_threads(threads)
         import_method_modules(modules)
-        from suite.run.device import is_sticky_cuda_error
+        from suite.run.device import is_capture_failure, is_sticky_cuda_error
         from suite.run.runner import run_one
 
         while True:
@@ -110,7 +119,7 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
             rec = run_one(job, data_dir, device=device, quiet=True, memory_fraction=memory_fraction,
                           on_progress=lambda event, i=index: outbox.put((worker_id, i, event, False)))
             rec.ran_by(executor_info("local", worker=worker_id, attempts=attempt))
-            broken = is_sticky_cuda_error(rec.error)
+            broken = is_sticky_cuda_error(rec.error) or is_capture_failure(rec.error)
             outbox.put((worker_id, index, rec, broken))
             if broken:
                 return  # the queue's feeder thread still delivers the record before the process ends
@@ -124,7 +133,8 @@ class WorkerPool:
 
     def __init__(self, jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir,
                  worker_envs: list[dict[str, str]], device: str, threads: int, status: GridStatus,
-                 max_retries: int, memory_fraction: float | None = None, max_run_s: float | None = None):
+                 max_retries: int, memory_fraction: float | None = None, max_run_s: float | None = None,
+                 eager_notes: dict[int, str] | None = None):
         # spawn: fresh interpreters, so no CUDA state is inherited and CUDA_VISIBLE_DEVICES is honoured
         self.mp_context = mp.get_context("spawn")
         self.outbox = self.mp_context.Queue()
@@ -140,6 +150,9 @@ class WorkerPool:
         self.max_run_s = max_run_s if max_run_s is not None else max_run_seconds()
         self.started_at: dict[int, float] = {}  # worker -> when its current job was sent, then begun (monotonic)
         self.begun: set[int] = set()  # workers that said their current job has begun
+        self.eager_notes = dict(eager_notes or {})  # job index -> why it runs eagerly now (its capture failed)
+        for index in self.eager_notes:
+            self.attempts[index] = 1  # its capture failed in an attempt before this pool
 
     def run(self) -> None:
         try:
@@ -195,6 +208,8 @@ class WorkerPool:
             self.status.progress(self.jobs[index], rec)
             return
         del self.running[worker_id]
+        if index in self.eager_notes:
+            noted_eager(rec, self.eager_notes[index])
         if broken:  # the worker exits: its CUDA context is unusable
             self._replace_broken_worker(worker_id, index, rec)
             return
@@ -203,9 +218,14 @@ class WorkerPool:
 
     def _replace_broken_worker(self, worker_id: int, index: int, rec: RunRecord) -> None:
         """The job whose CUDA error broke its worker runs again on a fresh worker while retries are left (the error
-        may be the broken context's, not the job's); then its record, with the error, is kept."""
-        job = self.jobs[index]
-        if self.attempts[index] <= self.max_retries:
+        may be the broken context's, not the job's); then its record, with the error, is kept. A failed capture's
+        job runs again once, with capture off."""
+        job, eager = self.jobs[index], rerun_eagerly(self.jobs[index], rec.error)
+        if eager is not None:  # once, with capture off: the failure was the capture's, not the run's
+            self.jobs[index], self.eager_notes[index] = without_capture(job), f"worker {worker_id}: {eager}"
+            self.todo.appendleft((index, self.jobs[index]))
+            self.status.retried(job, f"worker {worker_id}: {eager}")
+        elif self.attempts[index] <= self.max_retries:
             self.todo.appendleft((index, job))
             self.status.retried(job, f"worker {worker_id} hit a CUDA error that breaks its process "
                                      f"({(rec.error or '')[:200]}); running the job again on a fresh worker")

@@ -23,7 +23,15 @@ from typing import Any, Callable
 from suite.api.errors import ExecutorError
 from suite.grid.executors.returned import check_outputs_can_come_back, in_private_folder, pack, unpack
 from suite.grid.executors.status import GridStatus
-from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, import_method_modules, method_modules
+from suite.grid.executors.workers import (
+    DEFAULT_MAX_RETRIES,
+    executor_info,
+    import_method_modules,
+    method_modules,
+    noted_eager,
+    rerun_eagerly,
+    without_capture,
+)
 from suite.run import stopping
 from suite.run.device import wait_env
 from suite.run.progress import ProgressLines
@@ -241,10 +249,14 @@ def run_ray(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None
             files = ship_data(jobs, data_dir) if ship else None
             files_ref = ray.put(files) if files is not None else None
             task = remote_task(ray, resources, max_retries, env)
+
+            def submit(job: RunConfig):
+                return task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref,
+                                   bool(ship and job.outputs and job.outputs.active), resources.memory_fraction)
+
             for job in jobs:
-                refs[task.remote(job, data_dir, resources.device, resources.threads, modules, files_ref,
-                                 bool(ship and job.outputs and job.outputs.active), resources.memory_fraction)] = job
-            _collect(ray, refs, record, status, resources)
+                refs[submit(job)] = job
+            _collect(ray, refs, record, status, resources, submit)
         finally:
             for ref in refs:  # interrupted: stop what still runs
                 with contextlib.suppress(Exception):
@@ -273,8 +285,11 @@ def connected(ray, address: str | None, quiet: bool):
 
 
 def _collect(ray, refs: dict[Any, RunConfig], record: Callable[[RunConfig, RunRecord], None], status: GridStatus,
-             resources: TaskResources) -> None:
-    """Hand each record to `record` as its task finishes, removing it from `refs`; keep the running count current."""
+             resources: TaskResources, submit: Callable[[RunConfig], Any] | None = None) -> None:
+    """Hand each record to `record` as its task finishes, removing it from `refs`; keep the running count current.
+    A job whose capture failed is submitted once more with capture off (`submit`): a GPU task runs in a fresh
+    worker process (max_calls=1), and on CPUs no capture is tried."""
+    notes: dict[str, str] = {}  # job hash -> why it runs eagerly now
     slots, checked = resources.slots(ray.cluster_resources(), len(refs)), time.monotonic()
     status.set_running(min(len(refs), slots))
     while refs:
@@ -294,6 +309,15 @@ def _collect(ray, refs: dict[Any, RunConfig], record: Callable[[RunConfig, RunRe
                 rec.note_executor(outputs_returned=unpack(returned, job.outputs.root))
             if rec.attempts > 1:
                 status.add_retries(rec.attempts - 1)
+            eager = rerun_eagerly(job, rec.error) if submit is not None else None
+            if eager is not None:
+                notes[job.hash] = eager
+                status.retried(job, eager)
+                eager_job = without_capture(job)
+                refs[submit(eager_job)] = eager_job
+                continue
+            if job.hash in notes:
+                noted_eager(rec, notes[job.hash])
             record(job, rec)
         if time.monotonic() - checked > RECHECK_CAPACITY_S:
             slots, checked = resources.slots(ray.cluster_resources(), len(refs)), time.monotonic()

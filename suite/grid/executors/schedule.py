@@ -18,6 +18,7 @@ from suite.grid.executors.local import run_local
 from suite.grid.executors.options import EXECUTOR_OPTIONS, options_of
 from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus
+from suite.grid.executors.workers import capture_self_test, noted_eager, without_capture
 from suite.grid.store import Store
 from suite.run.progress import capped_steps, planned_steps
 from suite.run.record import RunRecord
@@ -96,12 +97,23 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
         skipped += finished_meanwhile
     result = GridResult(skipped=skipped, elsewhere=elsewhere)
     finished: set[str] = set()
+    try:
+        capture_off = capture_self_test(todo, device, executor, options.get("address")) if todo else None
+    except BaseException:
+        claims.close()
+        raise
+    eager = {j.hash for j in todo if capture_off and j.train.capture == "auto"}
+    if capture_off:
+        print(f"note: {capture_off}", file=sys.stderr)
+        todo = [without_capture(j) if j.hash in eager else j for j in todo]
     planned = planned_steps(todo, data_dir)  # unread data (the hub): the budget's cap until the run starts
     status = GridStatus(len(todo), quiet=quiet,
                         planned={j.hash: planned[j.hash] if planned[j.hash] is not None else capped_steps(j)
                                  for j in todo})
 
     def record(job: RunConfig, rec: RunRecord) -> None:
+        if job.hash in eager:
+            noted_eager(rec, capture_off)
         store.write(job.filename, rec)
         finished.add(job.hash)
         (result.done if rec.ok else result.failed).append((job, rec))
