@@ -130,3 +130,15 @@ def test_sigterm_outside_training_is_one_line_and_exit_143(monkeypatch, capsys, 
     assert main(["report", str(tmp_path)]) == EXIT_TERMINATED
     assert capsys.readouterr().err.strip() == "terminated: nothing was left half-written"
     assert signal.getsignal(signal.SIGTERM) is before   # the command's handler is gone with it
+
+
+def test_a_sys_exit_wrapped_by_another_package_still_names_the_package_imported(broken, tmp_path, monkeypatch):
+    """wandb.init replaces sys.exit with its own hook, so the SystemExit is raised in wandb's frame: the package
+    named is still the one whose import called it (this failed under xdist after a tracking test had run)."""
+    (tmp_path / "exit_wrapper.py").write_text("import sys\nreal = sys.exit\ndef hooked(code=None):\n    real(code)\n")
+    import exit_wrapper
+
+    monkeypatch.setattr(sys, "exit", exit_wrapper.hooked)
+    with pytest.raises(BrokenDependency, match="called sys.exit") as found:
+        import_checked("brokendep_exits")
+    assert "'brokendep_exits'" in str(found.value) and "exit_wrapper" not in str(found.value)

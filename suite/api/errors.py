@@ -75,6 +75,9 @@ def import_checked(module: str, package: str | None = None) -> ModuleType:
     try:
         return importlib.import_module(module)
     except (Exception, SystemExit) as exc:
+        top = module.partition(".")[0]
+        if package is None and isinstance(exc, SystemExit) and top != "suite":
+            package = top  # sys.exit's raising frame may be a wrapper's (wandb replaces sys.exit), not the package's
         broken = broken_dependency(exc, package)
         if broken is None:
             raise
