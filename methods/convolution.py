@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
+    Stochastic,
     attend,
     attention_modules,
     check_integer,
@@ -113,6 +114,7 @@ class _Convolution(AttentionMethod):
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     Config = ConvConfig
     identity = None  # replaces attention: no setting equals softmax
+    stochastic = (Stochastic("p_weight"),)  # DropConnect per sample, head, position and tap: one mixing weight each
     cost_target = 1.3
     # reports footnote it: the paper trains convolutional models from scratch, the suite swaps attention out of an
     # encoder pre-trained with softmax attention

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from suite.api.attention import (
     AttentionMethod,
+    Stochastic,
     attend,
     has_probe,
     mask_fill_value,
@@ -61,6 +62,7 @@ class DropKey(AttentionMethod):
 
     Config = DropKeyConfig
     identity = {"p": 0.0, "p_last": 0.0}
+    stochastic = (Stochastic("p"), Stochastic("p_last"))  # one Bernoulli draw per sample, head, query and key
 
     def __init__(self, cfg=None):
         super().__init__(cfg)

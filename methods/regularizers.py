@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from suite.api.attention import HyperParameterError, register_method
+from suite.api.attention import HyperParameterError, Stochastic, register_method
 
 from .dropout import ScoresDropout
 
@@ -42,6 +42,7 @@ class ScoresDropoutLayerwise(ScoresDropout):
 
     Config = LayerwiseConfig
     identity = {"p_bottom": 0.0, "p_top": 0.0}
+    stochastic = (Stochastic("p_bottom"), Stochastic("p_top"))
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
@@ -75,6 +76,7 @@ class ScoresDropoutDynamic(ScoresDropout):
 
     Config = DynamicConfig
     identity = {"p_mean": 0.0}
+    stochastic = (Stochastic("p_mean"),)  # the rate is drawn per sample; each pair's drop per sample, head, query, key
 
     def validate(self) -> None:
         super().validate()

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
+    Stochastic,
     attend,
     attention_modules,
     has_probe,
@@ -59,6 +60,7 @@ class ReLA(AttentionMethod):
 
     Config = ReLAConfig
     identity = None  # replaces softmax: no setting equals softmax attention
+    stochastic = (Stochastic("p"),)
 
     def validate(self) -> None:
         super().validate()

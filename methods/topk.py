@@ -22,6 +22,7 @@ import torch
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
+    Stochastic,
     attend,
     check_integer,
     mask_fill_value,
@@ -75,6 +76,7 @@ class TopK(AttentionMethod):
 
     hashed_when_changed = {"div": None, "lb": 1}  # the official ratio mode came later
     Config = TopKConfig
+    stochastic = (Stochastic("p"),)
     identity = {"k": 1_000_000, "div": None, "k_frac": None, "p": 0.0}
 
     def validate(self) -> None:

@@ -1,7 +1,6 @@
 """AttendOut (Wu, Zhao, Zhang 2021, "Not All Attention Is All You Need"): a reconstruction, not the paper's code.
 
-The paper's full text and code are not public; this is the design described in docs/methods.md, every choice a
-hyper-parameter.
+The paper's full text and code are not public; this is the design in docs/methods.md, every choice a hyper-parameter.
 
 - Attacker A: the model being fine-tuned; its weights are the ones evaluated. In training its attention scores are
   dropped by masks sampled from the generator G (scores dropout: dropped pairs get the mask minimum before the
@@ -32,6 +31,7 @@ from torch import nn
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
+    Stochastic,
     attend,
     attention_modules,
     check_integer,
@@ -84,8 +84,7 @@ def _sync(device: torch.device) -> None:
 
 @register_method("attendout")
 class AttendOut(AttentionMethod):
-    """AttendOut reconstruction: G-Net scores dropout trained by a first-order look-ahead reward, the Attacker's mask
-    against the Defender's vanilla dropout on the same batch (the paper's comparison)."""
+    """AttendOut reconstruction: G-Net scores dropout trained by a look-ahead reward against the Defender's dropout."""
 
     description = ("AttendOut (reconstruction): a G-Net samples per-sample, per-layer scores-dropout masks, trained "
                    "by REINFORCE on a first-order look-ahead reward against the Defender's, as in the paper (one G "
@@ -107,9 +106,10 @@ class AttendOut(AttentionMethod):
                        "hooks and its per-layer Python state break the graph at every layer (about 60 graphs for a "
                        "2-layer model), and the look-ahead passes run outside the compiled forward; expect no speed-up")
     cost_target = 3.0
-
     Config = AttendOutConfig
     identity = {"p_max": 0.0}  # G can drop nothing: plain softmax attention
+    stochastic = tuple(Stochastic(f, varies=("sample", "query", "key")) for f in ("p_max", "p_init")) + (
+        Stochastic("p_defender", lands="elsewhere"),)  # G's masks are shared by heads; the Defender's: training_step
 
     def validate(self) -> None:
         super().validate()
