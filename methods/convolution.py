@@ -25,13 +25,13 @@ import torch.nn.functional as F
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
-    Stochastic,
     attend,
     attention_modules,
     check_integer,
     has_probe,
     register_method,
 )
+from suite.api.stochastic import Stochastic
 
 from .entmax_attention import at_least_fp32
 

@@ -26,7 +26,6 @@ import torch.nn.functional as F
 
 from suite.api.attention import (
     AttentionMethod,
-    Stochastic,
     attend,
     has_probe,
     mask_fill_value,
@@ -35,6 +34,7 @@ from suite.api.attention import (
     softmax,
     valid_keys,
 )
+from suite.api.stochastic import Stochastic
 
 from .regularizers import layerwise_rate
 

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 from suite.api.attention import (
     AttentionMethod,
     NoConfig,
-    Stochastic,
     attend,
     drop_scores,
     has_probe,
@@ -19,6 +18,7 @@ from suite.api.attention import (
     scores,
     softmax,
 )
+from suite.api.stochastic import Stochastic
 
 
 @dataclasses.dataclass

@@ -15,7 +15,8 @@ import dataclasses
 
 import torch
 
-from suite.api.attention import HyperParameterError, Stochastic, register_method
+from suite.api.attention import HyperParameterError, register_method
+from suite.api.stochastic import Stochastic
 
 from .dropout import ScoresDropout
 

@@ -26,13 +26,13 @@ import torch.nn.functional as F
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
-    Stochastic,
     attend,
     attention_modules,
     has_probe,
     probs_dropout,
     register_method,
 )
+from suite.api.stochastic import Stochastic
 
 from .entmax_attention import at_least_fp32
 

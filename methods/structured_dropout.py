@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
-    Stochastic,
     attend,
     has_probe,
     in_graph,
@@ -37,6 +36,7 @@ from suite.api.attention import (
     softmax,
     valid_keys,
 )
+from suite.api.stochastic import Stochastic
 
 SCHEDULES = ("scheduled", "constant", "linear", "v")
 

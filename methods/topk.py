@@ -22,7 +22,6 @@ import torch
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
-    Stochastic,
     attend,
     check_integer,
     mask_fill_value,
@@ -31,6 +30,7 @@ from suite.api.attention import (
     softmax,
     valid_keys,
 )
+from suite.api.stochastic import Stochastic
 
 
 @dataclasses.dataclass

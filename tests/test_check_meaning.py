@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import suite
 from suite.api import check_sampling, testing
+from suite.api.stochastic import stochastic_fields
 from suite.methods.entmax_attention import entmax_bisect
 from suite.methods.structured_dropout import DropHead
 
@@ -296,5 +297,5 @@ def test_a_declaration_names_real_axes_and_kinds():
         suite.Stochastic("p", varies=("batch",))
     with pytest.raises(TypeError):
         suite.Stochastic("sigma", kind="noise")
-    assert suite.METHODS.get("drophead").stochastic_fields()[0].varies == ("sample", "head")
-    assert [s.field for s in suite.METHODS.get("attendout").stochastic_fields()] == ["p_max", "p_init", "p_defender"]
+    assert stochastic_fields(suite.METHODS.get("drophead"))[0].varies == ("sample", "head")
+    assert [s.field for s in stochastic_fields(suite.METHODS.get("attendout"))] == ["p_max", "p_init", "p_defender"]

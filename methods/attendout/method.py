@@ -31,7 +31,6 @@ from torch import nn
 from suite.api.attention import (
     AttentionMethod,
     HyperParameterError,
-    Stochastic,
     attend,
     attention_modules,
     check_integer,
@@ -42,6 +41,7 @@ from suite.api.attention import (
     scores,
     softmax,
 )
+from suite.api.stochastic import Stochastic
 
 from ..dropout import NoDropout
 from . import reward as rw

@@ -22,9 +22,10 @@ import torch.nn.functional as F
 
 from suite.api.errors import HyperParameterError
 from suite.api.method_facts import METHODS, check_precision  # noqa: F401 (torch-free: dry runs read them there)
+from suite.api.stochastic import Stochastic, stochastic_fields
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["AttentionMethod", "NoConfig", "StepContext", "Stochastic", "attend", "attention_modules", "check_integer",
+__all__ = ["AttentionMethod", "NoConfig", "StepContext", "attend", "attention_modules", "check_integer",
            "check_probability", "drop_scores", "has_probe", "in_graph", "mask_fill_value", "probes", "probs_dropout",
            "register_method", "same_device", "scores", "softmax", "valid_keys"]
 
@@ -46,27 +47,6 @@ def check_integer(name: str, value: Any, minimum: int, otherwise: str = "") -> N
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise HyperParameterError(f"{name}={value!r} is impossible: it must be an integer >= {minimum}"
                                   + (f" ({otherwise})" if otherwise else ""))
-
-
-AXES = ("sample", "head", "query", "key")  # the axes of the (B, H, Lq, Lk) weights a draw can vary along
-
-
-@dataclasses.dataclass(frozen=True)
-class Stochastic:
-    """A Config field that sets what a method draws in training (docs/adding-a-method.md#stochastic-parameters):
-    a "rate" in [0, 1) or a "scale" >= 0 (a noise's sigma); it `lands` on the "probabilities" handed to `attend` (as
-    zeros) or "elsewhere"; draws are independent along the axes it `varies`; `schedule` names the Config field that
-    picks how the rate moves over training (its value "constant" holds it)."""
-    field: str
-    kind: str = "rate"
-    lands: str = "probabilities"
-    varies: tuple[str, ...] = AXES
-    schedule: str | None = None
-
-    def __post_init__(self):
-        if self.kind not in ("rate", "scale") or self.lands not in ("probabilities", "elsewhere") or not set(
-                self.varies) <= set(AXES):
-            raise TypeError(f"Stochastic({self.field!r}): kind rate|scale, lands probabilities|elsewhere, axes {AXES}")
 
 
 @dataclasses.dataclass
@@ -132,6 +112,7 @@ class StepContext:
         return True
 
 
+
 class AttentionMethod:
     """Base class of every attention method. Subclasses set `Config` and override `attention`.
 
@@ -175,17 +156,9 @@ class AttentionMethod:
     # rule); every other parameter it adds must receive a gradient. A parameter with requires_grad=False is frozen
     # without being named here.
     frozen_parameters: ClassVar[tuple[str, ...]] = ()
-    # What the method draws in training, one `Stochastic` per Config field; None: undeclared, the fields named p or
-    # p_* then count as rates landing where the check cannot tell. () declares that nothing is drawn.
+    # What the method draws in training, one `Stochastic` per Config field (suite.api.stochastic); None: undeclared,
+    # fields named p or p_* then count as rates; () declares that nothing is drawn.
     stochastic: ClassVar[tuple[Stochastic, ...] | None] = None
-
-    @classmethod
-    def stochastic_fields(cls) -> tuple[Stochastic, ...]:
-        """The declared stochastic parameters, or those the naming rule gives (p, p_* typed float)."""
-        if cls.stochastic is not None:
-            return tuple(cls.stochastic)
-        return tuple(Stochastic(f.name, lands="elsewhere") for f in dataclasses.fields(cls.Config)
-                     if (f.name == "p" or f.name.startswith("p_")) and isinstance(getattr(cls.Config(), f.name), float))
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -195,7 +168,7 @@ class AttentionMethod:
     def validate(self) -> None:
         """Raise HyperParameterError for impossible hyper-parameters. Declared rates (or fields named p, p_*) must
         lie in [0, 1), declared scales be >= 0, and every float be finite (NaN or inf would fail a run half-way)."""
-        kinds = {s.field: s.kind for s in self.stochastic_fields()}
+        kinds = {s.field: s.kind for s in stochastic_fields(type(self))}
         for f in dataclasses.fields(self.cfg):
             v = getattr(self.cfg, f.name)
             if isinstance(v, float) and not math.isfinite(v):
@@ -429,6 +402,8 @@ def probes(model: torch.nn.Module, probe):
                 del m.suite_probe
 
 
+
+
 def has_probe(module) -> bool:
     """Whether a statistics probe is watching `module`: a method with a fused fast path (SDPA) must then take the path
     that materialises the probabilities and hands them to `attend`."""
@@ -436,7 +411,10 @@ def has_probe(module) -> bool:
 
 
 def attend(module, probs: torch.Tensor, value: torch.Tensor):
-    """probs @ value in the (B, L, H, d) layout transformers expects; a statistics probe (`probes`) sees probs first."""
+    """probs @ value in the (B, L, H, d) layout transformers expects.
+
+    A statistics probe (set with `probes`) sees the probabilities first.
+    """
     probe = getattr(module, "suite_probe", None)
     if probe is not None:
         probe(module, probs)

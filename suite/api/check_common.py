@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from suite.api.attention import AttentionMethod, HyperParameterError
+from suite.api.stochastic import stochastic_fields
 from suite.api.tiny_models import padded_batch, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
@@ -118,7 +119,7 @@ def finite_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, bool]:
 def probability_fields(cls: type[AttentionMethod]) -> list[str]:
     """Config fields that hold a rate: those the method declares (`stochastic`, kind "rate"), else by the naming
     rule `p` or `p_*`, typed float."""
-    return [s.field for s in cls.stochastic_fields() if s.kind == "rate"]
+    return [s.field for s in stochastic_fields(cls) if s.kind == "rate"]
 
 
 # names of Config fields that read as something drawn: an undeclared method with one of them is told to declare it
@@ -159,6 +160,6 @@ def high_rate_hparams(cls: type[AttentionMethod], hparams: dict[str, Any]) -> di
 def rates_above_zero(cls: type[AttentionMethod], hparams: dict[str, Any]) -> list[str]:
     """The stochastic fields above 0 in this configuration: where the method should draw in training."""
     cfg = cls.Config(**hparams)
-    return [f"{s.field}={getattr(cfg, s.field)}" for s in cls.stochastic_fields()
+    return [f"{s.field}={getattr(cfg, s.field)}" for s in stochastic_fields(cls)
             if isinstance(getattr(cfg, s.field), (int, float)) and math.isfinite(getattr(cfg, s.field))
             and getattr(cfg, s.field) > 0]

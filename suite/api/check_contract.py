@@ -18,6 +18,7 @@ from suite.api.check_common import (
     finite_diff,
     forward,
 )
+from suite.api.stochastic import stochastic_fields
 from suite.api.tiny_models import tiny_model
 
 TOLERANCE = 1e-5  # on outputs that must not change
@@ -70,7 +71,7 @@ def check_rate_free_eval(cls: type[AttentionMethod], hparams: dict, kind: str) -
 
     reference = outputs(hparams)
     compared = []
-    for declared in cls.stochastic_fields():
+    for declared in stochastic_fields(cls):
         name = declared.field
         current = getattr(cls.Config(**hparams), name)
         if not isinstance(current, (int, float)):

@@ -12,6 +12,7 @@ import torch
 
 from suite.api.attention import AttentionMethod, HyperParameterError, attention_modules
 from suite.api.check_common import CheckResult, attached, checked_batch, finite_diff, forward
+from suite.api.stochastic import stochastic_fields
 from suite.api.tiny_models import tiny_model
 
 # what the rest of the suite uses; other names are this module's own
@@ -158,7 +159,7 @@ def check_edges(cls: type[AttentionMethod], values: dict, kind: str) -> CheckRes
     accepts among EDGES (0, 1 and either side of 1, as an entmax alpha's) gives finite outputs, loss and gradients in
     training and evaluation: a value validate() lets through must run."""
     setting = f"{kind}, edges"
-    stochastic = {s.field for s in cls.stochastic_fields()}
+    stochastic = {s.field for s in stochastic_fields(cls)}
     base = cls.Config(**values)
     fields = [f.name for f in dataclasses.fields(base) if f.name not in stochastic
               and isinstance(getattr(base, f.name), float)]

@@ -8,8 +8,9 @@ import dataclasses
 
 import torch
 
-from suite.api.attention import AXES, AttentionMethod, StepContext, probes
+from suite.api.attention import AttentionMethod, StepContext, probes
 from suite.api.check_common import CheckResult, accepted, attached, checked_batch, finite_diff, forward
+from suite.api.stochastic import AXES, stochastic_fields
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_lands", "check_mode", "check_schedule"]
@@ -88,7 +89,7 @@ def _paired_drops(method: AttentionMethod, model, seeds, before=None) -> Drops:
 
 
 def _landing(cls) -> list:
-    return [s for s in cls.stochastic_fields() if s.lands == "probabilities"]
+    return [s for s in stochastic_fields(cls) if s.lands == "probabilities"]
 
 
 def _rate(cls, values: dict) -> float:
