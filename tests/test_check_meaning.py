@@ -262,7 +262,8 @@ def test_a_planted_mistake_fails_the_rule_that_names_its_cause(case, register):
     failures = [r for r in report.failures() if r.check in failing and failing[r.check] in r.detail]
     assert failures, str(report)
     if both_kinds:
-        assert {r.setting.split(",")[0] for r in failures} == {"bert", "roberta"}, str(report)
+        # on both BERT and RoBERTa; the tiny ModernBERT too where the mistake reaches it
+        assert {"bert", "roberta"} <= {r.setting.split(",")[0] for r in failures}, str(report)
 
 
 def test_a_declared_noise_method_passes_and_nothing_drawn_is_measured(register):

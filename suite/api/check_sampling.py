@@ -18,7 +18,9 @@ __all__ = ["check_draws", "check_expectation", "check_gradient"]
 EXPECTATION_DRAWS = range(16)
 Z_LIMIT = 6.0
 # of the central finite difference in float64, along a direction of unit-variance entries
-GRADIENT_STEPS = (1e-5, 1e-6, 1e-7)  # the first has the least rounding; the others where it meets a kink
+# the first has the least rounding; the others where it meets a kink (ReLA's ReLU on a tiny ModernBERT meets one at
+# one step in three or so; a backward that does not match its forward is off at every step)
+GRADIENT_STEPS = (1e-5, 1e-6, 1e-7, 3e-6, 3e-7, 3e-5)
 # relative difference between autograd's and the finite difference's derivative, beyond the quotient's rounding:
 # correct built-ins stay below 5e-6 at seeds 0-2, .data dropout at p = 0.1 is 6.5e-4 or more off (issue 64)
 GRADIENT_TOLERANCE = 1e-5
