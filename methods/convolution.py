@@ -33,6 +33,7 @@ from suite.api.attention import (
     register_method,
 )
 from suite.api.layers import local_window
+from suite.api.stochastic import Stochastic
 
 from .entmax_attention import at_least_fp32
 
@@ -115,6 +116,7 @@ class _Convolution(AttentionMethod):
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     Config = ConvConfig
     identity = None  # replaces attention: no setting equals softmax
+    stochastic = (Stochastic("p_weight"),)  # DropConnect per sample, head, position and tap: one mixing weight each
     cost_target = 1.3
     # reports footnote it: the paper trains convolutional models from scratch, the suite swaps attention out of an
     # encoder pre-trained with softmax attention

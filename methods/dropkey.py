@@ -34,6 +34,7 @@ from suite.api.attention import (
     softmax,
     valid_keys,
 )
+from suite.api.stochastic import Stochastic
 
 from .regularizers import layerwise_rate
 
@@ -61,6 +62,7 @@ class DropKey(AttentionMethod):
 
     Config = DropKeyConfig
     identity = {"p": 0.0, "p_last": 0.0}
+    stochastic = (Stochastic("p"), Stochastic("p_last"))  # one Bernoulli draw per sample, head, query and key
 
     def __init__(self, cfg=None):
         super().__init__(cfg)

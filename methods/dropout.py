@@ -18,6 +18,7 @@ from suite.api.attention import (
     scores,
     softmax,
 )
+from suite.api.stochastic import Stochastic
 
 
 @dataclasses.dataclass
@@ -33,6 +34,7 @@ class Vanilla(AttentionMethod):
 
     Config = DropoutConfig
     identity = {"p": 0.0}
+    stochastic = (Stochastic("p"),)  # one draw per sample, head, query and key, on the probabilities
 
     def rate(self, module) -> float:
         return self.cfg.p if module.training else 0.0
@@ -55,6 +57,7 @@ class NoDropout(Vanilla):
 
     Config = NoConfig
     identity = {}
+    stochastic = ()
 
     def rate(self, module) -> float:
         return 0.0
@@ -69,6 +72,7 @@ class ScoresDropout(AttentionMethod):
 
     Config = DropoutConfig
     identity = {"p": 0.0}
+    stochastic = (Stochastic("p"),)  # a dropped pair is masked: weight exactly 0
 
     def drop_rate(self, module, batch_size: int, device) -> float | torch.Tensor:
         """The drop probability for this layer: a float, or a tensor broadcastable to (B, H, Lq, Lk)."""
@@ -96,6 +100,7 @@ class ScoresDropoutNaive(AttentionMethod):
 
     Config = DropoutConfig
     identity = {"p": 0.0}
+    stochastic = (Stochastic("p", lands="elsewhere"),)  # a dropped logit becomes 0, its weight stays above 0
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         s = torch.matmul(query, key.transpose(-1, -2)) * scaling

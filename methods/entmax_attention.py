@@ -153,6 +153,7 @@ class _EntmaxFamily(AttentionMethod):
     capturable = True  # the standard step replays from a CUDA graph (suite.run.capture)
     Config = NoConfig
     identity = None  # a different mapping from softmax: no setting equals it
+    stochastic = ()
 
     def mapping(self, module, s: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -208,6 +209,7 @@ class EntmaxAlpha(AttentionMethod):
 
     Config = EntmaxAlphaConfig
     identity = None
+    stochastic = ()
 
     def __init__(self, cfg=None):
         super().__init__(cfg)

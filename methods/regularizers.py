@@ -16,6 +16,7 @@ import dataclasses
 import torch
 
 from suite.api.attention import HyperParameterError, register_method
+from suite.api.stochastic import Stochastic
 
 from .dropout import ScoresDropout
 
@@ -42,6 +43,7 @@ class ScoresDropoutLayerwise(ScoresDropout):
 
     Config = LayerwiseConfig
     identity = {"p_bottom": 0.0, "p_top": 0.0}
+    stochastic = (Stochastic("p_bottom"), Stochastic("p_top"))
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
@@ -79,6 +81,7 @@ class ScoresDropoutDynamic(ScoresDropout):
 
     Config = DynamicConfig
     identity = {"p_mean": 0.0}
+    stochastic = (Stochastic("p_mean"),)  # the rate is drawn per sample; each pair's drop per sample, head, query, key
 
     def validate(self) -> None:
         super().validate()

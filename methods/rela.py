@@ -32,6 +32,7 @@ from suite.api.attention import (
     probs_dropout,
     register_method,
 )
+from suite.api.stochastic import Stochastic
 
 from .entmax_attention import at_least_fp32
 
@@ -59,6 +60,7 @@ class ReLA(AttentionMethod):
 
     Config = ReLAConfig
     identity = None  # replaces softmax: no setting equals softmax attention
+    stochastic = (Stochastic("p"),)
 
     def validate(self) -> None:
         super().validate()

@@ -36,6 +36,7 @@ from suite.api.attention import (
     softmax,
     valid_keys,
 )
+from suite.api.stochastic import Stochastic
 
 SCHEDULES = ("scheduled", "constant", "linear", "v")
 
@@ -71,6 +72,7 @@ class DropHead(AttentionMethod):
 
     Config = DropHeadConfig
     identity = {"p": 0.0, "schedule": "constant"}
+    stochastic = (Stochastic("p", varies=("sample", "head"), schedule="schedule"),)  # whole heads, per sample
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
@@ -152,6 +154,7 @@ class DropAttentionColumn(AttentionMethod):
 
     Config = DropAttentionConfig
     identity = {"p": 0.0}
+    stochastic = (Stochastic("p", varies=("sample", "head", "key")),)  # a key column of one sample's head
 
     def kept_keys(self, attention_mask, shape, device) -> torch.Tensor:
         """Boolean (B, H, Lq, Lk): valid and not dropped; rows left with no key fall back to all their valid keys."""

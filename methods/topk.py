@@ -30,6 +30,7 @@ from suite.api.attention import (
     softmax,
     valid_keys,
 )
+from suite.api.stochastic import Stochastic
 
 
 @dataclasses.dataclass
@@ -75,6 +76,7 @@ class TopK(AttentionMethod):
 
     hashed_when_changed = {"div": None, "lb": 1}  # the official ratio mode came later
     Config = TopKConfig
+    stochastic = (Stochastic("p"),)
     identity = {"k": 1_000_000, "div": None, "k_frac": None, "p": 0.0}
 
     def validate(self) -> None:

@@ -48,6 +48,7 @@ class Uniform(AttentionMethod):
     # the W&P variant came later: records of the old default (True) carry no key, so True stays out of the hash
     hashed_when_changed = {"boundary_tokens": True}
     Config = UniformConfig
+    stochastic = ()
 
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         b, h, lq, _ = query.shape

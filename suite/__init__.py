@@ -15,6 +15,7 @@ _API = {
                             "attention_modules", "check_integer", "check_probability", "drop_scores", "has_probe",
                             "mask_fill_value", "probes", "probs_dropout", "register_method", "same_device", "scores",
                             "softmax", "valid_keys"],
+    "suite.api.stochastic": ["Stochastic"],
     "suite.api.registry": ["UnknownNameError"],
     "suite.api.tasks": ["LocalSplit", "TaskSpec", "TestSet", "register_task", "register_test_set"],
     "suite.api.metrics": ["register_metric"],

@@ -136,10 +136,12 @@ def test_probability_fields_follow_the_naming_rule():
         p_count: int = 2  # an int is no probability
 
     class M(ScoresDropout):
-        pass
+        stochastic = None  # undeclared: the naming rule applies
 
     M.Config = Config
     assert testing.probability_fields(M) == ["p", "p_max"]
+    M.stochastic = (suite.Stochastic("p_max"), suite.Stochastic("p", kind="scale"))  # a declaration replaces it
+    assert testing.probability_fields(M) == ["p_max"]
 
 
 class DropoutInEval(suite.AttentionMethod):
@@ -187,7 +189,8 @@ def test_dropout_in_eval_mode_fails_the_eval_check(register, capsys):
     assert _cli(name) == check.EXIT_FAILED
     out = capsys.readouterr().out
     assert "0 of 1 methods passed" in out and "two eval-mode passes over the same batch differ" in out
-    assert _failed_checks(out) == {"eval"}  # padding, finite, ... hold
+    # padding, finite, ... hold; it also draws in training without declaring what (draws)
+    assert _failed_checks(out) == {"eval", "draws"}
 
 
 def test_wrong_output_layout_is_a_shape_error_that_names_the_shapes(register, capsys):

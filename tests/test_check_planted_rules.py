@@ -166,7 +166,8 @@ PLANTED = {
     "hand_written_softmax": (HandWrittenSoftmax, {"fp16": "under fp16 autocast"}, ()),
     "cached_mask": (CachedMask, {"draws": "a mask kept across steps"}, ()),
     "no_rescale": (NoRescale, {"expect": "rescales the kept weights by 1/(1-p)"}, ()),
-    "detached_temperature": (DetachedTemperature, {"trained": "toy_temperature"}, ()),
+    # on the tiny ModernBERT the gradient rule's direction reaches the temperature too, and names the detach
+    "detached_temperature": (DetachedTemperature, {"trained": "toy_temperature", "gradient": "a detach"}, ()),
     "doubled_scaling": (DoubledScaling, {"identity": "differ from SDPA"}, ()),
     "column_drop_renormalised": (ColumnDropRenormalised, {"finite": "a row whose keys are all dropped"},
                                  ("variance",)),

@@ -1,7 +1,6 @@
 """AttendOut (Wu, Zhao, Zhang 2021, "Not All Attention Is All You Need"): a reconstruction, not the paper's code.
 
-The paper's full text and code are not public; this is the design described in docs/methods.md, every choice a
-hyper-parameter.
+The paper's full text and code are not public; this is the design in docs/methods.md, every choice a hyper-parameter.
 
 - Attacker A: the model being fine-tuned; its weights are the ones evaluated. In training its attention scores are
   dropped by masks sampled from the generator G (scores dropout: dropped pairs get the mask minimum before the
@@ -42,6 +41,7 @@ from suite.api.attention import (
     scores,
     softmax,
 )
+from suite.api.stochastic import Stochastic
 
 from ..dropout import NoDropout
 from . import reward as rw
@@ -84,18 +84,15 @@ def _sync(device: torch.device) -> None:
 
 @register_method("attendout")
 class AttendOut(AttentionMethod):
-    """AttendOut reconstruction: G-Net scores dropout trained by a first-order look-ahead reward, the Attacker's mask
-    against the Defender's vanilla dropout on the same batch (the paper's comparison)."""
+    """AttendOut reconstruction: G-Net scores dropout trained by a look-ahead reward against the Defender's dropout."""
 
     description = ("AttendOut (reconstruction): a G-Net samples per-sample, per-layer scores-dropout masks, trained "
                    "by REINFORCE on a first-order look-ahead reward against the Defender's, as in the paper (one G "
                    "mask per batch against vanilla attention dropout on the same batch; baseline=rloo with "
-                   "mask_samples=2, the published records' setting, compares two G masks instead). "
-                   "Whether G learns from the real reward is undecided at the models and horizons tested (SST-2: "
-                   "MiniLM over 60 steps; a 2-layer random-init model that never learned the task, over 2,000 G "
-                   "updates, about a third of what the planted control's scaling says the reward's signal needs); "
-                   "until decided, read its numbers as scores dropout at about p_init = 0.1 with masks drawn per "
-                   "sample and layer, at 2-3x a vanilla step.")
+                   "mask_samples=2, the published records' setting, compares two G masks instead). Whether G learns "
+                   "from the real reward is undecided (results/attendout_decisive): until decided, read its numbers "
+                   "as scores dropout at about p_init = 0.1 with masks drawn per sample and layer, at 2-3x a vanilla "
+                   "step.")
     capturable = "its own training_step (look-ahead steps, G's update, its own generators) runs eagerly"
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
                       "paper's numbers; whether G learns from the real reward is undecided in every form tested (a "
@@ -110,6 +107,8 @@ class AttendOut(AttentionMethod):
     layer_specific = "a drop policy of its own (G's masks, state and statistics per layer)"
     Config = AttendOutConfig
     identity = {"p_max": 0.0}  # G can drop nothing: plain softmax attention
+    stochastic = tuple(Stochastic(f, varies=("sample", "query", "key")) for f in ("p_max", "p_init")) + (
+        Stochastic("p_defender", lands="elsewhere"),)  # G's masks are shared by heads; the Defender's: training_step
 
     def validate(self) -> None:
         super().validate()

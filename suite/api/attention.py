@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from suite.api.errors import HyperParameterError
 from suite.api.layers import name_the_layers, refuse_shared_layers
 from suite.api.method_facts import METHODS, check_precision  # noqa: F401 (torch-free: dry runs read them there)
+from suite.api.stochastic import Stochastic, stochastic_fields
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["AttentionMethod", "NoConfig", "StepContext", "attend", "attention_modules", "check_integer",
@@ -159,6 +160,9 @@ class AttentionMethod:
     # What the method gives each layer of its own (e.g. "a drop rate of its own"), or None (a property where the
     # configuration decides): such a method is refused where layers share one attention module (ALBERT's).
     layer_specific: str | None = None
+    # What the method draws in training, one `Stochastic` per Config field (suite.api.stochastic); None: undeclared,
+    # fields named p or p_* then count as rates; () declares that nothing is drawn.
+    stochastic: ClassVar[tuple[Stochastic, ...] | None] = None
 
     def __init__(self, cfg: Any = None):
         self.cfg = cfg if cfg is not None else self.Config()
@@ -166,14 +170,17 @@ class AttentionMethod:
 
     # -- configuration -------------------------------------------------------------------------------
     def validate(self) -> None:
-        """Raise HyperParameterError for impossible hyper-parameters. Probabilities named p* are checked here, and
-        every float must be finite (NaN or inf would fail a run half-way, or record null)."""
+        """Raise HyperParameterError for impossible hyper-parameters. Declared rates (or fields named p, p_*) must
+        lie in [0, 1), declared scales be >= 0, and every float be finite (NaN or inf would fail a run half-way)."""
+        kinds = {s.field: s.kind for s in stochastic_fields(type(self))}
         for f in dataclasses.fields(self.cfg):
             v = getattr(self.cfg, f.name)
             if isinstance(v, float) and not math.isfinite(v):
                 raise HyperParameterError(f"{self.name}.{f.name}={v} is impossible: it must be a finite number")
-            if (f.name == "p" or f.name.startswith("p_")) and isinstance(v, float):
+            if kinds.get(f.name) == "rate" and isinstance(v, float):
                 check_probability(f"{self.name}.{f.name}", v)
+            if kinds.get(f.name) == "scale" and isinstance(v, (int, float)) and not v >= 0:
+                raise HyperParameterError(f"{self.name}.{f.name}={v} is impossible: it must be >= 0")
 
     # -- hooks ---------------------------------------------------------------------------------------
     def prepare(self, model: torch.nn.Module) -> None:

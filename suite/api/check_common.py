@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import torch
 
 from suite.api.attention import AttentionMethod, HyperParameterError
+from suite.api.stochastic import stochastic_fields
 from suite.api.tiny_models import padded_batch, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["HIGH_RATES", "ROWS", "SEEDS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff",
-           "forward", "gradients", "high_rate_hparams", "max_diff", "probability_fields", "rates_above_zero", "rows"]
+           "forward", "gradients", "high_rate_hparams", "max_diff", "probability_fields", "rates_above_zero", "rows",
+           "undeclared_stochastic"]
 
 # the random seeds a rule that samples in training runs under: one draw can miss a row whose keys are all dropped
 SEEDS = range(8)
@@ -114,9 +117,23 @@ def finite_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, bool]:
 
 
 def probability_fields(cls: type[AttentionMethod]) -> list[str]:
-    """Config fields that hold a probability by the suite's naming rule: `p` or `p_*`, typed float."""
-    return [f.name for f in dataclasses.fields(cls.Config)
-            if (f.name == "p" or f.name.startswith("p_")) and isinstance(getattr(cls.Config(), f.name), float)]
+    """Config fields that hold a rate: those the method declares (`stochastic`, kind "rate"), else by the naming
+    rule `p` or `p_*`, typed float."""
+    return [s.field for s in stochastic_fields(cls) if s.kind == "rate"]
+
+
+# names of Config fields that read as something drawn: an undeclared method with one of them is told to declare it
+STOCHASTIC_NAME = re.compile(r"(^|_)(rate|prob|probability|drop|dropout|sigma|noise|std)($|_)")
+
+
+def undeclared_stochastic(cls: type[AttentionMethod]) -> list[str]:
+    """Float Config fields whose names read as a rate or a noise's size, on a method that declares no `stochastic`
+    (beyond p, p_*, which the naming rule covers): no rule would vary them."""
+    if cls.stochastic is not None:
+        return []
+    named = set(probability_fields(cls))
+    return [f.name for f in dataclasses.fields(cls.Config) if f.name not in named and STOCHASTIC_NAME.search(f.name)
+            and isinstance(getattr(cls.Config(), f.name), float)]
 
 
 def accepted(cls: type[AttentionMethod], hparams: dict[str, Any]) -> bool:
@@ -141,7 +158,8 @@ def high_rate_hparams(cls: type[AttentionMethod], hparams: dict[str, Any]) -> di
 
 
 def rates_above_zero(cls: type[AttentionMethod], hparams: dict[str, Any]) -> list[str]:
-    """The probability fields above 0 in this configuration: where the method should draw in training."""
+    """The stochastic fields above 0 in this configuration: where the method should draw in training."""
     cfg = cls.Config(**hparams)
-    return [f"{n}={getattr(cfg, n)}" for n in probability_fields(cls) if getattr(cfg, n) > 0
-            and math.isfinite(getattr(cfg, n))]
+    return [f"{s.field}={getattr(cfg, s.field)}" for s in stochastic_fields(cls)
+            if isinstance(getattr(cfg, s.field), (int, float)) and math.isfinite(getattr(cfg, s.field))
+            and getattr(cfg, s.field) > 0]

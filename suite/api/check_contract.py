@@ -17,8 +17,8 @@ from suite.api.check_common import (
     checked_batch,
     finite_diff,
     forward,
-    probability_fields,
 )
+from suite.api.stochastic import stochastic_fields
 from suite.api.tiny_models import tiny_model
 
 TOLERANCE = 1e-5  # on outputs that must not change
@@ -55,9 +55,9 @@ def check_deterministic(method: AttentionMethod, kind: str) -> CheckResult:
 
 def check_rate_free_eval(cls: type[AttentionMethod], hparams: dict, kind: str) -> CheckResult:
     """Evaluation does not depend on any rate: the eval-mode outputs at this configuration equal those with each
-    probability field (p, p_*) alone set to 0 and to a high rate. Dropout left on in evaluation through a generator of
-    the method's own, re-seeded at every call, gives the same outputs in every pass (so the eval check cannot see it)
-    but not at another rate."""
+    stochastic parameter (declared, or p, p_*) alone set to 0 and to a high value. Dropout left on in evaluation
+    through a generator of the method's own, re-seeded at every call, gives the same outputs in every pass (so the
+    eval check cannot see it) but not at another rate."""
     setting = f"{kind}, eval, rates"
     ids, mask, labels = checked_batch(tiny_model(kind))
     valid = mask.bool()
@@ -71,9 +71,12 @@ def check_rate_free_eval(cls: type[AttentionMethod], hparams: dict, kind: str) -
 
     reference = outputs(hparams)
     compared = []
-    for name in probability_fields(cls):
+    for declared in stochastic_fields(cls):
+        name = declared.field
         current = getattr(cls.Config(**hparams), name)
-        for rate in (0.0, *HIGH_RATES):
+        if not isinstance(current, (int, float)):
+            continue
+        for rate in (0.0, *(HIGH_RATES if declared.kind == "rate" else (max(1.0, 4 * current),))):
             values = {**hparams, name: rate}
             if rate == current or not accepted(cls, values):
                 continue
@@ -87,7 +90,7 @@ def check_rate_free_eval(cls: type[AttentionMethod], hparams: dict, kind: str) -
             if rate > 0:
                 break  # the highest rate the method accepts
     if not compared:
-        return CheckResult("eval", setting, None, "no probability field (p, p_*) to vary")
+        return CheckResult("eval", setting, None, "no stochastic parameter (declared, or p, p_*) to vary")
     return CheckResult("eval", setting, True, f"eval-mode outputs unchanged at {', '.join(compared)}")
 
 

@@ -7,8 +7,9 @@ configuration under test and at high rates (each probability field p, p_* raised
 0.45 the method accepts), where whole rows lose all their keys, so that a verdict does not depend on the rate the
 method happens to be checked at. Rules that sample in training look at several random seeds.
 
-- hparams     the method's own validation refuses impossible values of its probability fields (`p`, `p_*`: -0.1,
-              1.5 and NaN raise HyperParameterError) while the hyper-parameters under test are accepted;
+- hparams     the method's own validation refuses impossible values of its rates (declared in `stochastic`, else
+              `p`, `p_*`: -0.1, 1.5 and NaN raise HyperParameterError) while the hyper-parameters under test are
+              accepted; an undeclared method has no field whose name reads as a rate or a noise beyond p, p_*;
 - shape       `attention()` returns `(output, probabilities)` with the output in transformers' (B, L, H, d) layout,
               each element in its place (read from where noise on one head's values and on one position's queries
               moves the output). When it fails, the rules below are not run for that model;
@@ -25,12 +26,14 @@ method happens to be checked at. Rules that sample in training look at several r
               sits at the padded positions changes no real position's output, and the probabilities a method hands
               to `suite.attend` are 0 on padded keys; a failure names the likeliest cause;
 - eval        evaluation is deterministic (two eval passes under different seeds agree) and does not depend on any
-              rate (eval outputs unchanged with each probability field at 0 and at a high rate);
-- draws       with a rate above 0, two training passes in a row differ (no mask kept across steps);
+              stochastic parameter (eval outputs unchanged with each at 0 and at a high value);
+- draws       with a stochastic parameter above 0, two training passes in a row differ (no mask kept across steps);
+              with none, they agree (a method that draws says what it draws);
 - expect      training rows sum, on average over draws, to what evaluation's sum to on the same inputs, unless the
               method declares `keeps_expectation = False`;
-- gradient    in training and float64, autograd's derivative along a random direction of the attention parameters
-              equals a central finite difference under the same draws;
+- gradient    in training and float64, autograd's derivative along a random direction of the attention parameters,
+              and of the query and key projections alone, equals a central finite difference under the same draws
+              (relative 1e-5 beyond rounding);
 - device      a model the method is attached to, then moved to PyTorch's `meta` device (a stand-in for a GPU), runs
               in eval and train mode: no tensor kept as a plain attribute or made on the CPU;
 - prepare     parameters and buffers that `prepare()` adds on a model on the `meta` device sit there too;
@@ -41,10 +44,19 @@ method happens to be checked at. Rules that sample in training look at several r
 - window      (ModernBERT) the mask a local layer's method receives holds the sliding window, and no real query's
               output changes when only the keys and values beyond its window change, in eval and in training.
 
+Once per model kind (comparing configurations themselves where they need to):
+- lands       declared rates land on the probabilities handed to `suite.attend` (zeros evaluation does not have), at
+              a share that follows the rate, independent along the axes each declaration `varies`;
+- schedule    a declared schedule advances over a run's steps; mode: draws follow module.training, not autograd's
+              mode; batch: a sample's eval outputs do not depend on its batch or the padded length; padding in bf16
+              and fp16; long: 512 tokens; scaling: the `scaling` argument is used; edges: float hyper-parameters
+              validate() accepts at 0, 0.5, 0.99, 1, 1.01, 2 run finite.
+
 The padding, eval and value rules compare finite values only: NaN and inf are the finite rule's finding. The rules
 live in `suite.api.check_layout` (shape, values), `check_contract` (params, trained, eval, device, prepare, hooks),
-`check_padding`, `check_sampling` (draws, expect, gradient), `check_spread` (identity, fp16) and `check_window`; the
-report types, the checked batch and the high rates in `suite.api.check_common`.
+`check_padding`, `check_sampling` (draws, expect, gradient), `check_spread` (identity, fp16), `check_window`,
+`check_meaning` (lands, schedule, mode) and `check_invariance` (batch, half-precision padding, long, scaling, edges);
+the report types, the checked batch and the high rates in `suite.api.check_common`.
 
 `python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders (`tiny_model`,
 `tiny_config`, `padded_batch`, `tiny_tokenizer`, from `suite.api.tiny_models`) are the ones the test suite uses too.
@@ -71,6 +83,7 @@ from suite.api.check_common import (  # noqa: F401  (probability_fields: public 
     probability_fields,
     rates_above_zero,
     rows,
+    undeclared_stochastic,
 )
 from suite.api.check_contract import (
     check_deterministic,
@@ -81,7 +94,9 @@ from suite.api.check_contract import (
     check_rate_free_eval,
     check_trained,
 )
+from suite.api.check_invariance import check_batch, check_edges, check_half_padding, check_long, check_scaling
 from suite.api.check_layout import check_shape, check_values
+from suite.api.check_meaning import check_lands, check_mode, check_schedule
 from suite.api.check_padding import check_padding
 from suite.api.check_sampling import check_draws, check_expectation, check_gradient
 from suite.api.check_spread import check_fp16, check_identity
@@ -204,6 +219,14 @@ def check_hparams(cls: type[AttentionMethod], hparams: dict[str, Any]) -> list[C
         results.append(CheckResult("hparams", "accepted", True, f"{hparams or 'defaults'} accepted"))
     except Exception as exc:  # noqa: BLE001  any failure here is the finding
         results.append(CheckResult("hparams", "accepted", False, f"{type(exc).__name__}: {exc}"))
+    undeclared = undeclared_stochastic(cls)
+    if undeclared:
+        results.append(CheckResult("hparams", "stochastic", False, f"Config field{'s' if len(undeclared) > 1 else ''} "
+                                   f"{', '.join(undeclared)} read{'' if len(undeclared) > 1 else 's'} as a rate or a "
+                                   "noise's size, and the method declares no stochastic parameters, so no rule varies "
+                                   f"{'them' if len(undeclared) > 1 else 'it'} (the naming rule covers p, p_* only): "
+                                   f"declare stochastic = (suite.Stochastic({undeclared[0]!r}, ...),), or () when "
+                                   "nothing is drawn"))
     fields = probability_fields(cls)
     if not fields:
         results.append(CheckResult("hparams", "probabilities", None, "no probability fields (p, p_*) to test"))
@@ -249,7 +272,7 @@ def check_method(name_or_class: str | type[AttentionMethod], **hparams: Any) -> 
     cls = resolve_method(name_or_class)
     report = CheckReport(cls.name, hparams)
     report.results.extend(check_hparams(cls, hparams))
-    if report.failures():
+    if any(r.setting == "accepted" and r.passed is False for r in report.results):
         return report  # without a valid configuration the model checks cannot run
     with one_thread():
         _model_checks(cls, hparams, report)
@@ -278,10 +301,41 @@ def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: C
             _guarded(report.results, "identity", kind, lambda: check_identity(cls, kind))
         for label, values in variants:
             first = len(report.results)
-            _rules(cls, values, kind, report.results)
+            _rules(cls, values, kind, report.results, high=bool(label))
             _leave_to_padding(report.results[first:])
             for r in report.results[first:]:
                 r.setting += label
+            if not label and not any(r.check == "shape" and r.passed is False for r in report.results[first:]):
+                _meaning(cls, hparams, report.high_rates, kind, report.results)
+                _leave_batch(report.results[first:])
+
+
+def _leave_batch(results: list[CheckResult]) -> None:
+    """A sample whose output reads padding, or an evaluation that draws, depends on its batch as a consequence: the
+    batch rule's finding is then the padding or eval rule's."""
+    cause = next((r.check for r in results if r.check in ("padding", "eval") and r.passed is False), None)
+    for r in results:
+        if cause and r.check == "batch" and r.passed is False:
+            r.passed, r.detail = None, f"not judged: see the {cause} check ({r.detail.split(':')[0]})"
+
+
+def _meaning(cls: type[AttentionMethod], hparams: dict[str, Any], high: dict[str, Any] | None, kind: str,
+             results: list[CheckResult]) -> None:
+    """The rules that run once per model kind: on what the draws mean (lands, schedule, mode; at both
+    configurations where they compare them) and on what evaluation must not depend on (batch, padding in half
+    precision, long inputs, scaling, edges)."""
+    def new():
+        return cls(cls.Config(**hparams))
+
+    _guarded(results, "lands", kind, lambda: check_lands(cls, hparams, high, kind))
+    _guarded(results, "schedule", kind, lambda: check_schedule(cls, high or hparams, kind))
+    _guarded(results, "mode", kind, lambda: check_mode(new, kind, rates_above_zero(cls, hparams)))
+    _guarded(results, "batch", kind, lambda: check_batch(new(), kind))
+    _guarded(results, "padding", kind, lambda: check_half_padding(new(), kind))
+    _guarded(results, "scaling", kind, lambda: check_scaling(new(), kind))
+    if kind == MODEL_KINDS[0]:  # neither depends on the model kind
+        _guarded(results, "long", kind, lambda: check_long(cls, hparams, kind))
+        _guarded(results, "edges", kind, lambda: check_edges(cls, hparams, kind))
 
 
 def _leave_to_padding(results: list[CheckResult]) -> None:
@@ -295,8 +349,11 @@ def _leave_to_padding(results: list[CheckResult]) -> None:
                                             "check), whose scores a finite difference cannot move")
 
 
-def _rules(cls: type[AttentionMethod], values: dict[str, Any], kind: str, results: list[CheckResult]) -> None:
-    """Every rule but hparams and identity, for one configuration on one model kind."""
+def _rules(cls: type[AttentionMethod], values: dict[str, Any], kind: str, results: list[CheckResult],
+           high: bool = False) -> None:
+    """Every rule but hparams and identity, for one configuration on one model kind. At high rates the values, eval
+    and prepare rules are left out: evaluation is rate-free (the eval rule compares it with the high rates'), and
+    where prepare() puts its tensors does not hang on a rate."""
     def new():
         return cls(cls.Config(**values))
 
@@ -306,19 +363,22 @@ def _rules(cls: type[AttentionMethod], values: dict[str, Any], kind: str, result
             "the model does not run" if "raised" in results[-1].detail else "the output layout is wrong")))
         return
     rates = rates_above_zero(cls, values)
-    _guarded(results, "values", kind, lambda: check_values(new(), kind))
+    if not high:
+        _guarded(results, "values", kind, lambda: check_values(new(), kind))
     _guarded(results, "params", kind, lambda: check_parameters(new(), kind))
     _guarded(results, "trained", kind, lambda: check_trained(new(), kind))
     # finite first: the padding and eval checks compare finite values only and leave NaN and inf to it
     _guarded(results, "finite", kind, lambda: check_finite(new(), kind))
     _guarded(results, "padding", kind, lambda: check_padding(new(), kind))
-    _guarded(results, "eval", kind, lambda: check_deterministic(new(), kind))
-    _guarded(results, "eval", kind, lambda: check_rate_free_eval(cls, values, kind))
+    if not high:  # the rate-free part compares evaluation at this configuration with evaluation at the high rates
+        _guarded(results, "eval", kind, lambda: check_deterministic(new(), kind))
+        _guarded(results, "eval", kind, lambda: check_rate_free_eval(cls, values, kind))
     _guarded(results, "draws", kind, lambda: check_draws(new(), kind, rates))
     _guarded(results, "expect", kind, lambda: check_expectation(new(), kind, rates))
     _guarded(results, "gradient", kind, lambda: check_gradient(new(), kind))
     _guarded(results, "device", kind, lambda: check_moved_model(new(), kind))
-    _guarded(results, "prepare", kind, lambda: check_prepare_device(new(), kind))
+    if not high:
+        _guarded(results, "prepare", kind, lambda: check_prepare_device(new(), kind))
     _guarded(results, "fp16", kind, lambda: check_fp16(new(), kind))
     _guarded(results, "hooks", kind, lambda: check_hooks(new(), kind))
     if kind in WINDOWED_KINDS:

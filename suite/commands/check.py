@@ -25,8 +25,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                      "optimizer holds and trains, evaluation free of sampling and rates, fresh "
                                      "draws, kept expectation, gradients against a finite difference, devices, fp16 "
                                      "at pre-trained score ranges, training hooks and records, ModernBERT's local "
-                                     "windows), at the given rates "
-                                     "and at high ones",
+                                     "windows; where declared draws land and their unit, schedules, the training "
+                                     "flag, batch invariance, padding in bf16/fp16, 512 tokens, the scaling, "
+                                     "parameters at their edges), at the given rates and at high ones",
                        description="Runs the method check of suite.api.testing on each METHOD (names, wildcards or "
                                    "'all'; methods from installed plugins included) and prints a per-check report. "
                                    "Every rule runs at the configuration and again with each probability field at "
