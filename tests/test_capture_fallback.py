@@ -18,6 +18,8 @@ from suite.run.capture import CAPTURE_FAULT_ENV, CaptureFailed, Steps
 from suite.run.device import is_capture_failure
 from suite.run.settings import TrainSettings
 
+pytestmark = pytest.mark.slow  # the slow tier: `python -m pytest -m slow` (README, Tests)
+
 # 24 rows cut to 8 tokens, batches of 8: every batch has one shape, so the second step captures
 SETTINGS = TrainSettings(epochs=1, batch_size=8, max_length=8, precision="fp32")
 

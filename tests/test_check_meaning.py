@@ -15,6 +15,8 @@ from suite.api.stochastic import stochastic_fields
 from suite.methods.entmax_attention import entmax_bisect
 from suite.methods.structured_dropout import DropHead
 
+pytestmark = pytest.mark.slow  # the slow tier: `python -m pytest -m slow` (README, Tests)
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

@@ -16,6 +16,8 @@ from test_check import (  # the planted methods tests/test_check.py already has,
 import suite
 from suite.api import testing
 
+pytestmark = pytest.mark.slow  # the slow tier: `python -m pytest -m slow` (README, Tests)
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

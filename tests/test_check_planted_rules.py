@@ -10,6 +10,8 @@ import torch
 import suite
 from suite.api import check_spread, testing
 
+pytestmark = pytest.mark.slow  # the slow tier: `python -m pytest -m slow` (README, Tests)
+
 
 @pytest.fixture(autouse=True)
 def _one_thread():

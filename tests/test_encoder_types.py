@@ -20,6 +20,8 @@ from suite.grid.preflight import VERIFIED_MODEL_TYPES
 from suite.grid.store import iter_records
 from suite.run.models import attention_support
 
+pytestmark = pytest.mark.slow  # the slow tier: `python -m pytest -m slow` (README, Tests)
+
 BUILT_IN = sorted(n for n in suite.METHODS.names() if suite.METHODS.get(n).__module__.startswith("suite.methods"))
 # 3 layers: ModernBERT's first is global and the next two local (a window of 2 keys either side); ALBERT's share one
 # attention module; 128 positions for the default --max-length
