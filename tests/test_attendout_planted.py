@@ -12,6 +12,8 @@ from suite.api.attention import StepContext
 from suite.methods.attendout import AttendOut, AttendOutConfig, MaskSample
 from suite.testing import tiny_model
 
+pytestmark = pytest.mark.slow  # the slow tier (about 100 s): `python -m pytest -m slow`
+
 STEPS = 160        # G updates per run (the planted layer rises about 2.4x beyond the band by then)
 G_LR = 3e-3
 P_MAX = 0.9        # room to move: at the default cap 0.3 a drift from 0.1 saturates near the noise's size

@@ -53,6 +53,7 @@ def leaky_plugin(tmp_path, monkeypatch):
     sys.modules.pop("leaky_attention", None)
 
 
+@pytest.mark.slow  # the slow tier: `python -m pytest -m slow`
 def test_scores_dropout_passes_every_check(capsys):
     assert _cli("scores_dropout") == 0
     out = capsys.readouterr().out
@@ -72,6 +73,7 @@ def test_plugin_method_that_ignores_padding_fails(leaky_plugin, capsys):
     assert "failed: leaky_attention" in out
 
 
+@pytest.mark.slow  # the slow tier: `python -m pytest -m slow`
 def test_plugin_check_from_the_command_line(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_plugin_distribution(tmp_path)), str(PLUGINS),
                                                        os.environ.get("PYTHONPATH", "")]))

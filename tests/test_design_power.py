@@ -240,6 +240,7 @@ def test_plan_takes_the_noise_on_the_split_the_verdicts_read(tmp_path, capsys):
     assert "its records of rte are scored on dev, the verdicts on heldout" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the slow tier: `python -m pytest -m slow`
 def test_plan_keeps_its_answer_until_a_record_or_the_study_changes(tmp_path):
     """A second `plan` with the same options, code, study and records prints the kept answer (suite.api.startup_cache:
     marked here, so that the test sees it was read, not computed); a new pilot record, or an edited study, is

@@ -364,6 +364,7 @@ def test_forward_backward_through_tiny_models(kind, name):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # the slow tier: `python -m pytest -m slow`
 def test_sparse_methods_on_minilm_rte(shared_glue, tmp_path):
     import json
 
