@@ -2,10 +2,11 @@
 check attaches a method to and runs."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -163,3 +164,27 @@ def rates_above_zero(cls: type[AttentionMethod], hparams: dict[str, Any]) -> lis
     return [f"{s.field}={getattr(cfg, s.field)}" for s in stochastic_fields(cls)
             if isinstance(getattr(cfg, s.field), (int, float)) and math.isfinite(getattr(cfg, s.field))
             and getattr(cfg, s.field) > 0]
+
+
+@contextlib.contextmanager
+def paired_with_eval(method: AttentionMethod, seen: list, on_pair: Callable[[list], None]):
+    """While active, each training call of `method.attention()` runs once more in evaluation on the same inputs;
+    `on_pair(seen)` gets what a probe appended to `seen` over the two calls (emptied before each pair)."""
+    original = method.attention
+
+    def paired(module, *args, **kwargs):
+        seen.clear()
+        result = original(module, *args, **kwargs)
+        module.training = False
+        try:
+            original(module, *args, **kwargs)
+        finally:
+            module.training = True
+        on_pair(seen)
+        return result
+
+    method.attention = paired
+    try:
+        yield
+    finally:
+        del method.attention

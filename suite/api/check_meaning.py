@@ -9,7 +9,15 @@ import dataclasses
 import torch
 
 from suite.api.attention import AttentionMethod, StepContext, probes
-from suite.api.check_common import CheckResult, accepted, attached, checked_batch, finite_diff, forward
+from suite.api.check_common import (
+    CheckResult,
+    accepted,
+    attached,
+    checked_batch,
+    finite_diff,
+    forward,
+    paired_with_eval,
+)
 from suite.api.stochastic import AXES, stochastic_fields
 
 # what the rest of the suite uses; other names are this module's own
@@ -58,35 +66,22 @@ def _paired_drops(method: AttentionMethod, model, seeds, before=None) -> Drops:
     real = checked_batch(model)[1].bool()
     pairs = real[:, None, :, None] & real[:, None, None, :]
     found, seen = Drops(), []
-    original = method.attention
 
     def probe(module, probs):
         seen.append(probs.detach())
 
-    def paired(module, *args, **kwargs):
-        seen.clear()
-        result = original(module, *args, **kwargs)
-        module.training = False
-        try:
-            original(module, *args, **kwargs)
-        finally:
-            module.training = True
+    def keep(seen):
         if len(seen) == 2 and seen[0].dim() == 4 and seen[0].shape == seen[1].shape:
             train, evaluation = seen
             eligible = pairs.expand_as(train) & (evaluation != 0) & torch.isfinite(evaluation) & torch.isfinite(train)
             found.calls.append(((train == 0) & eligible, eligible))
-        return result
 
-    method.attention = paired
     model.train()
-    try:
-        with torch.no_grad(), probes(model, probe):
-            for seed in seeds:
-                if before is not None:
-                    before()
-                forward(model, *checked_batch(model), seed=seed)
-    finally:
-        del method.attention
+    with paired_with_eval(method, seen, keep), torch.no_grad(), probes(model, probe):
+        for seed in seeds:
+            if before is not None:
+                before()
+            forward(model, *checked_batch(model), seed=seed)
     return found
 
 

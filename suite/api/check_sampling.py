@@ -9,7 +9,16 @@ import math
 import torch
 
 from suite.api.attention import AttentionMethod, attention_modules, probes
-from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, finite_diff, forward, rows
+from suite.api.check_common import (
+    ROWS,
+    CheckResult,
+    attached,
+    checked_batch,
+    finite_diff,
+    forward,
+    paired_with_eval,
+    rows,
+)
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_draws", "check_expectation", "check_gradient"]
@@ -60,32 +69,19 @@ def check_draws(method: AttentionMethod, kind: str, rates: list[str]) -> CheckRe
 def _paired_row_sums(method: AttentionMethod, model, real_query: torch.Tensor, seed: int) -> list[tuple]:
     """Calls `attention()` in training as the model does, and once more in evaluation on the same inputs; keeps the
     row sums of real queries' weights that each call hands to `suite.attend`, as (train, eval) per call."""
-    original = method.attention
     found: list[tuple] = []
     seen: list[torch.Tensor] = []
 
     def probe(module, probs):
         seen.append(probs.detach().double().sum(-1))
 
-    def paired(module, *args, **kwargs):
-        seen.clear()
-        result = original(module, *args, **kwargs)
-        module.training = False
-        try:
-            original(module, *args, **kwargs)
-        finally:
-            module.training = True
+    def keep(seen):
         if len(seen) == 2:
             rows = real_query.expand_as(seen[0])
             found.append((seen[0][rows], seen[1][rows]))
-        return result
 
-    method.attention = paired
-    try:
-        with torch.no_grad(), probes(model, probe):
-            forward(model, *checked_batch(model), seed=seed)
-    finally:
-        del method.attention
+    with paired_with_eval(method, seen, keep), torch.no_grad(), probes(model, probe):
+        forward(model, *checked_batch(model), seed=seed)
     return found
 
 
