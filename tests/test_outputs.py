@@ -205,8 +205,24 @@ def test_a_saved_model_without_a_working_tokenizer_is_refused_before_predicting(
     if damage == "corrupt tokenizer.json":
         (folder / "vocab.txt").unlink(missing_ok=True)
         (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "WordPiece"')
+    _as_saved(folder)  # a checkpoint saved that way: its digests pass, so the tokenizer check must refuse it
     capsys.readouterr()
     assert main(["predict", str(folder), "--data-dir", glue_with_tests, "--out", str(tmp_path / "sub")]) == 2
     err = capsys.readouterr().err
     assert str(folder) in err and "tokenizer" in err and "Traceback" not in err
+    assert "differ from what the run saved" not in err and "its record's run saved" not in err
     assert not (tmp_path / "sub" / "RTE.tsv").exists()
+
+
+def _as_saved(folder: Path) -> None:
+    """Rewrite the digests a checkpoint's description and its record keep, as if its files had been saved as they
+    are now."""
+    from suite.run.test_predictions import CHECKPOINT_INFO, checkpoint_files, files_digest
+
+    info = json.loads((folder / CHECKPOINT_INFO).read_text())
+    info["files"] = checkpoint_files(folder)
+    (folder / CHECKPOINT_INFO).write_text(json.dumps(info))
+    record = folder.with_suffix(".json")
+    rec = json.loads(record.read_text())
+    rec["artifacts"]["model_sha256"] = files_digest(info["files"])
+    record.write_text(json.dumps(rec))

@@ -33,24 +33,35 @@ def _positive(text: str) -> int:
     return value
 
 
-def checkpoint_folder(path: str) -> Path:
-    """A checkpoint folder as given, or the one a record's `artifacts.model` names."""
+def checkpoint_folder(path: str) -> tuple[Path, str | None]:
+    """(the checkpoint folder as given or as a record's `artifacts.model` names it, the digest of its files that the
+    run's record keeps, or None). A folder given directly is held against the record beside it when there is one."""
     p = Path(path)
     if p.is_file() and p.suffix == ".json":
-        from suite.run.record import read_record
-
-        try:
-            model = read_record(p).saved_model
-        except (OSError, ValueError) as exc:  # InvalidRecord is a ValueError
-            raise BadInput(f"{p}: not a readable run record ({type(exc).__name__}: {exc}); give a RUN.json "
-                           "written by `python -m suite run`, or its RUN.model/ folder") from None
-        if not model:
+        record = _record(p)
+        if record is None or not record.saved_model:
             raise BadInput(f"{p}: this run kept no model (it ran without --save-model); rerun it with "
                            "`python -m suite run ... --save-model --force`")
-        return p.parent / model
+        return p.parent / record.saved_model, record.artifacts.model_sha256
     if not p.is_dir():
         raise BadInput(f"{p}: no such checkpoint folder or record")
-    return p
+    beside = p.parent / (p.name.removesuffix(".model") + ".json")
+    record = _record(beside, quiet=True) if p.name.endswith(".model") and beside.is_file() else None
+    kept = record is not None and record.saved_model == p.name
+    return p, record.artifacts.model_sha256 if kept else None
+
+
+def _record(path: Path, quiet: bool = False):
+    """The run record at `path`; BadInput when it cannot be read (None instead when `quiet`)."""
+    from suite.run.record import read_record
+
+    try:
+        return read_record(path)
+    except (OSError, ValueError) as exc:  # InvalidRecord is a ValueError
+        if quiet:
+            return None
+        raise BadInput(f"{path}: not a readable run record ({type(exc).__name__}: {exc}); give a RUN.json "
+                       "written by `python -m suite run`, or its RUN.model/ folder") from None
 
 
 def main(args) -> int:
@@ -61,7 +72,7 @@ def main(args) -> int:
     from suite.run.test_predictions import load_checkpoint, predict_test
 
     check_folder_name("--out", args.out)
-    folders = [checkpoint_folder(c) for c in args.checkpoints]
+    checkpoints = [checkpoint_folder(c) for c in args.checkpoints]
     device, data_dir, out = pick_device(args.device), resolve_data_dir(args.data_dir), Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -69,9 +80,9 @@ def main(args) -> int:
         raise BadInput(f"--out {out}: cannot make the submission folder there ({exc.strerror or exc}); give a "
                        "folder") from None
     seen: dict[str, Path] = {}
-    for folder in folders:
+    for folder, digest in checkpoints:
         check_checkpoint_fits(folder, str(device))  # run's memory preflight, from config.json before any weight
-        model, tokenizer, job, spec = load_checkpoint(folder, device)
+        model, tokenizer, job, spec = load_checkpoint(folder, device, digest)
         if spec.name in seen:
             raise BadInput(f"{folder} and {seen[spec.name]} are both {spec.display} runs: one submission holds one "
                            "run per task; write them to separate --out folders")

@@ -67,7 +67,9 @@ def predict_from_saved_model(job: RunConfig, store: Store, folder: Path, data_di
     from suite.run.test_predictions import load_checkpoint, predict_test
 
     check_checkpoint_fits(folder, str(device))  # from its config.json, before any weight loads
-    model, tokenizer, trained, spec = load_checkpoint(folder, device)
+    rec = store.read(job.filename)
+    digest = rec.artifacts.model_sha256 if rec is not None and rec.artifacts is not None else None
+    model, tokenizer, trained, spec = load_checkpoint(folder, device, digest)
     if trained.hash != job.hash:
         raise DataError(f"{folder} holds the model of another run (hash {trained.hash}, not {job.hash})")
     out = own_folder(artifact_path(store.root, job.filename, "test"))  # a link planted there is replaced

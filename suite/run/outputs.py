@@ -91,8 +91,8 @@ class RunHooks:
 
         if self.outputs.save_model:
             folder = artifact_path(self.outputs.root, self.job.filename, "model")
-            save_checkpoint(folder, model, tokenizer, self.job)
-            self.artifacts["model"] = folder.name
+            digest = save_checkpoint(folder, model, tokenizer, self.job)
+            self.artifacts.update(model=folder.name, model_sha256=digest)
         if self.outputs.predict_test:
             folder = artifact_path(self.outputs.root, self.job.filename, "test")
             own_folder(folder)  # links planted in the output folder are replaced, never written through

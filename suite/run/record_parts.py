@@ -263,6 +263,7 @@ class Executor(Part):
 class Artifacts(Part):
     """The files a run left beside its record (a saved model, test predictions), by name relative to it."""
     model: str | None = None
+    model_sha256: str | None = None  # the saved model's files as written (suite.run.test_predictions.files_digest)
     test_predictions: Mapping[str, str] | None = None     # GLUE test set -> predictions file
     test_sets_absent: tuple[str, ...] | None = None
     tracking_error: str | None = None

@@ -9,9 +9,11 @@ file is not in the data folder are skipped (and named). Tasks declare theirs in 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -155,14 +157,59 @@ def predict_test(model, tokenizer, spec: TaskSpec, data_dir: Path | None, out: P
 # Checkpoints
 # ---------------------------------------------------------------------------------------------------------
 
-def save_checkpoint(folder: Path, model, tokenizer, job) -> None:
+def save_checkpoint(folder: Path, model, tokenizer, job) -> str:
+    """Weights (the method's own parameters included), tokenizer and the job that trained them, with each file's
+    sha256; returns the digest of them all, which the run's record keeps (`artifacts.model_sha256`)."""
     from suite.run.layout import own_folder
 
-    """Weights (the method's own parameters included), tokenizer and the job that trained them."""
     own_folder(folder)  # links planted in the output folder are replaced, never written through
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    (folder / CHECKPOINT_INFO).write_text(json.dumps({"config": job.to_dict()}, indent=1, default=str))
+    files = checkpoint_files(folder)
+    (folder / CHECKPOINT_INFO).write_text(json.dumps({"config": job.to_dict(), "files": files}, indent=1,
+                                                     default=str))
+    return files_digest(files)
+
+
+def checkpoint_files(folder: Path) -> dict[str, str]:
+    """sha256 of every file in a checkpoint folder but its description, by path relative to the folder."""
+    found = {}
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != CHECKPOINT_INFO):
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        found[path.relative_to(folder).as_posix()] = digest.hexdigest()
+    return found
+
+
+def files_digest(files: dict[str, str]) -> str:
+    """One digest of a checkpoint's files (names and contents): what the run's record keeps."""
+    return hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
+
+
+def verify_checkpoint(folder: Path, expected: str | None = None) -> None:
+    """DataError naming the files when a checkpoint's files are not the ones its run saved: against the digests its
+    description wrote, and against `expected` (its record's `artifacts.model_sha256`) when there is a record. A
+    checkpoint saved before digests were written, with no record to hold it against, loads with a warning."""
+    found = checkpoint_files(folder)
+    try:
+        written = json.loads((Path(folder) / CHECKPOINT_INFO).read_text()).get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        written = None  # checkpoint_job has already named an unreadable description
+    fix = "save the model again with `python -m suite run ... --save-model --force`"
+    if isinstance(written, dict):
+        changed = sorted(name for name in set(found) | set(written) if found.get(name) != written.get(name))
+        if changed:
+            raise DataError(f"{folder}: {', '.join(changed[:5])} differ from what the run saved (sha256 in "
+                            f"{CHECKPOINT_INFO}): the files were replaced, added or damaged since; {fix}")
+    if expected is not None and files_digest(found) != expected:
+        raise DataError(f"{folder}: its files are not the ones its record's run saved (digest "
+                        f"{files_digest(found)[:12]}, the record keeps {str(expected)[:12]}): another run's model, "
+                        f"or files replaced since; {fix}")
+    if expected is None and not isinstance(written, dict):
+        warnings.warn(f"{folder}: saved before checkpoints held digests and no record holds one: its weights are "
+                      "loaded unverified", stacklevel=2)
 
 
 def checkpoint_job(folder: Path):
@@ -202,9 +249,10 @@ def _weights_problem(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-def load_checkpoint(folder: str | Path, device):
-    """(model with its method attached and the trained weights, tokenizer, RunConfig, TaskSpec). The commands
-    check first that its weights fit in memory (`suite.grid.preflight.check_checkpoint_fits`)."""
+def load_checkpoint(folder: str | Path, device, expected_digest: str | None = None):
+    """(model with its method attached and the trained weights, tokenizer, RunConfig, TaskSpec), once its files are
+    the ones its run saved (`verify_checkpoint`; `expected_digest`: its record's). The commands check first that its
+    weights fit in memory (`suite.grid.preflight.check_checkpoint_fits`)."""
     from safetensors.torch import load_file
     from transformers import AutoModelForSequenceClassification
 
@@ -213,6 +261,7 @@ def load_checkpoint(folder: str | Path, device):
 
     folder = Path(folder)
     job = checkpoint_job(folder)
+    verify_checkpoint(folder, expected_digest)
     try:
         with quiet_transformers():
             model = AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="sdpa")
