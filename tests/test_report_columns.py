@@ -82,6 +82,9 @@ def literal_column_reads(path: Path) -> list[str]:
 def test_no_report_module_reads_a_run_table_column_by_its_text():
     found = [hit for path in sorted(REPORT.glob("*.py")) for hit in literal_column_reads(path)]
     assert not found, "read these columns as `Col.NAME` (suite/report/load.py):\n" + "\n".join(found)
+    # each exception still names a read that is there (else it would excuse a future one)
+    sources = {(p.name, ast.unparse(n)) for p in REPORT.glob("*.py") for n in ast.walk(ast.parse(p.read_text()))}
+    assert NOT_THE_RUN_TABLE <= sources, NOT_THE_RUN_TABLE - sources
 
 
 def test_the_scan_finds_each_kind_of_literal_read(tmp_path):
