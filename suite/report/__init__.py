@@ -20,7 +20,8 @@ How records become cells
 The walk of a report: load -> facts -> sections -> document
   load.py            run folders, read once -> `Loaded`: one DataFrame row per valid record (`read_record`; the
                      record's parts typed by suite.run.record_parts, `Setting` for grouping, the run's `outcome`),
-                     and the state files a tuning stage and `run --until-decided` leave beside the records
+                     and the state files a tuning stage and `run --until-decided` leave beside the records; the
+                     table's columns, named once (`Col`: read by name everywhere, never by their text)
   state_checks.py    those state files held against the records
   stage_sections.py  the sections on them (tuning, the looks of run --until-decided) and the looks' verdicts
   selection.py       which records each table uses; a tuned study's selected runs folded into one cell

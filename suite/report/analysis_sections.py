@@ -20,6 +20,7 @@ import pandas as pd
 
 from suite.report.facts import ModelFacts, Options
 from suite.report.figures import pyplot, save
+from suite.report.load import Col
 from suite.report.selection import Selection
 from suite.report.vocabulary import DASH, Part, fmt, slug, table
 from suite.run.analyses import heads as head_stats
@@ -34,9 +35,9 @@ ENTROPIES = ("entropy_gxi", "entropy_loo", "entropy_cls", "entropy_rollout")
 
 def _part(board: pd.DataFrame, name: str) -> pd.DataFrame:
     """The board's ok runs that carry analysis `name`, with that part in column `part`."""
-    if "analyses" not in board.columns:
+    if Col.ANALYSES not in board.columns:
         return board.iloc[0:0]
-    part = board["analyses"].map(lambda a: a.get(name) if isinstance(a, Analyses) else None)
+    part = board[Col.ANALYSES].map(lambda a: a.get(name) if isinstance(a, Analyses) else None)
     keep = part.map(lambda p: isinstance(p, dict) and bool(p))
     return board[keep].assign(part=part[keep])
 
@@ -50,7 +51,7 @@ def _mean(values) -> float:
 def importance_table(sel: Selection, runs: pd.DataFrame, label) -> str:
     rows = []
     for m in sel.methods:
-        sub = runs[runs["method"] == m]
+        sub = runs[runs[Col.METHOD] == m]
         if len(sub):
             means = [_mean(p["mean"].get(k) for p in sub["part"]) for k in TAUS + ENTROPIES]
             rows.append([label(m)] + [fmt(v, 3) if math.isfinite(v) else DASH for v in means] + [str(len(sub))])
@@ -63,8 +64,8 @@ def seed_pairs(runs: pd.DataFrame, tokens: str = "content") -> dict[str, dict[st
     """method -> {"jsd": [...], "tvd": [...]} over every pair of seeds of every cell and every analysed example;
     the JSD over content tokens (default) or, `tokens="boundary"`, of the [CLS] row with the boundary tokens."""
     out: dict[str, dict[str, list[float]]] = {}
-    for (method, _task, _hp, _train), cell in runs.groupby(["method", "task", "hp", "train"], sort=True):
-        ordered = cell.sort_values("seed")
+    for (method, _task, _hp, _train), cell in runs.groupby([Col.METHOD, Col.TASK, Col.HP, Col.TRAIN], sort=True):
+        ordered = cell.sort_values(Col.SEED)
         for (_, a), (_, b) in itertools.combinations(ordered.iterrows(), 2):
             if a["part"].get("prediction") and len(a["part"]["prediction"]) == len(b["part"]["prediction"]):
                 pair = seed_divergence(a["part"], b["part"], tokens)
@@ -110,7 +111,7 @@ def plot_seed_violins(pairs: dict, methods: list[str], title: str, path, measure
 
 
 def mean_heads(runs: pd.DataFrame, method: str) -> dict[str, np.ndarray]:
-    parts = [p for p in runs[runs["method"] == method]["part"]]
+    parts = [p for p in runs[runs[Col.METHOD] == method]["part"]]
     out = {}
     for name in head_stats.STATISTICS:
         arrays = [np.asarray(p[name], dtype=float) for p in parts if name in p]
@@ -148,7 +149,7 @@ def plot_head_maps(runs: pd.DataFrame, methods: list[str], title: str, path) -> 
 def section(facts: ModelFacts, options: Options) -> Part:
     """The analyses section of one model."""
     sel, board, model, mslug, part = facts.sel, facts.board, facts.model, slug(facts.model), Part()
-    ok = board[board["status"] == "ok"]
+    ok = board[board[Col.STATUS] == "ok"]
     parts = {name: _part(ok, name) for name in ("importance", "seeds", "heads")}
     if not any(len(p) for p in parts.values()):
         return part

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from suite.report.fragility import fragile_text
+from suite.report.load import Col
 from suite.report.vocabulary import DASH, fmt, higher_is_better
 from suite.stats import aso, collapse, families
 from suite.stats.curves import size_tests
@@ -105,16 +106,18 @@ class Comparison:
 
 
 def _outcomes(sub: pd.DataFrame) -> dict[int, RunOutcome]:
-    ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
-    return {int(r.seed): r.outcome for r in ok.itertuples()}   # RunOutcome.of, read with the record
+    ok = sub[(sub[Col.STATUS] == "ok") & np.isfinite(sub[Col.SCORE].astype(float))]
+    # RunOutcome.of, read with the record
+    return {int(seed): outcome for seed, outcome in zip(ok[Col.SEED], ok[Col.OUTCOME])}
 
 
 def _paired_outcomes(sub: pd.DataFrame) -> dict:
     """Runs keyed by seed, or by (draw, seed) where a curve fixes its data draws: the units the test pairs."""
-    if "draw" not in sub or sub["draw"].isna().all():
+    if Col.DRAW not in sub or sub[Col.DRAW].isna().all():
         return _outcomes(sub)
-    ok = sub[(sub["status"] == "ok") & np.isfinite(sub["score"].astype(float))]
-    return {(int(r.draw), int(r.seed)): r.outcome for r in ok.itertuples()}
+    ok = sub[(sub[Col.STATUS] == "ok") & np.isfinite(sub[Col.SCORE].astype(float))]
+    return {(int(draw), int(seed)): outcome
+            for draw, seed, outcome in zip(ok[Col.DRAW], ok[Col.SEED], ok[Col.OUTCOME])}
 
 
 def _from_evidence(method: str, column: str, ev: Evidence) -> Comparison:
@@ -151,7 +154,7 @@ def compare_model(options, sel, board: pd.DataFrame, cells: Mapping, avgs: list,
     base = options.baseline
     out: dict[tuple[str, str], Comparison] = {}
     evidence: dict[tuple[str, str], Evidence] = {}
-    runs = {(m, t): _outcomes(board[(board["method"] == m) & (board["task"] == t)])
+    runs = {(m, t): _outcomes(board[(board[Col.METHOD] == m) & (board[Col.TASK] == t)])
             for m in sel.methods for t in sel.tasks}
     for m in (x for x in sel.methods if x != base):
         for t in sel.tasks:
@@ -300,12 +303,12 @@ def curve_tests(curves: Mapping[str, pd.DataFrame], methods: Mapping[str, list[s
     curves (`suite.stats.curves`); `methods`: each curve's methods."""
     cells = {}
     for task, sub in curves.items():
-        for size in sorted(sub["size"].unique()):
-            at = sub[sub["size"] == size]
-            ref = _paired_outcomes(at[at["method"] == baseline])
+        for size in sorted(sub[Col.SIZE].unique()):
+            at = sub[sub[Col.SIZE] == size]
+            ref = _paired_outcomes(at[at[Col.METHOD] == baseline])
             for m in methods[task]:
                 if m != baseline:
-                    cells[task, m, int(size)] = (task, _paired_outcomes(at[at["method"] == m]), ref)
+                    cells[task, m, int(size)] = (task, _paired_outcomes(at[at[Col.METHOD] == m]), ref)
     return size_tests(cells, correction)
 
 

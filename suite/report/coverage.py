@@ -8,6 +8,7 @@ from collections import defaultdict
 import pandas as pd
 
 from suite.report.facts import ModelFacts, Options, ReportFacts
+from suite.report.load import Col
 from suite.report.vocabulary import DASH, Part, table, task_display, task_order
 from suite.run.settings import RunConfig
 
@@ -46,7 +47,7 @@ def coverage_lines(report: ReportFacts, options: Options) -> list[str]:
             except Exception as exc:  # noqa: BLE001  the report goes on, saying which line
                 failed.append(f"command {number} ({type(exc).__name__}: {str(exc)[:160]})")
     df = report.frame
-    have = set(df.loc[df["status"] == "ok", "hash"])
+    have = set(df.loc[df[Col.STATUS] == "ok", Col.HASH])
     missing = [job for h, job in planned.items() if h not in have]
     note = (f" (could not plan {', '.join(failed)}: give the report from the folder the commands ran in)"
             if failed else "")
@@ -116,11 +117,11 @@ def compute_per_cell(facts: ModelFacts, options: Options) -> Part:
     """Run hours per leaderboard cell (every record of the cell, failed runs included), by device kind, with the
     devices named below."""
     records, part = facts.records, Part()
-    if not len(records) or records["wall_s"].dropna().empty:
+    if not len(records) or records[Col.WALL_S].dropna().empty:
         return part
-    kinds = records["env"].map(_device)
-    hours = (records.assign(kind=kinds).groupby(["method", "task", "kind"])["wall_s"].sum() / 3600)
-    tasks = [t for t in task_order(records["task"].unique())]
+    kinds = records[Col.ENV].map(_device)
+    hours = (records.assign(kind=kinds).groupby([Col.METHOD, Col.TASK, "kind"])[Col.WALL_S].sum() / 3600)
+    tasks = [t for t in task_order(records[Col.TASK].unique())]
     several = kinds.nunique() > 1
     rows = []
     for m in facts.sel.methods:
@@ -132,7 +133,7 @@ def compute_per_cell(facts: ModelFacts, options: Options) -> Part:
     total = hours.groupby(level="kind").sum()
     devices = sorted({f"{_device(e)}: {e.gpu or e.platform}" + (f", {e.cpu_threads} CPU threads"
                                                               if _device(e) == "CPU" else "")
-                      for e in records["env"]})
+                      for e in records[Col.ENV]})
     unit = "Hours" if several else f"{kinds.iloc[0]}-hours"
     part.add("#### Compute per cell", "", table(rows, ["method", *map(task_display, tasks)]), "",
              f"- {unit} of every record of the cell (failed runs included), each run's own wall-clock "

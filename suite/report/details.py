@@ -7,6 +7,7 @@ import pandas as pd
 
 from suite.report.comparisons import difference_text
 from suite.report.facts import Cell, ModelFacts, Options, ReportFacts
+from suite.report.load import Col
 from suite.report.selection import Selection, lookup, setting_text, setup_note, train_diff, varying_keys
 from suite.report.vocabulary import DASH, Part, key_of, metric_order, sort_key, table, task_display, value_text
 from suite.run.record_parts import DataSizes
@@ -38,8 +39,8 @@ def setup(facts: ModelFacts, options: Options) -> Part:
 
 
 def _data_sizes(board: pd.DataFrame, task: str) -> DataSizes:
-    sub = board[(board["task"] == task) & (board["status"] == "ok")]
-    return sub["data"].iloc[0] if len(sub) else DataSizes()
+    sub = board[(board[Col.TASK] == task) & (board[Col.STATUS] == "ok")]
+    return sub[Col.DATA].iloc[0] if len(sub) else DataSizes()
 
 
 def _effective(train: dict, data: DataSizes) -> dict:
@@ -54,12 +55,12 @@ def _effective(train: dict, data: DataSizes) -> dict:
 def _per_task_row(facts: ModelFacts, sub: pd.DataFrame, keys: list[str], method: str, dev: bool = False
                   ) -> list[str]:
     headline = Cell.of(sub)
-    metric_cells = [Cell.of(sub.assign(_m=[f.get(k) for f in sub["final"]]), "_m").text(with_n=False)
+    metric_cells = [Cell.of(sub.assign(_m=[f.get(k) for f in sub[Col.FINAL]]), "_m").text(with_n=False)
                     for k in keys]
-    best = Cell.of(sub, "best_score")
-    c = facts.comparisons.get((method, sub["task"].iloc[0]))
+    best = Cell.of(sub, Col.BEST_SCORE)
+    c = facts.comparisons.get((method, sub[Col.TASK].iloc[0]))
     stats = [DASH] if c is None else [difference_text(c)]
-    beside = [Cell.of(sub, "dev_score").text(with_n=False)] if dev else []
+    beside = [Cell.of(sub, Col.DEV_SCORE).text(with_n=False)] if dev else []
     return [facts.label(method), *metric_cells, headline.text(with_n=False), *beside, str(headline.n),
             str(headline.failed), best.text(with_n=False), *stats]
 
@@ -74,11 +75,11 @@ def per_task(facts: ModelFacts, options: Options) -> Part:
              "`comparisons.csv`.",
              "")
     for t in sel.tasks:
-        bt = board[board["task"] == t]
-        keys = metric_order(t, {k for f in bt["final"] for k in f.names})
-        heldout = bool((bt.get("scored_on", pd.Series(dtype=object)) == "heldout").any())
-        rows = [_per_task_row(facts, bt[bt["method"] == m], keys, m, heldout)
-                for m in sel.methods if (bt["method"] == m).any()]
+        bt = board[board[Col.TASK] == t]
+        keys = metric_order(t, {k for f in bt[Col.FINAL] for k in f.names})
+        heldout = bool((bt.get(Col.SCORED_ON, pd.Series(dtype=object)) == "heldout").any())
+        rows = [_per_task_row(facts, bt[bt[Col.METHOD] == m], keys, m, heldout)
+                for m in sel.methods if (bt[Col.METHOD] == m).any()]
         if rows:
             note = ["Scored on the held-out test split carved from the train set (train.test_holdout); dev: the "
                     "dev headline of the same runs, beside.", ""] if heldout else []
@@ -89,17 +90,17 @@ def per_task(facts: ModelFacts, options: Options) -> Part:
 
 
 def _ablation_block(sel: Selection, method: str, sub: pd.DataFrame, keys: list[str]) -> list[str]:
-    tasks = [t for t in sel.tasks if t in set(sub["task"])]
+    tasks = [t for t in sel.tasks if t in set(sub[Col.TASK])]
     values = sub.apply(lambda r: tuple(lookup(r, k) for k in keys), axis=1)
     sub = sub.assign(_row=values.map(lambda v: json.dumps(v, default=str)))
     row_values = {json.dumps(v, default=str): v for v in values}
     rows = []
     for rk in sorted(row_values, key=lambda k: tuple(sort_key(v) for v in row_values[k])):
         rs = sub[sub["_row"] == rk]
-        in_board = all(sel.train_by_task.get(r["task"]) == r["train"] and sel.hp_by_method[method] == r["hp"]
+        in_board = all(sel.train_by_task.get(r[Col.TASK]) == r[Col.TRAIN] and sel.hp_by_method[method] == r[Col.HP]
                        for _, r in rs.iterrows())
         rows.append([*[value_text(v) for v in row_values[rk]],
-                     *[Cell.of(rs[rs["task"] == t]).text() for t in tasks], "✓" if in_board else ""])
+                     *[Cell.of(rs[rs[Col.TASK] == t]).text() for t in tasks], "✓" if in_board else ""])
     return [f"#### {sel.label(method)}", "",
             table(rows, [*keys, *[task_display(t) for t in tasks], "in leaderboard"]), ""]
 
@@ -109,7 +110,7 @@ def ablations(facts: ModelFacts, options: Options) -> Part:
     sel, df, part = facts.sel, facts.ablation, Part()
     blocks = []
     for m in sel.methods:
-        sub = df[df["method"] == m]
+        sub = df[df[Col.METHOD] == m]
         keys = varying_keys(sub)
         if keys:
             blocks += _ablation_block(sel, m, sub, keys)
@@ -131,16 +132,16 @@ def skipped_records(report: ReportFacts, options: Options) -> Part:
 
 def failures(report: ReportFacts, options: Options) -> Part:
     df, part = report.frame, Part()
-    failed = df[df["status"] != "ok"].sort_values(["model", "label", "file"])
+    failed = df[df[Col.STATUS] != "ok"].sort_values([Col.MODEL, Col.LABEL, Col.FILE])
     if len(failed):
-        rows = [[r["label"], r["model"], r["status"], (r["error"].splitlines() or [""])[0][:200], r["file"]]
+        rows = [[r[Col.LABEL], r[Col.MODEL], r[Col.STATUS], (r[Col.ERROR].splitlines() or [""])[0][:200], r[Col.FILE]]
                 for _, r in failed.iterrows()]
         part.add("## Failed runs", "", table(rows, ["run", "model", "status", "error", "record"]), "")
     shown = frozenset().union(*(f.shown for f in report.models.values()))
-    rest = df[~df["hash"].isin(shown)]
+    rest = df[~df[Col.HASH].isin(shown)]
     if len(rest):
         rows = []
-        for (model, task, method, hp, train), sub in rest.groupby(["model", "task", "method", "hp", "train"]):
+        for (model, task, method, hp, train), sub in rest.groupby([Col.MODEL, Col.TASK, Col.METHOD, Col.HP, Col.TRAIN]):
             sel_train = report.models[model].sel.train_by_task.get(task)
             diff = train_diff(train.values, sel_train.values if sel_train else {})
             setting = ", ".join(filter(None, [setting_text(hp.values, method), diff]))

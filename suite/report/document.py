@@ -29,7 +29,7 @@ from suite.report import (
     tuning_budget,
 )
 from suite.report.facts import ModelFacts, Options, ReportFacts, report_facts
-from suite.report.load import load
+from suite.report.load import Col, load
 from suite.report.markdown import wrap_prose
 from suite.report.selection import fold_selected
 from suite.report.vocabulary import Part, Table
@@ -211,7 +211,7 @@ def _check_primary(primary: Sequence[str], frame: pd.DataFrame) -> None:
     that names nothing left every comparison exploratory, which changed the correction."""
     from suite.report.vocabulary import task_benchmark
 
-    methods, tasks = set(frame["method"]), set(frame["task"])
+    methods, tasks = set(frame[Col.METHOD]), set(frame[Col.TASK])
     columns = tasks | {f"{task_benchmark(t)} avg" for t in tasks if task_benchmark(t)}
     for entry in primary:
         method, colon, column = entry.partition(":")

@@ -24,7 +24,7 @@ import pandas as pd
 
 from suite.report.comparisons import Comparison, compare_model, curve_tests, floors
 from suite.report.costs import BenchCosts, CostColumns, cost_columns, read_bench
-from suite.report.load import Loaded, Setting
+from suite.report.load import Col, Loaded, Setting
 from suite.report.selection import (
     Selection,
     curve_methods,
@@ -85,13 +85,13 @@ class Cell:
     seeds: np.ndarray | None = None   # the seed of each value (same order), for pairing by seed
 
     @classmethod
-    def of(cls, sub: pd.DataFrame, column: str = "score", scale: float = SCALE) -> "Cell":
-        ok = sub[sub["status"] == "ok"]
+    def of(cls, sub: pd.DataFrame, column: str = Col.SCORE, scale: float = SCALE) -> "Cell":
+        ok = sub[sub[Col.STATUS] == "ok"]
         vals = ok[column].astype(float).to_numpy() * scale
-        seeds = pd.to_numeric(ok["seed"], errors="coerce").to_numpy(dtype=float) if "seed" in ok else None
+        seeds = pd.to_numeric(ok[Col.SEED], errors="coerce").to_numpy(dtype=float) if Col.SEED in ok else None
         finite = np.isfinite(vals)
         order = np.argsort(vals[finite], kind="mergesort")
-        return cls(vals[finite][order], int((sub["status"] != "ok").sum()), int(len(vals) - finite.sum()),
+        return cls(vals[finite][order], int((sub[Col.STATUS] != "ok").sum()), int(len(vals) - finite.sum()),
                    seeds[finite][order] if seeds is not None else None)
 
     @property
@@ -178,7 +178,7 @@ class Baseline:
 
 
 def _from_records(board_task: pd.DataFrame) -> Baseline | None:
-    for found in board_task["baseline"]:
+    for found in board_task[Col.BASELINE]:
         if isinstance(found, RecordedBaseline):
             return Baseline(found.constant_kind, found.constant * SCALE, found.chance * SCALE, "records")
     return None
@@ -218,7 +218,7 @@ def _task_baselines(board: pd.DataFrame, tasks: list[str], train_by_task: Mappin
     """{task: Baseline} for the leaderboard's records of each task (`cache` avoids re-reading the data)."""
     out = {}
     for t in tasks:
-        found = _from_records(board[board["task"] == t])
+        found = _from_records(board[board[Col.TASK] == t])
         if found is None:
             key = (t, train_by_task[t].key, str(data_dir))
             if key not in cache:
@@ -230,11 +230,11 @@ def _task_baselines(board: pd.DataFrame, tasks: list[str], train_by_task: Mappin
 
 def _vs_constant(task: str, runs: pd.DataFrame, base: Baseline, alpha: float) -> VsConstant | None:
     """`runs`: one cell's records (any status). None without a finished run or a baseline."""
-    ok = runs[runs["status"] == "ok"]
+    ok = runs[runs[Col.STATUS] == "ok"]
     if not len(ok) or not base.available:
         return None
-    paths = list(ok["predictions"]) if "predictions" in ok else [None] * len(ok)
-    return vs_constant(task, ok["score"].astype(float).to_numpy() * SCALE, paths, base.constant, alpha,
+    paths = list(ok[Col.PREDICTIONS]) if Col.PREDICTIONS in ok else [None] * len(ok)
+    return vs_constant(task, ok[Col.SCORE].astype(float).to_numpy() * SCALE, paths, base.constant, alpha,
                        higher_is_better(task), is_regression(task))
 
 
@@ -271,7 +271,7 @@ def model_facts(records: pd.DataFrame, sel: Selection, options: Options, bench: 
     twice; `sequential`: the verdicts of a study run with --until-decided (`suite.report.stage_sections.verdicts`),
     which the comparisons report."""
     board = sel.board(records)
-    cells = {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)])
+    cells = {(m, t): Cell.of(board[(board[Col.METHOD] == m) & (board[Col.TASK] == t)])
              for m in sel.methods for t in sel.tasks}
     avgs = tuple(_averages(sel, cells))
     bases = _task_baselines(board, sel.tasks, sel.train_by_task, options.data_dir, baseline_cache)
@@ -285,7 +285,7 @@ def model_facts(records: pd.DataFrame, sel: Selection, options: Options, bench: 
     for tasks, runs, task_bases in ((sel.tasks, board, bases), (sel.reference_tasks, reference_board, reference_bases)):
         for m in sel.methods:
             for t in tasks:
-                found = _vs_constant(t, runs[(runs["method"] == m) & (runs["task"] == t)], task_bases[t],
+                found = _vs_constant(t, runs[(runs[Col.METHOD] == m) & (runs[Col.TASK] == t)], task_bases[t],
                                      options.alpha)
                 if found is not None:
                     above[m, t] = found
@@ -294,10 +294,10 @@ def model_facts(records: pd.DataFrame, sel: Selection, options: Options, bench: 
     tests = curve_tests(curves, shown_by_curve, options.baseline, options.correction) if curves else {}
     in_curves = curve_runs(sel, records, curves)
     ablation = records.drop(index=in_curves)   # a data-efficiency curve's runs are shown by it, not as an ablation
-    ablated = [ablation.loc[ablation["method"] == m, "hash"] for m in sel.methods
-               if varying_keys(ablation[ablation["method"] == m])]
-    shown = frozenset(board["hash"]) | frozenset(reference_board["hash"]) | frozenset(
-        h for hashes in ablated for h in hashes) | frozenset(records.loc[in_curves, "hash"])
+    ablated = [ablation.loc[ablation[Col.METHOD] == m, Col.HASH] for m in sel.methods
+               if varying_keys(ablation[ablation[Col.METHOD] == m])]
+    shown = frozenset(board[Col.HASH]) | frozenset(reference_board[Col.HASH]) | frozenset(
+        h for hashes in ablated for h in hashes) | frozenset(records.loc[in_curves, Col.HASH])
     costs = cost_columns(bench, options.costs, options.baseline, sel.methods, sel.model)
     return ModelFacts(sel.model, sel, records, board, MappingProxyType(cells), avgs, MappingProxyType(bases),
                       MappingProxyType(floor), MappingProxyType(comps), reference_board,
@@ -320,8 +320,8 @@ class ReportFacts:
         counts = []
         for facts in self.models.values():
             board = facts.board
-            ok = board[(board["status"] == "ok") & board["score"].notna()]
-            counts += ok.groupby(["method", "task"]).size().tolist()
+            ok = board[(board[Col.STATUS] == "ok") & board[Col.SCORE].notna()]
+            counts += ok.groupby([Col.METHOD, Col.TASK]).size().tolist()
         if not counts:
             return "none"
         return str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
@@ -332,8 +332,8 @@ def report_facts(loaded: Loaded, options: Options, sequential: Mapping = Mapping
     df, bench = loaded.frame, read_bench(options.costs)
     cache: dict = {}  # dev sets read for baselines, shared by the models
     models = {}
-    for model in unique(df["model"]):
-        records = df[df["model"] == model]
+    for model in unique(df[Col.MODEL]):
+        records = df[df[Col.MODEL] == model]
         sel = leaderboard_selection(df, model, options.baseline, options.reference_tasks)
         models[model] = model_facts(records, sel, options, bench, cache, sequential)
     return ReportFacts(loaded, MappingProxyType(models))

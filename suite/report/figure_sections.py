@@ -34,6 +34,7 @@ from suite.report.figures import (
     plot_seed_strips,
     plot_size_curves,
 )
+from suite.report.load import Col
 from suite.report.selection import Selection
 from suite.report.vocabulary import (
     DASH,
@@ -63,12 +64,12 @@ def data_efficiency(facts: ModelFacts, options: Options) -> Part:
              f"all {len(tests)} comparisons of this section (the leaderboard's test over seeds and dev examples, "
              f"α = {options.alpha}).", "")
     for task, sub in curves.items():
-        sizes = sorted(int(s) for s in sub["size"].unique())
+        sizes = sorted(int(s) for s in sub[Col.SIZE].unique())
         rows = []
         for m in facts.curve_methods[task]:
             row = [sel.label(m)]
             for size in sizes:
-                cell = Cell.of(sub[(sub["method"] == m) & (sub["size"] == size)])
+                cell = Cell.of(sub[(sub[Col.METHOD] == m) & (sub[Col.SIZE] == size)])
                 text = cell.text()
                 if (task, m, size) in tests:
                     d, p = tests[task, m, size]
@@ -83,8 +84,8 @@ def data_efficiency(facts: ModelFacts, options: Options) -> Part:
     path = options.figure(f"data_efficiency_{slug(facts.model)}.png")
     if options.figures:  # --no-figures: tables only
         plot_size_curves(curves, facts.curve_methods,
-                         lambda task, m, size: Cell.of(curves[task][(curves[task]["method"] == m)
-                                                                    & (curves[task]["size"] == size)]),
+                         lambda task, m, size: Cell.of(curves[task][(curves[task][Col.METHOD] == m)
+                                                                    & (curves[task][Col.SIZE] == size)]),
                          {t: b.constant for t, b in facts.baselines.items() if b.available}, sel.model, path)
         part.link(path, "dev score against training-set size")
     return part
@@ -92,8 +93,8 @@ def data_efficiency(facts: ModelFacts, options: Options) -> Part:
 
 def _draws_note(curves: dict[str, pd.DataFrame]) -> str:
     """Which tasks' curves fix their data draws, and what a run is then."""
-    fixed = {task: sorted(int(d) for d in sub["draw"].dropna().unique()) for task, sub in curves.items()
-             if sub["draw"].notna().any()}
+    fixed = {task: sorted(int(d) for d in sub[Col.DRAW].dropna().unique()) for task, sub in curves.items()
+             if sub[Col.DRAW].notna().any()}
     if not fixed:
         return ""
     named = "; ".join(f"{task_display(t)}: draws {', '.join(map(str, d))}" for t, d in fixed.items())
@@ -103,7 +104,7 @@ def _draws_note(curves: dict[str, pd.DataFrame]) -> str:
 
 def _size_headers(sub: pd.DataFrame, sizes: list[int]) -> list[str]:
     """"N examples", with "x E epochs" when the epochs change with the size."""
-    epochs = {int(s): int(sub.loc[sub["size"] == s, "epochs"].iloc[0]) for s in sizes}
+    epochs = {int(s): int(sub.loc[sub[Col.SIZE] == s, Col.EPOCHS].iloc[0]) for s in sizes}
     if len(set(epochs.values())) == 1:
         return [f"{s} examples" for s in sizes]
     return [f"{s} examples × {epochs[s]} epoch{'' if epochs[s] == 1 else 's'}" for s in sizes]
@@ -171,7 +172,7 @@ MASS_AXIS = ("share of attention", (0.0, 1.0))
 
 def overfitting(facts: ModelFacts, options: Options) -> Part:
     sel, board, mslug, part = facts.sel, facts.board, slug(facts.model), Part()
-    cells = {(m, t): Cell.of(board[(board["method"] == m) & (board["task"] == t)], "gap")
+    cells = {(m, t): Cell.of(board[(board[Col.METHOD] == m) & (board[Col.TASK] == t)], "gap")
              for m in sel.methods for t in sel.tasks}
     colors = method_colors(sel.methods)
     part.add("### Overfitting", "",
@@ -180,7 +181,7 @@ def overfitting(facts: ModelFacts, options: Options) -> Part:
              table([[sel.label(m), *[cells[m, t].text() for t in sel.tasks]] for m in sel.methods],
                    ["method", *[task_display(t) for t in sel.tasks]]), "")
     for t in sel.tasks:
-        bt = board[board["task"] == t]
+        bt = board[board[Col.TASK] == t]
         paths = [options.figure(f"{kind}_{mslug}_{slug(t)}.png") for kind in ("curves", "loss")]
         title = f"{task_display(t)}, {sel.model}"
         if options.figures and plot_curves(bt, sel.methods, colors, f"{title}: headline metric per epoch",
@@ -198,12 +199,12 @@ def overfitting(facts: ModelFacts, options: Options) -> Part:
 def _attention_table(sel: Selection, with_stats: pd.DataFrame, columns: list[str]) -> str:
     rows = []
     for m in sel.methods:
-        sub = with_stats[with_stats["method"] == m]
+        sub = with_stats[with_stats[Col.METHOD] == m]
         if not len(sub):
             continue
         row = [sel.label(m)]
         for s in columns:
-            vals = np.asarray([a.mean.get(s, math.nan) for a in sub["attention"]], dtype=float)
+            vals = np.asarray([a.mean.get(s, math.nan) for a in sub[Col.ATTENTION]], dtype=float)
             vals = vals[np.isfinite(vals)]
             row.append(fmt(float(np.mean(vals)), 3) if len(vals) else DASH)
         rows.append(row + [str(len(sub))])
@@ -217,18 +218,18 @@ def _common_runs(with_stats: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     pooled over everything, a method's mean would weight the tasks differently from another's, and the statistics
     differ far more between tasks (sequence lengths) than between methods. Empty when no pair is shared."""
     pairs = None
-    for _, sub in with_stats.groupby("method", sort=False):
-        own = set(zip(sub["task"], sub["seed"]))
+    for _, sub in with_stats.groupby(Col.METHOD, sort=False):
+        own = set(zip(sub[Col.TASK], sub[Col.SEED]))
         pairs = own if pairs is None else pairs & own
-    keep = with_stats[[pair in (pairs or set()) for pair in zip(with_stats["task"], with_stats["seed"])]]
-    return keep, sorted(set(keep["task"]))
+    keep = with_stats[[pair in (pairs or set()) for pair in zip(with_stats[Col.TASK], with_stats[Col.SEED])]]
+    return keep, sorted(set(keep[Col.TASK]))
 
 
 def _attention_blocks(part: Part, options: Options, sel: Selection, with_stats: pd.DataFrame, mslug: str,
                       model: str) -> list[str]:
     shared, tasks = _common_runs(with_stats)
     if len(shared):
-        seeds = shared.groupby("task")["seed"].nunique()
+        seeds = shared.groupby(Col.TASK)[Col.SEED].nunique()
         scope = ("mean over layers and over the tasks and seeds every method shown ran (" + ", ".join(
             f"{task_display(t)}: {seeds[t]} seed(s)" for t in tasks) + "), so that no method's mean weights the "
             "tasks differently")
@@ -236,11 +237,11 @@ def _attention_blocks(part: Part, options: Options, sel: Selection, with_stats: 
     else:
         scope = ("mean over layers, tasks and seeds; the methods share no (task, seed) run, so each mean covers "
                  "its own runs and the rows are not comparable")
-    names = sorted({k for a in with_stats["attention"] for k in a.per_layer})
+    names = sorted({k for a in with_stats[Col.ATTENTION] for k in a.per_layer})
     ordered = [s for s in ATTENTION_ORDER if s in names] + [s for s in names if s not in ATTENTION_ORDER]
     shape = [s for s in ordered if not s.startswith("mass_")]
     mass = [s for s in ordered if s.startswith("mass_")]
-    getter = lambda r, s: r["attention"].per_layer.get(s)  # noqa: E731
+    getter = lambda r, s: r[Col.ATTENTION].per_layer.get(s)  # noqa: E731
     colors = method_colors(sel.methods)
     blocks = [f"Attention statistics of the fine-tuned models on dev batches (`suite/run/attention_stats.py`; "
               f"definitions in docs/reports.md), {scope}:",
@@ -263,15 +264,15 @@ def _attention_blocks(part: Part, options: Options, sel: Selection, with_stats: 
 
 
 def _has_drop_rates(sub: pd.DataFrame) -> bool:
-    return bool(sub["drop_rates"].map(lambda r: isinstance(r, tuple)).any()) or any(
-        isinstance(e.drop_rates, tuple) for h in sub["history"] for e in h)
+    return bool(sub[Col.DROP_RATES].map(lambda r: isinstance(r, tuple)).any()) or any(
+        isinstance(e.drop_rates, tuple) for h in sub[Col.HISTORY] for e in h)
 
 
 def _drop_rate_blocks(part: Part, options: Options, sel: Selection, ok: pd.DataFrame, mslug: str,
                       model: str) -> list[str]:
     blocks = []
     for m in sel.methods:
-        sub = ok[ok["method"] == m]
+        sub = ok[ok[Col.METHOD] == m]
         if not _has_drop_rates(sub):
             continue
         path = options.figure(f"drop_rate_{mslug}_{slug(m)}.png")
@@ -284,8 +285,8 @@ def _drop_rate_blocks(part: Part, options: Options, sel: Selection, ok: pd.DataF
 
 def attention(facts: ModelFacts, options: Options) -> Part:
     sel, board, mslug, model, part = facts.sel, facts.board, slug(facts.model), facts.model, Part()
-    ok = board[board["status"] == "ok"]
-    with_stats = ok[ok["attention"].map(lambda a: isinstance(a, AttentionStats) and bool(a.per_layer))]
+    ok = board[board[Col.STATUS] == "ok"]
+    with_stats = ok[ok[Col.ATTENTION].map(lambda a: isinstance(a, AttentionStats) and bool(a.per_layer))]
     blocks = _attention_blocks(part, options, sel, with_stats, mslug, model) if len(with_stats) else []
     blocks += _drop_rate_blocks(part, options, sel, ok, mslug, model)
     if blocks:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from suite.report.load import Col
 from suite.report.vocabulary import SCALE, num, task_display
 
 __all__ = ["band", "grid", "method_colors", "method_styles", "plot_curves", "plot_drop_rates", "plot_layers",
@@ -75,11 +76,12 @@ def grid(n: int, per_row: int = PANELS_PER_ROW, width: float = 3.0, height: floa
 
 def epoch_table(board_task: pd.DataFrame) -> pd.DataFrame | None:
     rows = []
-    for _, r in board_task[board_task["status"] == "ok"].iterrows():
-        for e in r["history"]:
-            rows.append({"method": r["method"], "epoch": e.epoch, "train_loss": e.train_loss, "dev_loss": e.dev_loss,
-                         "dev_score": e.dev_score * SCALE, "train_subset_score": e.train_subset_score * SCALE})
-    return pd.DataFrame(rows).groupby(["method", "epoch"]).agg(["mean", "std"]) if rows else None
+    for _, r in board_task[board_task[Col.STATUS] == "ok"].iterrows():
+        for e in r[Col.HISTORY]:
+            rows.append({Col.METHOD: r[Col.METHOD], "epoch": e.epoch, "train_loss": e.train_loss,
+                         "dev_loss": e.dev_loss, "dev_score": e.dev_score * SCALE,
+                         "train_subset_score": e.train_subset_score * SCALE})
+    return pd.DataFrame(rows).groupby([Col.METHOD, "epoch"]).agg(["mean", "std"]) if rows else None
 
 
 def curve(c: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,7 +153,7 @@ def plot_curves(board_task: pd.DataFrame, methods: list[str], colors: dict, titl
 def per_layer(records: pd.DataFrame, getter) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """method -> (mean, std) over records of a per-layer list; records of another depth are left out."""
     out = {}
-    for m, sub in records.groupby("method", sort=True):
+    for m, sub in records.groupby(Col.METHOD, sort=True):
         arrays = [np.asarray([num(v) for v in vals], dtype=float) for vals in map(getter, sub.to_dict("records"))
                   if isinstance(vals, tuple) and vals]
         if not arrays:
@@ -201,7 +203,7 @@ def epoch_rates(records: pd.DataFrame) -> dict[int, np.ndarray]:
     """epoch -> mean drop rate per layer over the records that logged one per epoch."""
     epochs: dict[int, list[list]] = {}
     for r in records.to_dict("records"):
-        for e in r["history"]:
+        for e in r[Col.HISTORY]:
             if e.drop_rates:
                 epochs.setdefault(int(e.epoch or 0), []).append(e.drop_rates)
     out = {}
@@ -217,8 +219,7 @@ def epoch_rates(records: pd.DataFrame) -> dict[int, np.ndarray]:
 def plot_drop_rates(records: pd.DataFrame, tasks: list[str], title: str, path: Path) -> bool:
     """Final drop rate per layer per task (±std over seeds); per epoch (mean over tasks and seeds) only when the
     method logged rates per epoch (a fixed schedule has none: then one panel)."""
-    final = per_layer(records.assign(method=records["task"]),
-                      lambda r: r["drop_rates"])
+    final = per_layer(records.assign(**{Col.METHOD: records[Col.TASK]}), lambda r: r[Col.DROP_RATES])
     epochs = epoch_rates(records)
     if not final and not epochs:
         return False
@@ -303,7 +304,7 @@ def plot_size_curves(curves: dict[str, pd.DataFrame], methods: dict[str, list[st
     fig, axes = grid(len(curves), width=3.6, height=2.8)
     for ax, (task, sub) in zip(axes, curves.items()):
         for m in methods[task]:
-            at = [(s, cells(task, m, s)) for s in sorted(sub["size"].unique())]
+            at = [(s, cells(task, m, s)) for s in sorted(sub[Col.SIZE].unique())]
             x = np.asarray([s for s, _ in at], dtype=float)
             band(ax, x, np.asarray([c.mean for _, c in at]), np.asarray([c.std for _, c in at]), colors[m],
                  styles[m], label=m)
@@ -311,7 +312,7 @@ def plot_size_curves(curves: dict[str, pd.DataFrame], methods: dict[str, list[st
         if math.isfinite(constant):
             ax.axhline(constant, color="grey", linestyle=":", linewidth=1, label="majority / constant")
         ax.set_xscale("log", base=2)
-        sizes = sorted(int(s) for s in sub["size"].unique())
+        sizes = sorted(int(s) for s in sub[Col.SIZE].unique())
         ax.set_xticks(sizes, [str(s) for s in sizes])
         ax.minorticks_off()
         ax.set_title(f"{task_display(task)}, {model}", fontsize=9)

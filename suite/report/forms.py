@@ -7,6 +7,7 @@ from collections import Counter
 
 import pandas as pd
 
+from suite.report.load import Col
 from suite.report.vocabulary import Part, method_class, plural
 
 __all__ = ["MARK", "footnoted", "form_notes"]
@@ -25,10 +26,10 @@ def form_notes(records: pd.DataFrame) -> dict[str, str]:
     """Method -> its note, for the methods of FORM_KEYS that have records: the forms its records ran, counted."""
     notes = {}
     for method, keys in FORM_KEYS.items():
-        sub = records[records["method"] == method] if len(records) else records
+        sub = records[records[Col.METHOD] == method] if len(records) else records
         if not len(sub):
             continue
-        forms = Counter(tuple(hp.get(k) for k in keys) for hp in sub["hp"])
+        forms = Counter(tuple(hp.get(k) for k in keys) for hp in sub[Col.HP])
         ran = "; ".join(f"{_form_text(*form)} in {plural(n, 'record')}" for form, n in sorted(forms.items(), key=str))
         default = method_class(method).Config()
         today = _form_text(*(getattr(default, k) for k in keys))

@@ -8,6 +8,7 @@ from collections import Counter
 
 from suite.report.coverage import coverage_lines
 from suite.report.facts import Options, ReportFacts
+from suite.report.load import Col
 from suite.report.vocabulary import Part, plural, task_display, task_order, task_source, unique
 from suite.stats.families import CORRECTIONS
 
@@ -24,8 +25,8 @@ def date_line() -> str:
 
 def model_line(df) -> str:
     models = []
-    for m in unique(df["model"]):
-        totals = unique(df.loc[(df["model"] == m), "total_params"].dropna().astype(int))
+    for m in unique(df[Col.MODEL]):
+        totals = unique(df.loc[(df[Col.MODEL] == m), Col.TOTAL_PARAMS].dropna().astype(int))
         size = (f"{totals[0]:,}" if len(totals) == 1 else f"{totals[0]:,}–{totals[-1]:,}") if totals else ""
         models.append(f"`{m}`" + (f" ({size} parameters{' by task head' if len(totals) > 1 else ''})"
                                   if totals else ""))
@@ -34,7 +35,7 @@ def model_line(df) -> str:
 
 def data_line(df) -> str:
     """Tasks grouped by benchmark, with where each benchmark's data comes from."""
-    tasks = task_order(df["task"].unique())
+    tasks = task_order(df[Col.TASK].unique())
     by_benchmark: dict[str, list[str]] = {}
     hubs: dict[str, list[str]] = {}
     for t in tasks:
@@ -45,24 +46,24 @@ def data_line(df) -> str:
     groups = [f"{b + ' tasks' if b else 'tasks'} {', '.join(names)}" for b, names in by_benchmark.items()]
     origin = "; ".join(f"local: {b + ' ' if b else ''}TSVs; hub: {', '.join(hubs.get(b, [])) or 'unknown'}"
                        for b in by_benchmark)
-    sources = unique(v.get("data_source") for v in df["train"])
+    sources = unique(v.get("data_source") for v in df[Col.TRAIN])
     return (f"- **Data:** {'; '.join(groups)}; source: {', '.join(map(str, sources)) or 'unknown'} ({origin}); "
             f"{_test_set(df)}; sizes in the setup tables")
 
 
 def _test_set(df) -> str:
     """Which split the runs are scored on: dev, or a held-out test split of the train set (train.test_holdout)."""
-    asked = [tr.get("test_holdout") is not None for tr in df["train"]]
+    asked = [tr.get("test_holdout") is not None for tr in df[Col.TRAIN]]
     if not any(asked):
         return "dev split as the test set"
-    held = sorted({task_display(t) for t, a in zip(df["task"], asked) if a})
+    held = sorted({task_display(t) for t, a in zip(df[Col.TASK], asked) if a})
     return (f"a held-out test split of the train set as the test set for {', '.join(held)} (train.test_holdout; "
             "dev scores beside in the per-task tables)" + ("; dev split as the test set for the others"
                                                           if not all(asked) else ""))
 
 
 def runs_line(loaded, df) -> str:
-    counts = Counter(df["status"])
+    counts = Counter(df[Col.STATUS])
     return (f"- **Runs:** {len(df)} records: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
             + (f"; {len(loaded.unreadable)} unreadable record files skipped: " + ", ".join(loaded.unreadable)
                if loaded.unreadable else "")
@@ -72,7 +73,7 @@ def runs_line(loaded, df) -> str:
 
 def compute_note(df) -> str:
     """The records' summed wall time: what the tables cost to make (tuning runs, kept elsewhere, not included)."""
-    wall = df["wall_s"].dropna() if "wall_s" in df else []
+    wall = df[Col.WALL_S].dropna() if Col.WALL_S in df else []
     if not len(wall):
         return ""
     hours = float(wall.sum()) / 3600
@@ -81,12 +82,12 @@ def compute_note(df) -> str:
 
 
 def machine_keys(df) -> list[tuple[str, str, str, str]]:
-    return [(env.device, env.gpu, env.platform, env.cpu_threads) for env in df["env"]]
+    return [(env.device, env.gpu, env.platform, env.cpu_threads) for env in df[Col.ENV]]
 
 
 def environment_counts(df) -> tuple[Counter, Counter, Counter]:
     machines, software, libs = Counter(machine_keys(df)), Counter(), Counter()
-    for env in df["env"]:
+    for env in df[Col.ENV]:
         software[(env.suite, env.git_commit)] += 1
         libs[f"python {env.python}, torch {env.torch}, transformers {env.transformers}"] += 1
     return machines, software, libs
@@ -108,7 +109,7 @@ def provenance_warning(df) -> list[str]:
     commits = {commit for (_, commit) in software}
     dirty = sum(n for (_, commit), n in software.items() if commit.endswith("+dirty"))
     unknown = sum(n for (_, commit), n in software.items() if commit == "unknown")
-    setups = {(env.host, *machine) for env, machine in zip(df["env"], machine_keys(df))}
+    setups = {(env.host, *machine) for env, machine in zip(df[Col.ENV], machine_keys(df))}
     problems = []
     if len(commits) > 1:
         problems.append(f"{len(commits)} code versions (git commits)")
@@ -127,7 +128,7 @@ def provenance_warning(df) -> list[str]:
 
 def code_versions(df) -> Counter:
     """Records per code version (git commit, `+dirty` for uncommitted code, "unknown" where none was recorded)."""
-    return Counter(env.git_commit for env in df["env"])
+    return Counter(env.git_commit for env in df[Col.ENV])
 
 
 def code_version_problem(df) -> str | None:
@@ -167,12 +168,12 @@ def code_version_line(df) -> str:
 def section(report: ReportFacts, options: Options) -> Part:
     df, loaded, part = report.frame, report.loaded, Part()
     part.add("# Leaderboard", "", date_line(), "")
-    seeds = unique(df["seed"])
+    seeds = unique(df[Col.SEED])
     part.add(model_line(df), data_line(df),
              f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; {report.seeds_per_cell()} per "
              "leaderboard cell)",
              runs_line(loaded, df), *coverage_lines(report, options))
-    started, finished = unique(df["started"]), unique(df["finished"])
+    started, finished = unique(df[Col.STARTED]), unique(df[Col.FINISHED])
     if started and finished:
         part.add(f"- **Run dates:** {started[0]} to {finished[-1]}")
     part.add(*environment_lines(df))
@@ -188,6 +189,6 @@ def section(report: ReportFacts, options: Options) -> Part:
         part.add("Commands that produced the runs:", "", "```", *loaded.commands, "```", "")
     else:
         part.add("Commands that produced the runs: not recorded (no commands.txt next to the runs).", "")
-    if not (df["status"] == "ok").any():
+    if not (df[Col.STATUS] == "ok").any():
         part.add("**No run finished successfully.**", "")
     return part

@@ -14,7 +14,8 @@ import pandas as pd
 from suite.report import differences
 from suite.report.costs import GPU_MEMORY_KINDS, geometric_mean
 from suite.report.facts import Average, Baseline, Cell, ModelFacts, Options
-from suite.report.selection import FOLDED, Selection, has_variation, setting_text
+from suite.report.load import Col
+from suite.report.selection import Selection, has_variation, setting_text
 from suite.report.vocabulary import (
     DASH,
     Part,
@@ -89,7 +90,7 @@ def section(facts: ModelFacts, options: Options) -> Part:
                      *[cells[m, t].text(bold=best[t] == m, mark=NEAR_MAJORITY if (m, t) in marked else "",
                                         floor=floor[t], higher=higher_is_better(t)) for t in sel.tasks],
                      *[_average_text(a, m, best_avg[a.benchmark]) for a in avgs], *cost_cells.get(m, []),
-                     _param_text(board, m, "extra"), _param_text(board, m, "training_only")])
+                     _param_text(board, m, Col.EXTRA), _param_text(board, m, Col.TRAINING_ONLY)])
     rows += _baseline_rows(sel, bases, len(avgs), len(cost_headers) + len(PARAMS))
     full = part.tables["leaderboard"] = Table([*scores, *cost_headers, *PARAMS], rows)
     part.add("### Leaderboard", "", full.columns(scores).markdown(), "")
@@ -112,7 +113,7 @@ def section(facts: ModelFacts, options: Options) -> Part:
 
 
 def _cells_note(sel: Selection, board: pd.DataFrame) -> str:
-    names = {t: {k for f in board.loc[board["task"] == t, "final"] for k in f.names} for t in sel.tasks}
+    names = {t: {k for f in board.loc[board[Col.TASK] == t, Col.FINAL] for k in f.names} for t in sel.tasks}
     combined = [f"{task_display(t)}: mean of {', '.join(keys)}" for t in sel.tasks
                 if len(keys := metric_order(t, names[t])) > 1]
     return ("Cells: headline dev metric x100 at the last epoch (the task's official metric, or the mean of its "
@@ -200,7 +201,7 @@ def _method_notes(sel: Selection, ablation: pd.DataFrame) -> list[str]:
             notes.append(f"`{m}`: no runs with its default hyper-parameters; the row shows {text}.")
     swept = [m for m in sel.methods if has_variation(ablation, sel.model, m)]
     if swept:
-        tuned = FOLDED in ablation and ablation[FOLDED].map(bool).any()
+        tuned = Col.TUNED in ablation and ablation[Col.TUNED].map(bool).any()
         notes.append("Methods with several settings (see the ablation tables): "
                      + ", ".join(f"`{m}`" for m in swept) + "; the leaderboard uses "
                      + ("the setting each cell's tuning selected where it has one (the Tuning section), else "
@@ -211,7 +212,7 @@ def _method_notes(sel: Selection, ablation: pd.DataFrame) -> list[str]:
 
 
 def _param_text(board: pd.DataFrame, method: str, column: str) -> str:
-    vals = unique(board.loc[(board["method"] == method) & (board["status"] == "ok"), column].dropna().astype(int))
+    vals = unique(board.loc[(board[Col.METHOD] == method) & (board[Col.STATUS] == "ok"), column].dropna().astype(int))
     if not vals:
         return DASH
     return f"{vals[0]:,}" if len(vals) == 1 else f"{vals[0]:,}–{vals[-1]:,}"
@@ -222,12 +223,12 @@ def reference_tasks(facts: ModelFacts, options: Options) -> Part:
     if not sel.reference_tasks:
         return part
     board, tasks, bases = facts.reference_board, sel.reference_tasks, facts.reference_baselines
-    methods = [m for m in sel.methods if (board["method"] == m).any()]
+    methods = [m for m in sel.methods if (board[Col.METHOD] == m).any()]
     rows = []
     for m in methods:
         row = [sel.label(m)]
         for t in tasks:
-            cell = Cell.of(board[(board["method"] == m) & (board["task"] == t)])
+            cell = Cell.of(board[(board[Col.METHOD] == m) & (board[Col.TASK] == t)])
             near = (m, t) in facts.above and not facts.above[m, t].better
             row.append(cell.text(mark=NEAR_MAJORITY if near else ""))
         rows.append(row)
@@ -244,24 +245,24 @@ def reference_tasks(facts: ModelFacts, options: Options) -> Part:
 def in_run_costs(facts: ModelFacts, options: Options) -> Part:
     """A labelled context table of in-run step times (and GPU peaks, never CPU RSS) relative to the reference."""
     sel, board, part = facts.sel, facts.board, Part()
-    ok = board[board["status"] == "ok"]
+    ok = board[board[Col.STATUS] == "ok"]
     base = options.baseline
-    if base not in sel.methods or not (ok["method"] == base).any():
+    if base not in sel.methods or not (ok[Col.METHOD] == base).any():
         return part
-    gpu = ok["peak_kind"].isin(GPU_MEMORY_KINDS).all() and ok["peak_mb"].notna().any()
-    means = ok.groupby(["method", "task"])[["step_s", "peak_mb"]].mean()
-    modes = ok.groupby("method")["step_mode"].agg(lambda x: "/".join(sorted(set(x))))
+    gpu = ok[Col.PEAK_KIND].isin(GPU_MEMORY_KINDS).all() and ok[Col.PEAK_MB].notna().any()
+    means = ok.groupby([Col.METHOD, Col.TASK])[[Col.STEP_S, Col.PEAK_MB]].mean()
+    modes = ok.groupby(Col.METHOD)[Col.STEP_MODE].agg(lambda x: "/".join(sorted(set(x))))
     mixed = modes.nunique() > 1  # a captured step and an eager one differ by how they run, not only by the method
     rows = []
     for m in sel.methods:
         row = [sel.label(m) + (f" ({modes.get(m, DASH)})" if mixed else "")]
-        for col in ("step_s", "peak_mb") if gpu else ("step_s",):
+        for col in (Col.STEP_S, Col.PEAK_MB) if gpu else (Col.STEP_S,):
             ratios = [means.loc[(m, t), col] / means.loc[(base, t), col] for t in sel.tasks
                       if (m, t) in means.index and (base, t) in means.index]
             g = geometric_mean(ratios)
             row.append(f"{fmt(g)}×" if math.isfinite(g) else DASH)
         rows.append(row)
-    per_task = ok[ok["method"] == base].groupby("task")["step_s"].mean()
+    per_task = ok[ok[Col.METHOD] == base].groupby(Col.TASK)[Col.STEP_S].mean()
     own = "; ".join(f"{task_display(t)} {fmt(per_task[t] * 1000, 1)} ms/step" for t in task_order(per_task.index))
     headers = ["method", f"in-run step time vs {base}"] + ([f"in-run GPU peak vs {base}"] if gpu else [])
     part.add("#### In-run step times (context, not a cost measurement)", "",

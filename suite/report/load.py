@@ -17,6 +17,7 @@ import math
 import os
 import sys
 import zipfile
+from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
@@ -40,8 +41,58 @@ from suite.run.record_parts import Metrics, num
 from suite.run.settings import NEVER_HASHED, with_added_defaults
 from suite.stats.evidence import RunOutcome
 
-__all__ = ["Loaded", "Setting", "load"]
+__all__ = ["ADDED_BY_SELECTION", "LOADED", "Col", "Loaded", "Setting", "load"]
 SELECTION_PATH = Path(TUNING) / SELECTION  # beside the records, at the output root
+
+
+class Col(StrEnum):
+    """The run table's columns (`Loaded.frame`), each read by its name here, never by its text (a test holds it)."""
+    MODEL = "model"                  # the model's name as the run gave it
+    TASK = "task"
+    METHOD = "method"
+    HP = "hp"                        # `Setting`: the method's hyper-parameters, defaults added
+    TRAIN = "train"                  # `Setting`: the training settings that change numbers, and the data source
+    SEED = "seed"
+    STATUS = "status"                # "ok", or how the run ended
+    SCORE = "score"                  # headline of the split the run is scored on (nan unless ok)
+    FINAL = "final"                  # `Metrics` of that split at the end of training
+    SCORED_ON = "scored_on"          # that split's name: dev, or the held-out test split
+    DEV_SCORE = "dev_score"          # headline on dev, whatever split is scored
+    DEV_FINAL = "dev_final"          # `Metrics` on dev at the end of training
+    BEST_SCORE = "best_score"        # headline of the best epoch on dev
+    GAP = "gap"                      # train-subset minus dev score at the end (the generalisation gap)
+    WALL_S = "wall_s"                # seconds the whole run took
+    STEP_S = "step_s"                # seconds per training step
+    PEAK_MB = "peak_mb"              # peak memory, of the kind PEAK_KIND names
+    PEAK_KIND = "peak_kind"
+    STEP_MODE = "step_mode"          # how steps ran (captured: replayed CUDA graphs)
+    TOTAL_PARAMS = "total_params"
+    EXTRA = "extra"                  # parameters the method adds to the model
+    TRAINING_ONLY = "training_only"  # parameters used in training only
+    HISTORY = "history"              # `Epoch`s, empty unless ok
+    ATTENTION = "attention"          # `AttentionStats` or None
+    ANALYSES = "analyses"            # `Analyses` or None
+    DROP_RATES = "drop_rates"
+    ENV = "env"                      # `Environment`: versions, device, commit
+    DATA = "data"                    # `DataSizes`
+    STARTED = "started"              # ISO time, "" when not recorded
+    FINISHED = "finished"
+    LABEL = "label"                  # the run's display name
+    ERROR = "error"                  # "" unless it failed
+    HASH = "hash"                    # the run's identity (the record's path when it has none)
+    FILE = "file"                    # the record's file name
+    BASELINE = "baseline"            # `RecordedBaseline` of the scored split
+    OUTCOME = "outcome"              # `RunOutcome`: the run as every verdict scores it, None unless ok
+    PREDICTIONS = "predictions"      # path of its readable predictions file, or ""
+    # added by suite.report.selection, not by `load`
+    TUNED = "tuned"                  # per folded row, the keys its cell's tuning chose (`fold_selected`)
+    SIZE = "size"                    # a curve run's training-set size (`size_curves`)
+    EPOCHS = "epochs"                # a curve run's epochs
+    DRAW = "draw"                    # a curve run's fixed data draw, or None
+
+
+ADDED_BY_SELECTION = frozenset({Col.TUNED, Col.SIZE, Col.EPOCHS, Col.DRAW})
+LOADED = frozenset(Col) - ADDED_BY_SELECTION  # the columns `load` gives every row
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -78,33 +129,35 @@ def run_folders(paths: Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
     return out
 
 
-def flatten(rec: RunRecord, path: Path) -> dict[str, Any]:
-    """One DataFrame row: the fields the report groups by, plus the record's parts the sections read."""
+def flatten(rec: RunRecord, path: Path) -> dict[Col, Any]:
+    """One DataFrame row: the fields the report groups by, plus the record's parts the sections read (every column
+    of `LOADED` but the two `read_row` adds)."""
     hp, train = with_added_defaults(rec.method, rec.hparams, rec.train)
     # a setting that changes none of the run's numbers (never hashed) is no setting records are grouped by
     train_all = {**{k: v for k, v in train.items() if k not in NEVER_HASHED}, "data_source": rec.data_source}
     ok, scored, timing, counts = rec.ok, rec.scored, rec.timing, rec.parameters
     return {
-        "model": str(rec.model), "task": rec.task, "method": rec.method,
-        "hp": Setting.of(hp), "train": Setting.of(train_all),
-        "seed": rec.seed, "status": rec.status,
-        "score": scored.metrics.score if ok else math.nan,
-        "final": scored.metrics if ok else Metrics(), "scored_on": scored.name,
-        "dev_score": rec.final.score if ok else math.nan, "dev_final": rec.final if ok else Metrics(),
-        "best_score": rec.best.score,
-        "gap": rec.gap if ok else math.nan,
-        "wall_s": num(rec.wall_s), "step_s": num(timing.step_s), "peak_mb": num(timing.peak_memory_mb),
-        "peak_kind": timing.peak_memory_kind,
-        "step_mode": timing.mode,  # captured: replayed CUDA graphs
-        "total_params": num(counts.total), "extra": num(counts.extra), "training_only": num(counts.training_only),
-        "history": rec.history if ok else (),
-        "attention": rec.attention if ok else None,
-        "analyses": rec.analyses if ok else None,
-        "drop_rates": rec.drop_rates, "env": rec.env,
-        "data": rec.data, "started": rec.started or "", "finished": rec.finished or "",
-        "label": rec.label or f"{rec.task}/{rec.method}/seed{rec.seed}",
-        "error": rec.error or "", "hash": rec.hash or str(path), "file": path.name,
-        "baseline": scored.baseline,
+        Col.MODEL: str(rec.model), Col.TASK: rec.task, Col.METHOD: rec.method,
+        Col.HP: Setting.of(hp), Col.TRAIN: Setting.of(train_all),
+        Col.SEED: rec.seed, Col.STATUS: rec.status,
+        Col.SCORE: scored.metrics.score if ok else math.nan,
+        Col.FINAL: scored.metrics if ok else Metrics(), Col.SCORED_ON: scored.name,
+        Col.DEV_SCORE: rec.final.score if ok else math.nan, Col.DEV_FINAL: rec.final if ok else Metrics(),
+        Col.BEST_SCORE: rec.best.score,
+        Col.GAP: rec.gap if ok else math.nan,
+        Col.WALL_S: num(rec.wall_s), Col.STEP_S: num(timing.step_s), Col.PEAK_MB: num(timing.peak_memory_mb),
+        Col.PEAK_KIND: timing.peak_memory_kind,
+        Col.STEP_MODE: timing.mode,
+        Col.TOTAL_PARAMS: num(counts.total), Col.EXTRA: num(counts.extra),
+        Col.TRAINING_ONLY: num(counts.training_only),
+        Col.HISTORY: rec.history if ok else (),
+        Col.ATTENTION: rec.attention if ok else None,
+        Col.ANALYSES: rec.analyses if ok else None,
+        Col.DROP_RATES: rec.drop_rates, Col.ENV: rec.env,
+        Col.DATA: rec.data, Col.STARTED: rec.started or "", Col.FINISHED: rec.finished or "",
+        Col.LABEL: rec.label or f"{rec.task}/{rec.method}/seed{rec.seed}",
+        Col.ERROR: rec.error or "", Col.HASH: rec.hash or str(path), Col.FILE: path.name,
+        Col.BASELINE: scored.baseline,
     }
 
 
@@ -164,7 +217,7 @@ def _shape_problem(predictions: str) -> str | None:
     return None
 
 
-def read_row(path: Path) -> dict:
+def read_row(path: Path) -> dict[Col, Any]:
     """The row of one record file (`suite.run.record.read_record`); InvalidRecord (naming the file and why) for
     anything that is not a record."""
     try:
@@ -177,12 +230,12 @@ def read_row(path: Path) -> dict:
         row = flatten(rec, path)
     except (TypeError, AttributeError, ValueError, KeyError) as exc:  # a shape NESTED_TYPES does not cover
         raise InvalidRecord(f"{path.name}: not a run record ({type(exc).__name__}: {exc})") from None
-    row["outcome"] = _outcome(path, rec)
-    row["predictions"] = str(row["outcome"].predictions or "") if row["outcome"] is not None else ""
+    row[Col.OUTCOME] = _outcome(path, rec)
+    row[Col.PREDICTIONS] = str(row[Col.OUTCOME].predictions or "") if row[Col.OUTCOME] is not None else ""
     return row
 
 
-def read_folder(runs: Path) -> tuple[list[dict], dict[str, str]]:
+def read_folder(runs: Path) -> tuple[list[dict[Col, Any]], dict[str, str]]:
     """Rows of the valid records in one folder, and {file name: problem} for the others."""
     rows, problems = [], {}
     for path in record_files(runs):
@@ -209,12 +262,12 @@ def read_commands(root: Path, commands: list[str]) -> None:
 
 def deduplicate(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """The same job found twice (overlapping run folders): keep one, preferring an ok record, then the latest."""
-    frame = frame.assign(_ok=frame["status"] == "ok")
-    frame = frame.sort_values(["hash", "_ok", "finished", "file"], kind="mergesort")
+    frame = frame.assign(_ok=frame[Col.STATUS] == "ok")
+    frame = frame.sort_values([Col.HASH, "_ok", Col.FINISHED, Col.FILE], kind="mergesort")
     before = len(frame)
-    frame = frame.drop_duplicates("hash", keep="last").drop(columns="_ok")
-    frame["_seed"] = pd.to_numeric(frame["seed"], errors="coerce")
-    frame = frame.sort_values(["model", "task", "method", "hp", "train", "_seed", "file"], kind="mergesort")
+    frame = frame.drop_duplicates(Col.HASH, keep="last").drop(columns="_ok")
+    frame["_seed"] = pd.to_numeric(frame[Col.SEED], errors="coerce")
+    frame = frame.sort_values([Col.MODEL, Col.TASK, Col.METHOD, Col.HP, Col.TRAIN, "_seed", Col.FILE], kind="mergesort")
     return frame.drop(columns="_seed").reset_index(drop=True), before - len(frame)
 
 

@@ -22,17 +22,17 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from suite.report.load import Loaded, Setting
+from suite.report.load import Col, Loaded, Setting
 from suite.report.state_checks import check_selection
 from suite.report.vocabulary import default_hparams, key_of, reconstruction_note, same_value, task_order
 from suite.run.settings import changed_settings, setting_value
 
-__all__ = ["FOLDED", "Selection", "curve_methods", "curve_runs", "fold_selected", "has_variation", "lookup",
+__all__ = ["Selection", "curve_methods", "curve_runs", "fold_selected", "has_variation", "lookup",
            "leaderboard_selection", "setting_text", "setup_note", "size_curves", "train_diff", "varying_keys"]
 
 TRAIN = "train."
-FOLDED = "tuned"  # the frame's column naming, per folded row, the keys its cell's tuning chose
-SIZE = "max_train_samples"
+SIZE = "max_train_samples"  # the training settings a data-efficiency curve varies
+EPOCHS = "epochs"
 DRAW = "data_seed"
 MIN_SIZES = 3      # a task with this many training-set sizes has a data-efficiency curve
 
@@ -50,8 +50,8 @@ class Selection:
     def board(self, df: pd.DataFrame, tasks: list[str] | None = None) -> pd.DataFrame:
         """The model's records that the leaderboard uses (or the reference table, given its tasks)."""
         tasks = set(self.tasks if tasks is None else tasks)
-        keep = df.apply(lambda r: r["task"] in tasks and self.train_by_task.get(r["task"]) == r["train"]
-                        and self.hp_by_method.get(r["method"]) == r["hp"], axis=1)
+        keep = df.apply(lambda r: r[Col.TASK] in tasks and self.train_by_task.get(r[Col.TASK]) == r[Col.TRAIN]
+                        and self.hp_by_method.get(r[Col.METHOD]) == r[Col.HP], axis=1)
         return df[keep.astype(bool)] if len(df) else df
 
     def label(self, method: str) -> str:
@@ -66,40 +66,40 @@ class Selection:
 def _hparams_used(sub: pd.DataFrame, method: str) -> tuple[Setting, bool]:
     """The method's leaderboard setting and whether it counts as the method's own (no brackets in its label): the runs
     its tuning selected, else its defaults, else its most-run setting."""
-    if FOLDED in sub:
-        selected = sub[sub[FOLDED].map(bool)]
+    if Col.TUNED in sub:
+        selected = sub[sub[Col.TUNED].map(bool)]
         if len(selected):
-            return selected["hp"].value_counts().index[0], True
+            return selected[Col.HP].value_counts().index[0], True
     default = default_hparams(method)
-    found = {setting.key: setting for setting in sub["hp"]}
+    found = {setting.key: setting for setting in sub[Col.HP]}
     if default is not None and default in found:
         return found[default], True
-    counts = sub.assign(ok=sub["status"] == "ok").groupby("hp").agg(ok=("ok", "sum"), n=("ok", "size"))
-    counts = counts.reset_index().sort_values(["ok", "n", "hp"], ascending=[False, False, True])
-    return counts["hp"].iloc[0], False
+    counts = sub.assign(ok=sub[Col.STATUS] == "ok").groupby(Col.HP).agg(ok=("ok", "sum"), n=("ok", "size"))
+    counts = counts.reset_index().sort_values(["ok", "n", Col.HP], ascending=[False, False, True])
+    return counts[Col.HP].iloc[0], False
 
 
 def _train_used(sub: pd.DataFrame) -> Setting:
-    stats = (sub.assign(ok=sub["status"] == "ok")
-             .groupby("train").agg(methods=("method", "nunique"), ok=("ok", "sum"), n=("ok", "size"),
-                                   latest=("finished", "max")).reset_index())
-    stats = stats.sort_values(["methods", "ok", "n", "latest", "train"], ascending=[False, False, False, False, True])
-    return stats["train"].iloc[0]
+    stats = (sub.assign(ok=sub[Col.STATUS] == "ok")
+             .groupby(Col.TRAIN).agg(methods=(Col.METHOD, "nunique"), ok=("ok", "sum"), n=("ok", "size"),
+                                   latest=(Col.FINISHED, "max")).reset_index())
+    stats = stats.sort_values(["methods", "ok", "n", "latest", Col.TRAIN], ascending=[False, False, False, False, True])
+    return stats[Col.TRAIN].iloc[0]
 
 
 def leaderboard_selection(df: pd.DataFrame, model: str, baseline: str, reference_tasks=()) -> Selection:
     """`reference_tasks` (e.g. tasks the model does not learn) get their own table, out of comparisons and averages."""
-    dm = df[df["model"] == model]
-    tasks = task_order(dm["task"].unique())
-    methods = sorted(dm["method"].unique(), key=lambda m: (m != baseline, m))
+    dm = df[df[Col.MODEL] == model]
+    tasks = task_order(dm[Col.TASK].unique())
+    methods = sorted(dm[Col.METHOD].unique(), key=lambda m: (m != baseline, m))
     hp_by_method, is_default = {}, {}
     for method in methods:
-        hp_by_method[method], is_default[method] = _hparams_used(dm[dm["method"] == method], method)
+        hp_by_method[method], is_default[method] = _hparams_used(dm[dm[Col.METHOD] == method], method)
     train_by_task = {}
     for task in tasks:
-        sub = dm[(dm["task"] == task) & (dm["hp"] == dm["method"].map(hp_by_method))]
+        sub = dm[(dm[Col.TASK] == task) & (dm[Col.HP] == dm[Col.METHOD].map(hp_by_method))]
         if not len(sub):  # this task only has other hyper-parameter settings: they are listed after the tables
-            sub = dm[dm["task"] == task]
+            sub = dm[dm[Col.TASK] == task]
         train_by_task[task] = _train_used(sub)
     reference = [t for t in tasks if t in set(reference_tasks)]
     return Selection(model, [t for t in tasks if t not in reference], methods, train_by_task, hp_by_method,
@@ -116,18 +116,18 @@ def setting_text(hp: Mapping[str, Any], method: str) -> str:
 def lookup(row, key: str):
     """A run's value of an ablation key (`train.*` or a hyper-parameter's name); "tuned" where its cell's tuning
     chose it (the value per cell is in the Tuning section)."""
-    if (key if key.startswith(TRAIN) else f"{row['method']}.{key}") in (row.get(FOLDED) or ()):
+    if (key if key.startswith(TRAIN) else f"{row[Col.METHOD]}.{key}") in (row.get(Col.TUNED) or ()):
         return "tuned"
     if key.startswith(TRAIN):
-        return row["train"].get(key[len(TRAIN):])
-    return row["hp"].get(key)
+        return row[Col.TRAIN].get(key[len(TRAIN):])
+    return row[Col.HP].get(key)
 
 
 def varying_keys(sub: pd.DataFrame) -> list[str]:
     """Hyper-parameters (by name) and training fields (`train.*`) taking two or more values within one task."""
     keys: set[str] = set()
-    for _, t in sub.groupby(["model", "task"]):
-        for col, prefix in (("hp", ""), ("train", TRAIN)):
+    for _, t in sub.groupby([Col.MODEL, Col.TASK]):
+        for col, prefix in ((Col.HP, ""), (Col.TRAIN, TRAIN)):
             names = {k for setting in t[col] for k in setting.values}
             for k in names:
                 if len({key_of({"v": setting.get(k)}) for setting in t[col]}) > 1:
@@ -136,7 +136,7 @@ def varying_keys(sub: pd.DataFrame) -> list[str]:
 
 
 def has_variation(df: pd.DataFrame, model: str, method: str) -> bool:
-    return bool(varying_keys(df[(df["model"] == model) & (df["method"] == method)]))
+    return bool(varying_keys(df[(df[Col.MODEL] == model) & (df[Col.METHOD] == method)]))
 
 
 def train_diff(d: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
@@ -170,31 +170,31 @@ def fold_selected(loaded: Loaded) -> pd.DataFrame:
     chosen = selections(loaded)
     if not chosen or not len(frame):
         return frame
-    missing = sorted({f"{t}/{m}" for t, m in zip(frame["task"], frame["method"])}
+    missing = sorted({f"{t}/{m}" for t, m in zip(frame[Col.TASK], frame[Col.METHOD])}
                      - {f"{t}/{m}" for _, t, m in chosen})
     if missing:  # runs of cells whose tuning stage never ran, or a selection file written before they were tuned
         print(f"warning: no tuning selection for {', '.join(missing)}: their runs are reported as they ran; give "
               "the study's command again (it writes every cell's selection) to fold them", file=sys.stderr)
-    frame = frame.assign(**{FOLDED: [()] * len(frame)})
+    frame = frame.assign(**{Col.TUNED: [()] * len(frame)})
     for i, row in frame.iterrows():
-        selected = chosen.get((row["model"], row["task"], row["method"]))
+        selected = chosen.get((row[Col.MODEL], row[Col.TASK], row[Col.METHOD]))
         if selected is None:
             continue
-        train, own = _split(row["method"], selected)
-        if not (all(same_value(row["train"].get(k), v) for k, v in train.items())
-                and all(same_value(row["hp"].get(k), v) for k, v in own.items())):
+        train, own = _split(row[Col.METHOD], selected)
+        if not (all(same_value(row[Col.TRAIN].get(k), v) for k, v in train.items())
+                and all(same_value(row[Col.HP].get(k), v) for k, v in own.items())):
             continue
-        frame.at[i, "train"] = row["train"].without(train)
-        frame.at[i, "hp"] = row["hp"].without(own)
-        frame.at[i, FOLDED] = tuple(selected)
+        frame.at[i, Col.TRAIN] = row[Col.TRAIN].without(train)
+        frame.at[i, Col.HP] = row[Col.HP].without(own)
+        frame.at[i, Col.TUNED] = tuple(selected)
     return frame
 
 
 def setup_note(board: pd.DataFrame) -> str:
     """The Setup section's sentence on what was tuned per cell ('' for an untuned study)."""
-    if FOLDED not in board or not len(board):
+    if Col.TUNED not in board or not len(board):
         return ""
-    keys = sorted({k for ks in board[FOLDED] for k in ks}, key=lambda k: (not k.startswith(TRAIN), k))
+    keys = sorted({k for ks in board[Col.TUNED] for k in ks}, key=lambda k: (not k.startswith(TRAIN), k))
     if not keys:
         return ""
     return (" Tuned per task and method, each cell's values in the Tuning section below: "
@@ -203,17 +203,17 @@ def setup_note(board: pd.DataFrame) -> str:
 
 def _rest(train: Setting) -> Setting:
     """Training settings without the train-set size, the epochs (which may scale with it) and the data draw."""
-    return train.without((SIZE, "epochs", DRAW))
+    return train.without((SIZE, EPOCHS, DRAW))
 
 
 def _one_epochs_per_size(sub: pd.DataFrame, leaderboard_epochs) -> pd.DataFrame:
     """Where a size ran at several epoch counts, the one with the most runs (ties: the leaderboard's, then the
     fewest epochs)."""
     keep = []
-    for _, at in sub.groupby("size"):
-        counts = at["epochs"].value_counts()
+    for _, at in sub.groupby(Col.SIZE):
+        counts = at[Col.EPOCHS].value_counts()
         pick = min(counts.index, key=lambda e: (-counts[e], e != leaderboard_epochs, e))
-        keep.append(at[at["epochs"] == pick])
+        keep.append(at[at[Col.EPOCHS] == pick])
     return pd.concat(keep)
 
 
@@ -223,27 +223,27 @@ def size_curves(sel: Selection, df: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
     A curve may fix its data draws (`train.data_seed`): where a task's curve runs have fixed draws, only those are
     used (the leaderboard's runs, drawn per seed, are a different design)."""
-    ok = df[(df["status"] == "ok") & (df["hp"] == df["method"].map(sel.hp_by_method))]
+    ok = df[(df[Col.STATUS] == "ok") & (df[Col.HP] == df[Col.METHOD].map(sel.hp_by_method))]
     found = {}
     for task in sel.tasks:
-        sub = ok[ok["task"] == task]
+        sub = ok[ok[Col.TASK] == task]
         if task not in sel.train_by_task or not len(sub):
             continue
-        sub = sub[sub["train"].map(_rest) == _rest(sel.train_by_task[task])]
-        sizes = sub["train"].map(lambda s: s.get(SIZE))
-        sub = sub.assign(size=sizes, epochs=sub["train"].map(lambda s: s.get("epochs")),
-                         draw=sub["train"].map(lambda s: s.get(DRAW)))
+        sub = sub[sub[Col.TRAIN].map(_rest) == _rest(sel.train_by_task[task])]
+        sizes = sub[Col.TRAIN].map(lambda s: s.get(SIZE))
+        sub = sub.assign(**{Col.SIZE: sizes, Col.EPOCHS: sub[Col.TRAIN].map(lambda s: s.get(EPOCHS)),
+                            Col.DRAW: sub[Col.TRAIN].map(lambda s: s.get(DRAW))})
         sub = sub[sizes.notna()]  # `null` (the whole train set) has no place on the axis
-        if sub["draw"].notna().any():  # a curve with fixed draws: the runs drawn per seed are another design
-            sub = sub[sub["draw"].notna()]
-        if sub["size"].nunique() >= MIN_SIZES:
-            found[task] = _one_epochs_per_size(sub, sel.train_by_task[task].get("epochs"))
+        if sub[Col.DRAW].notna().any():  # a curve with fixed draws: the runs drawn per seed are another design
+            sub = sub[sub[Col.DRAW].notna()]
+        if sub[Col.SIZE].nunique() >= MIN_SIZES:
+            found[task] = _one_epochs_per_size(sub, sel.train_by_task[task].get(EPOCHS))
     return found
 
 
 def curve_methods(sel: Selection, sub: pd.DataFrame) -> list[str]:
     """The methods a curve shows: those run at two sizes or more."""
-    return [m for m in sel.methods if sub[sub["method"] == m]["size"].nunique() >= 2]
+    return [m for m in sel.methods if sub[sub[Col.METHOD] == m][Col.SIZE].nunique() >= 2]
 
 
 def curve_runs(sel: Selection, df: pd.DataFrame, curves: dict[str, pd.DataFrame]) -> pd.Index:
@@ -253,7 +253,7 @@ def curve_runs(sel: Selection, df: pd.DataFrame, curves: dict[str, pd.DataFrame]
     keep = []
     for task, sub in curves.items():
         for m in curve_methods(sel, sub):
-            settings = set(sub.loc[sub["method"] == m, "train"])
-            keep.append(df.index[(df["task"] == task) & (df["method"] == m) & (df["hp"] == sel.hp_by_method[m])
-                                 & df["train"].isin(settings)])
+            settings = set(sub.loc[sub[Col.METHOD] == m, Col.TRAIN])
+            keep.append(df.index[(df[Col.TASK] == task) & (df[Col.METHOD] == m) & (df[Col.HP] == sel.hp_by_method[m])
+                                 & df[Col.TRAIN].isin(settings)])
     return keep[0].append(keep[1:]) if keep else pd.Index([])

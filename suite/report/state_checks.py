@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.api.errors import ReportError
+from suite.report.load import Col
 from suite.report.vocabulary import same_value
 from suite.run.layout import RUNS, SelectedCell, SelectionFile, TrackedComparison, UntilDecidedFile
 from suite.run.record import InvalidRecord, read_record, record_files
@@ -73,7 +74,7 @@ def _check_means(where: str, cell: SelectedCell) -> None:
 
 def _check_final_runs(where: str, cell: SelectedCell, frame, tuned: bool) -> None:
     """The cell ran (tuning records or final runs), and its final runs trained with what it selects."""
-    runs = frame[(frame["model"] == cell.model) & (frame["task"] == cell.task) & (frame["method"] == cell.method)]
+    runs = frame[(frame[Col.MODEL] == cell.model) & (frame[Col.TASK] == cell.task) & (frame[Col.METHOD] == cell.method)]
     if not len(runs):
         if not tuned:
             raise ReportError(f"{where}: no run of this cell is among the records (tuning or final): {cell.method} "
@@ -83,12 +84,12 @@ def _check_final_runs(where: str, cell: SelectedCell, frame, tuned: bool) -> Non
         return
     prefix = f"{cell.method}."
     for _, row in runs.iterrows():
-        values = {**{f"train.{k}": v for k, v in row["train"].values.items()},
-                  **{f"{prefix}{k}": v for k, v in row["hp"].values.items()}}
+        values = {**{f"train.{k}": v for k, v in row[Col.TRAIN].values.items()},
+                  **{f"{prefix}{k}": v for k, v in row[Col.HP].values.items()}}
         if all(k in values and same_value(values[k], v) for k, v in cell.selected.items()):
             return
-    ran = {k: runs.iloc[0]["train"].get(k[len("train."):]) if k.startswith("train.") else
-           runs.iloc[0]["hp"].get(k[len(prefix):]) for k in cell.selected}
+    ran = {k: runs.iloc[0][Col.TRAIN].get(k[len("train."):]) if k.startswith("train.") else
+           runs.iloc[0][Col.HP].get(k[len(prefix):]) for k in cell.selected}
     raise ReportError(f"{where}: selects {_settings(cell.selected)}, but no final run of the cell trained with it "
                       f"(they ran e.g. {_settings(ran)}); the file is stale or edited. " + _RESELECT)
 
@@ -230,12 +231,12 @@ def _arm(frame, model: str, task: str, method: str, seed_order: list[int]) -> di
     """seed -> the outcome of an ok run (`RunOutcome.of`, as the loop read it), or None for a failed one, of the arm's
     setting that has records at the most seeds of the order (the loop compares the one setting planned at every
     seed)."""
-    runs = frame[(frame["model"] == model) & (frame["task"] == task) & (frame["method"] == method)]
+    runs = frame[(frame[Col.MODEL] == model) & (frame[Col.TASK] == task) & (frame[Col.METHOD] == method)]
     order = set(seed_order)
     best: dict[int, Any] = {}
-    for _, group in runs.groupby(["train", "hp"], sort=False):
-        found = {int(r["seed"]): r["outcome"] if r["status"] == "ok" else None
-                 for _, r in group.iterrows() if r["seed"] in order}
+    for _, group in runs.groupby([Col.TRAIN, Col.HP], sort=False):
+        found = {int(r[Col.SEED]): r[Col.OUTCOME] if r[Col.STATUS] == "ok" else None
+                 for _, r in group.iterrows() if r[Col.SEED] in order}
         if len(found) > len(best):
             best = found
     return best
