@@ -202,14 +202,14 @@ def test_ray_submits_a_job_whose_capture_failed_once_more_with_capture_off(tiny_
 
 
 def test_the_sync_check_names_the_sync_and_where_it_happened(shared_glue, monkeypatch, register):
-    """benchmarks/gpu_capture.py --sync on the CPU, with torch.cuda's sync debug mode stood in for: a method that
+    """lab/speed/gpu_capture.py --sync on the CPU, with torch.cuda's sync debug mode stood in for: a method that
     synchronises under the mode is named with the phase and a frame; vanilla is found clean."""
     import importlib.util
     from pathlib import Path
 
     from suite.methods.dropout import Vanilla
 
-    path = Path(__file__).parent.parent / "benchmarks" / "gpu_capture.py"
+    path = Path(__file__).parent.parent / "lab" / "speed" / "gpu_capture.py"
     spec = importlib.util.spec_from_file_location("gpu_capture", path)
     gpu_capture = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_capture)
