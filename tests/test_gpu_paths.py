@@ -220,10 +220,12 @@ def test_attendout_syncs_only_on_timed_steps(monkeypatch):
     """The cost meter times a step (host syncs on CUDA) only every cost_every-th step; the others run unsynced."""
     from test_attendout import _attach, _batch, _ctx
 
+    from suite.methods.attendout import cost
     from suite.methods.attendout import method as attendout
 
     syncs = []
-    monkeypatch.setattr(attendout, "_sync", lambda device: syncs.append(len(steps)))
+    for module in (attendout, cost):  # the step's own edges, and the vanilla pass timed beside it
+        monkeypatch.setattr(module, "sync", lambda device: syncs.append(len(steps)))
     model, method = _attach(cost_every=3)
     ctx, steps = _ctx(model, method), []
     batches = [_batch(seed=i) for i in range(7)]
@@ -239,7 +241,7 @@ def test_mfu_peak_table_tells_similar_names_apart():
     import importlib.util
     from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("mfu", Path(__file__).parent.parent / "benchmarks" / "mfu.py")
+    spec = importlib.util.spec_from_file_location("mfu", Path(__file__).parent.parent / "lab" / "speed" / "mfu.py")
     mfu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mfu)
     assert mfu.peak_tflops("NVIDIA L40") == 181.0 and mfu.peak_tflops("NVIDIA L40S") == 362.0
@@ -253,7 +255,7 @@ def _gpu_check():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).parent.parent / "benchmarks" / "gpu_check.py"
+    path = Path(__file__).parent.parent / "lab" / "speed" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check", path)
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)

@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     with quiet_transformers():
         spec, tokenizer, train, dev = load_data(lh)
         pad_id = tokenizer.pad_token_id or 0
-        states = longhorizon.reference_states(lh, spec, dev, pad_id)
+        states = longhorizon.initial_states(lh, spec, dev, pad_id)
         for arm, seed in todo:
             if (arm, seed) in {(r["arm"], r["seed"]) for r in read_runs(runs_path)}:  # finished: kept
                 continue
@@ -151,7 +151,7 @@ def cost(lh, args, out: Path) -> int:
     from suite.run.batching import length_grouped_batches
 
     from . import longhorizon
-    from .common import batches_of, load_data
+    from .common import batches_of, load_data, train_step
 
     spec, tokenizer, train, _ = load_data(lh)
     order = length_grouped_batches(train.lengths(), lh.batch_size, torch.Generator().manual_seed(0))
@@ -163,9 +163,8 @@ def cost(lh, args, out: Path) -> int:
     times: dict[int, list[float]] = {1: [], 8: []}
     for step in range(args.time_steps + 2):
         for k, (model, method, ctx) in forms.items():
-            ctx.step = step + 1
             began = time.perf_counter()
-            method.training_step(ctx, batches[step], batches[step + 1])
+            train_step(ctx, batches, step)
             times[k].append(time.perf_counter() - began)
     result = {"command": "python -m lab.attendout decisive " + " ".join(sys.argv[2:]),
               "machine": longhorizon.meta(lh, [])["machine"], "load_at_end": " ".join(f"{v:.2f}" for v in

@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# the planted control of lab/attendout/results/longhorizon (reassessment.md): correlation 0.0432 at g_lr 1e-3, out of the
-# placebo band by its first probe, update 100 (probes every 100 updates, so 100 is an upper bound on that time)
+from .common import pair_validity
+
+# the planted control of lab/attendout/results/longhorizon (reassessment.md): correlation 0.0432 at g_lr 1e-3, out of
+# the placebo band by its first probe, update 100 (probes every 100 updates, so 100 is an upper bound on that time)
 PLANTED_C = 0.0432
 PLANTED_UPDATES = 100
 DESIGNS = ("random", "g_init")
@@ -83,13 +85,6 @@ def horizon(c: float, c_ref: float = PLANTED_C, updates_ref: float = PLANTED_UPD
 
 
 # -- masks ---------------------------------------------------------------------------------------------------------
-def pair_validity(attention_mask: torch.Tensor) -> torch.Tensor:
-    """(B, T, T) bool: real query, real key, off the diagonal (what G may drop)."""
-    real = attention_mask.bool()
-    eye = torch.eye(real.shape[1], dtype=torch.bool)
-    return real[:, :, None] & real[:, None, :] & ~eye
-
-
 def draw_masks(valid: torch.Tensor, rates: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """(K, B, T, T) bool: each valid pair of mask k, sample i dropped with probability rates[k, i]."""
     u = torch.rand((rates.shape[0], *valid.shape), generator=generator)
@@ -113,15 +108,16 @@ def reward_batch(method, model, batch, nxt, masks: list[torch.Tensor], eta: floa
     direction = rw.next_batch_gradient(model, nxt)
     eps = rw.probe_size(fd_decrease, rw.squared_norm(direction))
     moved = rw.shifted(model, direction, eps, inplace=True)
-    method._masks = {layer: ("drop", masks[layer].flatten(0, 1)) for layer in range(masks.shape[0])}
+    drops = {layer: ("drop", masks[layer].flatten(0, 1)) for layer in range(masks.shape[0])}
     many = rw.repeated(batch, k)
-    with torch.no_grad(), method._mode("replay", state, copies=k):
+    with torch.no_grad(), method.forward_mode("replay", state, copies=k, masks=drops):
         base = rw.losses_at(model, None, many)
-    rewards = rw.alignment_rewards(model, many, base, moved, eps, eta, method._mode("replay", state, copies=k))
-    with torch.no_grad(), method._mode("defender", state, copies=1):
+    replay = method.forward_mode("replay", state, copies=k, masks=drops)
+    rewards = rw.alignment_rewards(model, many, base, moved, eps, eta, replay)
+    with torch.no_grad(), method.forward_mode("defender", state, copies=1):  # the Defender's masks: replayed next
         base = rw.losses_at(model, None, batch)
-    defender = rw.alignment_rewards(model, batch, base, moved, eps, eta, method._mode("replay", state, copies=1))
-    method._masks = {}
+    replay = method.forward_mode("replay", state, copies=1)
+    defender = rw.alignment_rewards(model, batch, base, moved, eps, eta, replay)
     return rewards.view(k, -1).double(), defender.double()
 
 
@@ -171,20 +167,21 @@ def parse(argv):
 
 
 def build(args, spec, hp: dict, seed: int):
-    from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
+    """The pre-trained model with a fresh head (seeded) and AttendOut (`hp`, no cost probe) attached."""
+    from transformers import AutoModelForSequenceClassification
 
-    from suite.api.attention import StepContext
-    from suite.run.models import build_method, quiet_transformers
-    from suite.run.settings import RunConfig, TrainSettings, resolve_model
+    from suite.run.models import quiet_transformers
+    from suite.run.settings import resolve_model
+
+    from .common import make_method
 
     with quiet_transformers():
         torch.manual_seed(seed)
         model = AutoModelForSequenceClassification.from_pretrained(resolve_model(args.model),
                                                                    num_labels=spec.num_labels)
-    method = build_method(RunConfig(args.model, args.task, "attendout", {"cost_every": 0, **hp}, seed,
-                                    TrainSettings(lr=args.lr)))
+    method = make_method(args.model, args.task, {"cost_every": 0, **hp}, seed, args.lr)
     method.attach(model)
-    return model, method, StepContext, get_linear_schedule_with_warmup
+    return model, method
 
 
 @torch.no_grad()
@@ -235,24 +232,19 @@ def measure(args, method, model, pairs, eta, gen) -> dict:
 
 def time_steps(args, spec, train, pad_id, order) -> dict:
     """Seconds per AttendOut training step on MiniLM (steps after the first two), per form, fp32."""
-    from .common import batches_of
+    from .common import batches_of, optimize, train_step
 
     out = {}
     n = args.time_steps + 3
     batches = list(batches_of(train, (order * (n // len(order) + 1))[:n], pad_id, spec))
     for form, hp in (("defender", {"baseline": "defender", "mask_samples": 1}),
                      ("rloo", {"baseline": "rloo", "mask_samples": 2})):
-        model, method, StepContext, schedule = build(args, spec, hp, args.seed)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-        ctx = StepContext(model, method, optimizer, schedule(optimizer, 0, 1000), torch.device("cpu"), None, 1.0,
-                          total_steps=1000)
-        method.setup_training(ctx)
-        model.train()
+        model, method = build(args, spec, hp, args.seed)
+        ctx = optimize(model, method, args.lr, 1000, 0)
         times = []
         for step in range(args.time_steps + 2):
-            ctx.step = step + 1
             began = time.perf_counter()
-            method.training_step(ctx, batches[step], batches[step + 1])
+            train_step(ctx, batches, step)
             times.append(time.perf_counter() - began)
         kept = times[2:]
         out[form] = {"per_step_s": float(np.mean(kept)), "se_s": float(np.std(kept, ddof=1) / math.sqrt(len(kept))),
@@ -269,7 +261,7 @@ def main(argv: list[str]) -> int:
     from suite.run.data import seeded_subset
     from suite.run.models import quiet_transformers
 
-    from .common import batches_of, load_data
+    from .common import batches_of, load_data, optimize
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -278,16 +270,14 @@ def main(argv: list[str]) -> int:
         spec, tokenizer, train_all, dev = load_data(args)
     pad_id = tokenizer.pad_token_id or 0
     train = train_all.subset(seeded_subset(len(train_all), args.train_samples, args.seed))
-    model, method, StepContext, schedule = build(args, spec, {}, args.seed)
+    model, method = build(args, spec, {}, args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     orders = [length_grouped_batches(train.lengths(), args.batch_size, torch.Generator().manual_seed(args.seed + e))
               for e in range(args.epochs)]
     steps_per_epoch = len(orders[0])
     total = steps_per_epoch * args.epochs
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    scheduler = schedule(optimizer, int(args.warmup_ratio * total), total)
-    method.setup_training(StepContext(model, method, optimizer, scheduler, torch.device("cpu"), None, 1.0,
-                                      total_steps=total))
+    ctx = optimize(model, method, args.lr, total, int(args.warmup_ratio * total))
+    optimizer, scheduler = ctx.optimizer, ctx.scheduler  # the vanilla loop below steps them itself
     measure_order = length_grouped_batches(train.lengths(), args.batch_size, torch.Generator().manual_seed(10_000))
     pairs = list(batches_of(train, measure_order[:args.batches + 1], pad_id, spec))
     pairs = list(zip(pairs[:-1], pairs[1:]))
@@ -311,7 +301,7 @@ def main(argv: list[str]) -> int:
             if idx is None:
                 break
             batch = next(batches_of(train, [idx], pad_id, spec))
-            with method._mode("defender"):  # vanilla: attention-probability dropout p_defender = 0.1
+            with method.forward_mode("defender"):  # vanilla: attention-probability dropout p_defender = 0.1
                 loss = per_sample_loss(model, model(**{k: v for k, v in batch.items() if k != "labels"}).logits,
                                        batch["labels"]).mean()
             loss.backward()

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .common import batches_of, load_data, policy_on
+from .common import batches_of, load_data, make_method, optimize, policy_on, reference_states, train_step
 from .planted import AddedReward, PlantedReward, baseline_advantage, centred_shares, layer_drop_share
 
 ARMS = ("real", "placebo", "planted")
@@ -81,11 +81,10 @@ def parse(argv):
 
 def build(args, spec, seed: int, arm: str, g_lr: float):
     """(model, method, step context) of one run: MiniLM cut to `--layers` layers with AttendOut attached."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification, get_linear_schedule_with_warmup
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from suite.api.attention import StepContext
-    from suite.run.models import build_method, quiet_transformers
-    from suite.run.settings import RunConfig, TrainSettings, resolve_model
+    from suite.run.models import quiet_transformers
+    from suite.run.settings import resolve_model
 
     path = resolve_model(args.model)
     with quiet_transformers():
@@ -105,50 +104,36 @@ def build(args, spec, seed: int, arm: str, g_lr: float):
     # by default the baseline the published runs used (the method's default then; today's is the Defender, K = 1)
     hp = {"g_lr": g_lr, "placebo": arm == "placebo", "cost_every": 0, "baseline": args.baseline,
           "mask_samples": args.mask_samples}
-    job = RunConfig(args.model, args.task, "attendout", hp, seed,
-                    TrainSettings(lr=args.lr))
-    method = build_method(job)
+    method = make_method(args.model, args.task, hp, seed, args.lr)
     torch.manual_seed(seed)  # G's initialisation: the same in every arm of a seed
     method.attach(model)
     steps = args.updates + 1
-    optimizer = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=args.lr, weight_decay=0.01)
-    scheduler = get_linear_schedule_with_warmup(optimizer, max(1, int(args.warmup_ratio * steps)), steps)
-    ctx = StepContext(model, method, optimizer, scheduler, torch.device("cpu"), None, 1.0, total_steps=steps)
-    method.setup_training(ctx)
-    model.train()
+    ctx = optimize(model, method, args.lr, steps, max(1, int(args.warmup_ratio * steps)),
+                   [q for q in model.parameters() if q.requires_grad])
     return model, method, ctx
 
 
-@torch.no_grad()
-def reference_states(args, spec, dev, pad_id) -> list:
-    """Hidden states entering each attention layer of the initial (pre-trained, cut) model on fixed dev batches."""
-    from suite.run.batching import sorted_batches
-
-    model, _, _ = build(args, spec, 0, "real", 1e-3)
-    model.eval()
-    order = sorted_batches(dev.lengths(), args.batch_size)[::7][:args.reference_batches]
-    out = []
-    for batch in batches_of(dev, order, pad_id, spec):
-        hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                            output_hidden_states=True).hidden_states
-        real = batch["attention_mask"].bool()
-        out.append((hidden[:-1], real[:, :, None] & real[:, None, :] & ~torch.eye(real.shape[1], dtype=torch.bool)))
-    return out
+def initial_states(args, spec, dev, pad_id) -> list:
+    """`reference_states` of the initial (pre-trained, cut) model: the same for every run of `args`."""
+    return reference_states(build(args, spec, 0, "real", 1e-3)[0], dev, pad_id, spec, args.batch_size,
+                            args.reference_batches)
 
 
 class ShareLog:
     """Per reward step, how much of what G is told is about each layer's drop rate. With `rloo` and K = 2 (the
     published runs' form): the two masks' reward difference against their drop-share difference, pooled over steps
     (`correlations`). In every form: the correlation over the step's K x B units of the advantage with the
-    baseline-centred share (`per_step`, the offline measurement's statistic), averaged over steps."""
+    baseline-centred share (`per_step`, the offline measurement's statistic), averaged over steps. A reward hook of
+    the method's that only looks: it sees what the hooks added before it hand on (a planted reward's)."""
 
     def __init__(self, method, layers: int):
         self.d_reward, self.d_share = [], [[] for _ in range(layers)]
         self.steps: list[list[float]] = []
-        self._original, self.layers, self.method = method._update_policy, layers, method
-        method._update_policy = self._update_policy
+        self.layers, self.method = layers, method
+        method.reward_hooks.append(self)
 
-    def _update_policy(self, rewards, defender, samples) -> None:
+    def __call__(self, update) -> None:
+        rewards, defender, samples = update.rewards, update.defender, update.samples
         baseline = self.method.cfg.baseline
         adv = baseline_advantage(rewards, defender, baseline).cpu().numpy().ravel()
         self.steps.append([float(np.corrcoef(adv, centred_shares(samples, layer, baseline).cpu().numpy().ravel())[0, 1])
@@ -158,7 +143,6 @@ class ShareLog:
             for layer in range(self.layers):
                 self.d_share[layer].append((layer_drop_share(samples[0], layer)
                                             - layer_drop_share(samples[1], layer)).double().cpu().numpy())
-        self._original(rewards, defender, samples)
 
     def correlations(self) -> list[float] | None:
         if not self.d_reward:
@@ -191,25 +175,25 @@ def training_batches(args, spec, train, pad_id, seed: int, n: int) -> list[dict]
 
 def train_run(args, spec, train, pad_id, states, arm: str, g_lr: float, seed: int) -> dict:
     model, method, ctx = build(args, spec, seed, arm, g_lr)
-    # the log wraps the policy update first, the planted reward around it: the log sees what G is handed
-    shares = ShareLog(method, args.layers)
+    # hooks run in the order added: the planted reward first, then the log, which sees what G is handed
     planted = None
     if arm == "planted":
         planted = (AddedReward(method, args.strength, args.planted_layer) if args.planted_form == "added" else
                    PlantedReward(method, args.strength, args.planted_layer, seed=seed + 1000))
+    shares = ShareLog(method, args.layers)
     steps = args.updates + 1
     batches = training_batches(args, spec, train, pad_id, seed, steps + 1)
     probes = [{"step": 0, "reference": [float(v.mean()) for v in policy_on(method.generator, method.cfg.p_max, states)],
                "training": None}]
     start_policy = policy_on(method.generator, method.cfg.p_max, states)
-    pi_sum, pairs = method._pi_sum.clone(), method._pair_count.clone()
+    sums = method.layer_sums
     losses, began = [], time.perf_counter()
     for step in range(steps):
-        ctx.step = step + 1
-        losses.append(float(method.training_step(ctx, batches[step], batches[step + 1])))
+        losses.append(float(train_step(ctx, batches, step)))
         if (step + 1) % args.probe_every == 0 or step + 1 == steps:
-            window = ((method._pi_sum - pi_sum) / (method._pair_count - pairs).clamp_min(1)).tolist()
-            pi_sum, pairs = method._pi_sum.clone(), method._pair_count.clone()
+            now = method.layer_sums  # G's mean drop probability on this window's training batches
+            window = ((now.pi - sums.pi) / (now.pairs - sums.pairs).clamp_min(1)).tolist()
+            sums = now
             probes.append({"step": step + 1, "training": window, "reference": [
                 float(v.mean()) for v in policy_on(method.generator, method.cfg.p_max, states)]})
             if getattr(args, "verbose", False):  # the per-step time under the machine's current load
@@ -256,7 +240,7 @@ def main(argv: list[str]) -> int:
     with quiet_transformers():
         spec, tokenizer, train, dev = load_data(args)
         pad_id = tokenizer.pad_token_id or 0
-        states = reference_states(args, spec, dev, pad_id)
+        states = initial_states(args, spec, dev, pad_id)
         for seed in args.seeds:  # seed-major: a stopped experiment has every (g_lr, arm) cell for its first seeds
             for g_lr in args.g_lrs:
                 for arm in args.arms:

@@ -66,8 +66,8 @@ def step_statistics(adv: np.ndarray, share: np.ndarray, expected: np.ndarray) ->
 
 
 class UnitLog:
-    """Installs itself around an AttendOut instance's policy update and keeps, per reward step, the (K, B)
-    advantages against the Defender, and per layer each unit's drop share and G's expected share."""
+    """A reward hook of an AttendOut instance that only looks: per reward step, the (K, B) advantages against the
+    Defender, and per layer each unit's drop share and G's expected share."""
 
     def __init__(self, method):
         from .planted import baseline_advantage, layer_drop_share
@@ -76,17 +76,16 @@ class UnitLog:
         self.adv: list[np.ndarray] = []
         self.share: list[np.ndarray] = []      # per step (layers, K, B)
         self.expected: list[np.ndarray] = []   # per step (layers, K, B)
-        self._original = method._update_policy
-        method._update_policy = self._update_policy
+        method.reward_hooks.append(self)
 
-    def _update_policy(self, rewards, defender, samples) -> None:
+    def __call__(self, update) -> None:
+        rewards, defender, samples = update.rewards, update.defender, update.samples
         self.adv.append(self._advantage(rewards, defender, "defender").cpu().numpy())
         layers = range(len(samples[0]))
         self.share.append(np.array([[self._share(s, layer).double().cpu().numpy() for s in samples]
                                     for layer in layers]))
         self.expected.append(np.array([[expected_share(s[layer], self.method.cfg.p_max) for s in samples]
                                        for layer in layers]))
-        self._original(rewards, defender, samples)
 
 
 @torch.no_grad()
@@ -140,7 +139,7 @@ def main(argv: list[str]) -> int:
     from suite.run.models import quiet_transformers
 
     from . import decisive, longhorizon
-    from .common import load_data
+    from .common import load_data, train_step
 
     args = parse(argv)
     design = dataclasses.replace(decisive.DESIGNS["A"], mask_samples=args.mask_samples)
@@ -158,8 +157,7 @@ def main(argv: list[str]) -> int:
         batches = longhorizon.training_batches(lh, spec, train, tokenizer.pad_token_id or 0, args.seed, args.steps + 2)
         steps_began = time.perf_counter()
         for step in range(args.steps + 1):  # the warm-up's first step has learning rate 0 and no reward
-            ctx.step = step + 1
-            method.training_step(ctx, batches[step], batches[step + 1])
+            train_step(ctx, batches, step)
             if (step + 1) % 10 == 0:
                 print(f"step {step + 1}: {(time.perf_counter() - steps_began) / (step + 1):.2f} s per step, load "
                       f"{os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)

@@ -18,6 +18,7 @@ drop share over the batch's units).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -49,8 +50,9 @@ def planted_rewards(real: torch.Tensor, samples: list[list[MaskSample]], strengt
 
 
 class PlantedReward:
-    """Installs the planted reward on an AttendOut instance (wrapping its policy update); keeps what was handed
-    to G and the real reward it replaced, for the analysis (`log`: per step, K x B tensors)."""
+    """The planted reward as a reward hook of an AttendOut instance (added to its `reward_hooks`): G gets the planted
+    rewards and no Defender's; keeps what was handed to G and the real reward it replaced, for the analysis (`log`:
+    per step, K x B tensors)."""
 
     def __init__(self, method, strength: float, layer: int = 0, seed: int = 0, keep_log: bool = False):
         if method.cfg.placebo:
@@ -60,14 +62,14 @@ class PlantedReward:
         self.method, self.strength, self.layer = method, float(strength), layer
         self.generator = torch.Generator().manual_seed(seed)
         self.keep_log, self.log = keep_log, []
-        self._original = method._update_policy
-        method._update_policy = self._update_policy
+        method.reward_hooks.append(self)
 
-    def _update_policy(self, rewards: torch.Tensor, defender, samples) -> None:
-        planted = planted_rewards(rewards, samples, self.strength, self.layer, self.generator)
+    def __call__(self, update):
+        """The method's `PolicyUpdate` with its rewards replaced by planted ones."""
+        planted = planted_rewards(update.rewards, update.samples, self.strength, self.layer, self.generator)
         if self.keep_log:
-            self.log.append({"real": rewards.detach().cpu(), "planted": planted.detach().cpu()})
-        self._original(planted, None, samples)
+            self.log.append({"real": update.rewards.detach().cpu(), "planted": planted.detach().cpu()})
+        return dataclasses.replace(update, rewards=planted, defender=None)
 
 
 def baseline_advantage(rewards: torch.Tensor, defender: torch.Tensor | None, baseline: str) -> torch.Tensor:
@@ -89,7 +91,7 @@ def centred_shares(samples: list[list[MaskSample]], layer: int, baseline: str) -
 
 
 class AddedReward:
-    """Adds a planted term to the real reward of an AttendOut instance (wrapping its policy update), so that the
+    """Adds a planted term to the real reward of an AttendOut instance (a reward hook), so that the
     advantage's correlation with layer `layer`'s drop share rises by `c` (module docstring). The term is added to
     the rewards of G's masks, never to the Defender's, so the method's own baseline, normalisation and Adam act on
     it unchanged."""
@@ -100,8 +102,7 @@ class AddedReward:
         if not -1 < c < 1:
             raise ValueError(f"c={c} is a correlation: it must lie in (-1, 1)")
         self.method, self.c, self.layer = method, float(c), layer
-        self._original = method._update_policy
-        method._update_policy = self._update_policy
+        method.reward_hooks.append(self)
 
     def term(self, rewards: torch.Tensor, defender: torch.Tensor | None, samples) -> torch.Tensor:
         """(K, B) the term added to the rewards: after the baseline it is beta * z."""
@@ -113,5 +114,8 @@ class AddedReward:
         # leave-one-out maps a term with zero column sums to k / (k - 1) times itself: pre-scaled so it gives beta z
         return beta * z * ((k - 1) / k if baseline == "rloo" else 1.0)
 
-    def _update_policy(self, rewards: torch.Tensor, defender, samples) -> None:
-        self._original(rewards + self.term(rewards, defender, samples).to(rewards.dtype), defender, samples)
+    def __call__(self, update):
+        """The method's `PolicyUpdate` with the term added to the rewards of G's masks."""
+        rewards = update.rewards
+        added = rewards + self.term(rewards, update.defender, update.samples).to(rewards.dtype)
+        return dataclasses.replace(update, rewards=added)

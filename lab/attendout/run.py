@@ -40,7 +40,18 @@ import numpy as np
 import torch
 
 from . import accumulated, report
-from .common import SOURCES, batches_of, draw_masks, first_order, load_data, measurement_batches, policy_on
+from .common import (
+    SOURCES,
+    batches_of,
+    draw_masks,
+    first_order,
+    load_data,
+    measurement_batches,
+    optimize,
+    policy_on,
+    reference_states,
+    train_step,
+)
 
 
 def parse(argv):
@@ -83,45 +94,24 @@ def parse(argv):
 # ---------------------------------------------------------------------------------------------------------
 
 def build(args, spec, seed: int, placebo: bool):
-    from transformers import get_linear_schedule_with_warmup
-
     from suite.run.models import load_model
     from suite.run.settings import RunConfig, TrainSettings
-    from suite.run.training import StepContext
 
     # the baseline the published runs used (the method's default then; today's is the Defender with one mask)
     hp = {"placebo": placebo, "baseline": "rloo", "mask_samples": 2} | ({"g_lr": args.g_lr} if args.g_lr else {})
     job = RunConfig(args.model, args.task, "attendout", hp, seed, TrainSettings(lr=args.lr))
     model, method, _ = load_model(job, spec)
     torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(args.warmup_ratio * args.steps), args.steps)
-    ctx = StepContext(model, method, optimizer, scheduler, torch.device("cpu"), None, 1.0, total_steps=args.steps)
-    method.setup_training(ctx)
-    model.train()
-    return model, method, ctx
+    return model, method, optimize(model, method, args.lr, args.steps, int(args.warmup_ratio * args.steps))
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Policy on a fixed reference input
 # ---------------------------------------------------------------------------------------------------------
 
-@torch.no_grad()
-def reference_states(args, spec, dev, pad_id):
-    """[(hidden states entering each attention layer, valid pairs)] of the pre-trained model on fixed dev batches."""
-    from suite.run.batching import sorted_batches
-
-    model, _, _ = build(args, spec, 0, False)
-    model.eval()
-    order = sorted_batches(dev.lengths(), args.batch_size)[::7][:args.reference_batches]
-    out = []
-    for batch in batches_of(dev, order, pad_id, spec):
-        hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                            output_hidden_states=True).hidden_states
-        real = batch["attention_mask"].bool()
-        valid = real[:, :, None] & real[:, None, :] & ~torch.eye(real.shape[1], dtype=torch.bool)
-        out.append((hidden[:-1], valid))
-    return out
+def initial_states(args, spec, dev, pad_id):
+    """`reference_states` of the pre-trained model with its fresh head (seed 0): the same for every run."""
+    return reference_states(build(args, spec, 0, False)[0], dev, pad_id, spec, args.batch_size, args.reference_batches)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -138,8 +128,7 @@ def train_run(args, spec, train, dev, pad_id, states, seed: int, placebo: bool) 
     batches = list(batches_of(train, order, pad_id, spec))
     log, start = [], time.perf_counter()
     for step in range(args.steps):
-        ctx.step = step + 1
-        loss = method.training_step(ctx, batches[step], batches[step + 1])
+        loss = train_step(ctx, batches, step)
         r = method.last_reward
         if r.get("rewards") is not None and step > 0 and len(log) < step:
             log.append(step_facts(r, float(loss)))
@@ -186,9 +175,7 @@ def lookahead_loss(method, model, batch, nxt, eta, masks=None, state=None, mode=
     from suite.methods.attendout import reward as rw
 
     params = rw.trainable(model)
-    if masks is not None:
-        method._masks = dict(masks)
-    with method._mode("replay" if masks is not None else mode, state):
+    with method.forward_mode("replay" if masks is not None else mode, state, masks=masks):
         loss = rw.losses_at(model, None, batch).mean()
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     moved = {n: p.detach() - eta * g if g is not None else p.detach() for (n, p), g in zip(params.items(), grads)}
@@ -317,7 +304,7 @@ def only_accumulated(args, argv, began: float) -> Path:
     results = json.loads((out / "results.json").read_text())
     spec, tokenizer, train, dev = load_data(args)
     pad_id = tokenizer.pad_token_id or 0
-    states = reference_states(args, spec, dev, pad_id)
+    states = initial_states(args, spec, dev, pad_id)
     run = train_run(args, spec, train, dev, pad_id, states, args.seeds[0], False)
     print(f"seed {args.seeds[0]} real: {run['train_s']:.0f}s, dev acc {run['dev_accuracy']:.3f}", file=sys.stderr)
     measured = accumulated.accumulated_snr(args, spec, train, pad_id, run)
@@ -341,7 +328,7 @@ def main(argv=None) -> int:
     with quiet_transformers():
         spec, tokenizer, train, dev = load_data(args)
         pad_id = tokenizer.pad_token_id or 0
-        states = reference_states(args, spec, dev, pad_id)
+        states = initial_states(args, spec, dev, pad_id)
         runs = []
         for seed in args.seeds:
             for placebo in (False, True):

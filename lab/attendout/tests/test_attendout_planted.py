@@ -175,7 +175,7 @@ def test_added_reward_adds_beta_z_to_the_advantage(baseline, k):
 
     class Stub:  # what AddedReward reads from the method
         cfg = AttendOutConfig(baseline=baseline, mask_samples=k)
-        _update_policy = staticmethod(lambda *a: None)
+        reward_hooks: list = []
 
     added = AddedReward(Stub(), c, layer=1)
     term = added.term(rewards, defender, samples)

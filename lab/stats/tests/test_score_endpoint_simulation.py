@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 def test_the_simulations_median_null_is_the_jittered_distributions_not_the_points():
     """lab/stats/score_endpoint.py builds its median nulls from 20 published pairs, each resampled seed jittered:
     the shift must make a jittered seed as likely won as lost. The plain median of the points is not that when the
