@@ -75,12 +75,12 @@ def test_a_failed_self_test_runs_the_whole_grid_eagerly_with_one_line(capture_fa
     entries = list((tmp_path / "cache" / "capture").glob("*.json"))
     assert len(entries) == 1 and json.loads(entries[0].read_text())["ok"] is False
     # the answer is kept: the next grid asks no subprocess
-    monkeypatch.setattr(workers, "_run_self_test", lambda device: pytest.fail("the cached answer was not used"))
+    monkeypatch.setattr(workers, "run_self_test", lambda device: pytest.fail("the cached answer was not used"))
     assert workers.capture_self_test(_jobs(tiny_bert_dir), "cpu").startswith("the capture self-test failed")
 
 
 def test_the_self_test_runs_only_where_a_job_may_capture_on_a_gpu_here(tiny_bert_dir, monkeypatch):
-    monkeypatch.setattr(workers, "_run_self_test", lambda device: pytest.fail("no self-test was needed"))
+    monkeypatch.setattr(workers, "run_self_test", lambda device: pytest.fail("no self-test was needed"))
     assert workers.capture_self_test(_jobs(tiny_bert_dir), "cpu") is None  # no GPU, no fault injected
     monkeypatch.setenv(CAPTURE_FAULT_ENV, "1")
     off = [workers.without_capture(j) for j in _jobs(tiny_bert_dir)]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.design_power import Noise, _decide_looks, _draws
+from suite.stats.design_power import Noise, decide_looks, draw_differences
 from suite.stats.evidence import Evidence, RunOutcome, compare_runs, evidence_arrays, verdict
 from suite.stats.sequential import FUTILITY_MIN_SEEDS, Design, family_alpha
 from suite.stats.sign import SIGN_GUARD_SEEDS, median_interval, sign_p
@@ -129,11 +129,11 @@ def test_futility_at_the_designs_own_level_and_a_true_difference_of_zero_stops_w
     of 0: of the comparisons futility stops, at most the threshold's share would have been decided by the cap. The
     rule before (a 5-seed sd taken as known, stops from the first look) stopped ones of which ~15% would have been."""
     noise, sims = Noise(0.95, 0.17), 2000
-    diffs = _draws(noise, 0.0, sims, 20, seed=7)
+    diffs = draw_differences(noise, 0.0, sims, 20, seed=7)
 
     def realised(design: Design) -> tuple[float, int, np.ndarray]:
-        reason, _, used = _decide_looks(diffs, noise, design, 1.0)
-        _, to_cap, _ = _decide_looks(diffs, noise, dataclasses.replace(design, futility=0.0), 1.0)
+        reason, _, used = decide_looks(diffs, noise, design, 1.0)
+        _, to_cap, _ = decide_looks(diffs, noise, dataclasses.replace(design, futility=0.0), 1.0)
         stopped = reason == "futility"
         return float(np.mean(to_cap[stopped] != "undecided")), int(stopped.sum()), used[stopped]
 
@@ -185,7 +185,7 @@ def test_the_power_table_reads_the_split_the_verdicts_use(tmp_path):
     from dev; and the line under the table names the shared dev-set part beyond which no seeds decide 0."""
     from test_report import make_record
 
-    from suite.grid.power_table import _pilot_runs, out_of_reach
+    from suite.grid.power_table import out_of_reach, pilot_outcomes
     from suite.grid.store import Store
     from suite.stats.design_power import equivalence_limit
 
@@ -193,7 +193,7 @@ def test_the_power_table_reads_the_split_the_verdicts_use(tmp_path):
     name, rec = make_record("rte", "vanilla", 1, {"accuracy": 0.80})
     store.write(name, {**rec, "heldout": {"accuracy": 0.70, "score": 0.70}})
     store.write(*make_record("rte", "topk", 1, {"accuracy": 0.80}))
-    runs = _pilot_runs(tmp_path)
+    runs = pilot_outcomes(tmp_path)
     assert runs["heldout", "rte", "vanilla"][1].score == pytest.approx(70.0)
     assert runs["dev", "rte", "topk"][1].score == pytest.approx(80.0)
     design = Design((5, 10, 15, 20), family_alpha(0.05, 36))

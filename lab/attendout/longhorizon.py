@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from suite.methods.attendout import PolicyUpdate
+
 from .common import batches_of, load_data, make_method, optimize, policy_on, reference_states, train_step
 from .planted import AddedReward, PlantedReward, baseline_advantage, centred_shares, layer_drop_share
 
@@ -132,7 +134,7 @@ class ShareLog:
         self.layers, self.method = layers, method
         method.reward_hooks.append(self)
 
-    def __call__(self, update) -> None:
+    def __call__(self, update: PolicyUpdate) -> None:
         rewards, defender, samples = update.rewards, update.defender, update.samples
         baseline = self.method.cfg.baseline
         adv = baseline_advantage(rewards, defender, baseline).cpu().numpy().ravel()

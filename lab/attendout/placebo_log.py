@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from suite.methods.attendout import PolicyUpdate
+
 STATISTICS = ("logged", "logged_k1", "mask1", "centred", "centred_k1", "expected", "expected_k1", "within", "between")
 
 
@@ -78,7 +80,7 @@ class UnitLog:
         self.expected: list[np.ndarray] = []   # per step (layers, K, B)
         method.reward_hooks.append(self)
 
-    def __call__(self, update) -> None:
+    def __call__(self, update: PolicyUpdate) -> None:
         rewards, defender, samples = update.rewards, update.defender, update.samples
         self.adv.append(self._advantage(rewards, defender, "defender").cpu().numpy())
         layers = range(len(samples[0]))

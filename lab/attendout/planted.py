@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from suite.methods.attendout.generator import MaskSample
+from suite.methods.attendout import MaskSample, PolicyUpdate
 from suite.methods.attendout.policy import leave_one_out
 
 
@@ -64,8 +64,8 @@ class PlantedReward:
         self.keep_log, self.log = keep_log, []
         method.reward_hooks.append(self)
 
-    def __call__(self, update):
-        """The method's `PolicyUpdate` with its rewards replaced by planted ones."""
+    def __call__(self, update: PolicyUpdate) -> PolicyUpdate:
+        """The method's update with its rewards replaced by planted ones."""
         planted = planted_rewards(update.rewards, update.samples, self.strength, self.layer, self.generator)
         if self.keep_log:
             self.log.append({"real": update.rewards.detach().cpu(), "planted": planted.detach().cpu()})
@@ -114,8 +114,8 @@ class AddedReward:
         # leave-one-out maps a term with zero column sums to k / (k - 1) times itself: pre-scaled so it gives beta z
         return beta * z * ((k - 1) / k if baseline == "rloo" else 1.0)
 
-    def __call__(self, update):
-        """The method's `PolicyUpdate` with the term added to the rewards of G's masks."""
+    def __call__(self, update: PolicyUpdate) -> PolicyUpdate:
+        """The method's update with the term added to the rewards of G's masks."""
         rewards = update.rewards
         added = rewards + self.term(rewards, update.defender, update.samples).to(rewards.dtype)
         return dataclasses.replace(update, rewards=added)

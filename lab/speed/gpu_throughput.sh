@@ -69,7 +69,7 @@ fi
 if [ "$CALL" = 1 ]; then
   step "device" 60 "$OUT/device.txt" bash -c "{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU'; python3 -c 'import torch, transformers; print(\"torch\", torch.__version__, \"transformers\", transformers.__version__)'; } > '$OUT/device.txt'"
   step "capture probe: the grid's self-test, one tiny captured step" 60 "$OUT/probe.json" \
-    python3 -c "import json, sys; from suite.grid.executors import workers; json.dump(workers._run_self_test(sys.argv[1]), open(sys.argv[2], 'w')); print(open(sys.argv[2]).read())" "$PROBE" "$OUT/probe.json"
+    python3 -c "import json, sys; from suite.grid.executors import workers; json.dump(workers.run_self_test(sys.argv[1]), open(sys.argv[2], 'w')); print(open(sys.argv[2]).read())" "$PROBE" "$OUT/probe.json"
   step "sync check: every method's step under torch.cuda.set_sync_debug_mode('error')" 90 "$OUT/sync.json" \
     python3 "$REPO/lab/speed/gpu_capture.py" --sync --data-dir "$GLUE" --out "$OUT/sync.json" $DEV
   step "capture against eager, every method (correctness), vanilla's dropout rate in replays" 150 "$OUT/capture.json" \

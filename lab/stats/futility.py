@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from suite.stats.design_power import Noise, _decide_looks, _draws
+from suite.stats.design_power import Noise, decide_looks, draw_differences
 from suite.stats.sequential import Design, family_alpha
 
 LOOKS = (5, 10, 15, 20)
@@ -45,9 +45,9 @@ class PointSd(Design):
 
 
 def run(noise: Noise, design: Design, delta: float, sims: int, seed: int) -> dict[str, float]:
-    diffs = _draws(noise, delta, sims, design.cap, seed)
-    reason, verdict, used = _decide_looks(diffs, noise, design, 1.0)
-    _, to_cap, _ = _decide_looks(diffs, noise, dataclasses.replace(design, futility=0.0), 1.0)
+    diffs = draw_differences(noise, delta, sims, design.cap, seed)
+    reason, verdict, used = decide_looks(diffs, noise, design, 1.0)
+    _, to_cap, _ = decide_looks(diffs, noise, dataclasses.replace(design, futility=0.0), 1.0)
     stopped = reason == "futility"
     decided_later = stopped & (to_cap != "undecided")
     return {"futility": stopped.mean(), "first look": (stopped & (used == LOOKS[0])).mean(),

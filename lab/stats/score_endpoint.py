@@ -75,11 +75,11 @@ def published_pairs(task: str, method: str, reference: str = "vanilla"):
     """(paired differences x100, the method's and the reference's degenerate flags, the shared dev-example se) of
     a primary comparison's 20 published paired seeds, each run as every verdict scores it (`RunOutcome.of`); the se
     is its last look's (results/until_decided.json)."""
-    from suite.grid.power_table import _pilot_runs
+    from suite.grid.power_table import pilot_outcomes
     from suite.run.record import load_predictions
     from suite.stats.collapse import degenerate
 
-    runs = _pilot_runs(ROOT / "results")
+    runs = pilot_outcomes(ROOT / "results")
     a, b = runs["dev", task, method], runs["dev", task, reference]
     seeds = sorted(set(a) & set(b))
 

@@ -4,18 +4,31 @@ suite uses (the seeds' spread plus the dev-set part all seeds share) beside the 
 before and, for the synthetic population, the seeds alone.
 
     python -m lab.stats.stats_nulls          (from the repository root; about a minute on 2 cores)
+
+The two populations are the product tests' own (their draws, in their order), so the rates printed here are the ones
+those tests assert; the test modules are loaded from their files (tests/ is no package), a use declared beside the
+lab's other imports (tests/test_layout.py, LAB_MAY_IMPORT).
 """
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+TESTS = Path(__file__).resolve().parents[2] / "tests"
 
-import test_stats_real_null as real  # noqa: E402
-import test_stats_simulation as synthetic  # noqa: E402
+
+def _test_module(name: str):
+    """One of the product's test modules, loaded from its file without putting tests/ on sys.path."""
+    spec = importlib.util.spec_from_file_location(name, TESTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+real = _test_module("test_stats_real_null")
+synthetic = _test_module("test_stats_simulation")
 
 
 def real_null(sims: int = 8000) -> None:
