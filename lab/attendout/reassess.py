@@ -20,7 +20,8 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-DEFAULT = Path(__file__).resolve().parent / "results" / "longhorizon" / "results.json"
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = ROOT / "lab" / "attendout" / "results" / "longhorizon" / "results.json"
 
 
 def _change(run: dict, layer: int) -> float:
@@ -71,7 +72,7 @@ def reassess(results: dict) -> list[str]:
 
 def main(argv: list[str]) -> int:
     path = Path(argv[0]) if argv else DEFAULT
-    shown = path.resolve().relative_to(DEFAULT.parents[2]) if DEFAULT.parents[2] in path.resolve().parents else path
+    shown = path.resolve().relative_to(ROOT) if ROOT in path.resolve().parents else path
     print("\n".join([f"# Reassessment of `{shown}`", "",
                      f"Computed by `python -m lab.attendout reassess {shown}`.", "",
                      *reassess(json.loads(path.read_text()))]))
