@@ -126,13 +126,13 @@ def train_run(args, spec, train, dev, pad_id, states, seed: int, placebo: bool) 
     order = length_grouped_batches(train.lengths(), args.batch_size, torch.Generator().manual_seed(seed))
     order = order[:args.steps + 1]
     batches = list(batches_of(train, order, pad_id, spec))
-    log, start = [], time.perf_counter()
+    log, start, seen = [], time.perf_counter(), method.last_reward
     for step in range(args.steps):
         loss = train_step(ctx, batches, step)
-        r = method.last_reward
-        if r.get("rewards") is not None and step > 0 and len(log) < step:
+        r = method.last_reward  # a new dict at each reward step: one seen before means this step had none
+        if r is not seen and r.get("rewards") is not None and step > 0 and len(log) < step:
             log.append(step_facts(r, float(loss)))
-        method.last_reward = {}
+        seen = r
     train_s = time.perf_counter() - start
     end_policy = policy_on(method.generator, method.cfg.p_max, states)
     return {"seed": seed, "placebo": placebo, "train_s": train_s, "log": log,
