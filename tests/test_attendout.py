@@ -156,13 +156,14 @@ def test_first_order_reward_matches_autograd_per_sample_gradients():
     batch, nxt = _batch(seed=0), _batch(seed=1)
     v = rw.next_batch_gradient(model, nxt)
     state = rw.RandomState(torch.device("cpu"))
-    with method._mode("attacker", state):
+    with method.forward_mode("attacker", state):
         base = rw.losses_at(model, None, batch)
     eps = 1e-6 / rw.squared_norm(v)
-    got = rw.alignment_rewards(model, batch, base, rw.shifted(model, v, eps), eps, 0.5, method._mode("replay", state))
+    replay = method.forward_mode("replay", state)
+    got = rw.alignment_rewards(model, batch, base, rw.shifted(model, v, eps), eps, 0.5, replay)
     expected = []
     for i in range(4):  # autograd: the same masks and draws, one sample's loss at a time
-        with method._mode("replay", state):
+        with method.forward_mode("replay", state):
             li = rw.losses_at(model, None, batch)[i]
         g = torch.autograd.grad(li, [p for n, p in rw.trainable(model).items() if n in v])
         expected.append(0.5 * sum((a * b).sum() for a, b in zip(g, v.values())))

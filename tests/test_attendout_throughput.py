@@ -65,23 +65,23 @@ def test_batched_reward_passes_equal_one_pass_per_mask(amp):
     batch, nxt = _batch(seed=0), _batch(seed=1)
     found = {}
 
-    def looped(rewards, defender, samples):  # runs inside the step, before the weights move
+    def looped(update):  # a reward hook: runs inside the step, before the weights move
         torch.manual_seed(11)
         state = rw.RandomState(torch.device("cpu"))  # the state the step's training forward started from
         v = rw.next_batch_gradient(model, nxt)
         eps = rw.probe_size(method.cfg.fd_decrease, rw.squared_norm(v))
         moved = rw.shifted(model, v, eps)
         per_mask = []
-        for masks in samples:
-            method._masks = {s.layer: ("drop", s.drop) for s in masks}
-            with torch.no_grad(), method._mode("replay", state, copies=1):
+        for masks in update.samples:
+            replayed = {s.layer: ("drop", s.drop) for s in masks}
+            with torch.no_grad(), method.forward_mode("replay", state, copies=1, masks=replayed):
                 base_losses = rw.losses_at(model, None, batch)
-            replay = method._mode("replay", state, copies=1)
+            replay = method.forward_mode("replay", state, copies=1)
             per_mask.append(rw.alignment_rewards(model, batch, base_losses, moved, eps, ctx.lr, replay))
-        found["batched"], found["looped"] = rewards, torch.stack(per_mask)
-        found["distinct"] = not torch.equal(samples[0][0].drop, samples[1][0].drop)
+        found["batched"], found["looped"] = update.rewards, torch.stack(per_mask)
+        found["distinct"] = not torch.equal(update.samples[0][0].drop, update.samples[1][0].drop)
 
-    method._update_policy = looped
+    method.reward_hooks.append(looped)
     torch.manual_seed(11)
     method.training_step(ctx, batch, nxt)
     assert found["batched"].shape == (3, 4) and found["distinct"]
@@ -122,8 +122,9 @@ def test_a_zero_look_ahead_direction_rewards_nothing():
 def test_the_cost_probe_times_cpu_steps_only():
     """Timing a step on a GPU needs host syncs that drain its queue: no probe there, and the record says so."""
     _, method = _attach(cost_every=2)
-    method._steps = 1
-    assert method._probe_due(torch.device("cpu")) and not method._probe_due(torch.device("cuda"))
+    every = method.cfg.cost_every
+    assert method.cost.due(1, every, torch.device("cpu")) and not method.cost.due(1, every, torch.device("cuda"))
+    assert not method.cost.due(2, every, torch.device("cpu"))
     meter = CostMeter()
     meter.device = "cuda"
     meter.add_untimed_step()

@@ -1,7 +1,7 @@
 """Captured training steps (`train.capture`, suite.run.capture), checked on the CPU: when a run captures and why not,
 the captured path (static inputs, the scheduler outside the graph, a learning-rate tensor) run without the graph
 against the eager step, and every capturable built-in's step free of host reads. The graphs themselves need a GPU
-(benchmarks/gpu_capture.py, benchmarks/gpu_throughput.sh)."""
+(lab/speed/gpu_capture.py, lab/speed/gpu_throughput.sh)."""
 from __future__ import annotations
 
 import dataclasses

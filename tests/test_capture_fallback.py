@@ -75,12 +75,12 @@ def test_a_failed_self_test_runs_the_whole_grid_eagerly_with_one_line(capture_fa
     entries = list((tmp_path / "cache" / "capture").glob("*.json"))
     assert len(entries) == 1 and json.loads(entries[0].read_text())["ok"] is False
     # the answer is kept: the next grid asks no subprocess
-    monkeypatch.setattr(workers, "_run_self_test", lambda device: pytest.fail("the cached answer was not used"))
+    monkeypatch.setattr(workers, "run_self_test", lambda device: pytest.fail("the cached answer was not used"))
     assert workers.capture_self_test(_jobs(tiny_bert_dir), "cpu").startswith("the capture self-test failed")
 
 
 def test_the_self_test_runs_only_where_a_job_may_capture_on_a_gpu_here(tiny_bert_dir, monkeypatch):
-    monkeypatch.setattr(workers, "_run_self_test", lambda device: pytest.fail("no self-test was needed"))
+    monkeypatch.setattr(workers, "run_self_test", lambda device: pytest.fail("no self-test was needed"))
     assert workers.capture_self_test(_jobs(tiny_bert_dir), "cpu") is None  # no GPU, no fault injected
     monkeypatch.setenv(CAPTURE_FAULT_ENV, "1")
     off = [workers.without_capture(j) for j in _jobs(tiny_bert_dir)]
@@ -199,42 +199,6 @@ def test_ray_submits_a_job_whose_capture_failed_once_more_with_capture_off(tiny_
         assert rec.ok and job.train.capture == "off" and rec.timing.mode == "eager"
         assert rec.timing.step_mode.reason == ("CUDA graph capture failed at step 2 (CUDA error: x); run again in a "
                                                "fresh process with train.capture=off")
-
-
-def test_the_sync_check_names_the_sync_and_where_it_happened(shared_glue, monkeypatch, register):
-    """benchmarks/gpu_capture.py --sync on the CPU, with torch.cuda's sync debug mode stood in for: a method that
-    synchronises under the mode is named with the phase and a frame; vanilla is found clean."""
-    import importlib.util
-    from pathlib import Path
-
-    from suite.methods.dropout import Vanilla
-
-    path = Path(__file__).parent.parent / "benchmarks" / "gpu_capture.py"
-    spec = importlib.util.spec_from_file_location("gpu_capture", path)
-    gpu_capture = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_capture)
-    monkeypatch.setattr(gpu_capture, "DEVICE", torch.device("cpu"))
-    monkeypatch.setattr(gpu_capture, "AMP", None)
-    mode = [0]
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: mode.__setitem__(0, m))
-
-    class Syncs(Vanilla):
-        capturable = True
-
-        def attention(self, *args, **kwargs):
-            if mode[0] == "error":  # as torch raises on a synchronising call under the mode
-                raise RuntimeError("called a synchronizing CUDA operation")
-            return super().attention(*args, **kwargs)
-
-    name = register(Syncs, "test_syncs")
-    steps_batches, task = gpu_capture.batches(str(shared_glue), 2, 4)
-    row = gpu_capture.sync_check(name, task, steps_batches)
-    assert row["sync"] == "called a synchronizing CUDA operation" and row["phase"] == "eager step", row
-    assert row["phases_run"] == ["warm-up (mode off)", "eager step"] and ".py:" in row["where"]
-    clean = gpu_capture.sync_check("vanilla", task, steps_batches)
-    assert clean["sync"] is None and clean["phases_run"] == ["warm-up (mode off)", "eager step"]
-    assert mode[0] == 0  # the mode is switched off after each step
 
 
 def test_a_cuda_record_keeps_the_peak_memory_its_process_held(monkeypatch):

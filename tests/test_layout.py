@@ -3,6 +3,8 @@
 Layers, lowest first: `suite.api` (what plugin authors import) -> `suite.run` (one run) -> `suite.stats` (statistical
 procedures) -> `suite.grid` (many runs), `suite.report`, `suite.profiling` (side by side, never importing each other)
 -> `suite.commands` (the command line). `methods/` and `tasks/` are plugins: they see only `suite` and `suite.api`.
+Beside the product stands the lab (lab/: experiments and benchmarks), behind a wall: the product never imports it, and
+it imports only the public surfaces and the engine modules declared in `LAB_MAY_IMPORT` (docs/design.md, "The wall").
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"api": 0, "testing": 0, "run": 1, "stats": 2, "grid": 3, "report": 3, "profiling": 3, "commands": 4,
           "__main__": 5}
 PLUGIN_FOLDERS = {"methods": "suite.methods", "tasks": "suite.tasks"}
-SCANNED = ("suite", "methods", "tasks", "benchmarks", "experiments", "tests")
+SCANNED = ("suite", "methods", "tasks", "lab", "tests")
 
 
 def module_name(path: Path) -> str:
@@ -215,3 +217,127 @@ def test_the_export_check_sees_an_unused_name(tmp_path, monkeypatch):
     (tmp_path / "suite" / "b.py").write_text("from suite.x.a import used  # idle is mentioned here only\n")
     files = sorted(tmp_path.rglob("*.py"))
     assert unused_exports(files, set(files)) == ["suite/x/a.py: idle"]
+
+
+# The wall (docs/design.md). The lab reaches the product through `suite`, `suite.api.*` and `suite.testing`, and beyond
+# them through these engine modules only, each for its reason; no name starting with "_" from any of them.
+LAB_PUBLIC = ("suite", "suite.api", "suite.testing")
+LAB_MAY_IMPORT = {
+    "suite.methods.attendout": "AttendOut, its config and mask samples, and its instrumentation (PolicyUpdate)",
+    "suite.methods.attendout.reward": "the look-ahead reward's steps, recomputed offline under masks of the lab's own",
+    "suite.methods.attendout.policy": "leave_one_out: the rloo baseline that the planted control's term is scaled for",
+    "suite.run.settings": "RunConfig, TrainSettings, presets and model names: a lab run is built as a suite run is",
+    "suite.run.models": "a run's model and method (load_model, build_method) and quiet_transformers",
+    "suite.run.data": "a task's splits read and tokenised as a run reads them; seeded subsets",
+    "suite.run.batching": "a run's batch orders and collation, so the lab's batches are the suite's",
+    "suite.run.draws": "which train rows a run draws and carves: the split-leak count and the Trainer comparison",
+    "suite.run.carving": "the groups a carve keeps together (the split-leak count)",
+    "suite.run.device": "the machine's name, the commit and the environment a lab result records",
+    "suite.run.runner": "one whole run (run_one) and the tokenised-data caches the benchmarks time",
+    "suite.run.training": "a step's context as the runner builds it (the capture benchmark)",
+    "suite.run.capture": "CUDA graph steps and the reason a step runs eagerly (the capture benchmark)",
+    "suite.run.record": "a run's per-example predictions (the score endpoint's nulls)",
+    "suite.grid.plan": "a grid's jobs, as the throughput benchmarks run them",
+    "suite.grid.executors": "run_grid, the executors the throughput benchmarks time",
+    "suite.grid.store": "the records of an output folder (Store, iter_records)",
+    "suite.grid.power_table": "pilot_outcomes: the published runs as the power table reads them",
+    "suite.stats.design_power": "the design simulation's steps (draw_differences, decide_looks): the futility study",
+    "suite.stats.sequential": "the sequential design and its alpha spending (futility and score endpoint studies)",
+    "suite.stats.evidence": "evidence_arrays: the report's comparison over simulated seeds",
+    "suite.stats.sign": "the paired sign test and its guard (the score endpoint study)",
+    "suite.stats.collapse": "degenerate: the collapse rule the score endpoint's nulls keep",
+    "suite.profiling.loop": "FLOPs per token and peak TFLOPS (MFU)",
+    # not imported: loaded from their files by lab/stats/stats_nulls.py, which prints the rates these tests assert
+    "tests/test_stats_real_null.py": "the null built from the published predictions (the product test's own draws)",
+    "tests/test_stats_simulation.py": "the synthetic null population (the product test's own draws)",
+}
+
+
+def lab_module(module: str) -> bool:
+    return module == "lab" or module.startswith("lab.")
+
+
+def wall_breaches(text: str, name: str, known: set[str], tests: set[str]) -> list[str]:
+    """What a lab file (`text`, module `name`) does against the wall: an import of a repository module outside the
+    public surfaces and LAB_MAY_IMPORT, of a test module, of a private name; a private attribute read off anything
+    but `self`, `cls` or a lab module (AttendOut's state, an engine module's helpers)."""
+    tree, found, lab_aliases = ast.parse(text), [], set()
+    package = name.rpartition(".")[0] if not name.endswith(".__init__") else name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            pairs = [(alias.name, None, alias.asname or alias.name.split(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            pairs = [(base, alias.name, alias.asname or alias.name) for alias in node.names]
+        else:
+            continue
+        for module, imported, bound in pairs:
+            target = f"{module}.{imported}" if imported and f"{module}.{imported}" in known else module
+            if lab_module(module):
+                lab_aliases.add(bound)
+            elif module.split(".")[0] in tests:
+                found.append(f"imports {module} from tests/")
+            elif module.split(".")[0] == "suite" and not (
+                    target in LAB_MAY_IMPORT or any(target == p or target.startswith(p + ".") and p != "suite"
+                                                    for p in LAB_PUBLIC)):
+                found.append(f"imports {target}, neither public nor in LAB_MAY_IMPORT")
+            if module.split(".")[0] == "suite" and imported and imported.startswith("_"):
+                found.append(f"imports the private {module}.{imported}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls", *lab_aliases})):
+            found.append(f"reads the private attribute .{node.attr} (line {node.lineno})")
+    return found
+
+
+def lab_imports(path: Path, name: str, known: set[str]) -> list[str]:
+    """The lab's modules that a product file imports (at any depth of the file)."""
+    return sorted(target for target in imports(path, name, known) if lab_module(target))
+
+
+def test_the_product_never_imports_the_lab():
+    files = python_files()
+    assert any(lab_module(name) for name in files)  # the scan found the lab
+    wrong = {name: found for name, path in files.items() if path.relative_to(ROOT).parts[0] in PRODUCT_FOLDERS
+             and (found := lab_imports(path, name, set(files)))}
+    assert not wrong, f"the product imports the lab (move what both need into the product): {wrong}"
+
+
+def test_the_lab_uses_public_surfaces_and_declared_engine_modules_only():
+    files = python_files()
+    known, tests = set(files), {p.stem for p in (ROOT / "tests").glob("*.py")}
+    lab = {name: path for name, path in files.items() if lab_module(name)}
+    assert len(lab) > 30  # the scan found the lab
+    found = {name: b for name, path in lab.items() if (b := wall_breaches(path.read_text(), name, known, tests))}
+    assert not found, ("the lab reaches past the wall (use suite.api or suite.testing, a public instrument, or "
+                       "declare the engine module in LAB_MAY_IMPORT with its reason):\n"
+                       + "\n".join(f"{n}: {'; '.join(b)}" for n, b in found.items()))
+    loaded = (ROOT / "lab" / "stats" / "stats_nulls.py").read_text()
+    used = {m for name, path in lab.items() for m in imports(path, name, known)}
+    used |= {t for t in LAB_MAY_IMPORT if t.startswith("tests/") and f'"{Path(t).stem}"' in loaded}
+    assert set(LAB_MAY_IMPORT) <= used, f"declared but not used by the lab (drop them): {set(LAB_MAY_IMPORT) - used}"
+
+
+def test_the_wall_checks_see_each_breach(tmp_path):
+    """The checks above must be able to fail: each kind of breach in a scratch lab file is found, the uses the wall
+    allows are not, and a product file importing the lab (lazily too) is found."""
+    known = {"suite", "suite.api.attention", "suite.run.settings", "suite.grid.summary", "suite.methods.attendout",
+             "suite.methods.attendout.method", "lab.attendout.report", "lab.attendout.planted", "lab.speed.mfu"}
+    allowed = ("import suite\nfrom suite.api.attention import StepContext\nfrom suite.run.settings import RunConfig\n"
+               "from suite.methods.attendout import AttendOut\nfrom . import report\nreport._lines()\n"
+               "class A:\n    def f(self):\n        return self._x, __file__\n")
+    assert wall_breaches(allowed, "lab.attendout.x", known, {"conftest"}) == []
+    for source, breach in (("from suite.grid.summary import leaderboard\n", "neither public nor"),
+                           ("from suite.methods.attendout import method\n", "neither public nor"),
+                           ("from suite.run.settings import _hash\n", "private suite.run.settings._hash"),
+                           ("from conftest import tiny_model\n", "from tests/"),
+                           ("def f(method):\n    return method._masks\n", "private attribute ._masks"),
+                           ("from suite.methods.attendout import reward as rw\nrw._helper()\n", "._helper")):
+        found = wall_breaches(source, "lab.attendout.x", known, {"conftest"})
+        assert any(breach in b for b in found), (source, found)
+    product = tmp_path / "x.py"
+    product.write_text("import torch\n\ndef f():\n    from lab.attendout import planted\n    import lab.speed.mfu\n")
+    assert lab_imports(product, "suite.run.x", known) == ["lab.attendout.planted", "lab.speed.mfu"]

@@ -33,11 +33,10 @@ def test_no_reader_indexes_the_records_json():
     assert not found, f"read these through RunRecord's typed fields (rec.final.score, rec.timing.steps, ...): {found}"
 
 
-def test_no_benchmark_or_experiment_indexes_the_records_json():
-    """Scripts read records as the product does; side_by_side.py alone reads raw JSON, since it imports no suite
-    (each side runs its own revision, possibly older than this reader)."""
-    found = {str(path.relative_to(ROOT)): sites for folder in ("benchmarks", "experiments")
-             for path in sorted((ROOT / folder).rglob("*.py"))
+def test_no_lab_script_indexes_the_records_json():
+    """The lab's scripts read records as the product does; lab/speed/side_by_side.py alone reads raw JSON, since it
+    imports no suite (each side runs its own revision, possibly older than this reader)."""
+    found = {str(path.relative_to(ROOT)): sites for path in sorted((ROOT / "lab").rglob("*.py"))
              if path.name != "side_by_side.py" and (sites := indexing_sites(path.read_text()))}
     assert not found, f"read these through read_record / iter_records and typed fields: {found}"
 

@@ -1,8 +1,8 @@
 """Issue 51's rules, fast: a difference claim needs the paired sign test too (suite.stats.sign), futility waits for
 the seed sd to be known and averages over it (suite.stats.sequential), knife-edge verdicts are printed as fragile
 (suite.report.fragility), the analysis is labelled pre-registered or a re-analysis, and expected validation
-performance shows no "±" without 3 tuning seeds. The long simulations are experiments/score_endpoint.py and
-experiments/futility.py (results/statistics_checks/)."""
+performance shows no "±" without 3 tuning seeds. The long simulations are lab/stats/score_endpoint.py and
+lab/stats/futility.py (results/statistics_checks/; their own tests: lab/stats/tests)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from suite.stats.design_power import Noise, _decide_looks, _draws
+from suite.stats.design_power import Noise, decide_looks, draw_differences
 from suite.stats.evidence import Evidence, RunOutcome, compare_runs, evidence_arrays, verdict
 from suite.stats.sequential import FUTILITY_MIN_SEEDS, Design, family_alpha
 from suite.stats.sign import SIGN_GUARD_SEEDS, median_interval, sign_p
@@ -129,11 +129,11 @@ def test_futility_at_the_designs_own_level_and_a_true_difference_of_zero_stops_w
     of 0: of the comparisons futility stops, at most the threshold's share would have been decided by the cap. The
     rule before (a 5-seed sd taken as known, stops from the first look) stopped ones of which ~15% would have been."""
     noise, sims = Noise(0.95, 0.17), 2000
-    diffs = _draws(noise, 0.0, sims, 20, seed=7)
+    diffs = draw_differences(noise, 0.0, sims, 20, seed=7)
 
     def realised(design: Design) -> tuple[float, int, np.ndarray]:
-        reason, _, used = _decide_looks(diffs, noise, design, 1.0)
-        _, to_cap, _ = _decide_looks(diffs, noise, dataclasses.replace(design, futility=0.0), 1.0)
+        reason, _, used = decide_looks(diffs, noise, design, 1.0)
+        _, to_cap, _ = decide_looks(diffs, noise, dataclasses.replace(design, futility=0.0), 1.0)
         stopped = reason == "futility"
         return float(np.mean(to_cap[stopped] != "undecided")), int(stopped.sum()), used[stopped]
 
@@ -185,7 +185,7 @@ def test_the_power_table_reads_the_split_the_verdicts_use(tmp_path):
     from dev; and the line under the table names the shared dev-set part beyond which no seeds decide 0."""
     from test_report import make_record
 
-    from suite.grid.power_table import _pilot_runs, out_of_reach
+    from suite.grid.power_table import out_of_reach, pilot_outcomes
     from suite.grid.store import Store
     from suite.stats.design_power import equivalence_limit
 
@@ -193,53 +193,10 @@ def test_the_power_table_reads_the_split_the_verdicts_use(tmp_path):
     name, rec = make_record("rte", "vanilla", 1, {"accuracy": 0.80})
     store.write(name, {**rec, "heldout": {"accuracy": 0.70, "score": 0.70}})
     store.write(*make_record("rte", "topk", 1, {"accuracy": 0.80}))
-    runs = _pilot_runs(tmp_path)
+    runs = pilot_outcomes(tmp_path)
     assert runs["heldout", "rte", "vanilla"][1].score == pytest.approx(70.0)
     assert runs["dev", "rte", "topk"][1].score == pytest.approx(80.0)
     design = Design((5, 10, 15, 20), family_alpha(0.05, 36))
     edge = out_of_reach(1.0, design, 0.8)
     below, above = (equivalence_limit(Noise(1.0, e), design, 1.0) + design.alpha for e in (0.95 * edge, 1.05 * edge))
     assert below > 0.8 > above
-
-
-def test_the_simulations_median_null_is_the_jittered_distributions_not_the_points():
-    """experiments/score_endpoint.py builds its median nulls from 20 published pairs, each resampled seed jittered:
-    the shift must make a jittered seed as likely won as lost. The plain median of the points is not that when the
-    points near it sit unevenly (here three just below it, one far above), which inflated the sign test's rate."""
-    from experiments.score_endpoint import shift_to_null
-
-    d = np.array([-9.0, -7.0, -5.0, -4.0, -3.0, -2.0, -1.6, -1.4, -1.2, -1.0,
-                  3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0])
-    gone_m = np.zeros(20, bool)
-    gone_m[0] = True                       # a degenerate method run always loses its seed
-    gone_r = np.zeros(20, bool)
-    jitter = 1.5
-    rng = np.random.default_rng(0)
-    pick = rng.integers(0, 20, 400_000)
-    noise = rng.normal(0.0, jitter, pick.size)
-
-    def won(shifted):
-        sign = np.where(gone_m[pick], -1.0, np.sign(shifted[pick] + noise))
-        return (sign > 0).mean()
-
-    healthy = ~gone_m
-    plain = d - np.median(np.where(healthy, d, -np.inf))
-    assert abs(won(shift_to_null(d, gone_m, gone_r, "median", jitter)) - 0.5) < 0.003   # 4 se of 400,000 draws
-    assert abs(won(plain) - 0.5) > 0.006   # 0.008 off: 10 se
-
-
-def test_the_checked_exact_sign_boundaries_spend_no_more_than_the_level():
-    """The `t + exact sign` alternative's boundaries, recomputed by brute force over all 2^20 sign sequences: the
-    chance of any crossing under the null is within alpha, and lowering the last boundary by one step exceeds it."""
-    from experiments.score_endpoint import ALPHA, LOOKS, exact_sign_bounds
-
-    bounds = exact_sign_bounds(LOOKS, ALPHA, LOOKS[-1])
-    sequences = np.arange(2 ** 20, dtype=np.uint32)   # bit i: seed i won
-    walk = np.stack([2 * np.bitwise_count(sequences & np.uint32(2 ** n - 1)).astype(int) - n for n in LOOKS], axis=1)
-
-    def crossing(bounds):
-        return (np.abs(walk) >= np.array(bounds)).any(axis=1).mean()
-
-    assert crossing(bounds) <= ALPHA
-    assert crossing(bounds[:-1] + (bounds[-1] - 2,)) > ALPHA
-    assert crossing(bounds) > 0.8 * ALPHA   # the lattice's sizes are used: 0.85 of the level

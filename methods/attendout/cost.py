@@ -14,7 +14,30 @@ the record says so (`step_ratio` None, `note`); `python -m suite bench` measures
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any
+
+import torch
+
+
+def sync(device: torch.device) -> None:
+    """Wait for a CUDA device's queue (a timed step's edges); nothing to wait for elsewhere."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_vanilla(ctx, batch: dict, vanilla, restore) -> float:
+    """Seconds of a forward-backward on `batch` under the `vanilla` context; no update: the gradients are dropped and
+    `restore()` puts the random states back, so that training never sees the pass."""
+    sync(ctx.device)
+    start = time.perf_counter()
+    with vanilla:
+        ctx.loss(batch).backward()
+    sync(ctx.device)
+    elapsed = time.perf_counter() - start
+    ctx.model.zero_grad(set_to_none=True)
+    restore()
+    return elapsed
 
 
 class CostMeter:
@@ -24,6 +47,11 @@ class CostMeter:
         self.untimed = 0
         self.peak_memory_mb: float | None = None
         self.device: str | None = None  # the device type of the last step
+
+    def due(self, step: int, every: int, device) -> bool:
+        """Whether step `step` (from 1) is timed: every `every`-th, on the CPU only (timing a GPU step needs host
+        syncs that stall it; `suite bench` times it there)."""
+        return every > 0 and device.type == "cpu" and (step - 1) % every == 0
 
     def add_untimed_step(self) -> None:
         self.untimed += 1

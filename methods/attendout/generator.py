@@ -113,6 +113,16 @@ def policy_terms(samples: list[list[MaskSample]], p_max: float, entropy: bool = 
     return logp.view(k, -1), None if ent is None else ent.view(k, -1), pi_sum, pairs
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerSums:
+    """Per layer (L,), float64 on G's device: the sums over every training pass's valid pairs of G's drop
+    probabilities and of its drawn drops, and the number of valid pairs (`AttendOut.layer_sums`)."""
+
+    pi: torch.Tensor
+    drawn: torch.Tensor
+    pairs: torch.Tensor
+
+
 def drop_shares(samples: list[list[MaskSample]]) -> torch.Tensor:
     """(K, B): the share of each sample's valid pairs that each of K masks drops, over all layers."""
     dropped, pairs = 0.0, 0.0

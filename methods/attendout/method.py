@@ -30,11 +30,8 @@ from torch import nn
 
 from suite.api.attention import (
     AttentionMethod,
-    HyperParameterError,
     attend,
     attention_modules,
-    check_integer,
-    check_probability,
     mask_fill_value,
     register_method,
     same_device,
@@ -45,9 +42,9 @@ from suite.api.stochastic import Stochastic
 
 from ..dropout import NoDropout
 from . import reward as rw
-from .cost import CostMeter
-from .generator import GNet, MaskSample, drop_shares, init_bias, split_rows, valid_pairs
-from .policy import BASELINES, Policy
+from .cost import CostMeter, sync, time_vanilla
+from .generator import GNet, LayerSums, MaskSample, drop_shares, init_bias, split_rows, valid_pairs
+from .policy import Policy, PolicyUpdate, RewardHook, check_config
 
 CREDITS = ("sample", "batch")
 
@@ -77,11 +74,6 @@ class AttendOutConfig:
     cost_every: int = 10             # on the CPU, time a vanilla step on the same batch every k-th step (0: never)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @register_method("attendout")
 class AttendOut(AttentionMethod):
     """AttendOut reconstruction: G-Net scores dropout trained by a look-ahead reward against the Defender's dropout."""
@@ -90,13 +82,13 @@ class AttendOut(AttentionMethod):
                    "by REINFORCE on a first-order look-ahead reward against the Defender's, as in the paper (one G "
                    "mask per batch against vanilla attention dropout on the same batch; baseline=rloo with "
                    "mask_samples=2, the published records' setting, compares two G masks instead). Whether G learns "
-                   "from the real reward is undecided (results/attendout_decisive): until decided, read its numbers "
-                   "as scores dropout at about p_init = 0.1 with masks drawn per sample and layer, at 2-3x a vanilla "
-                   "step.")
+                   "from the real reward is undecided (lab/attendout/results/decisive): until decided, read its "
+                   "numbers as scores dropout at about p_init = 0.1 with masks drawn per sample and layer, at 2-3x a "
+                   "vanilla step.")
     capturable = "its own training_step (look-ahead steps, G's update, its own generators) runs eagerly"
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
                       "paper's numbers; whether G learns from the real reward is undecided in every form tested (a "
-                      "planted signal is learned within a benchmark run; results/attendout_decisive)")
+                      "planted signal is learned within a benchmark run; lab/attendout/results/decisive)")
     keeps_expectation = False  # scores dropout: G's dropped pairs are masked before the softmax, nothing rescales
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
     # read by the runner under train.compile: it compiles anyway, and says why that does not pay
@@ -112,33 +104,7 @@ class AttendOut(AttentionMethod):
 
     def validate(self) -> None:
         super().validate()
-        c = self.cfg
-        if c.p_max > 0 and not 0 < c.p_init < c.p_max:
-            raise HyperParameterError(f"attendout.p_init={c.p_init} must lie in (0, p_max={c.p_max})")
-        check_probability("attendout.rate_target", c.rate_target)
-        for name in ("d_g", "mask_samples", "g_update_every", "g_accumulate"):
-            check_integer(f"attendout.{name}", getattr(c, name), 1)
-        for name, value, valid in (("baseline", c.baseline, BASELINES), ("credit", c.credit, CREDITS)):
-            if value not in valid:
-                raise HyperParameterError(f"attendout.{name}={value!r}: choose one of {', '.join(valid)}")
-        if c.baseline == "rloo" and c.mask_samples < 2:
-            raise HyperParameterError("attendout.baseline='rloo' compares G's masks with each other: it needs "
-                                      "mask_samples >= 2 (the records that ran it used 2)")
-        if c.lookahead_lr is not None and not c.lookahead_lr > 0:
-            raise HyperParameterError(f"attendout.lookahead_lr={c.lookahead_lr} must be > 0 (or None)")
-        self._check_bounds(c)
-
-    @staticmethod
-    def _check_bounds(c: AttendOutConfig) -> None:
-        """The rates and coefficients: positive, non-negative, or a decay in [0, 1)."""
-        for name in ("g_lr", "fd_decrease", "advantage_clip"):
-            if not getattr(c, name) > 0:
-                raise HyperParameterError(f"attendout.{name}={getattr(c, name)} must be > 0")
-        if not 0 <= c.baseline_decay < 1:
-            raise HyperParameterError(f"attendout.baseline_decay={c.baseline_decay} must lie in [0, 1)")
-        for name in ("entropy_coef", "rate_penalty", "cost_every", "reward_scale_floor"):
-            if getattr(c, name) < 0:
-                raise HyperParameterError(f"attendout.{name}={getattr(c, name)} must be >= 0")
+        check_config(self.cfg, CREDITS)
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
@@ -161,12 +127,18 @@ class AttendOut(AttentionMethod):
         self._epochs: list[dict[str, Any]] = []
         self._stats = torch.zeros(3, 0, dtype=torch.float64)  # per layer: sums of pi, drawn drops, valid pairs
         self._reward_stats = torch.zeros(2, dtype=torch.float64)  # sum of batch-mean rewards and of their squares
+        self.reward_hooks: list[RewardHook] = []  # instruments called at each policy update (policy.RewardHook)
         self._reset_epoch()
 
-    # the per-layer sums of the epoch, as views (read by the experiments between steps)
-    _pi_sum = property(lambda self: self._stats[0])
-    _drop_sum = property(lambda self: self._stats[1])
-    _pair_count = property(lambda self: self._stats[2])
+    @property
+    def layer_sums(self) -> LayerSums:
+        """The epoch's per-layer sums so far (copies, on G's device): read twice, their difference is a window's."""
+        return LayerSums(*self._stats.clone())
+
+    @property
+    def last_masks(self) -> dict[int, tuple[str, torch.Tensor]]:
+        """The last training pass's mask per layer: ("drop", G's (N, T, T)) or ("keep", the Defender's, scaled)."""
+        return dict(self._masks)
 
     # -- model hooks ---------------------------------------------------------------------------------
     def extra_parameters(self, config) -> int:
@@ -274,13 +246,15 @@ class AttendOut(AttentionMethod):
         return drop
 
     @contextlib.contextmanager
-    def _mode(self, mode: str, state: rw.RandomState | None = None, collect: bool = False, stream: int = 0,
-              copies: int | None = None):
-        """Run forwards in `mode` (from `state`'s random draws, if given). With `copies`, the batch is that many
-        copies of one batch (copy-major) and hidden dropout draws one mask that all copies share (common random
-        numbers across the copies' masks). `stream` is accepted for older callers and has no effect: masks come
-        from G's generator in sequence, so every pass draws fresh ones whatever the global random state."""
+    def forward_mode(self, mode: str, state: rw.RandomState | None = None, copies: int | None = None,
+                     masks: dict | None = None, collect: bool = False):
+        """Run training forwards in `mode`: "attacker" (G's masks), "defender" (vanilla dropout p_defender) or
+        "replay" (`masks`, as `last_masks` gives them, else the last pass's), from `state`'s random draws if given.
+        With `copies`, the batch is that many copies of one batch (copy-major) and hidden dropout draws one mask that
+        all copies share (common random numbers). `collect` keeps G's graph for the method's own policy update."""
         previous = self.mode
+        if masks is not None:
+            self._masks = dict(masks)
         if state is not None:
             state.restore()
         self.mode, self.collect = mode, collect
@@ -301,7 +275,7 @@ class AttendOut(AttentionMethod):
         self._ensure_ready(ctx.device)
         self._steps += 1
         self.cost.device = ctx.device.type
-        if not self._probe_due(ctx.device):
+        if not self.cost.due(self._steps, self.cfg.cost_every, ctx.device):
             self.cost.add_untimed_step()
             loss = self._step(ctx, batch, next_batch, timed=False)[0]
             if ctx.device.type == "cuda":  # the allocator's own statistic: a host read, no device sync
@@ -310,10 +284,10 @@ class AttendOut(AttentionMethod):
             return loss
         before = len(self.cost.pairs) % 2 == 0  # alternate the vanilla pass before / after the step
         vanilla_s = self._time_vanilla(ctx, batch) if before else None
-        _sync(ctx.device)
+        sync(ctx.device)
         start = time.perf_counter()
         loss, optimizer_s = self._step(ctx, batch, next_batch, timed=True)
-        _sync(ctx.device)
+        sync(ctx.device)
         elapsed = time.perf_counter() - start
         if not before:
             vanilla_s = self._time_vanilla(ctx, batch)
@@ -321,24 +295,10 @@ class AttendOut(AttentionMethod):
         self.cost.add_pair(elapsed, vanilla_s, optimizer_s)
         return loss
 
-    def _probe_due(self, device: torch.device) -> bool:
-        """Whether this step is timed: every `cost_every`-th step, on the CPU only (timing a GPU step needs host
-        syncs that stall it; `suite bench` times it there)."""
-        every = self.cfg.cost_every
-        return every > 0 and device.type == "cpu" and (self._steps - 1) % every == 0
-
     def _time_vanilla(self, ctx, batch: dict) -> float:
         """Seconds of a vanilla forward-backward on `batch`; no update, gradients and random states restored."""
-        state = rw.RandomState(ctx.device, self._mask_rng)
-        _sync(ctx.device)
-        start = time.perf_counter()
-        with self._mode("defender"):
-            ctx.loss(batch).backward()
-        _sync(ctx.device)
-        elapsed = time.perf_counter() - start
-        ctx.model.zero_grad(set_to_none=True)
-        state.restore()
-        return elapsed
+        state = rw.RandomState(ctx.device, self._mask_rng)  # taken before the pass, restored after it
+        return time_vanilla(ctx, batch, self.forward_mode("defender"), state.restore)
 
     def _step(self, ctx, batch: dict, next_batch: dict | None, timed: bool) -> tuple[torch.Tensor, float | None]:
         """(loss, seconds of the optimizer part when `timed`) of one step; a reward and policy update when due."""
@@ -348,7 +308,7 @@ class AttendOut(AttentionMethod):
             due = False
         state = rw.RandomState(ctx.device)
         self._masks = {}  # filled by this forward: the first mask of the reward passes
-        with self._mode("attacker", collect=due, copies=1), ctx.autocast():
+        with self.forward_mode("attacker", collect=due, copies=1), ctx.autocast():
             losses = rw.per_sample_loss(ctx.model, ctx.model(**rw.model_inputs(batch)).logits, batch["labels"])
         loss = losses.mean()
         loss.backward()  # before the reward passes, so that the training graph is freed while they run
@@ -359,11 +319,11 @@ class AttendOut(AttentionMethod):
     def _apply(self, ctx, timed: bool) -> float | None:
         """The runner's optimizer part (clip, step, schedule: the gradients are in place); its seconds when timed."""
         if timed:
-            _sync(ctx.device)
+            sync(ctx.device)
         start = time.perf_counter()
         ctx.apply(torch.zeros((), device=ctx.device, requires_grad=True))  # a leaf: its backward reaches no weight
         if timed:
-            _sync(ctx.device)
+            sync(ctx.device)
         return time.perf_counter() - start if timed else None
 
     def _reward_and_update(self, ctx, batch, next_batch, first_losses: torch.Tensor, state) -> None:
@@ -384,7 +344,7 @@ class AttendOut(AttentionMethod):
         if copies:
             self._prefix = {} if reuse else first
             try:
-                with torch.no_grad(), self._mode("attacker", state, collect=True, copies=copies):
+                with torch.no_grad(), self.forward_mode("attacker", state, collect=True, copies=copies):
                     losses = rw.losses_at(model, None, rw.repeated(batch, copies)).view(copies, -1)
             finally:
                 self._prefix = {}
@@ -392,18 +352,23 @@ class AttendOut(AttentionMethod):
             samples += [list(s) for s in zip(*(split_rows(s, k - 1) for s in self.take_samples()))]
             if reuse:
                 self._masks = {layer: ("drop", torch.cat([first[layer], m])) for layer, (_, m) in self._masks.items()}
-        replay = self._mode("replay", state, copies=k)
+        replay = self.forward_mode("replay", state, copies=k)
         rewards = rw.alignment_rewards(model, rw.repeated(batch, k), base.flatten(), moved, eps, eta, replay)
         defender = None
         if cfg.baseline == "defender":
-            with torch.no_grad(), self._mode("defender", state, copies=1):
+            with torch.no_grad(), self.forward_mode("defender", state, copies=1):
                 base = rw.losses_at(model, None, batch)
-            defender = rw.alignment_rewards(model, batch, base, moved, eps, eta, self._mode("replay", state, copies=1))
+            replay = self.forward_mode("replay", state, copies=1)
+            defender = rw.alignment_rewards(model, batch, base, moved, eps, eta, replay)
         del moved
         self._update_policy(rewards.view(k, -1), defender, samples)
 
     def _update_policy(self, rewards: torch.Tensor, defender: torch.Tensor | None,
                        samples: list[list[MaskSample]]) -> None:
+        update = PolicyUpdate(rewards, defender, samples)
+        for hook in self.reward_hooks:  # each sees what the one before it handed on, and may replace it
+            update = hook(update) or update
+        rewards, defender, samples = update.rewards, update.defender, update.samples
         if self.cfg.credit == "batch":
             rewards = rewards.mean(1, keepdim=True).expand_as(rewards)
             defender = None if defender is None else defender.mean().expand_as(defender)

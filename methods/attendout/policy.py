@@ -20,11 +20,59 @@ GPU never waits for it.
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
 import torch
+
+from suite.api.attention import HyperParameterError, check_integer, check_probability
 
 from .generator import MaskSample, policy_terms
 
 BASELINES = ("rloo", "defender", "ema")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyUpdate:
+    """What one reward step hands G's update, as a hook on `AttendOut.reward_hooks` sees it (device tensors).
+
+    rewards: (K, B), each of G's K masks on each training sample; defender: (B,), the Defender's on the same samples
+    (None unless baseline="defender"); samples: per mask, one `MaskSample` per layer (its drops, valid pairs and G's
+    logits, whose graph the update still needs)."""
+
+    rewards: torch.Tensor
+    defender: torch.Tensor | None
+    samples: list[list[MaskSample]]
+
+
+# called in order at every policy update, before credit and baseline; returns the update G gets (None: unchanged)
+RewardHook = Callable[[PolicyUpdate], "PolicyUpdate | None"]
+
+
+def check_config(c, credits: tuple[str, ...]) -> None:
+    """An `AttendOutConfig`'s values: each in its range, each choice one of its names, rloo with K >= 2."""
+    if c.p_max > 0 and not 0 < c.p_init < c.p_max:
+        raise HyperParameterError(f"attendout.p_init={c.p_init} must lie in (0, p_max={c.p_max})")
+    check_probability("attendout.rate_target", c.rate_target)
+    for name in ("d_g", "mask_samples", "g_update_every", "g_accumulate"):
+        check_integer(f"attendout.{name}", getattr(c, name), 1)
+    for name, value, valid in (("baseline", c.baseline, BASELINES), ("credit", c.credit, credits)):
+        if value not in valid:
+            raise HyperParameterError(f"attendout.{name}={value!r}: choose one of {', '.join(valid)}")
+    if c.baseline == "rloo" and c.mask_samples < 2:
+        raise HyperParameterError("attendout.baseline='rloo' compares G's masks with each other: it needs "
+                                  "mask_samples >= 2 (the records that ran it used 2)")
+    if c.lookahead_lr is not None and not c.lookahead_lr > 0:
+        raise HyperParameterError(f"attendout.lookahead_lr={c.lookahead_lr} must be > 0 (or None)")
+    # the rates and coefficients: positive, non-negative, or a decay in [0, 1)
+    for name in ("g_lr", "fd_decrease", "advantage_clip"):
+        if not getattr(c, name) > 0:
+            raise HyperParameterError(f"attendout.{name}={getattr(c, name)} must be > 0")
+    if not 0 <= c.baseline_decay < 1:
+        raise HyperParameterError(f"attendout.baseline_decay={c.baseline_decay} must lie in [0, 1)")
+    for name in ("entropy_coef", "rate_penalty", "cost_every", "reward_scale_floor"):
+        if getattr(c, name) < 0:
+            raise HyperParameterError(f"attendout.{name}={getattr(c, name)} must be >= 0")
 
 
 def leave_one_out(rewards: torch.Tensor) -> torch.Tensor:

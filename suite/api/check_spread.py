@@ -20,7 +20,7 @@ __all__ = ["check_fp16", "check_identity"]
 
 # the largest |score| each layer of the spread model reaches on the checked batch: the 99.9th percentile of |q k^T
 # d^-0.5| in MiniLM-L6-H384's first layer on SST-2 and RTE dev sentences is 30.3 (its largest 55.5; other layers'
-# largest 10-24), experiments/check_score_range/minilm.json
+# largest 10-24), lab/check/minilm.json
 PRETRAINED_SCORES = 30.0
 # the standard deviation of those scores in MiniLM's first layer (the widest; 1.4-2.9 in the others), same file: the
 # identity rule's spread, where rows are neither flat (a random init's) nor one-hot (a scaling change would not show)

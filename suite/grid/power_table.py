@@ -75,7 +75,7 @@ class TaskPlan:
     step_s: tuple[float, ...] = ()   # seconds per optimizer step of the pilot's compared runs (as recorded)
 
 
-def _pilot_runs(folder: Path, step_seconds: dict | None = None) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
+def pilot_outcomes(folder: Path, step_seconds: dict | None = None) -> dict[tuple[str, str, str], dict[int, RunOutcome]]:
     """{(split, task, method): {seed: the ok run's outcome}} of the setting with the most seeds, from a folder's
     runs/: each run as every verdict scores it (`RunOutcome.of`), on the split it is scored on. `step_seconds`, when
     given, gets {(split, task): [seconds per optimizer step of each of those runs that recorded it]}."""
@@ -217,7 +217,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
                                 "declared (power: tasks:)", split=split))
             continue
         if pilot_runs is None:
-            pilot_runs = _pilot_runs(folder, step_seconds)
+            pilot_runs = pilot_outcomes(folder, step_seconds)
         runs = _on_split(pilot_runs, split)   # a split's noise is its own: its examples, its size
         found = _from_comparisons(task, methods, reference, runs) or _from_halves(task, reference, runs)
         if found is None:

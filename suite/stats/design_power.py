@@ -24,6 +24,8 @@ Public names (what `suite.grid.power_table` calls):
 - `margin_to_decide(noise, design, target, ...)`: the smallest equivalence margin with which the design decides a
   true difference of 0 with probability `target`.
 - `SIMULATIONS`: simulated comparisons per probability, enough for a Monte-Carlo error below 1 point.
+- `draw_differences`, `decide_looks`: the simulation's two steps, the draws and each one's verdict look by look (the
+  lab's futility study, lab/stats/futility.py, counts what the stops would have decided).
 """
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def monte_carlo_error(p: float, sims: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / sims)
 
 
-def _draws(noise: Noise, delta: float, sims: int, seeds: int, seed: int) -> np.ndarray:
+def draw_differences(noise: Noise, delta: float, sims: int, seeds: int, seed: int) -> np.ndarray:
     """Simulated paired differences (sims, seeds): the true difference, the dev-set offset each simulated study
     shares over its seeds, and each seed's own noise. The same `seed` gives the same numbers (a repeatable table)."""
     rng = np.random.default_rng(seed)
@@ -89,7 +91,7 @@ def _draws(noise: Noise, delta: float, sims: int, seeds: int, seed: int) -> np.n
     return delta + offset + rng.normal(0.0, noise.seed_sd, size=(sims, seeds))
 
 
-def _decide_looks(diffs: np.ndarray, noise: Noise, design: Design, margin: float) -> tuple[np.ndarray, ...]:
+def decide_looks(diffs: np.ndarray, noise: Noise, design: Design, margin: float) -> tuple[np.ndarray, ...]:
     """(reason, verdict, seeds used) of every simulated comparison, deciding look by look the ones still open."""
     sims = diffs.shape[0]
     reason = np.full(sims, "continue", dtype=object)
@@ -113,8 +115,8 @@ def simulate(noise: Noise, design: Design, delta: float, margin: float, sims: in
              seed: int = 0) -> Chances:
     """Each verdict's probability for a comparison with this noise under `design` (a fixed-seed study: one look)
     when the true difference is `delta` and the equivalence margin `margin` (both x100)."""
-    diffs = _draws(noise, delta, sims, design.cap, seed)
-    reason, verdict, used = _decide_looks(diffs, noise, design, margin)
+    diffs = draw_differences(noise, delta, sims, design.cap, seed)
+    reason, verdict, used = decide_looks(diffs, noise, design, margin)
     claim = np.isin(verdict, ("better", "worse"))
     equivalent = verdict == "equivalent"
     return Chances(float(claim.mean()), float(equivalent.mean()), float(1 - claim.mean() - equivalent.mean()),

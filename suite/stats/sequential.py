@@ -33,7 +33,7 @@ Each look of a comparison ends in one of:
   the true difference and the seed sd may be given the seeds so far (Spiegelhalter, Freedman & Blackburn 1986), not
   the conditional power at the point estimate, which treats a 5-seed estimate as the truth (among comparisons that
   rule stopped, up to 63% would have been decided by the cap). It only ever stops a comparison without a claim, so
-  it cannot raise an error rate (it is non-binding); experiments/futility.py measures, at the design's own level
+  it cannot raise an error rate (it is non-binding); lab/stats/futility.py measures, at the design's own level
   and a true difference of 0, how often a comparison it stopped would have been decided.
 - `cap`: the last look, undecided.
 - otherwise `continue`: the comparison gets the next round of seeds.
@@ -219,7 +219,7 @@ class Design:
         last = len(seeds) >= len(self.looks)
         if last or seeds[-1] < self.futility_from:
             # at 5 seeds the seed sd has 4 degrees of freedom: stopping there cut P(equivalence | 0) on SST-2's
-            # noise from 33% to 24% even with predictive power (experiments/futility.py)
+            # noise from 33% to 24% even with predictive power (lab/stats/futility.py)
             futile = np.zeros_like(efficacy)
         else:
             with np.errstate(invalid="ignore"):

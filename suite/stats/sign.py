@@ -6,7 +6,7 @@ Why. The test of the mean (`suite.stats.evidence`) is a t: at the tiny per-look 
 puts that tail in the wrong place. Where one method has rare poor runs (STS-B runs correlating 0.2 with the labels
 are poor, not degenerate), samples that happen to miss them look better with a small spread: in a null built from
 the published STS-B pairs the sequential procedure claimed "better" at 18-33 times its level
-(experiments/score_endpoint.py). No test of the mean holds its level against every such tail at 20 seeds (Bahadur &
+(lab/stats/score_endpoint.py). No test of the mean holds its level against every such tail at 20 seeds (Bahadur &
 Savage 1956), so a claim now needs the median paired difference too, tested exactly:
 
 - each paired seed is a win for the method (its score higher), a loss, or a tie (dropped);

@@ -101,7 +101,7 @@ def capture_self_test(jobs: list[RunConfig], device: str, executor: str = "local
              "code": git_commit(), "device": where, "fault": os.environ.get(CAPTURE_FAULT_ENV, "")}
     entry = _cached(facts)
     if entry is None:
-        entry = _run_self_test(where)
+        entry = run_self_test(where)
         if entry.pop("cache", True):
             _store(facts, entry)
     if entry["ok"]:
@@ -129,7 +129,7 @@ def _gpu_and_driver() -> str:
         return "no GPU named by nvidia-smi"
 
 
-def _run_self_test(device: str) -> dict[str, Any]:
+def run_self_test(device: str) -> dict[str, Any]:
     """The self-test's answer, {"ok": bool, "error": ...}; "cache": False where it could not finish (a time-out)."""
     import suite
 
