@@ -212,3 +212,42 @@ def test_the_left_out_correlations_equal_the_weighted_forms_and_the_metric(name)
     assert np.isnan(_left_out_correlation(name, np.ones(n), gold, left_out)).all()
     almost = np.r_[np.zeros(n - 1), 1.0]  # constant once its one other value leaves
     assert np.isnan(_left_out_correlation(name, almost, gold, np.array([n - 1])))[0]
+
+
+def test_on_a_grouped_split_the_row_jackknife_understates_and_the_group_jackknife_matches_monte_carlo():
+    """A held-out split whose rows share sources (a sentence and its phrases: G groups of 1-20 rows whose rows are
+    right or wrong together more often than not). Over fresh draws of the split from its population of groups, the
+    sd of the paired difference (the Monte-Carlo se) is what the delete-a-group jackknife estimates; the
+    delete-one-row jackknife, which takes the rows for independent draws, understates it. Records without groups
+    (before version 3) are resampled by row, as before."""
+    from suite.stats.examples import sources
+
+    rng = np.random.default_rng(11)
+    sizes = rng.integers(1, 21, 150)                    # the split's make-up: 150 sources, ~1,600 rows
+    of_row = np.repeat(np.arange(len(sizes)), sizes)
+
+    def draw_split():
+        """Both methods' right/wrong on a fresh split: each source's chance of each method being right, shared by
+        its rows (a method helps some sources and hurts others)."""
+        ease, effect = rng.normal(1.0, 1.5, len(sizes)), rng.normal(0.0, 1.5, len(sizes))
+        p = 1 / (1 + np.exp(-(ease[:, None] + np.array([0.5, -0.5]) * effect[:, None])))
+        return rng.random((len(of_row), 2)) < p[of_row]
+
+    def run(right, groups):
+        arrays = {"index": np.arange(len(right)), "label": np.ones(len(right), dtype=int),
+                  "logits": np.stack([~right, right], axis=1).astype(float)}
+        return {0: {"": arrays | ({"group": of_row} if groups else {})}}
+
+    truth, by_row, by_group = [], [], []
+    for _ in range(300):
+        right = draw_split()
+        truth.append(100 * (right[:, 0].mean() - right[:, 1].mean()))
+        a, b = run(right[:, 0], True), run(right[:, 1], True)
+        assert np.array_equal(sources(a, b, [0], ""), of_row)
+        by_group.append(example_variance("sst2", a, b)[0])
+        by_row.append(example_variance("sst2", run(right[:, 0], False), run(right[:, 1], False))[0])
+    monte_carlo = float(np.var(truth, ddof=1))          # relative error of a variance from 300 draws: ~8%
+    assert np.mean(by_group) == pytest.approx(monte_carlo, rel=0.25), (np.mean(by_group), monte_carlo)
+    assert np.mean(by_row) < 0.5 * monte_carlo, (np.mean(by_row), monte_carlo)
+    a, b = run(right[:, 0], True), run(right[:, 1], False)   # one run without groups: by row, as before
+    assert sources(a, b, [0], "") is None and example_variance("sst2", a, b)[0] == pytest.approx(by_row[-1])
