@@ -249,5 +249,9 @@ def test_on_a_grouped_split_the_row_jackknife_understates_and_the_group_jackknif
     monte_carlo = float(np.var(truth, ddof=1))          # relative error of a variance from 300 draws: ~8%
     assert np.mean(by_group) == pytest.approx(monte_carlo, rel=0.25), (np.mean(by_group), monte_carlo)
     assert np.mean(by_row) < 0.5 * monte_carlo, (np.mean(by_row), monte_carlo)
+    from suite.stats.constant import majority_predictions
+
+    a = run(right[:, 0], True)   # the test against the constant predictor resamples the same groups
+    assert np.array_equal(sources(a, {0: majority_predictions(a[0])}, [0], ""), of_row)
     a, b = run(right[:, 0], True), run(right[:, 1], False)   # one run without groups: by row, as before
     assert sources(a, b, [0], "") is None and example_variance("sst2", a, b)[0] == pytest.approx(by_row[-1])
