@@ -32,7 +32,7 @@ import numpy as np
 from suite.api import metrics
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["example_variance", "sources", "split_variance",
+__all__ = ["example_replicates", "example_variance", "shared_interval", "sources", "split_variance",
            "task_spec"]
 
 SCALE = 100.0
@@ -292,8 +292,33 @@ def split_variance(replicates: Replicates | np.ndarray) -> tuple[float, float]:
     v_k = float(replicates.variance(r.mean(axis=-1)))
     if k == 1:
         return v_k, v_k
-    v_1 = float(replicates.variance(r).mean())
-    return v_k, float(np.clip((k * v_k - v_1) / (k - 1), 0.0, v_k))
+    return v_k, float(np.clip(_unclipped_shared(replicates), 0.0, v_k))
+
+
+def _unclipped_shared(replicates: Replicates) -> float:
+    """(k v_k - v_1) / (k - 1) before clipping (k >= 2 seeds): negative where the seeds' differences do not repeat."""
+    r, k = replicates.values, replicates.values.shape[-1]
+    v_k, v_1 = float(replicates.variance(r.mean(axis=-1))), float(replicates.variance(r).mean())
+    return (k * v_k - v_1) / (k - 1)
+
+
+def shared_interval(replicates: Replicates, level: float = 0.95) -> tuple[float, float]:
+    """An interval for `split_variance`'s shared part (x100 squared): the delete-a-seed jackknife of the estimate
+    before it is clipped (a clipped estimate's jackknife would read [0, 0]), with a t on k - 1 degrees of freedom,
+    its ends clipped at 0. Its uncertainty is mostly how few seeds tell the shared part from each run's own luck; in
+    simulation at 5-20 seeds it covered the shared part 96-100% of the time at 95% (tests/test_stats_simulation.py).
+    NaNs below 3 seeds."""
+    from scipy import stats
+
+    r = replicates.values
+    k = r.shape[-1] if r.ndim == 2 else 0
+    if k < 3 or r.shape[0] < 2:
+        return math.nan, math.nan
+    estimate = _unclipped_shared(replicates)
+    left = np.array([_unclipped_shared(Replicates(np.delete(r, j, axis=1), replicates.groups)) for j in range(k)])
+    se = math.sqrt((k - 1) / k * float(np.sum((left - left.mean()) ** 2)))
+    half = float(stats.t.isf((1 - level) / 2, k - 1)) * se
+    return max(estimate - half, 0.0), max(estimate + half, 0.0)
 
 
 def example_variance(task: str, a: dict, b: dict, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
