@@ -167,19 +167,21 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
 
 def test_each_comparison_is_planned_at_its_own_noise_and_the_unreachable_are_named():
     """The per-comparison table: the seed sd's chi-square interval on n - 1 df, a clipped-at-0 dev-set part
-    flagged, degenerate runs with exact intervals; the task's averages are the comparisons' mean probabilities; a
-    comparison whose shared dev-set part alone keeps equivalence at 0 below the target is named."""
+    flagged, the dev-set part's interval where known, degenerate runs with exact intervals; the task's averages are
+    the comparisons' mean probabilities; a comparison whose shared dev-set part alone keeps equivalence at 0 below
+    the target is named."""
     from types import SimpleNamespace
 
     from suite.grid.power_comparisons import COMPARISON_SIMULATIONS, ComparisonNoise, comparison_lines
 
     design = Design((5, 10), 0.05, futility=0.0)
     calm = ComparisonNoise("calm", Noise(1.0, 0.0), 10, 10, True, 0, 0)
-    shared = ComparisonNoise("shared", Noise(1.0, 0.8), 10, 12, False, 2, 0)
+    shared = ComparisonNoise("shared", Noise(1.0, 0.8), 10, 12, False, 2, 0, (0.55, 1.02))
     task = SimpleNamespace(task="rte", margin=1.0, comparisons_noise=(calm, shared), step_s=(2.0, 3.0, 7.0))
     out = "\n".join(comparison_lines([task], design, 0.8, seed=3))
     low, high = (1.0 * math.sqrt(9 / stats.chi2.ppf(q, 9)) for q in (0.975, 0.025))
     assert f"1.00 [{low:.2f}, {high:.2f}] df 9" in out and "0.00 (clipped at 0)" in out
+    assert "0.80 [0.55, 1.02]" in out and "example_se [95%]" in out   # the dev-set part's interval where known
     ci = stats.binomtest(2, 12).proportion_ci(0.95, method="exact")
     assert f"2/12 [{100 * ci.low:.0f}%, {100 * ci.high:.0f}%]" in out
     assert out.splitlines()[-1].endswith(": shared on rte.")   # 2 Phi(1/0.8 - z) - 1 is far below 0.8

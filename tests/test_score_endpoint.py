@@ -125,10 +125,12 @@ class _PointSd(Design):
 
 
 def test_futility_at_the_designs_own_level_and_a_true_difference_of_zero_stops_what_the_cap_would_not_decide():
-    """SST-2's noise, the published design (alpha / 36 over looks at 5-20 seeds, futility 0.1), a true difference
-    of 0: of the comparisons futility stops, at most the threshold's share would have been decided by the cap. The
-    rule before (a 5-seed sd taken as known, stops from the first look) stopped ones of which ~15% would have been."""
-    noise, sims = Noise(0.95, 0.17), 2000
+    """SST-2's noise as the planner reads it (seed sd 0.95, dev-set part 0.09), the published design's looks and
+    level (alpha / 36 over looks at 5-20 seeds) at the default futility threshold, a true difference of 0: of the
+    comparisons futility stops, at most 10% would have been decided by the cap (5.5% measured at 40,000 draws; the
+    threshold 0.1 let 10.0-13.5% through, lab/stats/futility.py). The rule before (a 5-seed sd taken as known,
+    stops from the first look) stopped ones of which ~30% would have been."""
+    noise, sims = Noise(0.95, 0.09), 4000
     diffs = draw_differences(noise, 0.0, sims, 20, seed=7)
 
     def realised(design: Design) -> tuple[float, int, np.ndarray]:
@@ -140,8 +142,7 @@ def test_futility_at_the_designs_own_level_and_a_true_difference_of_zero_stops_w
     alpha = family_alpha(0.05, 36)
     share, stopped, used = realised(Design((5, 10, 15, 20), alpha))
     assert stopped > 300 and used.min() >= FUTILITY_MIN_SEEDS
-    bound = 0.1 + 3 * math.sqrt(0.1 * 0.9 / stopped)
-    assert share <= bound, share
+    assert share <= 0.1, share   # the loss DEFAULT_FUTILITY (0.07) was set to keep, without the draws' slack
     before, stopped_before, _ = realised(_PointSd((5, 10, 15, 20), alpha, futility_from=0))
     assert before > 0.1 + 3 * math.sqrt(0.1 * 0.9 / stopped_before), before
 

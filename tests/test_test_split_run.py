@@ -39,6 +39,10 @@ def test_a_run_records_the_held_out_score_beside_dev_and_keeps_its_predictions(h
         held = load_predictions(heldout_predictions(path.parent / rec.predictions))
         assert set(dev) == {""} and len(dev[""]["label"]) == 12  # the dev set, as before
         assert set(held) == {""} and held[""]["logits"].shape == (8, 2)
+        # each held-out row's carving group (rows of equal text on RTE), and the split's make-up beside dev's
+        assert held[""]["group"].shape == (8,) and "group" not in dev[""]
+        assert rec.data.draw.heldout_groups == len(set(held[""]["group"].tolist()))
+        assert rec.data.draw.heldout_median_words > 0 and rec.data.draw.dev_median_words > 0
         assert np.mean(held[""]["logits"].argmax(1) == held[""]["label"]) == pytest.approx(rec.heldout.get("accuracy"))
         rows.add(tuple(held[""]["index"].tolist()))
     assert len(rows) == 1  # every seed and method: the same train rows
@@ -78,6 +82,10 @@ def test_the_report_builds_from_held_out_runs(heldout_runs):
     md = build_report([heldout_runs], ReportOptions(aso=False, figures=False, allow_uncommitted=True)).read_text()
     text = unwrap_prose(md)   # each paragraph on one line, as it renders
     assert "held-out test 8 (scored)" in text and "Scored on the held-out test split" in text
+    draw = _records(heldout_runs)[0][1].data.draw
+    assert (f"The held-out split holds 8 rows from {draw.heldout_groups} sources" in text
+            and f"a median row of {draw.heldout_median_words:g} words against dev's {draw.dev_median_words:g}"
+            in text)
     assert "a held-out test split of the train set as the test set for RTE (train.test_holdout" in text
     assert "dev split as the test set" not in text
     assert re.search(r"\| headline +\| dev +\| seeds", md)  # the dev headline beside the held-out one

@@ -80,7 +80,7 @@ def test_seed_only_variance_would_call_the_dev_set_luck_better(grid, monkeypatch
     reads as a real improvement."""
     import suite.stats.evidence as evidence
 
-    monkeypatch.setattr(evidence, "example_variance", lambda *a, **k: (0.0, 0.0))
+    monkeypatch.setattr(evidence, "split_variance", lambda *a, **k: (0.0, 0.0))
     md = build_report([grid], ReportOptions(aso=False, figures=False, out=grid / "seed_only")).read_text()
     assert verdicts(md)["dev_luck"] == "better"
 

@@ -142,7 +142,7 @@ def _from_comparisons(task: str, methods: list[str], reference: str, runs) -> Fo
             if ev.seed_sd + ev.example_se > 0:   # identical runs have no noise to simulate
                 each.append(ComparisonNoise(m, Noise(ev.seed_sd, ev.example_se), ev.n_seeds, ev.n_paired,
                                             ev.has_examples and ev.example_se == 0, ev.degenerate,
-                                            ev.degenerate_reference))
+                                            ev.degenerate_reference, ev.example_se_interval))
     if not found:
         return None
     seed_sd = [f[0] for f in found]

@@ -82,11 +82,22 @@ def per_task(facts: ModelFacts, options: Options) -> Part:
                 for m in sel.methods if (bt[Col.METHOD] == m).any()]
         if rows:
             note = ["Scored on the held-out test split carved from the train set (train.test_holdout); dev: the "
-                    "dev headline of the same runs, beside.", ""] if heldout else []
+                    "dev headline of the same runs, beside." + _makeup(_data_sizes(board, t)), ""] if heldout else []
             part.add(f"#### {task_display(t)}", "", *note,
                      table(rows, ["method", *keys, "headline", *(["dev"] if heldout else []), "seeds", "failed",
                                   "best epoch", f"Δ vs {options.baseline}"]), "")
     return part
+
+
+def _makeup(data: DataSizes) -> str:
+    """The held-out split's make-up beside dev's (records before version 3 do not say it)."""
+    draw = data.draw
+    if draw is None or draw.heldout_groups is None or data.heldout is None:
+        return ""
+    return (f" The held-out split holds {data.heldout:,} rows from {draw.heldout_groups:,} sources (a sentence "
+            f"with its phrases, or rows of equal text: its example-level se is jackknifed by source), a median "
+            f"row of {draw.heldout_median_words:g} words against dev's {draw.dev_median_words:g}: a held-out "
+            "score is not comparable to a dev score.")
 
 
 def _ablation_block(sel: Selection, method: str, sub: pd.DataFrame, keys: list[str]) -> list[str]:

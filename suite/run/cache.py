@@ -104,7 +104,11 @@ def _pack(value: Any, arrays: dict[str, np.ndarray]) -> Any:
         arrays[f"{name}/labels"] = np.asarray(value.labels)
         if value.index is not None:
             arrays[f"{name}/index"] = np.asarray(value.index, dtype=np.int64)
-        return {"encoded": name, "keys": keys, "rows": len(value), "index": value.index is not None}
+        node = {"encoded": name, "keys": keys, "rows": len(value), "index": value.index is not None}
+        if value.groups is not None:  # entries without groups keep their manifest as it was
+            arrays[f"{name}/groups"] = np.asarray(value.groups, dtype=np.int64)
+            node["groups"] = True
+        return node
     if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
         name = f"a{len(arrays)}"
         arrays[name] = value
@@ -136,7 +140,10 @@ def _unpack(node: Any, arrays) -> Any:
         index = arrays[f"{name}/index"].tolist() if node["index"] else None
         if index is not None and len(index) != rows:
             raise BadEntry(f"split {name} has {len(index)} row numbers for {rows} rows")
-        return Encoded(features, labels.tolist(), index)
+        groups = arrays[f"{name}/groups"].tolist() if node.get("groups") else None
+        if groups is not None and len(groups) != rows:
+            raise BadEntry(f"split {name} has {len(groups)} groups for {rows} rows")
+        return Encoded(features, labels.tolist(), index, groups)
     if "array" in node:
         return arrays[node["array"]]
     if "dict" in node:

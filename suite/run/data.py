@@ -249,6 +249,7 @@ class Encoded:
     features: list[dict[str, list[int]]]
     labels: list
     index: list[int] | None = None  # each example's row in its split (the `idx` column): predictions keep it
+    groups: list[int] | None = None  # the held-out split's: each row's carving group (its example se is by group)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -258,7 +259,8 @@ class Encoded:
 
     def subset(self, indices) -> "Encoded":
         index = None if self.index is None else [self.index[i] for i in indices]
-        return Encoded([self.features[i] for i in indices], [self.labels[i] for i in indices], index)
+        groups = None if self.groups is None else [self.groups[i] for i in indices]
+        return Encoded([self.features[i] for i in indices], [self.labels[i] for i in indices], index, groups)
 
     def batch(self, indices, pad_id: int, regression: bool, width: int | None = None) -> dict:
         """The tensors of the examples at `indices` (labels included), padded to `width` (None: the longest)."""

@@ -32,7 +32,7 @@ from suite.run.carving import carve_groups, sentence_groups
 from suite.run.data import seeded_subset  # the legacy draw, and the dev subset's
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["check_heldout_task", "check_holdouts", "dev_rows", "draw_seed", "draw_train",
+__all__ = ["check_heldout_task", "check_holdouts", "dev_rows", "draw_seed", "draw_train", "heldout_makeup",
            "holdout_size", "nested_subset", "train_groups", "tuning_split"]
 
 TEST_SEED = 0  # the held-out test split's draw: fixed, so that every run of a task is scored on the same rows
@@ -129,6 +129,11 @@ class Draw:
     holdout_seed: int
     test: list[int] = dataclasses.field(default_factory=list)  # the held-out test split (train.test_holdout)
     carve: str = "row"  # how the splits were carved (train.carve)
+    groups: np.ndarray | None = dataclasses.field(default=None, repr=False, compare=False)  # carved together
+
+    def groups_of(self, rows: Sequence[int]) -> list[int] | None:
+        """The carving group of each of `rows` (None where rows were carved one by one: each its own source)."""
+        return None if self.groups is None or self.carve == "row" else self.groups[list(rows)].tolist()
 
     def facts(self) -> dict[str, Any]:
         """What the record keeps: which draw, which subset (its size and digest), which tuning split, which
@@ -153,7 +158,20 @@ def draw_train(labels: Sequence, t, run_seed: int, classification: bool, groups:
     seed = draw_seed(t, run_seed)
     subset = nested_subset if t.subset_draw == "nested" else seeded_subset
     train = [rest[i] for i in subset(len(rest), t.max_train_samples, seed)]
-    return Draw(train, tune, seed, t.subset_draw, t.holdout_seed, test, t.carve)
+    return Draw(train, tune, seed, t.subset_draw, t.holdout_seed, test, t.carve, groups)
+
+
+def heldout_makeup(spec, heldout: dict[str, list], dev: dict[str, list], groups: list[int] | None
+                   ) -> dict[str, Any]:
+    """What the held-out test split is made of, beside dev: its groups of rows that share a source (a sentence and
+    its phrases on SST-2; `groups` None: each row its own) and the median words of a row in each."""
+    def median_words(columns: dict[str, list]) -> float:
+        rows = zip(*(columns[f] for f in spec.text_fields))
+        return float(np.median([sum(len(str(text).split()) for text in row) for row in rows]))
+
+    count = len(heldout["label"]) if groups is None else len(set(groups))
+    return {"heldout_groups": count, "heldout_median_words": median_words(heldout),
+            "dev_median_words": median_words(dev)}
 
 
 def train_groups(spec, columns: dict[str, list], trains) -> np.ndarray | None:

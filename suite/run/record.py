@@ -12,8 +12,10 @@ one, else dev) and its tuning-split score (`RunRecord.tune_score`).
 
 Per-example dev predictions live in a sidecar `.npz` next to the record (`predictions` names it), so that the
 record stays small and readable while statistics can still work at the example level. A run with a held-out test
-split (`train.test_holdout`) keeps its predictions there too, under HELDOUT; `load_predictions(path)` gives the dev
-sets' and `load_predictions(path + "#heldout")` the held-out split's, each as a run's predictions on one dev set.
+split (`train.test_holdout`) keeps its predictions there too, under HELDOUT, with each row's carving group (`group`,
+from version 3: rows of one sentence group share a source, and the example se is jackknifed by group);
+`load_predictions(path)` gives the dev sets' and `load_predictions(path + "#heldout")` the held-out split's, each as
+a run's predictions on one dev set.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
 
     from suite.run.settings import RunConfig
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3  # 3: held-out predictions keep each row's carving group (`group`); older ones load as rows
 STATUSES = ("ok", "failed")
 HELDOUT = "heldout"  # the held-out test split's group in the predictions sidecar (never a dev set's suffix)
 TMP_PREFIX = ".tmp-"  # the store writes through such files and renames them: never a record

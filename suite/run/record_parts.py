@@ -170,6 +170,9 @@ class Draw(Part):
     heldout_rows: int | None = None
     heldout_rows_sha: str | None = None
     carve: str | None = None
+    heldout_groups: int | None = None         # the held-out rows' sources (sentence groups; rows carved alone: rows)
+    heldout_median_words: float | None = None  # words of its median row
+    dev_median_words: float | None = None      # and of dev's, which a held-out score is not comparable to
 
 
 @dataclasses.dataclass(frozen=True)

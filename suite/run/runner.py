@@ -35,7 +35,7 @@ from suite.run.device import (
     pick_device,
     precision_label,
 )
-from suite.run.draws import check_heldout_task, dev_rows, draw_seed, draw_train, train_groups
+from suite.run.draws import check_heldout_task, dev_rows, draw_seed, draw_train, heldout_makeup, train_groups
 from suite.run.models import load_model
 from suite.run.outputs import RunHooks
 from suite.run.progress import Callback as ProgressCallback
@@ -85,6 +85,8 @@ class TokenizedCache:
                 disk_key = disk_key and f"{disk_key}-test{t.test_holdout}"
             if t.carve != "row" and (t.holdout is not None or t.test_holdout is not None):  # as are row carvings'
                 disk_key = disk_key and f"{disk_key}-carve-{t.carve}"
+            if t.test_holdout is not None:  # entries from before the held-out rows kept their groups and make-up
+                disk_key = disk_key and f"{disk_key}-makeup1"
             value = cached(disk_key, lambda: tuple(_tokenize(spec, tokenizer, data_dir, t, job.seed)),
                            lambda v: _is_tokenized(v) and _ids_within(v, len(tokenizer)))
             self._key, self._value = key, Tokenized(*value)  # the disk cache keeps plain tuples
@@ -130,12 +132,17 @@ def _tokenize(spec: TaskSpec, tokenizer, data_dir, t, run_seed: int) -> Tokenize
     train = encode(spec, _rows(columns, draw.train), tokenizer, t.max_length)
     tune = encode(spec, _rows(columns, draw.tune), tokenizer, t.max_length) if draw.tune else Encoded([], [], [])
     test = encode(spec, _rows(columns, draw.test), tokenizer, t.max_length) if draw.test else Encoded([], [], [])
-    devs = {suffix: encode(spec, _rows(splits[split], dev_rows(len(splits[split]["label"]), t)), tokenizer,
-                           t.max_length)
-            for suffix, split in spec.eval_splits.items()}
+    dev_columns = {suffix: _rows(splits[split], dev_rows(len(splits[split]["label"]), t))
+                   for suffix, split in spec.eval_splits.items()}
+    devs = {suffix: encode(spec, dev, tokenizer, t.max_length) for suffix, dev in dev_columns.items()}
     train_subset = train.subset(seeded_subset(len(train), t.train_eval_samples, draw.seed + 1))
+    facts = draw.facts()
+    if draw.test:  # what the held-out rows are, beside dev's: the report states it with their scores
+        groups = draw.groups_of(draw.test)
+        test.groups = groups
+        facts |= heldout_makeup(spec, _rows(columns, draw.test), next(iter(dev_columns.values())), groups)
     stopping.check()  # a stop swallowed while the tokenizer ran (signals land in its destructors too)
-    return Tokenized(train, devs, train_subset, tune, draw.facts(), test)
+    return Tokenized(train, devs, train_subset, tune, facts, test)
 
 
 def _rows(columns: dict[str, list], keep: list[int]) -> dict[str, list]:
@@ -191,9 +198,12 @@ def _results(rec: RunRecord, fitted: Fitted, spec: TaskSpec, data: Tokenized, mo
 
 def _arrays(enc: Encoded, e, spec: TaskSpec) -> dict[str, np.ndarray]:
     """One split's per-example predictions as the sidecar keeps them: row in its split, gold label, logits."""
-    return {"index": np.asarray(enc.index if enc.index is not None else range(e.n)),
-            "label": np.asarray(enc.labels, dtype=np.float32 if spec.is_regression else np.int64),
-            "logits": e.logits.astype(np.float32)}
+    arrays = {"index": np.asarray(enc.index if enc.index is not None else range(e.n)),
+              "label": np.asarray(enc.labels, dtype=np.float32 if spec.is_regression else np.int64),
+              "logits": e.logits.astype(np.float32)}
+    if enc.groups is not None:  # the held-out split's rows share sources: its example se is jackknifed by group
+        arrays["group"] = np.asarray(enc.groups, dtype=np.int64)
+    return arrays
 
 
 def _heldout(rec: RunRecord, e, enc: Encoded, spec: TaskSpec) -> None:

@@ -52,7 +52,8 @@ def majority_predictions(preds: dict) -> dict:
         n_labels = arrays["logits"].shape[1]
         majority = int(np.bincount(arrays["label"].astype(int), minlength=n_labels).argmax())
         logits = np.eye(n_labels, dtype=np.float32)[np.full(len(arrays["label"]), majority)]
-        out[suffix] = {"index": arrays["index"], "label": arrays["label"], "logits": logits}
+        # the same examples, with their sources where rows share them (their se is jackknifed by group)
+        out[suffix] = {**{k: arrays[k] for k in ("index", "label", "group") if k in arrays}, "logits": logits}
     return out
 
 

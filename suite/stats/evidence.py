@@ -10,7 +10,8 @@ Public names (what `suite.stats.sequential`, `suite.grid` and `suite.report` cal
 - `Evidence`: n_seeds, diff (method - reference, x100, positive = method's score higher), se, df, low, high, p
   (two-sided test of no difference), p_equiv (TOST of |diff| < margin), margin, and the parts behind se: seed_sd
   (sd of the per-seed paired differences), example_se (the dev-example part of se: the part all seeds share, 0
-  without predictions), example_run_se (each run's own dev-example luck, which s_d already holds: shown, never
+  without predictions) with its interval example_se_interval (`suite.stats.examples.shared_interval`; NaNs below 3
+  seeds), example_run_se (each run's own dev-example luck, which s_d already holds: shown, never
   added) and higher_is_better (the task's metric direction: "better" means higher only when it is True); and what
   the sign test decides about (`suite.stats.sign`): median (the median paired difference over every paired seed, a
   degenerate run's difference the worst there is), median_low and median_high (its order-statistic interval at the
@@ -76,7 +77,7 @@ from scipy import stats
 from suite.run.record import RunRecord
 from suite.stats import collapse
 from suite.stats.cochran_cox import cochran_cox_df
-from suite.stats.examples import example_variance, task_spec
+from suite.stats.examples import example_replicates, shared_interval, split_variance, task_spec
 from suite.stats.power import seeds_needed  # noqa: F401  part of this module's public names (see above)
 from suite.stats.sign import agrees, median_interval, sign_counts, sign_p
 
@@ -118,6 +119,7 @@ class Evidence:
     seed_sd: float = math.nan
     example_se: float = 0.0          # dev-example part of se: what all seeds share (0: no predictions)
     example_run_se: float = 0.0      # each run's own dev-example luck: already in seed_sd, so never added to se
+    example_se_interval: tuple = (math.nan, math.nan)   # example_se's interval at the level (shared_interval)
     higher_is_better: bool = True
     # the collapse endpoint (`suite.stats.collapse.degenerate`): the score is compared at the n_seeds of the
     # n_paired seeds where neither run degenerated; how often each degenerated is tested on its own (McNemar)
@@ -252,15 +254,18 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
     seeds = [s for s in paired_seeds if not any(flags[s])]   # a run that could not be judged counts as healthy
     d = np.array([method[s].score - reference[s].score for s in seeds], dtype=float)
     total = shared = 0.0
+    interval = (math.nan, math.nan)
     # one seed with predictions cannot tell the shared part from its own luck: the evidence is then over seeds only
     kept = [s for s in seeds if a[s] is not None and b[s] is not None] if len(seeds) > 1 else []
     if len(kept) >= 2:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            found = example_variance(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed,
-                                     jackknife=jackknife)
+            replicates = example_replicates(task, {s: a[s] for s in kept}, {s: b[s] for s in kept}, seed=seed,
+                                            jackknife=jackknife)
+            found = split_variance(replicates)
         if math.isfinite(found[0]):
             total, shared = found
+            interval = shared_interval(replicates, level)
     arr = evidence_arrays(d, shared, margin, level)
     over_pairs = _over_pairs(method, reference, paired_seeds, flags, higher_is_better)
     wins, losses = (int(x) for x in sign_counts(over_pairs))
@@ -268,7 +273,7 @@ def compare_runs(task: str, method: Mapping[int, RunOutcome], reference: Mapping
     run = max(len(kept) * (total - shared), 0.0)
     return Evidence(len(seeds), *(float(arr[k]) for k in ("diff", "se", "df", "low", "high", "p", "p_equiv")),
                     margin=float(margin), seed_sd=float(arr["seed_sd"]), example_se=math.sqrt(shared),
-                    example_run_se=math.sqrt(run),
+                    example_se_interval=tuple(math.sqrt(v) for v in interval), example_run_se=math.sqrt(run),
                     higher_is_better=bool(higher_is_better), n_paired=len(paired_seeds),
                     degenerate=sum(bool(flags[s][0]) for s in paired_seeds),
                     degenerate_reference=sum(bool(flags[s][1]) for s in paired_seeds),
