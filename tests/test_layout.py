@@ -244,7 +244,7 @@ LAB_MAY_IMPORT = {
     "suite.stats.design_power": "the design simulation's steps (draw_differences, decide_looks): the futility study",
     "suite.stats.sequential": "the sequential design and its alpha spending (futility and score endpoint studies)",
     "suite.stats.evidence": "evidence_arrays: the report's comparison over simulated seeds",
-    "suite.stats.examples": "example_variance: the report's example-level se, by row and by carving group (held-out se)",
+    "suite.stats.examples": "example_variance: the example-level se, by row and by carving group (held-out se)",
     "suite.stats.sign": "the paired sign test and its guard (the score endpoint study)",
     "suite.stats.collapse": "degenerate: the collapse rule the score endpoint's nulls keep",
     "suite.profiling.loop": "FLOPs per token and peak TFLOPS (MFU)",
