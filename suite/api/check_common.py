@@ -3,7 +3,9 @@ check attaches a method to and runs."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
+import functools
 import math
 import re
 from typing import Any, Callable
@@ -12,12 +14,12 @@ import torch
 
 from suite.api.attention import AttentionMethod, HyperParameterError
 from suite.api.stochastic import stochastic_fields
-from suite.api.tiny_models import padded_batch, tiny_model
+from suite.api.tiny_models import padded_batch, seed_cpu, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["HIGH_RATES", "ROWS", "SEEDS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff",
-           "forward", "gradients", "high_rate_hparams", "max_diff", "probability_fields", "rates_above_zero", "rows",
-           "undeclared_stochastic"]
+           "forward", "fresh_model", "gradients", "high_rate_hparams", "max_diff", "probability_fields",
+           "rates_above_zero", "rows", "undeclared_stochastic"]
 
 # the random seeds a rule that samples in training runs under: one draw can miss a row whose keys are all dropped
 SEEDS = range(8)
@@ -84,16 +86,30 @@ def rows(batch: tuple, which: list[int]) -> tuple:
     return tuple(t[which] for t in batch)
 
 
+@functools.lru_cache(maxsize=None)
+def _built(kind: str, over: tuple) -> tuple:
+    model = tiny_model(kind, **dict(over))
+    return model, torch.default_generator.get_state()
+
+
+def fresh_model(kind: str, **over):
+    """A copy of `tiny_model(kind, **over)`, built once per process (a copy costs half a build), with the CPU's
+    generator left as the build left it, so that what `prepare()` draws next is what it drew on a new build."""
+    model, state = _built(kind, tuple(sorted(over.items())))
+    torch.default_generator.set_state(state)
+    return copy.deepcopy(model)
+
+
 def attached(method: AttentionMethod, kind: str):
-    """A fresh tiny model of `kind` ("bert", "roberta") with `method` attached."""
-    model = tiny_model(kind)
+    """A fresh tiny model of `kind` ("bert", "roberta", "modernbert") with `method` attached."""
+    model = fresh_model(kind)
     method.attach(model)
     return model
 
 
 def forward(model, ids, mask, labels, seed: int = 0):
     """(the model's output with hidden states, a loss that reaches every real token's final state)."""
-    torch.manual_seed(seed)  # methods that sample (dropout masks) draw the same numbers in compared passes
+    seed_cpu(seed)  # methods that sample (dropout masks) draw the same numbers in compared passes
     out = model(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
     real = out.hidden_states[-1][mask.bool()]
     # a loss on every real token's final state, so the gradients see every attention row, not just [CLS] (a batch of

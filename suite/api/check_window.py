@@ -11,6 +11,7 @@ import torch
 from suite.api.attention import AttentionMethod
 from suite.api.check_common import SEEDS, CheckResult, attached, checked_batch, forward
 from suite.api.layers import local_window
+from suite.api.tiny_models import seed_cpu
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_window"]
@@ -74,7 +75,7 @@ def _replayed(method: AttentionMethod, call, seed: int):
     """`call()` with torch's generator seeded: each pass over one layer draws the same masks, so what changes between
     them is the input alone."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_cpu(seed)
         return call()
 
 
