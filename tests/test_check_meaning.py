@@ -131,6 +131,17 @@ class HalfFastPath(suite.AttentionMethod):
         return suite.attend(module, _probs(query, key, scaling, attention_mask), value)
 
 
+class HalfScaledTwice(suite.AttentionMethod):
+    """A path taken in one half precision only that scales the queries before the scores scale them again."""
+    identity: dict = {}
+    half = torch.bfloat16
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        if query.dtype == self.half:
+            query = query * scaling
+        return suite.attend(module, _probs(query, key, scaling, attention_mask), value)
+
+
 class StuckSchedule(DropHead):
     """Scheduled DropHead whose rate reads a progress that nothing advances."""
 
@@ -266,6 +277,20 @@ def test_a_planted_mistake_fails_the_rule_that_names_its_cause(case, register):
     if both_kinds:
         # on both BERT and RoBERTa; the tiny ModernBERT too where the mistake reaches it
         assert {"bert", "roberta"} <= {r.setting.split(",")[0] for r in failures}, str(report)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_half_precision_only_deviation_fails_the_identity_rule(precision, register):
+    """The identity rule runs in bf16 and fp16 too: a deviation in one of them fails it there, naming the precision,
+    while fp32 and the other precision agree with SDPA."""
+    half = type(f"HalfScaledTwice_{precision}", (HalfScaledTwice,),
+                {"half": {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]})
+    cls = suite.METHODS.get(register(half, f"planted64_half_scaled_twice_{precision}"))
+    for kind in testing.MODEL_KINDS:
+        result = testing.check_identity(cls, kind)
+        assert result.passed is False, result
+        assert f"under {precision} autocast, where fp32 agrees" in result.detail, result
+        assert "attention output differs from SDPA's" in result.detail, result
 
 
 def test_a_declared_noise_method_passes_and_nothing_drawn_is_measured(register):

@@ -18,7 +18,8 @@ method happens to be checked at. Rules that sample in training look at several r
 - trained     every parameter `prepare()` adds receives a gradient, or is declared frozen (`frozen_parameters`);
 - identity    at the method's `identity` setting it equals transformers' SDPA attention (outputs and gradients,
               train and eval mode, on the rows with a real token) on a model whose scores have a pre-trained model's
-              spread (up to 30, MiniLM's); skipped when the method declares none;
+              spread (up to 30, MiniLM's), in fp32 and under bf16 and fp16 autocast, each within its precision's
+              tolerance; skipped when the method declares none;
 - finite      outputs, loss and gradients are finite under fp32 and under bf16 autocast, with and without padding,
               in training over several seeds; a failure names the rows that cause it, or the dropping when only
               training is not finite;
@@ -101,7 +102,14 @@ from suite.api.check_padding import check_padding
 from suite.api.check_sampling import check_draws, check_expectation, check_gradient
 from suite.api.check_spread import check_fp16, check_identity
 from suite.api.check_window import check_window
-from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: F401
+from suite.api.tiny_models import (  # noqa: F401  (public through suite.testing)
+    WORDS,
+    padded_batch,
+    seed_cpu,
+    tiny_config,
+    tiny_model,
+    tiny_tokenizer,
+)
 
 MODEL_KINDS = ("bert", "roberta", "modernbert")
 WINDOWED_KINDS = ("modernbert",)  # kinds with local layers, where the window rule runs
@@ -294,7 +302,7 @@ def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: C
     report.high_rates = high_rate_hparams(cls, hparams)
     variants = [("", hparams)] + ([(HIGH_RATES_LABEL, report.high_rates)] if report.high_rates else [])
     for kind in MODEL_KINDS:
-        torch.manual_seed(0)
+        seed_cpu(0)
         if cls.identity is None:
             report.results.append(CheckResult("identity", kind, None, "no identity setting declared"))
         else:
