@@ -18,8 +18,8 @@ from suite.api.tiny_models import padded_batch, seed_cpu, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["HIGH_RATES", "ROWS", "SEEDS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff",
-           "forward", "fresh_model", "gradients", "high_rate_hparams", "max_diff", "probability_fields",
-           "rates_above_zero", "rows", "undeclared_stochastic"]
+           "forward", "fresh_model", "gradients", "high_rate_hparams", "keeps_state", "max_diff", "probability_fields",
+           "rates_above_zero", "rows", "training_seeds", "undeclared_stochastic"]
 
 # the random seeds a rule that samples in training runs under: one draw can miss a row whose keys are all dropped
 SEEDS = range(8)
@@ -98,6 +98,25 @@ def fresh_model(kind: str, **over):
     model, state = _built(kind, tuple(sorted(over.items())))
     torch.default_generator.set_state(state)
     return copy.deepcopy(model)
+
+
+def keeps_state(method: AttentionMethod, model) -> bool:
+    """Whether the method keeps something between calls beyond its config and plain values (a generator, a dict, a
+    list, a tensor, an object), or prepare() gave the model buffers: then a pass that must draw what another drew
+    runs on a copy of the model taken before that other pass; otherwise on the model itself."""
+    plain = (bool, int, float, str, type(None))
+    built = _built(model.config.model_type, ())[0]
+    added = {n for n, _ in model.named_buffers()} - {n for n, _ in built.named_buffers()}
+    return bool(added) or any(name != "cfg" and not isinstance(value, plain) for name, value in vars(method).items())
+
+
+def training_seeds(method: AttentionMethod, seeds=SEEDS):
+    """`seeds` where a stochastic parameter of the method is above 0, else their first: training then draws nothing
+    (the draws rule measures that it does not), so every seed would repeat the first one's pass."""
+    cfg = method.cfg
+    drawn = any(isinstance(getattr(cfg, s.field, None), (int, float)) and getattr(cfg, s.field) > 0
+                for s in stochastic_fields(type(method)))
+    return seeds if drawn else seeds[:1]
 
 
 def attached(method: AttentionMethod, kind: str):

@@ -103,16 +103,16 @@ def _plain_tensors(method: AttentionMethod, model) -> list[str]:
     return [f"{n} ({t.device})" for n, t in found if t.device.type != "meta" and t.numel() > 1]
 
 
-def check_moved_model(method: AttentionMethod, kind: str) -> CheckResult:
+def check_moved_model(method: AttentionMethod, kind: str, modes: tuple[str, ...] = ("eval", "train")) -> CheckResult:
     """A model the method is attached to, then moved to another device (PyTorch's `meta`, a stand-in for a GPU), runs
-    in eval and train mode: a tensor the method keeps as a plain attribute stays on the CPU when the model moves, and
+    in each of `modes`: a tensor the method keeps as a plain attribute stays on the CPU when the model moves, and
     one created without a device in `attention()` is made on the CPU; either fails on a GPU. Where a mode cannot run
     on `meta` at all (a device generator, autocast on `meta`), the plain tensor attributes are listed instead."""
     model = attached(method, kind).to("meta")
     ids, mask, _ = checked_batch(model)
     setting = f"{kind}, moved to meta"
     ran, not_run = [], []
-    for mode in ("eval", "train"):
+    for mode in modes:
         model.train(mode == "train")
         try:
             with torch.no_grad():
@@ -130,8 +130,8 @@ def check_moved_model(method: AttentionMethod, kind: str) -> CheckResult:
             continue
         ran.append(mode)
     if not not_run:
-        return CheckResult("device", setting, True, "eval and train passes run after the model moved to another "
-                           "device")
+        return CheckResult("device", setting, True, f"{' and '.join(ran)} passes run after the model moved to "
+                           "another device")
     kept = _plain_tensors(method, model)
     if kept:
         return CheckResult("device", setting, None, f"not judged: cannot run on the meta device in "

@@ -13,7 +13,17 @@ import torch
 import torch.nn.functional as F
 
 from suite.api.attention import AttentionMethod, attention_modules
-from suite.api.check_common import ROWS, CheckResult, checked_batch, forward, gradients, max_diff, rows
+from suite.api.check_common import (
+    ROWS,
+    CheckResult,
+    checked_batch,
+    forward,
+    gradients,
+    keeps_state,
+    max_diff,
+    rows,
+    training_seeds,
+)
 from suite.api.tiny_models import tiny_model
 
 # what the rest of the suite uses; other names are this module's own
@@ -138,14 +148,11 @@ def check_identity(cls: type[AttentionMethod], kind: str) -> CheckResult:
     outputs and gradients, train and eval mode, in fp32 and under bf16 and fp16 autocast (fp16 where the method
     supports it), each within its precision's TOLERANCE."""
     setting = f"{kind}, score sd {PRETRAINED_STD:g}"
-    ref = spread_model(kind, "std")
-    model = copy.deepcopy(ref)
+    model = spread_model(kind, "std")
     cls(cls.Config(**cls.identity)).attach(model)
-    # rows with a real token: SDPA's output on a row with none is a convention of its own, not softmax attention
-    batch = rows(checked_batch(ref), [i for name, which in ROWS.items() if name != "a fully padded row" for i in which])
     precisions = [p for p in TOLERANCE if p != "fp16" or cls.supports_fp16]
     for precision in precisions:
-        found = _identity_gap(ref, model, batch, precision)
+        found = _identity_gap(cls, model, kind, precision)
         if found:
             return CheckResult("identity", setting, False, found if precision == "fp32" else (
                 f"under {precision} autocast, where fp32 agrees (a path the method takes in half precision only "
@@ -154,34 +161,50 @@ def check_identity(cls: type[AttentionMethod], kind: str) -> CheckResult:
                        f"eval; {', '.join(precisions)}; scores with a pre-trained model's spread)")
 
 
-def _identity_gap(ref, model, batch: tuple, precision: str) -> str | None:
-    """What differs between `model` (the method at its identity) and `ref` (SDPA) in one precision, or None."""
-    ids, mask, labels = batch
+def _identity_batch(model) -> tuple:
+    # rows with a real token: SDPA's output on a row with none is a convention of its own, not softmax attention
+    return rows(checked_batch(model), [i for name, which in ROWS.items() if name != "a fully padded row"
+                                       for i in which])
+
+
+@functools.lru_cache(maxsize=None)
+def _sdpa_reference(kind: str, precision: str, mode: str) -> tuple:
+    """(real tokens' final outputs, gradients) of the spread model with SDPA on the identity batch: the same for
+    every method, so computed once per process."""
+    ref = spread_model(kind, "std")
+    ids, mask, labels = _identity_batch(ref)
+    ref.train(mode == "train")
+    with _autocast(precision):
+        out, loss = forward(ref, ids, mask, labels)
+    loss.backward()
+    return out.hidden_states[-1][mask.bool()].detach(), gradients(ref)
+
+
+def _identity_gap(cls, model, kind: str, precision: str) -> str | None:
+    """What differs between `model` (the method at its identity) and the spread model with SDPA in one precision,
+    or None."""
+    ids, mask, labels = _identity_batch(model)
     valid = mask.bool()
     tolerance = TOLERANCE[precision]
-    cls = type(attention_modules(model)[0].suite_method)
     cause = (f"at {cls.identity}, with scores of a pre-trained model's spread (a scaling other than d^-0.5, a mask or "
              "a softmax that differ from SDPA's?)")
     for mode in ("train", "eval"):
-        for m in (ref, model):
-            m.train(mode == "train")
-            m.zero_grad()
+        out_ref, g_ref = _sdpa_reference(kind, precision, mode)
+        model.train(mode == "train")
+        model.zero_grad()
         gaps: list[float] = []
-        with _autocast(precision):
-            out_ref, loss_ref = forward(ref, ids, mask, labels)
-            with _sdpa_gaps(model, valid, gaps):
-                out, loss = forward(model, ids, mask, labels)
+        with _autocast(precision), _sdpa_gaps(model, valid, gaps):
+            out, loss = forward(model, ids, mask, labels)
         if gaps and not max(gaps) <= tolerance["attention"]:
             layer = max(range(len(gaps)), key=gaps.__getitem__)
             return (f"{mode} mode: layer {layer}'s attention output differs from SDPA's on the same queries, keys and "
                     f"values by {max(gaps):.2e} of its size (tolerance {tolerance['attention']:.0e}) {cause}")
-        diff = max_diff(out.hidden_states[-1][valid], out_ref.hidden_states[-1][valid])
+        diff = max_diff(out.hidden_states[-1][valid], out_ref)
         if not diff <= tolerance["outputs"]:
             return (f"{mode} mode: real tokens' outputs differ from SDPA by {diff:.2e} (tolerance "
                     f"{tolerance['outputs']:.0e}) {cause}")
-        loss_ref.backward()
         loss.backward()
-        g_ref, g = gradients(ref), gradients(model)
+        g = gradients(model)
         for name in g_ref:
             diff = max_diff(g[name], g_ref[name]) if name in g else math.inf
             scale = max(1.0, float(g_ref[name].abs().max()))
@@ -219,8 +242,9 @@ def check_fp16(method: AttentionMethod, kind: str) -> CheckResult:
     for padded in (True, False):
         batch = checked_batch(model, padded=padded)
         for mode in ("train", "eval"):
-            for seed in FP16_SEEDS if mode == "train" else (0,):
-                state = copy.deepcopy(model)  # fp32 reruns the same draws of a generator of the method's own
+            for seed in training_seeds(method, FP16_SEEDS) if mode == "train" else (0,):
+                # fp32 reruns the same draws, of a generator of the method's own too
+                state = copy.deepcopy(model) if keeps_state(method, model) else model
                 found = _non_finite(model, batch, mode, seed, fp16)
                 if found is None:
                     continue
