@@ -65,6 +65,7 @@ the report types, the checked batch and the high rates in `suite.api.check_commo
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 from typing import Any, Callable
 
@@ -264,7 +265,11 @@ def _refuses(cls, values: dict[str, Any], setting: str) -> CheckResult:
 
 
 def _guarded(results: list[CheckResult], check: str, setting: str, fn: Callable[[], Any]) -> None:
-    """Runs one check; an exception inside the method becomes a failed result instead of ending the check."""
+    """Runs one check (unless check_rules left it out); an exception inside the method becomes a failed result
+    instead of ending the check."""
+    only = _ONLY.get()
+    if only is not None and check not in only:
+        return
     try:
         found = fn()
     except Exception as exc:  # noqa: BLE001
@@ -280,6 +285,27 @@ def resolve_method(name_or_class: str | type[AttentionMethod]) -> type[Attention
         raise TypeError("check_method takes a registered method's name or a class decorated with "
                         "@suite.register_method")
     return name_or_class
+
+
+# every rule's name, as CheckResult.check gives it
+RULES = ("hparams", "shape", "values", "params", "trained", "identity", "finite", "padding", "eval", "draws", "expect",
+         "gradient", "device", "prepare", "fp16", "hooks", "window", "lands", "schedule", "mode", "batch", "long",
+         "scaling", "edges")
+# the rules check_rules runs (with hparams and shape, which gate the others); None: every rule
+_ONLY: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("suite_check_only", default=None)
+
+
+def check_rules(name_or_class: str | type[AttentionMethod], rules, **hparams: Any) -> CheckReport:
+    """`check_method` on the named rules alone (and hparams and shape, which gate the others), on every model and at
+    both configurations: what a test of one rule, or a method's author after a fix, runs."""
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        raise ValueError(f"no such rule: {', '.join(unknown)} (the rules: {', '.join(RULES)})")
+    token = _ONLY.set(frozenset(rules) | {"shape"})
+    try:
+        return check_method(name_or_class, **hparams)
+    finally:
+        _ONLY.reset(token)
 
 
 def check_method(name_or_class: str | type[AttentionMethod], **hparams: Any) -> CheckReport:
@@ -311,7 +337,8 @@ def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: C
     for kind in MODEL_KINDS:
         seed_cpu(0)
         if cls.identity is None:
-            report.results.append(CheckResult("identity", kind, None, "no identity setting declared"))
+            _guarded(report.results, "identity", kind, lambda: CheckResult("identity", kind, None,
+                                                                            "no identity setting declared"))
         else:
             _guarded(report.results, "identity", kind, lambda: check_identity(cls, kind))
         for label, values in variants:
