@@ -59,7 +59,8 @@ live in `suite.api.check_layout` (shape, values), `check_contract` (params, trai
 `check_meaning` (lands, schedule, mode) and `check_invariance` (batch, half-precision padding, long, scaling, edges);
 the report types, the checked batch and the high rates in `suite.api.check_common`.
 
-`python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders (`tiny_model`,
+`python -m suite check METHOD [...]` is the same from the command line; `check_rules(name, rules, **hparams)` runs
+the named rules alone (with hparams and shape). The tiny-model builders (`tiny_model`,
 `tiny_config`, `padded_batch`, `tiny_tokenizer`, from `suite.api.tiny_models`) are the ones the test suite uses too.
 """
 from __future__ import annotations
