@@ -3,6 +3,7 @@ point) and run through the check: each fails, in the check that names its cause 
 no other (the whole check), with a message that says what is wrong; every built-in method passes (slow tier)."""
 import pytest
 import torch
+from conftest import Rate
 from test_check import (  # the planted methods tests/test_check.py already has, and its plugin fixture
     CpuGate,
     DropoutInEval,
@@ -239,3 +240,26 @@ def test_coupled_rows_or_a_gradient_of_its_own_are_no_bug(register):
     own_gradient = suite.METHODS.get(register(OwnGradientLeaf, "correct_own_gradient"))
     result = testing.check_parameters(own_gradient(), "bert")
     assert result.passed is True, result
+
+
+class ModuleGenerator(suite.AttentionMethod):
+    """Dropout on the probabilities drawn from a generator each attention module keeps (made in prepare()): a
+    correct method, whose compared passes must each start from the same generator state."""
+    Config = Rate
+
+    def prepare(self, model):
+        for module in suite.attention_modules(model):
+            module.toy_rng = torch.Generator().manual_seed(module.layer_idx)
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        if module.training:
+            p = p * (torch.rand(p.shape, generator=module.toy_rng) >= self.cfg.p) / (1 - self.cfg.p)
+        return suite.attend(module, p, value)
+
+
+def test_a_generator_of_its_own_on_the_modules_is_no_bug(register):
+    """The rules that compare two training passes under the same draws copy the model where the method keeps state,
+    on itself or on its attention modules."""
+    report = testing.check_rules(register(ModuleGenerator, "correct_module_generator"), ["padding", "gradient", "fp16"])
+    assert report.ok, str(report)

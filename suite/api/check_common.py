@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from suite.api.attention import AttentionMethod, HyperParameterError
+from suite.api.attention import AttentionMethod, HyperParameterError, attention_modules
 from suite.api.stochastic import stochastic_fields
 from suite.api.tiny_models import padded_batch, seed_cpu, tiny_model
 
@@ -102,12 +102,18 @@ def fresh_model(kind: str, **over):
 
 def keeps_state(method: AttentionMethod, model) -> bool:
     """Whether the method keeps something between calls beyond its config and plain values (a generator, a dict, a
-    list, a tensor, an object), or prepare() gave the model buffers: then a pass that must draw what another drew
-    runs on a copy of the model taken before that other pass; otherwise on the model itself."""
+    list, a tensor, an object), on itself or on the attention modules, or prepare() gave the model buffers: then a
+    pass that must draw what another drew runs on a copy of the model taken before that other pass; otherwise on the
+    model itself."""
     plain = (bool, int, float, str, type(None))
     built = _built(model.config.model_type, ())[0]
-    added = {n for n, _ in model.named_buffers()} - {n for n, _ in built.named_buffers()}
-    return bool(added) or any(name != "cfg" and not isinstance(value, plain) for name, value in vars(method).items())
+    if {n for n, _ in model.named_buffers()} - {n for n, _ in built.named_buffers()}:
+        return True
+    for module, before in zip(attention_modules(model), attention_modules(built)):
+        if any(name not in vars(before) and value is not method and not isinstance(value, plain)
+               for name, value in vars(module).items()):
+            return True
+    return any(name != "cfg" and not isinstance(value, plain) for name, value in vars(method).items())
 
 
 def training_seeds(method: AttentionMethod, seeds=SEEDS):
