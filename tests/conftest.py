@@ -3,6 +3,7 @@ every quirk of the real files (no header in CoLA, BOM in MRPC, trailing spaces i
 words, string labels, a missing final newline)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import tempfile
@@ -157,6 +158,21 @@ def fake_ok_record(job):
     rec.status, rec.wall_s, rec.final = "ok", 0.0, Metrics.from_json({"score": 0.5, "accuracy": 0.5})
     rec.history = (Epoch(epoch=1, dev=rec.final),)
     return rec
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the method check's tests (suite.testing.one_thread): tiny models run fastest so."""
+    from suite.api import testing
+
+    with testing.one_thread():
+        yield
+
+
+@dataclasses.dataclass
+class Rate:
+    """A planted method's Config: one rate, p."""
+    p: float = 0.1
 
 
 @pytest.fixture

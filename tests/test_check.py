@@ -18,12 +18,7 @@ from suite.commands import check
 from suite.methods.dropout import ScoresDropout
 
 PLUGINS = Path(__file__).parent / "plugins"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with testing.one_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _cli(*argv: str) -> int:

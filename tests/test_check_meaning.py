@@ -1,4 +1,4 @@
-"""Issue 64's mistakes, each a method that runs and trains, registered and run through the whole check: each fails
+"""Issue 64's mistakes, each a method that runs and trains, registered and run through the rules it plants: each fails
 the rule that tests what it gets wrong (where its randomness lands and its unit, batch invariance, padding in half
 precision, a 512-token input, the scaling, the edges of a parameter's domain, a schedule, the training flag, the
 stochastic parameters it declares or should, the gradient), with a message that names the cause."""
@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import Rate
 
 import suite
 from suite.api import check_sampling, testing
@@ -15,18 +16,7 @@ from suite.api.stochastic import stochastic_fields
 from suite.methods.entmax_attention import entmax_bisect
 from suite.methods.structured_dropout import DropHead
 
-pytestmark = pytest.mark.slow  # the slow tier: `python -m pytest -m slow` (README, Tests)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with testing.one_thread():
-        yield
-
-
-@dataclasses.dataclass
-class Rate:
-    p: float = 0.3
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 PROBS = (suite.Stochastic("p"),)  # what each planted dropout claims: a rate on the probabilities, per entry
@@ -128,6 +118,17 @@ class HalfFastPath(suite.AttentionMethod):
     def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
         if query.dtype in (torch.bfloat16, torch.float16):
             return F.scaled_dot_product_attention(query, key, value, scale=scaling).transpose(1, 2), None
+        return suite.attend(module, _probs(query, key, scaling, attention_mask), value)
+
+
+class HalfScaledTwice(suite.AttentionMethod):
+    """A path taken in one half precision only that scales the queries before the scores scale them again."""
+    identity: dict = {}
+    half = torch.bfloat16
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        if query.dtype == self.half:
+            query = query * scaling
         return suite.attend(module, _probs(query, key, scaling, attention_mask), value)
 
 
@@ -260,7 +261,7 @@ PLANTED = {
 @pytest.mark.parametrize("case", PLANTED)
 def test_a_planted_mistake_fails_the_rule_that_names_its_cause(case, register):
     cls, failing, both_kinds = PLANTED[case]
-    report = testing.check_method(register(cls, f"planted64_{case}"))
+    report = testing.check_rules(register(cls, f"planted64_{case}"), failing)
     failures = [r for r in report.failures() if r.check in failing and failing[r.check] in r.detail]
     assert failures, str(report)
     if both_kinds:
@@ -268,6 +269,21 @@ def test_a_planted_mistake_fails_the_rule_that_names_its_cause(case, register):
         assert {"bert", "roberta"} <= {r.setting.split(",")[0] for r in failures}, str(report)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_a_half_precision_only_deviation_fails_the_identity_rule(precision, register):
+    """The identity rule runs in bf16 and fp16 too: a deviation in one of them fails it there, naming the precision,
+    while fp32 and the other precision agree with SDPA."""
+    half = type(f"HalfScaledTwice_{precision}", (HalfScaledTwice,),
+                {"half": {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]})
+    cls = suite.METHODS.get(register(half, f"planted64_half_scaled_twice_{precision}"))
+    for kind in testing.MODEL_KINDS:
+        result = testing.check_identity(cls, kind)
+        assert result.passed is False, result
+        assert f"under {precision} autocast, where fp32 agrees" in result.detail, result
+        assert "attention output differs from SDPA's" in result.detail, result
+
+
+@pytest.mark.slow  # every rule on three models (about 15 s): `python -m pytest -m slow`
 def test_a_declared_noise_method_passes_and_nothing_drawn_is_measured(register):
     """Score noise that declares sigma passes every rule; a method that draws nothing is told so only when two
     training passes agree."""

@@ -1,8 +1,9 @@
 """Methods with the bugs method authors make, each registered as a method (the padding one through a real entry
-point) and run through the whole check: each fails, in the check that names its cause and no other, with a message
-that says what is wrong; every built-in method passes."""
+point) and run through the check: each fails, in the check that names its cause (run alone) and, in the slow tier, in
+no other (the whole check), with a message that says what is wrong; every built-in method passes (slow tier)."""
 import pytest
 import torch
+from conftest import Rate
 from test_check import (  # the planted methods tests/test_check.py already has, and its plugin fixture
     CpuGate,
     DropoutInEval,
@@ -16,13 +17,7 @@ from test_check import (  # the planted methods tests/test_check.py already has,
 import suite
 from suite.api import testing
 
-pytestmark = pytest.mark.slow  # the slow tier: `python -m pytest -m slow` (README, Tests)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with testing.one_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _attention(module, query, key, value, attention_mask, scaling):
@@ -145,10 +140,12 @@ OTHER_CAUSES = {"padding": "attends to padding", "eval": "samples", "shape": "ne
                 "values": "value channels", "params": "create them in prepare()"}
 
 
-@pytest.mark.parametrize("case", PLANTED)
-def test_a_planted_bug_fails_the_check_that_names_its_cause(case, register):
+def _planted_failures(case: str, register, every_rule: bool) -> list:
+    """The failures of planted method `case` in the checks it plants (or in every check), each asserted to name its
+    cause on every model and to blame no other."""
     cls, failing, words = PLANTED[case]
-    report = testing.check_method(register(cls, f"planted_{case}"))
+    name = register(cls, f"planted_{case}")
+    report = testing.check_method(name) if every_rule else testing.check_rules(name, failing)
     failures = report.failures()
     assert {r.check for r in failures} == failing, str(report)
     assert {r.setting.split(",")[0] for r in failures} == set(testing.MODEL_KINDS), str(report)
@@ -160,6 +157,18 @@ def test_a_planted_bug_fails_the_check_that_names_its_cause(case, register):
     for check, cause in OTHER_CAUSES.items():
         if check not in failing:
             assert cause not in blamed, f"{case}: a message blames {cause!r}\n{report}"
+    return failures
+
+
+@pytest.mark.parametrize("case", PLANTED)
+def test_a_planted_bug_fails_the_check_that_names_its_cause(case, register):
+    _planted_failures(case, register, every_rule=False)
+
+
+@pytest.mark.slow  # the whole check on three models, about 15 s each: `python -m pytest -m slow`
+@pytest.mark.parametrize("case", PLANTED)
+def test_a_planted_bug_fails_no_other_check(case, register):
+    _planted_failures(case, register, every_rule=True)
 
 
 def test_a_reshape_is_not_told_to_transpose(register):
@@ -187,6 +196,7 @@ def test_a_method_that_ignores_the_mask_fails_the_padding_and_window_checks_only
     assert "the method attends to padding" in str(report) and "on padded keys" in str(report)
 
 
+@pytest.mark.slow  # the whole check on three models, about 20 s
 def test_a_correct_method_passes_every_check():
     report = testing.check_method("vanilla")
     assert report.ok, str(report)
@@ -196,6 +206,7 @@ def test_a_correct_method_passes_every_check():
 BUILT_IN = sorted(n for n in suite.METHODS.names() if suite.METHODS.get(n).__module__.startswith("suite.methods"))
 
 
+@pytest.mark.slow  # the whole check on three models, 10-30 s each
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_built_in_method_passes_the_check(name):
     report = testing.check_method(name)
@@ -229,3 +240,26 @@ def test_coupled_rows_or_a_gradient_of_its_own_are_no_bug(register):
     own_gradient = suite.METHODS.get(register(OwnGradientLeaf, "correct_own_gradient"))
     result = testing.check_parameters(own_gradient(), "bert")
     assert result.passed is True, result
+
+
+class ModuleGenerator(suite.AttentionMethod):
+    """Dropout on the probabilities drawn from a generator each attention module keeps (made in prepare()): a
+    correct method, whose compared passes must each start from the same generator state."""
+    Config = Rate
+
+    def prepare(self, model):
+        for module in suite.attention_modules(model):
+            module.toy_rng = torch.Generator().manual_seed(module.layer_idx)
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        if module.training:
+            p = p * (torch.rand(p.shape, generator=module.toy_rng) >= self.cfg.p) / (1 - self.cfg.p)
+        return suite.attend(module, p, value)
+
+
+def test_a_generator_of_its_own_on_the_modules_is_no_bug(register):
+    """The rules that compare two training passes under the same draws copy the model where the method keeps state,
+    on itself or on its attention modules."""
+    report = testing.check_rules(register(ModuleGenerator, "correct_module_generator"), ["padding", "gradient", "fp16"])
+    assert report.ok, str(report)

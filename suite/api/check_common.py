@@ -3,21 +3,23 @@ check attaches a method to and runs."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
+import functools
 import math
 import re
 from typing import Any, Callable
 
 import torch
 
-from suite.api.attention import AttentionMethod, HyperParameterError
+from suite.api.attention import AttentionMethod, HyperParameterError, attention_modules
 from suite.api.stochastic import stochastic_fields
-from suite.api.tiny_models import padded_batch, tiny_model
+from suite.api.tiny_models import padded_batch, seed_cpu, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["HIGH_RATES", "ROWS", "SEEDS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff",
-           "forward", "gradients", "high_rate_hparams", "max_diff", "probability_fields", "rates_above_zero", "rows",
-           "undeclared_stochastic"]
+           "forward", "fresh_model", "gradients", "high_rate_hparams", "keeps_state", "max_diff", "probability_fields",
+           "rates_above_zero", "rows", "training_seeds", "undeclared_stochastic"]
 
 # the random seeds a rule that samples in training runs under: one draw can miss a row whose keys are all dropped
 SEEDS = range(8)
@@ -84,16 +86,55 @@ def rows(batch: tuple, which: list[int]) -> tuple:
     return tuple(t[which] for t in batch)
 
 
+@functools.lru_cache(maxsize=None)
+def _built(kind: str, over: tuple) -> tuple:
+    model = tiny_model(kind, **dict(over))
+    return model, torch.default_generator.get_state()
+
+
+def fresh_model(kind: str, **over):
+    """A copy of `tiny_model(kind, **over)`, built once per process (a copy costs half a build), with the CPU's
+    generator left as the build left it, so that what `prepare()` draws next is what it drew on a new build."""
+    model, state = _built(kind, tuple(sorted(over.items())))
+    torch.default_generator.set_state(state)
+    return copy.deepcopy(model)
+
+
+def keeps_state(method: AttentionMethod, model) -> bool:
+    """Whether the method keeps something between calls beyond its config and plain values (a generator, a dict, a
+    list, a tensor, an object), on itself or on the attention modules, or prepare() gave the model buffers: then a
+    pass that must draw what another drew runs on a copy of the model taken before that other pass; otherwise on the
+    model itself."""
+    plain = (bool, int, float, str, type(None))
+    built = _built(model.config.model_type, ())[0]
+    if {n for n, _ in model.named_buffers()} - {n for n, _ in built.named_buffers()}:
+        return True
+    for module, before in zip(attention_modules(model), attention_modules(built)):
+        if any(name not in vars(before) and value is not method and not isinstance(value, plain)
+               for name, value in vars(module).items()):
+            return True
+    return any(name != "cfg" and not isinstance(value, plain) for name, value in vars(method).items())
+
+
+def training_seeds(method: AttentionMethod, seeds=SEEDS):
+    """`seeds` where a stochastic parameter of the method is above 0, else their first: training then draws nothing
+    (the draws rule measures that it does not), so every seed would repeat the first one's pass."""
+    cfg = method.cfg
+    drawn = any(isinstance(getattr(cfg, s.field, None), (int, float)) and getattr(cfg, s.field) > 0
+                for s in stochastic_fields(type(method)))
+    return seeds if drawn else seeds[:1]
+
+
 def attached(method: AttentionMethod, kind: str):
-    """A fresh tiny model of `kind` ("bert", "roberta") with `method` attached."""
-    model = tiny_model(kind)
+    """A fresh tiny model of `kind` ("bert", "roberta", "modernbert") with `method` attached."""
+    model = fresh_model(kind)
     method.attach(model)
     return model
 
 
 def forward(model, ids, mask, labels, seed: int = 0):
     """(the model's output with hidden states, a loss that reaches every real token's final state)."""
-    torch.manual_seed(seed)  # methods that sample (dropout masks) draw the same numbers in compared passes
+    seed_cpu(seed)  # methods that sample (dropout masks) draw the same numbers in compared passes
     out = model(input_ids=ids, attention_mask=mask, labels=labels, output_hidden_states=True)
     real = out.hidden_states[-1][mask.bool()]
     # a loss on every real token's final state, so the gradients see every attention row, not just [CLS] (a batch of

@@ -17,9 +17,9 @@ from suite.api.check_common import (
     checked_batch,
     finite_diff,
     forward,
+    fresh_model,
 )
 from suite.api.stochastic import stochastic_fields
-from suite.api.tiny_models import tiny_model
 
 TOLERANCE = 1e-5  # on outputs that must not change
 
@@ -59,7 +59,7 @@ def check_rate_free_eval(cls: type[AttentionMethod], hparams: dict, kind: str) -
     through a generator of the method's own, re-seeded at every call, gives the same outputs in every pass (so the
     eval check cannot see it) but not at another rate."""
     setting = f"{kind}, eval, rates"
-    ids, mask, labels = checked_batch(tiny_model(kind))
+    ids, mask, labels = checked_batch(fresh_model(kind))
     valid = mask.bool()
 
     def outputs(values: dict) -> torch.Tensor:
@@ -103,16 +103,16 @@ def _plain_tensors(method: AttentionMethod, model) -> list[str]:
     return [f"{n} ({t.device})" for n, t in found if t.device.type != "meta" and t.numel() > 1]
 
 
-def check_moved_model(method: AttentionMethod, kind: str) -> CheckResult:
+def check_moved_model(method: AttentionMethod, kind: str, modes: tuple[str, ...] = ("eval", "train")) -> CheckResult:
     """A model the method is attached to, then moved to another device (PyTorch's `meta`, a stand-in for a GPU), runs
-    in eval and train mode: a tensor the method keeps as a plain attribute stays on the CPU when the model moves, and
+    in each of `modes`: a tensor the method keeps as a plain attribute stays on the CPU when the model moves, and
     one created without a device in `attention()` is made on the CPU; either fails on a GPU. Where a mode cannot run
     on `meta` at all (a device generator, autocast on `meta`), the plain tensor attributes are listed instead."""
     model = attached(method, kind).to("meta")
     ids, mask, _ = checked_batch(model)
     setting = f"{kind}, moved to meta"
     ran, not_run = [], []
-    for mode in ("eval", "train"):
+    for mode in modes:
         model.train(mode == "train")
         try:
             with torch.no_grad():
@@ -130,8 +130,8 @@ def check_moved_model(method: AttentionMethod, kind: str) -> CheckResult:
             continue
         ran.append(mode)
     if not not_run:
-        return CheckResult("device", setting, True, "eval and train passes run after the model moved to another "
-                           "device")
+        return CheckResult("device", setting, True, f"{' and '.join(ran)} passes run after the model moved to "
+                           "another device")
     kept = _plain_tensors(method, model)
     if kept:
         return CheckResult("device", setting, None, f"not judged: cannot run on the meta device in "
@@ -145,7 +145,7 @@ def check_moved_model(method: AttentionMethod, kind: str) -> CheckResult:
 def check_prepare_device(method: AttentionMethod, kind: str) -> CheckResult:
     """Parameters and buffers added by `prepare()` sit on the model's device. The model sits on PyTorch's `meta`
     device, a stand-in for a GPU on any machine: a tensor created without the model's device lands on the CPU."""
-    model = tiny_model(kind).to("meta")
+    model = fresh_model(kind).to("meta")
     before = {n for n, _ in (*model.named_parameters(), *model.named_buffers())}
     method.attach(model)
     added = {n: t for n, t in (*model.named_parameters(), *model.named_buffers()) if n not in before}
@@ -244,7 +244,7 @@ def check_trained(method: AttentionMethod, kind: str) -> CheckResult:
     `aux_loss`), unless it is frozen (requires_grad=False) or named in the method's `frozen_parameters`: a learned
     parameter whose gradient never arrives (used through .detach() or .data, or not used at all) keeps its initial
     value while the run reports it as learned."""
-    before = {n for n, _ in tiny_model(kind).named_parameters()}
+    before = {n for n, _ in fresh_model(kind).named_parameters()}
     model = attached(method, kind)
     frozen = set(type(method).frozen_parameters)
     added = {n: p for n, p in model.named_parameters() if n not in before}

@@ -11,9 +11,8 @@ import math
 import torch
 
 from suite.api.attention import AttentionMethod, HyperParameterError, attention_modules
-from suite.api.check_common import CheckResult, attached, checked_batch, finite_diff, forward
+from suite.api.check_common import CheckResult, attached, checked_batch, finite_diff, forward, fresh_model
 from suite.api.stochastic import stochastic_fields
-from suite.api.tiny_models import tiny_model
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_batch", "check_edges", "check_half_padding", "check_long", "check_scaling"]
@@ -102,7 +101,7 @@ def check_long(cls: type[AttentionMethod], values: dict, kind: str) -> CheckResu
     """A 512-token sample runs in training (a forward, where every table is read) with finite outputs: a table sized
     for fewer positions fails at the first longer input."""
     setting = f"{kind}, {LONG} tokens"
-    model = tiny_model(kind, max_position_embeddings=LONG + 2)
+    model = fresh_model(kind, max_position_embeddings=LONG + 2)
     cls(cls.Config(**values)).attach(model)
     ids = torch.randint(3, model.config.vocab_size, (1, LONG), generator=torch.Generator().manual_seed(4))
     mask = torch.ones_like(ids)
@@ -163,7 +162,7 @@ def check_edges(cls: type[AttentionMethod], values: dict, kind: str) -> CheckRes
     base = cls.Config(**values)
     fields = [f.name for f in dataclasses.fields(base) if f.name not in stochastic
               and isinstance(getattr(base, f.name), float)]
-    ids, mask, labels = checked_batch(tiny_model(kind))
+    ids, mask, labels = checked_batch(fresh_model(kind))
     tried = []
     for name in fields:
         for value in EDGES:

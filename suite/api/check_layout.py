@@ -10,6 +10,7 @@ import torch
 from suite.api.attention import AttentionMethod, attention_modules
 from suite.api.check_common import ROWS, CheckResult, attached, checked_batch, forward, rows
 from suite.api.layers import local_window
+from suite.api.tiny_models import seed_cpu
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_shape", "check_values"]
@@ -116,7 +117,7 @@ def _changes(attention, args: tuple, kwargs: dict, real: torch.Tensor) -> dict |
 
     def call(*moved) -> torch.Tensor:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(3)
+            seed_cpu(3)
             return attention(*moved, **kwargs)[0].detach().float()
 
     output = call(*args)

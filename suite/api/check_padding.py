@@ -10,7 +10,15 @@ import dataclasses
 import torch
 
 from suite.api.attention import AttentionMethod, probes
-from suite.api.check_common import SEEDS, CheckResult, attached, checked_batch, finite_diff, forward
+from suite.api.check_common import (
+    CheckResult,
+    attached,
+    checked_batch,
+    finite_diff,
+    forward,
+    keeps_state,
+    training_seeds,
+)
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_padding"]
@@ -59,27 +67,21 @@ def _padded_weight_probe(mask: torch.Tensor, found: PaddedWeight):
     return probe
 
 
-def _padded_weight(model, batch: tuple, mode: str) -> PaddedWeight:
-    found = PaddedWeight()
-    model.train(mode == "train")
-    with torch.no_grad(), probes(model, _padded_weight_probe(batch[1], found)):
-        for seed in SEEDS if mode == "train" else (0,):
-            forward(model, *batch, seed=seed)
-    return found
-
-
-def _output_change(model, batch: tuple, mode: str) -> tuple[float, bool, int]:
+def _output_change(method: AttentionMethod, model, batch: tuple, mode: str,
+                   found: PaddedWeight) -> tuple[float, bool, int]:
     """(the largest change of real tokens' outputs when only padded positions' inputs change, whether a compared
-    output was not finite, the seed of the largest change). In training each seed's noisy pass starts from a copy of
-    the clean one's state, so a method that draws from a generator of its own draws the same numbers in both."""
+    output was not finite, the seed of the largest change); the clean passes' probabilities go to `found`. In
+    training each seed's noisy pass runs where the clean one's draws repeat: on the model itself, or, where the method
+    keeps state between calls (a generator of its own), on a copy taken before the clean pass."""
     ids, mask, labels = batch
     valid = mask.bool()
     model.train(mode == "train")
     worst, non_finite, worst_seed = 0.0, False, 0
-    for seed in SEEDS if mode == "train" else (0,):
+    for seed in training_seeds(method) if mode == "train" else (0,):
         with torch.no_grad():
-            twin = copy.deepcopy(model)
-            clean, _ = forward(model, ids, mask, labels, seed=seed)
+            twin = copy.deepcopy(model) if keeps_state(method, model) else model
+            with probes(model, _padded_weight_probe(mask, found)):
+                clean, _ = forward(model, ids, mask, labels, seed=seed)
             with _noise_on_padding(twin, mask, PERTURBATION):
                 noisy, _ = forward(twin, ids, mask, labels, seed=seed)
         diff, nf = finite_diff(clean.hidden_states[-1][valid], noisy.hidden_states[-1][valid])
@@ -117,12 +119,14 @@ def _queries_mixed(method: AttentionMethod, model, batch: tuple) -> bool:
 
 
 def check_padding(method: AttentionMethod, kind: str) -> list[CheckResult]:
-    """Padding never attended, in eval mode and in train mode over SEEDS: real tokens' outputs do not change when
-    only padded positions' inputs change, and real queries put exactly 0 weight on padded keys."""
+    """Padding never attended, in eval mode and in train mode over SEEDS (one where nothing is drawn): real tokens'
+    outputs do not change when only padded positions' inputs change, and real queries put exactly 0 weight on padded
+    keys."""
     model = attached(method, kind)
     batch = checked_batch(model)
-    weights = {mode: _padded_weight(model, batch, mode) for mode in ("eval", "train")}
-    changes = {mode: _output_change(model, batch, mode) for mode in ("train", "eval")}
+    weights = {mode: PaddedWeight() for mode in ("eval", "train")}
+    changes = {mode: _output_change(method, model, batch, mode, weights[mode]) for mode in ("train", "eval")}
+    draws = len(training_seeds(method))
     results = []
     for mode, (diff, non_finite, seed) in changes.items():
         setting = f"{kind}, {mode}"
@@ -136,9 +140,9 @@ def check_padding(method: AttentionMethod, kind: str) -> list[CheckResult]:
                                        "(see the finite check)"))
         else:
             results.append(CheckResult("padding", setting, True, "real tokens' outputs unchanged when padded "
-                                       "positions change" + (f" ({len(SEEDS)} draws)" if mode == "train" else "")))
+                                       "positions change" + (_draws(draws) if mode == "train" else "")))
     for mode, found in weights.items():
-        results.append(_weight_result(kind, mode, found))
+        results.append(_weight_result(kind, mode, found, draws))
     return results
 
 
@@ -167,7 +171,7 @@ def _emptied_rows(rows: int) -> str:
             "padding")
 
 
-def _weight_result(kind: str, mode: str, found: PaddedWeight) -> CheckResult:
+def _weight_result(kind: str, mode: str, found: PaddedWeight, draws: int) -> CheckResult:
     setting = f"{kind}, {mode}, probabilities"
     if not found.calls:
         return CheckResult("padding", setting, None, "the method never calls suite.attend: its probabilities "
@@ -180,4 +184,8 @@ def _weight_result(kind: str, mode: str, found: PaddedWeight) -> CheckResult:
         return CheckResult("padding", setting, None, "finite weights on padded keys are 0; some rows are not finite "
                            "(see the finite check)")
     return CheckResult("padding", setting, True, f"weight on padded keys is 0 in all {found.calls} calls"
-                       + (f" ({len(SEEDS)} draws)" if mode == "train" else ""))
+                       + (_draws(draws) if mode == "train" else ""))
+
+
+def _draws(draws: int) -> str:
+    return f" ({draws} draws)" if draws > 1 else " (one pass: nothing is drawn at this configuration)"

@@ -16,6 +16,7 @@ from suite.api.check_common import (
     checked_batch,
     finite_diff,
     forward,
+    keeps_state,
     paired_with_eval,
     rows,
 )
@@ -129,15 +130,20 @@ def check_expectation(method: AttentionMethod, kind: str, rates: list[str]) -> C
                        f"{Z_LIMIT:.0f} standard errors over {n} draws)")
 
 
-def _directional_loss(model, batch: tuple, direction: dict, step: float, seed: int) -> float:
-    """The loss of a copy of `model` (a method's own generator then draws as in every other copy) moved by
-    step * direction, under `seed`."""
-    twin = copy.deepcopy(model)
+def _directional_loss(model, batch: tuple, direction: dict, step: float, seed: int, stateful: bool) -> float:
+    """The loss of `model` moved by step * direction, under `seed`: on a copy where the method keeps state between
+    calls (its own generator then draws as in every other copy), else on the model, its parameters put back after."""
+    twin = copy.deepcopy(model) if stateful else model
+    named = dict(twin.named_parameters())
     with torch.no_grad():
-        for name, p in twin.named_parameters():
-            if name in direction:
-                p.add_(direction[name], alpha=step)
-        _, loss = forward(twin, *batch, seed=seed)
+        kept = {} if stateful else {name: named[name].clone() for name in direction}
+        try:
+            for name in direction:
+                named[name].add_(direction[name], alpha=step)
+            _, loss = forward(twin, *batch, seed=seed)
+        finally:
+            for name, value in kept.items():
+                named[name].copy_(value)
     return float(loss)
 
 
@@ -171,7 +177,8 @@ def check_gradient(method: AttentionMethod, kind: str, seed: int = 0) -> CheckRe
     # float (autograd's derivative of `s + mask` is 1, a finite difference's 0)
     batch = rows(checked_batch(model), [i for name, which in ROWS.items() if name != "a fully padded row"
                                         for i in which])
-    twin = copy.deepcopy(model)
+    stateful = keeps_state(method, model)
+    twin = copy.deepcopy(model) if stateful else model
     try:
         _, loss = forward(twin, *batch, seed=seed)
         loss.backward()
@@ -185,7 +192,7 @@ def check_gradient(method: AttentionMethod, kind: str, seed: int = 0) -> CheckRe
         # where a backward that does not match its forward is off at both
         error, finite = math.inf, math.nan
         for step in GRADIENT_STEPS:
-            plus, minus = (_directional_loss(model, batch, direction, s * step, seed) for s in (1, -1))
+            plus, minus = (_directional_loss(model, batch, direction, s * step, seed, stateful) for s in (1, -1))
             estimate = (plus - minus) / (2 * step)
             if not (math.isfinite(autograd) and math.isfinite(estimate)):
                 return CheckResult("gradient", setting, None, "not judged: the loss or its gradient is not finite "

@@ -6,13 +6,24 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 
 from suite.api.attention import AttentionMethod, attention_modules
-from suite.api.check_common import ROWS, CheckResult, checked_batch, forward, gradients, max_diff, rows
+from suite.api.check_common import (
+    ROWS,
+    CheckResult,
+    checked_batch,
+    forward,
+    gradients,
+    keeps_state,
+    max_diff,
+    rows,
+    training_seeds,
+)
 from suite.api.tiny_models import tiny_model
 
 # what the rest of the suite uses; other names are this module's own
@@ -25,7 +36,15 @@ PRETRAINED_SCORES = 30.0
 # the standard deviation of those scores in MiniLM's first layer (the widest; 1.4-2.9 in the others), same file: the
 # identity rule's spread, where rows are neither flat (a random init's) nor one-hot (a scaling change would not show)
 PRETRAINED_STD = 3.85
-TOLERANCE = {"outputs": 1e-5, "gradients": 1e-4}
+# per precision: an attention call's output against SDPA's in fp32 on the same inputs (relative to its largest), the
+# final real outputs and the gradients (relative to the largest, at least 1) against the model with SDPA. Under
+# autocast, 4 units of the half type's rounding (its eps: 7.8e-3 bf16, 9.8e-4 fp16): the built-ins reach at most
+# 8.2e-3 / 3.2e-4 / 9.8e-4 (bf16) and 1.3e-3 / 3.5e-5 / 5.9e-4 (fp16) on the three models, 2.3e-7 / 4.8e-7 / 1.0e-7
+# in fp32
+HALF_ROUNDING = 4
+TOLERANCE = {"fp32": {"attention": 1e-5, "outputs": 1e-5, "gradients": 1e-4},
+             **{name: dict.fromkeys(("attention", "outputs", "gradients"), HALF_ROUNDING * torch.finfo(dtype).eps)
+                for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16))}}
 FP16_SEEDS = range(2)  # an overflow at these scores does not wait for a rare draw
 SPREAD_PROBE = "suite_spread_probe"  # the attention implementation that measures the scores, then runs SDPA
 
@@ -74,7 +93,15 @@ def _query_key_parameters(module) -> list[torch.Tensor]:
 def spread_model(kind: str, statistic: str = "max"):
     """A tiny random-init model (SDPA attention) whose query and key projections are scaled, layer by layer, so that
     each layer's real scores on the checked batch reach PRETRAINED_SCORES ("max") or spread with MiniLM's standard
-    deviation, PRETRAINED_STD ("std")."""
+    deviation, PRETRAINED_STD ("std"): a copy of one built once per process, the CPU's generator left as the build
+    left it."""
+    model, state = _spread(kind, statistic)
+    torch.default_generator.set_state(state)
+    return copy.deepcopy(model)
+
+
+@functools.lru_cache(maxsize=None)
+def _spread(kind: str, statistic: str) -> tuple:
     model = tiny_model(kind)
     batch = checked_batch(model)
     target = PRETRAINED_SCORES if statistic == "max" else PRETRAINED_STD
@@ -83,21 +110,23 @@ def spread_model(kind: str, statistic: str = "max"):
         with torch.no_grad():
             for p in _query_key_parameters(module):
                 p.mul_(factor)
-    return model
+    return model, torch.default_generator.get_state()
 
 
 @contextlib.contextmanager
 def _sdpa_gaps(model, real: torch.Tensor, gaps: list[float]):
     """While active, every attention call of `model`'s method is compared with SDPA on the same queries, keys and
-    values: the largest difference at real queries, relative to SDPA's largest output, is appended to `gaps`."""
+    values, computed in fp32 (under autocast the method's own rounding is what the tolerance allows): the largest
+    difference at real queries, relative to SDPA's largest output, is appended to `gaps`."""
     method = attention_modules(model)[0].suite_method
     original = method.attention
 
     def compared(module, query, key, value, attention_mask, scaling, **kwargs):
         result = original(module, query, key, value, attention_mask, scaling, **kwargs)
         keep = None if attention_mask is None else attention_mask == 0
-        with torch.no_grad():
-            expected = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, scale=scaling).transpose(1, 2)
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            expected = F.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=keep,
+                                                      scale=scaling).transpose(1, 2)
             if isinstance(result, tuple) and result[0].shape == expected.shape:
                 gaps.append(max_diff(result[0][real], expected[real]) / max(float(expected[real].abs().max()), 1e-12))
         return result
@@ -109,49 +138,79 @@ def _sdpa_gaps(model, real: torch.Tensor, gaps: list[float]):
         del method.attention
 
 
+def _autocast(precision: str):
+    return (contextlib.nullcontext() if precision == "fp32" else
+            torch.autocast("cpu", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[precision]))
+
+
 def check_identity(cls: type[AttentionMethod], kind: str) -> CheckResult:
     """At `cls.identity` the method equals SDPA on a padded batch, on the model with a pre-trained score spread:
-    outputs and gradients, train and eval mode."""
+    outputs and gradients, train and eval mode, in fp32 and under bf16 and fp16 autocast (fp16 where the method
+    supports it), each within its precision's TOLERANCE."""
     setting = f"{kind}, score sd {PRETRAINED_STD:g}"
-    ref = spread_model(kind, "std")
-    model = copy.deepcopy(ref)
+    model = spread_model(kind, "std")
     cls(cls.Config(**cls.identity)).attach(model)
+    precisions = [p for p in TOLERANCE if p != "fp16" or cls.supports_fp16]
+    for precision in precisions:
+        found = _identity_gap(cls, model, kind, precision)
+        if found:
+            return CheckResult("identity", setting, False, found if precision == "fp32" else (
+                f"under {precision} autocast, where fp32 agrees (a path the method takes in half precision only "
+                f"differs: another scaling, mask or softmax there, or a cast in the wrong place?): {found}"))
+    return CheckResult("identity", setting, True, f"at {cls.identity}: equals SDPA (outputs, gradients; train and "
+                       f"eval; {', '.join(precisions)}; scores with a pre-trained model's spread)")
+
+
+def _identity_batch(model) -> tuple:
     # rows with a real token: SDPA's output on a row with none is a convention of its own, not softmax attention
-    ids, mask, labels = rows(checked_batch(ref), [i for name, which in ROWS.items() if name != "a fully padded row"
-                                                  for i in which])
+    return rows(checked_batch(model), [i for name, which in ROWS.items() if name != "a fully padded row"
+                                       for i in which])
+
+
+@functools.lru_cache(maxsize=None)
+def _sdpa_reference(kind: str, precision: str, mode: str) -> tuple:
+    """(real tokens' final outputs, gradients) of the spread model with SDPA on the identity batch: the same for
+    every method, so computed once per process."""
+    ref = spread_model(kind, "std")
+    ids, mask, labels = _identity_batch(ref)
+    ref.train(mode == "train")
+    with _autocast(precision):
+        out, loss = forward(ref, ids, mask, labels)
+    loss.backward()
+    return out.hidden_states[-1][mask.bool()].detach(), gradients(ref)
+
+
+def _identity_gap(cls, model, kind: str, precision: str) -> str | None:
+    """What differs between `model` (the method at its identity) and the spread model with SDPA in one precision,
+    or None."""
+    ids, mask, labels = _identity_batch(model)
     valid = mask.bool()
+    tolerance = TOLERANCE[precision]
+    cause = (f"at {cls.identity}, with scores of a pre-trained model's spread (a scaling other than d^-0.5, a mask or "
+             "a softmax that differ from SDPA's?)")
     for mode in ("train", "eval"):
-        for m in (ref, model):
-            m.train(mode == "train")
-            m.zero_grad()
-        out_ref, loss_ref = forward(ref, ids, mask, labels)
+        out_ref, g_ref = _sdpa_reference(kind, precision, mode)
+        model.train(mode == "train")
+        model.zero_grad()
         gaps: list[float] = []
-        with _sdpa_gaps(model, valid, gaps):
+        with _autocast(precision), _sdpa_gaps(model, valid, gaps):
             out, loss = forward(model, ids, mask, labels)
-        if gaps and not max(gaps) <= TOLERANCE["outputs"]:
+        if gaps and not max(gaps) <= tolerance["attention"]:
             layer = max(range(len(gaps)), key=gaps.__getitem__)
-            return CheckResult("identity", setting, False, f"{mode} mode: layer {layer}'s attention output differs "
-                               f"from SDPA's on the same queries, keys and values by {max(gaps):.2e} of its size "
-                               f"(tolerance {TOLERANCE['outputs']:.0e}) at {cls.identity}, with scores of a "
-                               "pre-trained model's spread (a scaling other than d^-0.5, a mask or a softmax that "
-                               "differ from SDPA's?)")
-        diff = max_diff(out.hidden_states[-1][valid], out_ref.hidden_states[-1][valid])
-        if not diff <= TOLERANCE["outputs"]:
-            return CheckResult("identity", setting, False, f"{mode} mode: real tokens' outputs differ from SDPA "
-                               f"by {diff:.2e} (tolerance {TOLERANCE['outputs']:.0e}) at {cls.identity}, with scores "
-                               "of a pre-trained model's spread (a scaling other than d^-0.5, a mask or a softmax "
-                               "that differ from SDPA's?)")
-        loss_ref.backward()
+            return (f"{mode} mode: layer {layer}'s attention output differs from SDPA's on the same queries, keys and "
+                    f"values by {max(gaps):.2e} of its size (tolerance {tolerance['attention']:.0e}) {cause}")
+        diff = max_diff(out.hidden_states[-1][valid], out_ref)
+        if not diff <= tolerance["outputs"]:
+            return (f"{mode} mode: real tokens' outputs differ from SDPA by {diff:.2e} (tolerance "
+                    f"{tolerance['outputs']:.0e}) {cause}")
         loss.backward()
-        g_ref, g = gradients(ref), gradients(model)
+        g = gradients(model)
         for name in g_ref:
             diff = max_diff(g[name], g_ref[name]) if name in g else math.inf
             scale = max(1.0, float(g_ref[name].abs().max()))
-            if not diff <= TOLERANCE["gradients"] * scale:
-                return CheckResult("identity", setting, False, f"{mode} mode: gradient of {name} differs from "
-                                   f"SDPA by {diff:.2e}")
-    return CheckResult("identity", setting, True, f"at {cls.identity}: equals SDPA (outputs, gradients; train and "
-                       f"eval; scores with a pre-trained model's spread)")
+            if not diff <= tolerance["gradients"] * scale:
+                return f"{mode} mode: gradient of {name} differs from SDPA by {diff:.2e}"
+    return None
 
 
 def _non_finite(model, batch: tuple, mode: str, seed: int, autocast) -> str | None:
@@ -183,8 +242,9 @@ def check_fp16(method: AttentionMethod, kind: str) -> CheckResult:
     for padded in (True, False):
         batch = checked_batch(model, padded=padded)
         for mode in ("train", "eval"):
-            for seed in FP16_SEEDS if mode == "train" else (0,):
-                state = copy.deepcopy(model)  # fp32 reruns the same draws of a generator of the method's own
+            for seed in training_seeds(method, FP16_SEEDS) if mode == "train" else (0,):
+                # fp32 reruns the same draws, of a generator of the method's own too
+                state = copy.deepcopy(model) if keeps_state(method, model) else model
                 found = _non_finite(model, batch, mode, seed, fp16)
                 if found is None:
                     continue

@@ -9,8 +9,9 @@ import copy
 import torch
 
 from suite.api.attention import AttentionMethod
-from suite.api.check_common import SEEDS, CheckResult, attached, checked_batch, forward
+from suite.api.check_common import CheckResult, attached, checked_batch, forward, training_seeds
 from suite.api.layers import local_window
+from suite.api.tiny_models import seed_cpu
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["check_window"]
@@ -20,8 +21,9 @@ NOISE = 3.0  # size of the noise put on the keys and values beyond a query's win
 
 
 def check_window(method: AttentionMethod, kind: str) -> list[CheckResult]:
-    """In each of eval and train mode (over SEEDS): the received mask's window, and the largest change of a real
-    query's output in a local layer when only the keys and values beyond its window change."""
+    """In each of eval and train mode (over SEEDS, one where nothing is drawn): the received mask's window, and the
+    largest change of a real query's output in a local layer when only the keys and values beyond its window
+    change."""
     model = attached(method, kind)
     batch = checked_batch(model)
     real = batch[1].bool()
@@ -58,13 +60,13 @@ def check_window(method: AttentionMethod, kind: str) -> list[CheckResult]:
             found.update(calls=0, mask=[], worst=0.0)
             model.train(mode == "train")
             worst_seed, worst = 0, 0.0
-            for seed in SEEDS if mode == "train" else (0,):
+            for seed in training_seeds(method) if mode == "train" else (0,):
                 found["seed"] = seed
                 with torch.no_grad():
                     forward(model, *batch, seed=seed)
                 if found["worst"] > worst:
                     worst, worst_seed = found["worst"], seed
-            results.append(_result(kind, mode, found, worst, worst_seed))
+            results.append(_result(kind, mode, found, worst, worst_seed, len(training_seeds(method))))
     finally:
         del method.attention
     return results
@@ -74,7 +76,7 @@ def _replayed(method: AttentionMethod, call, seed: int):
     """`call()` with torch's generator seeded: each pass over one layer draws the same masks, so what changes between
     them is the input alone."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_cpu(seed)
         return call()
 
 
@@ -94,7 +96,7 @@ def _restore(method: AttentionMethod, state: dict) -> None:
             setattr(method, name, copy.copy(value))
 
 
-def _result(kind: str, mode: str, found: dict, worst: float, seed: int) -> CheckResult:
+def _result(kind: str, mode: str, found: dict, worst: float, seed: int, draws: int) -> CheckResult:
     setting = f"{kind}, {mode}"
     if not found["calls"]:
         return CheckResult("window", setting, None, "no local layer called the method")
@@ -107,4 +109,8 @@ def _result(kind: str, mode: str, found: dict, worst: float, seed: int) -> Check
                            f"values beyond its window changed{drawn}: the method attends outside the window (does "
                            "it use the attention_mask it receives, which holds the window, for every key it picks?)")
     return CheckResult("window", setting, True, "no query attends beyond its window" + (
-        f" ({len(SEEDS)} draws)" if mode == "train" else ""))
+        _draws(draws) if mode == "train" else ""))
+
+
+def _draws(draws: int) -> str:
+    return f" ({draws} draws)" if draws > 1 else " (one pass: nothing is drawn at this configuration)"

@@ -18,7 +18,8 @@ method happens to be checked at. Rules that sample in training look at several r
 - trained     every parameter `prepare()` adds receives a gradient, or is declared frozen (`frozen_parameters`);
 - identity    at the method's `identity` setting it equals transformers' SDPA attention (outputs and gradients,
               train and eval mode, on the rows with a real token) on a model whose scores have a pre-trained model's
-              spread (up to 30, MiniLM's); skipped when the method declares none;
+              spread (up to 30, MiniLM's), in fp32 and under bf16 and fp16 autocast, each within its precision's
+              tolerance; skipped when the method declares none;
 - finite      outputs, loss and gradients are finite under fp32 and under bf16 autocast, with and without padding,
               in training over several seeds; a failure names the rows that cause it, or the dropping when only
               training is not finite;
@@ -58,12 +59,14 @@ live in `suite.api.check_layout` (shape, values), `check_contract` (params, trai
 `check_meaning` (lands, schedule, mode) and `check_invariance` (batch, half-precision padding, long, scaling, edges);
 the report types, the checked batch and the high rates in `suite.api.check_common`.
 
-`python -m suite check METHOD [...]` is the same from the command line. The tiny-model builders (`tiny_model`,
+`python -m suite check METHOD [...]` is the same from the command line; `check_rules(name, rules, **hparams)` runs
+the named rules alone (with hparams and shape). The tiny-model builders (`tiny_model`,
 `tiny_config`, `padded_batch`, `tiny_tokenizer`, from `suite.api.tiny_models`) are the ones the test suite uses too.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 from typing import Any, Callable
 
@@ -83,6 +86,7 @@ from suite.api.check_common import (  # noqa: F401  (probability_fields: public 
     probability_fields,
     rates_above_zero,
     rows,
+    training_seeds,
     undeclared_stochastic,
 )
 from suite.api.check_contract import (
@@ -101,12 +105,22 @@ from suite.api.check_padding import check_padding
 from suite.api.check_sampling import check_draws, check_expectation, check_gradient
 from suite.api.check_spread import check_fp16, check_identity
 from suite.api.check_window import check_window
-from suite.api.tiny_models import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: F401
+from suite.api.tiny_models import (  # noqa: F401  (public through suite.testing)
+    WORDS,
+    padded_batch,
+    seed_cpu,
+    tiny_config,
+    tiny_model,
+    tiny_tokenizer,
+)
 
 MODEL_KINDS = ("bert", "roberta", "modernbert")
 WINDOWED_KINDS = ("modernbert",)  # kinds with local layers, where the window rule runs
 INVALID_PROBABILITIES = (-0.1, 1.5, math.nan)
-FINITE_SEEDS = SEEDS[:4]  # each a forward and backward pass per precision and batch; the high rates add their own
+# training passes per batch, each a forward and backward (one where nothing is drawn; the high rates add their own):
+# in fp32, where a rare draw (every key of a row dropped) is looked for; in bf16, where a draw that is finite in fp32
+# and not in bf16 is an overflow or an underflow, which does not wait for a rare draw
+FINITE_SEEDS = {"fp32": SEEDS[:4], "bf16": SEEDS[:2]}
 HIGH_RATES_LABEL = ", at high rates"  # appended to the setting of every result at the high rates
 # the hint of a training-only non-finite value: dropping is what training adds
 DROPPED_ROWS = ("where the method drops, a row whose keys are all dropped leaves nothing to normalise over (0/0, "
@@ -122,23 +136,26 @@ def check_finite(method: AttentionMethod, kind: str) -> list[CheckResult]:
     """Finite outputs, loss and gradients in fp32 and under bf16 autocast, padded and unpadded, train and eval."""
     model = attached(method, kind)
     results = []
-    for precision in ("fp32", "bf16"):
+    for precision, seeds in FINITE_SEEDS.items():
         autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16"
                     else contextlib.nullcontext())
-        bad = _non_finite(model, autocast) + _non_finite_rows(model, autocast)
+        bad = _non_finite(model, autocast, training_seeds(method, seeds)) + _non_finite_rows(model, autocast)
         results.append(CheckResult("finite", f"{kind}, {precision}", not bad,
                                    "; ".join(bad) if bad else "outputs, attention rows, loss and gradients finite "
                                    "(rows of 0 and 1 real tokens included)"))
     return results
 
 
-def _non_finite(model, autocast) -> list[str]:
+def _non_finite(model, autocast, seeds) -> list[str]:
     found: dict[str, list[str]] = {}  # what was found: where (one line for train and eval when they agree)
     for padded in (True, False):
         batch = checked_batch(model, padded=padded)
         in_eval = _non_finite_pass(model, autocast, "eval", batch)
         for mode in ("train", "eval"):
-            what, seed = (in_eval, 0) if mode == "eval" else _first_non_finite(model, autocast, batch)
+            # the rare draw is looked for on the padded batch, whose first row is unpadded too; the unpadded batch is
+            # there for the path a model takes without a mask
+            what, seed = (in_eval, 0) if mode == "eval" else _first_non_finite(model, autocast, batch,
+                                                                               seeds if padded else seeds[:1])
             if not what:
                 continue
             if mode == "train" and not in_eval:
@@ -151,9 +168,9 @@ def _non_finite(model, autocast) -> list[str]:
     return [f"{' and '.join(where)}: {text}" for text, where in found.items()]
 
 
-def _first_non_finite(model, autocast, batch: tuple) -> tuple[list[str], int]:
-    """What is not finite in the first training pass over SEEDS that has something, and its seed."""
-    for seed in FINITE_SEEDS:
+def _first_non_finite(model, autocast, batch: tuple, seeds) -> tuple[list[str], int]:
+    """What is not finite in the first training pass over `seeds` that has something, and its seed."""
+    for seed in seeds:
         what = _non_finite_pass(model, autocast, "train", batch, seed)
         if what:
             return what, seed
@@ -249,7 +266,11 @@ def _refuses(cls, values: dict[str, Any], setting: str) -> CheckResult:
 
 
 def _guarded(results: list[CheckResult], check: str, setting: str, fn: Callable[[], Any]) -> None:
-    """Runs one check; an exception inside the method becomes a failed result instead of ending the check."""
+    """Runs one check (unless check_rules left it out); an exception inside the method becomes a failed result
+    instead of ending the check."""
+    only = _ONLY.get()
+    if only is not None and check not in only:
+        return
     try:
         found = fn()
     except Exception as exc:  # noqa: BLE001
@@ -265,6 +286,27 @@ def resolve_method(name_or_class: str | type[AttentionMethod]) -> type[Attention
         raise TypeError("check_method takes a registered method's name or a class decorated with "
                         "@suite.register_method")
     return name_or_class
+
+
+# every rule's name, as CheckResult.check gives it
+RULES = ("hparams", "shape", "values", "params", "trained", "identity", "finite", "padding", "eval", "draws", "expect",
+         "gradient", "device", "prepare", "fp16", "hooks", "window", "lands", "schedule", "mode", "batch", "long",
+         "scaling", "edges")
+# the rules check_rules runs (with hparams and shape, which gate the others); None: every rule
+_ONLY: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("suite_check_only", default=None)
+
+
+def check_rules(name_or_class: str | type[AttentionMethod], rules, **hparams: Any) -> CheckReport:
+    """`check_method` on the named rules alone (and hparams and shape, which gate the others), on every model and at
+    both configurations: what a test of one rule, or a method's author after a fix, runs."""
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        raise ValueError(f"no such rule: {', '.join(unknown)} (the rules: {', '.join(RULES)})")
+    token = _ONLY.set(frozenset(rules) | {"shape"})
+    try:
+        return check_method(name_or_class, **hparams)
+    finally:
+        _ONLY.reset(token)
 
 
 def check_method(name_or_class: str | type[AttentionMethod], **hparams: Any) -> CheckReport:
@@ -294,9 +336,10 @@ def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: C
     report.high_rates = high_rate_hparams(cls, hparams)
     variants = [("", hparams)] + ([(HIGH_RATES_LABEL, report.high_rates)] if report.high_rates else [])
     for kind in MODEL_KINDS:
-        torch.manual_seed(0)
+        seed_cpu(0)
         if cls.identity is None:
-            report.results.append(CheckResult("identity", kind, None, "no identity setting declared"))
+            _guarded(report.results, "identity", kind, lambda: CheckResult("identity", kind, None,
+                                                                            "no identity setting declared"))
         else:
             _guarded(report.results, "identity", kind, lambda: check_identity(cls, kind))
         for label, values in variants:
@@ -351,9 +394,10 @@ def _leave_to_padding(results: list[CheckResult]) -> None:
 
 def _rules(cls: type[AttentionMethod], values: dict[str, Any], kind: str, results: list[CheckResult],
            high: bool = False) -> None:
-    """Every rule but hparams and identity, for one configuration on one model kind. At high rates the values, eval
-    and prepare rules are left out: evaluation is rate-free (the eval rule compares it with the high rates'), and
-    where prepare() puts its tensors does not hang on a rate."""
+    """Every rule but hparams and identity, for one configuration on one model kind. At high rates the values, eval,
+    params, trained and prepare rules are left out and the device rule runs in training only: evaluation is
+    rate-free (the eval rule compares it with the high rates'), and which parameters there are, which of them train
+    and where prepare() puts its tensors do not hang on a rate."""
     def new():
         return cls(cls.Config(**values))
 
@@ -365,8 +409,9 @@ def _rules(cls: type[AttentionMethod], values: dict[str, Any], kind: str, result
     rates = rates_above_zero(cls, values)
     if not high:
         _guarded(results, "values", kind, lambda: check_values(new(), kind))
-    _guarded(results, "params", kind, lambda: check_parameters(new(), kind))
-    _guarded(results, "trained", kind, lambda: check_trained(new(), kind))
+    if not high:  # which parameters exist, and which an optimizer holds or a gradient reaches, is no rate's doing
+        _guarded(results, "params", kind, lambda: check_parameters(new(), kind))
+        _guarded(results, "trained", kind, lambda: check_trained(new(), kind))
     # finite first: the padding and eval checks compare finite values only and leave NaN and inf to it
     _guarded(results, "finite", kind, lambda: check_finite(new(), kind))
     _guarded(results, "padding", kind, lambda: check_padding(new(), kind))
@@ -376,7 +421,8 @@ def _rules(cls: type[AttentionMethod], values: dict[str, Any], kind: str, result
     _guarded(results, "draws", kind, lambda: check_draws(new(), kind, rates))
     _guarded(results, "expect", kind, lambda: check_expectation(new(), kind, rates))
     _guarded(results, "gradient", kind, lambda: check_gradient(new(), kind))
-    _guarded(results, "device", kind, lambda: check_moved_model(new(), kind))
+    # at high rates in training only: evaluation is rate-free (the eval rule), so it ran at the configuration
+    _guarded(results, "device", kind, lambda: check_moved_model(new(), kind, ("train",) if high else ("eval", "train")))
     if not high:
         _guarded(results, "prepare", kind, lambda: check_prepare_device(new(), kind))
     _guarded(results, "fp16", kind, lambda: check_fp16(new(), kind))
