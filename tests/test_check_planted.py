@@ -258,8 +258,62 @@ class ModuleGenerator(suite.AttentionMethod):
         return suite.attend(module, p, value)
 
 
-def test_a_generator_of_its_own_on_the_modules_is_no_bug(register):
-    """The rules that compare two training passes under the same draws copy the model where the method keeps state,
-    on itself or on its attention modules."""
-    report = testing.check_rules(register(ModuleGenerator, "correct_module_generator"), ["padding", "gradient", "fp16"])
+class LazyGenerator(suite.AttentionMethod):
+    """Dropout from a generator of the method's own made at its first training call, not in prepare()."""
+    Config = Rate
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        if module.training:
+            if getattr(self, "rng", None) is None:
+                self.rng = torch.Generator().manual_seed(0)
+            p = p * (torch.rand(p.shape, generator=self.rng) >= self.cfg.p) / (1 - self.cfg.p)
+        return suite.attend(module, p, value)
+
+
+class Holder(torch.nn.Module):
+    def __init__(self, seed: int):
+        super().__init__()
+        self.rng = torch.Generator().manual_seed(seed)
+
+
+class ChildModuleGenerator(ModuleGenerator):
+    """The generator on a child module of each attention module."""
+
+    def prepare(self, model):
+        for module in suite.attention_modules(model):
+            module.toy_holder = Holder(module.layer_idx)
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        if module.training:
+            p = p * (torch.rand(p.shape, generator=module.toy_holder.rng) >= self.cfg.p) / (1 - self.cfg.p)
+        return suite.attend(module, p, value)
+
+
+class StepCounter(suite.AttentionMethod):
+    """Each training call's mask seeded by a call counter, a plain int on the method."""
+    Config = Rate
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        self.calls = 0
+
+    def attention(self, module, query, key, value, attention_mask, scaling, **kwargs):
+        p = suite.softmax(suite.scores(query, key, scaling, attention_mask))
+        if module.training:
+            self.calls += 1
+            rng = torch.Generator().manual_seed(self.calls)
+            p = p * (torch.rand(p.shape, generator=rng) >= self.cfg.p) / (1 - self.cfg.p)
+        return suite.attend(module, p, value)
+
+
+@pytest.mark.parametrize("method", [ModuleGenerator, LazyGenerator, ChildModuleGenerator, StepCounter],
+                         ids=lambda m: m.__name__)
+def test_draw_state_of_its_own_is_no_bug(register, method):
+    """The rules that compare two training passes under the same draws run the second on a copy taken before the
+    first whenever training draws: state kept between calls (a generator on the modules, one made at the first call,
+    one on a child module, a step counter) cannot all be told apart by inspection."""
+    name = register(method, f"correct_{method.__name__.lower()}")
+    report = testing.check_rules(name, ["padding", "gradient", "fp16"])
     assert report.ok, str(report)

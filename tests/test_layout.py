@@ -278,7 +278,8 @@ def wall_breaches(text: str, name: str, known: set[str], tests: set[str]) -> lis
         for module, imported, bound in pairs:
             target = f"{module}.{imported}" if imported and f"{module}.{imported}" in known else module
             if lab_module(module):
-                lab_aliases.add(bound)
+                if imported is None or f"{module}.{imported}" in known:  # a lab module, not a name read from one
+                    lab_aliases.add(bound)
             elif module.split(".")[0] in tests:
                 found.append(f"imports {module} from tests/")
             elif module.split(".")[0] == "suite" and not (
@@ -287,11 +288,34 @@ def wall_breaches(text: str, name: str, known: set[str], tests: set[str]) -> lis
                 found.append(f"imports {target}, neither public nor in LAB_MAY_IMPORT")
             if module.split(".")[0] == "suite" and imported and imported.startswith("_"):
                 found.append(f"imports the private {module}.{imported}")
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls", *lab_aliases})):
-            found.append(f"reads the private attribute .{node.attr} (line {node.lineno})")
-    return found
+    return found + [breach for node in ast.walk(tree) for breach in private_read(node, lab_aliases) + by_name(node)]
+
+
+def private_read(node: ast.AST, lab_aliases: set[str]) -> list[str]:
+    """A private attribute read off anything but `self`, `cls` or a lab module."""
+    if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls", *lab_aliases})):
+        return [f"reads the private attribute .{node.attr} (line {node.lineno})"]
+    return []
+
+
+def by_name(node: ast.AST) -> list[str]:
+    """A private attribute reached by a string (getattr and its kin), or a suite module imported by one
+    (importlib.import_module, __import__) outside the public surfaces and LAB_MAY_IMPORT."""
+    if not (isinstance(node, ast.Call) and node.args):
+        return []
+    called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+    argument = node.args[1] if called in {"getattr", "setattr", "hasattr", "delattr"} and len(node.args) > 1 \
+        else node.args[0]
+    text = argument.value if isinstance(argument, ast.Constant) else None
+    if not isinstance(text, str):
+        return []
+    if called in {"getattr", "setattr", "hasattr", "delattr"} and text.startswith("_") and not text.startswith("__"):
+        return [f"reaches the private attribute {text} by name (line {node.lineno})"]
+    if called in {"import_module", "__import__"} and text.split(".")[0] == "suite" and not (
+            text in LAB_MAY_IMPORT or any(text == p or text.startswith(p + ".") and p != "suite" for p in LAB_PUBLIC)):
+        return [f"imports {text} by name, neither public nor in LAB_MAY_IMPORT (line {node.lineno})"]
+    return []
 
 
 def lab_imports(path: Path, name: str, known: set[str]) -> list[str]:
@@ -336,7 +360,10 @@ def test_the_wall_checks_see_each_breach(tmp_path):
                            ("from suite.run.settings import _hash\n", "private suite.run.settings._hash"),
                            ("from conftest import tiny_model\n", "from tests/"),
                            ("def f(method):\n    return method._masks\n", "private attribute ._masks"),
-                           ("from suite.methods.attendout import reward as rw\nrw._helper()\n", "._helper")):
+                           ("from suite.methods.attendout import reward as rw\nrw._helper()\n", "._helper"),
+                           ("def f(m):\n    return getattr(m, '_masks')\n", "private attribute _masks by name"),
+                           ("import importlib\nimportlib.import_module('suite.grid.summary')\n", "by name, neither"),
+                           ("from .report import method\nmethod._stats\n", "private attribute ._stats")):
         found = wall_breaches(source, "lab.attendout.x", known, {"conftest"})
         assert any(breach in b for b in found), (source, found)
     product = tmp_path / "x.py"

@@ -253,7 +253,10 @@ def test_on_a_grouped_split_the_row_jackknife_understates_and_the_group_jackknif
 
     a = run(right[:, 0], True)   # the test against the constant predictor resamples the same groups
     assert np.array_equal(sources(a, {0: majority_predictions(a[0])}, [0], ""), of_row)
-    a, b = run(right[:, 0], True), run(right[:, 1], False)   # one run without groups: by row, as before
+    a, b = run(right[:, 0], True), run(right[:, 1], False)   # one run from before groups: it takes the other's
+    assert np.array_equal(sources(a, b, [0], ""), of_row)
+    assert example_variance("sst2", a, b)[0] == pytest.approx(by_group[-1])
+    a, b = run(right[:, 0], False), run(right[:, 1], False)  # none records them: by row, as before
     assert sources(a, b, [0], "") is None and example_variance("sst2", a, b)[0] == pytest.approx(by_row[-1])
 
 

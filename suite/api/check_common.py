@@ -18,8 +18,8 @@ from suite.api.tiny_models import padded_batch, seed_cpu, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["HIGH_RATES", "ROWS", "SEEDS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff",
-           "forward", "fresh_model", "gradients", "high_rate_hparams", "keeps_state", "max_diff", "probability_fields",
-           "rates_above_zero", "rows", "training_seeds", "undeclared_stochastic"]
+           "forward", "fresh_model", "gradients", "high_rate_hparams", "max_diff", "probability_fields",
+           "rates_above_zero", "repeat_twin", "rows", "training_seeds", "undeclared_stochastic"]
 
 # the random seeds a rule that samples in training runs under: one draw can miss a row whose keys are all dropped
 SEEDS = range(8)
@@ -116,13 +116,25 @@ def keeps_state(method: AttentionMethod, model) -> bool:
     return any(name != "cfg" and not isinstance(value, plain) for name, value in vars(method).items())
 
 
+def draws(method: AttentionMethod) -> bool:
+    """Whether a stochastic parameter the method declares is above 0: then its training passes draw."""
+    cfg = method.cfg
+    return any(isinstance(getattr(cfg, s.field, None), (int, float)) and getattr(cfg, s.field) > 0
+               for s in stochastic_fields(type(method)))
+
+
 def training_seeds(method: AttentionMethod, seeds=SEEDS):
     """`seeds` where a stochastic parameter of the method is above 0, else their first: training then draws nothing
     (the draws rule measures that it does not), so every seed would repeat the first one's pass."""
-    cfg = method.cfg
-    drawn = any(isinstance(getattr(cfg, s.field, None), (int, float)) and getattr(cfg, s.field) > 0
-                for s in stochastic_fields(type(method)))
-    return seeds if drawn else seeds[:1]
+    return seeds if draws(method) else seeds[:1]
+
+
+def repeat_twin(method: AttentionMethod, model, mode: str):
+    """The model a pass runs on that must draw what a pass on `model` under the same seed draws: a copy taken before
+    that pass where the method may keep draw state between calls (training passes that draw: a generator made at
+    its first call, one on a child module or a step counter cannot be told apart by inspection; or state found on
+    the method or the attention modules), else `model` itself (a copy costs as much as a pass)."""
+    return copy.deepcopy(model) if mode == "train" and draws(method) or keeps_state(method, model) else model
 
 
 def attached(method: AttentionMethod, kind: str):

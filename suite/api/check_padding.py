@@ -4,7 +4,6 @@ keys were all dropped and whose weight went to the padded keys they tie with, or
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 
 import torch
@@ -16,7 +15,7 @@ from suite.api.check_common import (
     checked_batch,
     finite_diff,
     forward,
-    keeps_state,
+    repeat_twin,
     training_seeds,
 )
 
@@ -79,7 +78,7 @@ def _output_change(method: AttentionMethod, model, batch: tuple, mode: str,
     worst, non_finite, worst_seed = 0.0, False, 0
     for seed in training_seeds(method) if mode == "train" else (0,):
         with torch.no_grad():
-            twin = copy.deepcopy(model) if keeps_state(method, model) else model
+            twin = repeat_twin(method, model, mode)
             with probes(model, _padded_weight_probe(mask, found)):
                 clean, _ = forward(model, ids, mask, labels, seed=seed)
             with _noise_on_padding(twin, mask, PERTURBATION):

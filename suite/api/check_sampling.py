@@ -16,8 +16,8 @@ from suite.api.check_common import (
     checked_batch,
     finite_diff,
     forward,
-    keeps_state,
     paired_with_eval,
+    repeat_twin,
     rows,
 )
 
@@ -177,8 +177,8 @@ def check_gradient(method: AttentionMethod, kind: str, seed: int = 0) -> CheckRe
     # float (autograd's derivative of `s + mask` is 1, a finite difference's 0)
     batch = rows(checked_batch(model), [i for name, which in ROWS.items() if name != "a fully padded row"
                                         for i in which])
-    stateful = keeps_state(method, model)
-    twin = copy.deepcopy(model) if stateful else model
+    twin = repeat_twin(method, model, "train")
+    stateful = twin is not model
     try:
         _, loss = forward(twin, *batch, seed=seed)
         loss.backward()

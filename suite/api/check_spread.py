@@ -19,8 +19,8 @@ from suite.api.check_common import (
     checked_batch,
     forward,
     gradients,
-    keeps_state,
     max_diff,
+    repeat_twin,
     rows,
     training_seeds,
 )
@@ -244,7 +244,7 @@ def check_fp16(method: AttentionMethod, kind: str) -> CheckResult:
         for mode in ("train", "eval"):
             for seed in training_seeds(method, FP16_SEEDS) if mode == "train" else (0,):
                 # fp32 reruns the same draws, of a generator of the method's own too
-                state = copy.deepcopy(model) if keeps_state(method, model) else model
+                state = repeat_twin(method, model, mode)
                 found = _non_finite(model, batch, mode, seed, fp16)
                 if found is None:
                     continue

@@ -47,6 +47,9 @@ def checkpoint_folder(path: str) -> tuple[Path, str | None]:
         raise BadInput(f"{p}: no such checkpoint folder or record")
     beside = p.parent / (p.name.removesuffix(".model") + ".json")
     record = _record(beside, quiet=True) if p.name.endswith(".model") and beside.is_file() else None
+    if record is None and p.name.endswith(".model") and beside.is_file():
+        print(f"warning: {beside} is not a readable run record: {p} is held against its own description only "
+              "(weights swapped together with it would go unnoticed)", file=sys.stderr)
     kept = record is not None and record.saved_model == p.name
     return p, record.artifacts.model_sha256 if kept else None
 

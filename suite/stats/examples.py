@@ -223,9 +223,12 @@ def _closed_form(spec, run: dict) -> bool:
 
 def sources(a: dict, b: dict, seeds: list, suffix: str) -> np.ndarray | None:
     """Each example's source on split `suffix` where its rows share sources (the held-out split's sentence groups,
-    `group` in every run's predictions, the same in all), else None: each example its own."""
-    found = [run[s][suffix].get("group") for run in (a, b) for s in seeds]
-    if any(g is None for g in found) or not all(np.array_equal(g, found[0]) for g in found):
+    `group` in the predictions of the runs that record it, the same in all), else None: each example its own. The
+    runs were scored on the same examples (`same_examples`), so a run from before groups were recorded (record
+    version 2) takes them from the others: a campaign that gains seeds after an upgrade keeps one unit of resampling
+    across its looks."""
+    found = [g for run in (a, b) for s in seeds if (g := run[s][suffix].get("group")) is not None]
+    if not found or not all(np.array_equal(g, found[0]) for g in found):
         return None
     return np.asarray(found[0])
 

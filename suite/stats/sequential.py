@@ -66,7 +66,7 @@ __all__ = ["DEFAULT_FUTILITY", "Design", "SMALL_FAMILY", "SPENDING", "boundaries
 
 SPENDING = ("obrien-fleming", "pocock")
 REASONS = ("efficacy", "equivalence", "futility", "cap", "continue")
-DEFAULT_FUTILITY = 0.07  # 0.1 stopped ones of which up to 13.7% would have been decided (lab/stats/futility.py)
+DEFAULT_FUTILITY = 0.07  # 0.1 stopped ones of which up to 13.5% would have been decided (lab/stats/futility.py)
 SD_NODES = 32   # quantiles of the seed sd's posterior that predictive power averages over
 FUTILITY_MIN_SEEDS = 10   # no futility stop before the seed sd is known to 9 degrees of freedom
 _GRID = 801  # Simpson points per look: boundaries to about 1e-6
