@@ -18,8 +18,8 @@ from suite.api.tiny_models import padded_batch, seed_cpu, tiny_model
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["HIGH_RATES", "ROWS", "SEEDS", "CheckReport", "CheckResult", "attached", "checked_batch", "finite_diff",
-           "forward", "fresh_model", "gradients", "high_rate_hparams", "max_diff", "probability_fields",
-           "rates_above_zero", "repeat_twin", "rows", "training_seeds", "undeclared_stochastic"]
+           "forward", "fresh_model", "gradients", "high_rate_hparams", "max_diff", "pass_seeds",
+           "probability_fields", "rates_above_zero", "repeat_twin", "rows", "training_seeds", "undeclared_stochastic"]
 
 # the random seeds a rule that samples in training runs under: one draw can miss a row whose keys are all dropped
 SEEDS = range(8)
@@ -127,6 +127,12 @@ def training_seeds(method: AttentionMethod, seeds=SEEDS):
     """`seeds` where a stochastic parameter of the method is above 0, else their first: training then draws nothing
     (the draws rule measures that it does not), so every seed would repeat the first one's pass."""
     return seeds if draws(method) else seeds[:1]
+
+
+def pass_seeds(method: AttentionMethod, mode: str, seeds=SEEDS):
+    """The seeds a rule's passes run under in `mode`: `training_seeds` in training, one in evaluation (nothing is
+    drawn there; the eval rule measures that)."""
+    return training_seeds(method, seeds) if mode == "train" else (0,)
 
 
 def repeat_twin(method: AttentionMethod, model, mode: str):

@@ -15,6 +15,7 @@ from suite.api.check_common import (
     checked_batch,
     finite_diff,
     forward,
+    pass_seeds,
     repeat_twin,
     training_seeds,
 )
@@ -76,7 +77,7 @@ def _output_change(method: AttentionMethod, model, batch: tuple, mode: str,
     valid = mask.bool()
     model.train(mode == "train")
     worst, non_finite, worst_seed = 0.0, False, 0
-    for seed in training_seeds(method) if mode == "train" else (0,):
+    for seed in pass_seeds(method, mode):
         with torch.no_grad():
             twin = repeat_twin(method, model, mode)
             with probes(model, _padded_weight_probe(mask, found)):

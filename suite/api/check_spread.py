@@ -20,9 +20,9 @@ from suite.api.check_common import (
     forward,
     gradients,
     max_diff,
+    pass_seeds,
     repeat_twin,
     rows,
-    training_seeds,
 )
 from suite.api.tiny_models import tiny_model
 
@@ -242,7 +242,7 @@ def check_fp16(method: AttentionMethod, kind: str) -> CheckResult:
     for padded in (True, False):
         batch = checked_batch(model, padded=padded)
         for mode in ("train", "eval"):
-            for seed in training_seeds(method, FP16_SEEDS) if mode == "train" else (0,):
+            for seed in pass_seeds(method, mode, FP16_SEEDS):
                 # fp32 reruns the same draws, of a generator of the method's own too
                 state = repeat_twin(method, model, mode)
                 found = _non_finite(model, batch, mode, seed, fp16)

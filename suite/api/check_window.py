@@ -9,7 +9,7 @@ import copy
 import torch
 
 from suite.api.attention import AttentionMethod
-from suite.api.check_common import CheckResult, attached, checked_batch, forward, training_seeds
+from suite.api.check_common import CheckResult, attached, checked_batch, forward, pass_seeds, training_seeds
 from suite.api.layers import local_window
 from suite.api.tiny_models import seed_cpu
 
@@ -60,7 +60,7 @@ def check_window(method: AttentionMethod, kind: str) -> list[CheckResult]:
             found.update(calls=0, mask=[], worst=0.0)
             model.train(mode == "train")
             worst_seed, worst = 0, 0.0
-            for seed in training_seeds(method) if mode == "train" else (0,):
+            for seed in pass_seeds(method, mode):
                 found["seed"] = seed
                 with torch.no_grad():
                     forward(model, *batch, seed=seed)
