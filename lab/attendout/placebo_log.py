@@ -121,6 +121,74 @@ def summarise(adv: np.ndarray, share: np.ndarray, expected: np.ndarray) -> dict:
     return out
 
 
+def additive_split(adv: np.ndarray, share: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step and layer, `logged` split into two terms that add up to it exactly: cov(adv, share - expected) and
+    cov(adv, expected), each over the step's sd(adv) sd(share) (covariances add where correlations do not): the part
+    G can learn from and the between-sample part. adv (steps, K, B); share, expected (steps, layers, K, B); returns
+    two (steps, layers) arrays, NaN where the advantage or the share is constant."""
+    a = (adv - adv.mean((1, 2), keepdims=True))[:, None]
+    s = share - share.mean((2, 3), keepdims=True)
+    e = expected - expected.mean((2, 3), keepdims=True)
+    denom = np.sqrt((a ** 2).sum((2, 3)) * (s ** 2).sum((2, 3)))
+    denom = np.where(denom > 0, denom, np.nan)
+    return (a * (s - e)).sum((2, 3)) / denom, (a * e).sum((2, 3)) / denom
+
+
+def seeds_summary(folders: list[Path], layer: int) -> list[dict]:
+    """Per folder (one run each): its seed, arm, K and steps, and per part (logged, learnable, between) the mean over
+    its reward steps in `layer`."""
+    rows = []
+    for folder in folders:
+        meta, units = json.loads((folder / "meta.json").read_text()), np.load(folder / "units.npz")
+        adv, share, expected = (units[k].astype(np.float64) for k in ("adv", "share", "expected"))
+        learnable, between = additive_split(adv, share, expected)
+        rows.append({"folder": folder.name, "seed": meta["seed"], "arm": meta["arm"], "K": int(adv.shape[1]),
+                     "steps": int(adv.shape[0]), "logged": float(np.nanmean((learnable + between)[:, layer])),
+                     "learnable": float(np.nanmean(learnable[:, layer])),
+                     "between": float(np.nanmean(between[:, layer]))})
+    return rows
+
+
+def seeds_report(folders: list[Path], decisive: Path | None, layer: int = 1) -> str:
+    """Several runs (one folder each, e.g. A's placebo seeds at K = 1): per run the logged statistic in `layer` split
+    exactly into its learnable and between-sample parts, beside what design A's run of that arm and seed logged (the
+    same trajectory when it reproduces); then across runs each part's mean, standard error, 95% t interval and the
+    two-sided one-sample t-test's p against 0. Written to `<parent>/seeds_summary.json` too."""
+    from scipy import stats
+
+    from .longhorizon_report import read_runs
+
+    rows = seeds_summary(folders, layer)
+    logged_a = {}
+    if decisive is not None and (decisive / "A" / "runs.jsonl").is_file():
+        logged_a = {(r["arm"], r["seed"]): r["adv_share_corr"]["mean"][layer]
+                    for r in read_runs(decisive / "A" / "runs.jsonl")}
+    lines = [f"Layer {layer}; per run the mean over its reward steps. logged = learnable + between exactly "
+             "(`additive_split`).", "",
+             "| run | arm | seed | K | steps | logged | learnable | between | design A logged |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        a = logged_a.get((r["arm"], r["seed"]))
+        r["design_a_logged"] = a
+        lines.append(f"| {r['folder']} | {r['arm']} | {r['seed']} | {r['K']} | {r['steps']} | {r['logged']:+.4f} | "
+                     f"{r['learnable']:+.4f} | {r['between']:+.4f} | " + ("-" if a is None else f"{a:+.4f}") + " |")
+    across = {}
+    if len(rows) > 1:
+        lines += ["", f"Across the {len(rows)} runs (t on {len(rows) - 1} df):", "",
+                  "| part | mean | SE | 95% interval | p (vs 0) |", "|---|---:|---:|---|---:|"]
+        for part in ("logged", "learnable", "between"):
+            x = np.array([r[part] for r in rows])
+            mean, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
+            half = float(stats.t.ppf(0.975, len(x) - 1)) * se
+            p = float(stats.ttest_1samp(x, 0.0).pvalue)
+            across[part] = {"mean": mean, "se": se, "low": mean - half, "high": mean + half, "p": p}
+            lines.append(f"| {part} | {mean:+.4f} | {se:.4f} | {mean - half:+.4f} to {mean + half:+.4f} | {p:.3f} |")
+    parent = folders[0].parent
+    (parent / "seeds_summary.json").write_text(json.dumps({"layer": layer, "runs": rows, "across": across},
+                                                          indent=1) + "\n")
+    return "\n".join(lines)
+
+
 def parse(argv):
     p = argparse.ArgumentParser(prog="python -m lab.attendout placebo-log",
                                 description=__doc__.split("\n\n")[0])
@@ -231,10 +299,14 @@ def committed_logs(decisive: Path, layer: int = 1) -> str:
 
 def report_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.attendout placebo-log-report")
-    p.add_argument("out", help="the folder `placebo-log` wrote")
+    p.add_argument("out", nargs="+", help="the folder `placebo-log` wrote (several: one per seed, split per run)")
     p.add_argument("--decisive", default=None, help="also summarise the logs of the decisive designs in this folder")
     args = p.parse_args(argv)
-    print(report(Path(args.out)))
+    folders = [Path(f) for f in args.out]
+    for folder in folders:
+        print(f"## {folder}\n\n{report(folder)}\n")
+    if len(folders) > 1:
+        print(seeds_report(folders, Path(args.decisive) if args.decisive else None))
     if args.decisive:
         print("\n" + committed_logs(Path(args.decisive)))
     return 0

@@ -80,3 +80,40 @@ def test_k1_alone_has_no_within_sample_statistics():
     assert s["K"] == 1 and "within" not in s and "k1_minus_k8" not in s
     assert s["logged"]["mean"] == s["mask1"]["mean"] == s["logged_k1"]["mean"]
     assert s["expected"]["mean"][0] > 0.3 and abs(s["centred"]["mean"][0]) < 0.05
+
+
+@pytest.mark.parametrize("between, within", [(0.5, 0.0), (0.0, 0.5)])
+def test_the_additive_split_adds_up_to_logged_and_lands_in_the_right_part(between, within):
+    adv, share, expected = units(np.random.default_rng(3), between=between, within=within)
+    learnable, between_part = pl.additive_split(adv, share, expected)
+    logged = [pl.step_statistics(adv[t], share[t, 0], expected[t, 0])["logged"] for t in range(STEPS)]
+    assert learnable[:, 0] + between_part[:, 0] == pytest.approx(logged, abs=1e-12)
+    big, small = (between_part, learnable) if between else (learnable, between_part)
+    assert big[:, 0].mean() > 0.1 and abs(small[:, 0].mean()) < 0.02
+
+
+def test_seeds_report_splits_each_run_and_reads_design_as_log(tmp_path):
+    import json
+
+    decisive = tmp_path / "decisive"
+    (decisive / "A").mkdir(parents=True)
+    folders = []
+    for seed, between in enumerate((0.3, 0.4, 0.5)):
+        adv, share, expected = units(np.random.default_rng(10 + seed), between=between, within=0.0)
+        folder = tmp_path / "k1" / f"seed{seed}"
+        folder.mkdir(parents=True)
+        np.savez(folder / "units.npz", adv=adv[:, :1], share=share[:, :, :1], expected=expected[:, :, :1])
+        (folder / "meta.json").write_text(json.dumps({"seed": seed, "arm": "placebo"}))
+        folders.append(folder)
+    (decisive / "A" / "runs.jsonl").write_text(json.dumps(
+        {"arm": "placebo", "seed": 1, "adv_share_corr": {"mean": [0.0, 0.123], "se": [0.1, 0.1]}}) + "\n")
+    text = pl.seeds_report(folders, decisive, layer=0)
+    summary = json.loads((tmp_path / "k1" / "seeds_summary.json").read_text())
+    runs = summary["runs"]
+    assert [r["K"] for r in runs] == [1, 1, 1] and [r["design_a_logged"] for r in runs] == [None, 0.0, None]
+    for r in runs:
+        assert r["logged"] == pytest.approx(r["learnable"] + r["between"], abs=1e-12)
+        assert r["between"] > 0.1 and abs(r["learnable"]) < 0.05
+    across = summary["across"]
+    assert across["between"]["low"] > 0 and across["between"]["p"] < 0.05
+    assert "| between |" in text and "design A logged" in text
