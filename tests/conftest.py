@@ -21,8 +21,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 SHARED_GLUE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "glue"
 # The tiny-model builders are public (suite.testing) so that method authors' checks and these tests share them.
-import suite  # noqa: E402  after the environment above, as the line below
-from suite.testing import WORDS, padded_batch, tiny_config, tiny_model, tiny_tokenizer  # noqa: E402,F401
+from suite.testing import WORDS, padded_batch, temporary_methods, tiny_config, tiny_model, tiny_tokenizer  # noqa: E402,F401
 
 
 def pytest_collection_modifyitems(config, items):
@@ -178,16 +177,8 @@ class Rate:
 @pytest.fixture
 def register():
     """Registers toy (or planted) methods for one test (check_method attaches by name) and removes them afterwards."""
-    names = []
-
-    def add(cls: type, name: str) -> str:
-        suite.register_method(name)(cls)
-        names.append(name)
-        return name
-
-    yield add
-    for name in names:
-        suite.METHODS.remove(name)
+    with temporary_methods() as add:
+        yield add
 
 
 MEMORY_LIMIT_GIB = 2  # address space a bounded input may take in a bomb test (the bombs took 6-19 GB)

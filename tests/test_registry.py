@@ -217,3 +217,18 @@ def test_a_plugin_that_exits_or_raises_while_imported_is_left_out_with_a_warning
             "sys.exit(0)") in out.stderr
     assert "the method plugin 'raises_plugin' failed to load and is left out: KeyError: 'boom'" in out.stderr
     assert "rte/vanilla/seed1" in out.stdout and "_half" not in out.stdout
+
+
+def test_temporary_methods_register_for_one_block_even_when_it_raises():
+    from suite.testing import temporary_methods
+
+    Vanilla = suite.METHODS.get("vanilla")
+
+    class Toy(Vanilla):
+        pass
+
+    with pytest.raises(RuntimeError), temporary_methods() as add:
+        assert add(Toy, "toy_for_one_block") == "toy_for_one_block"
+        assert suite.METHODS.get("toy_for_one_block") is Toy
+        raise RuntimeError("the block fails")
+    assert "toy_for_one_block" not in suite.METHODS.names()

@@ -72,7 +72,7 @@ from typing import Any, Callable
 
 import torch
 
-from suite.api.attention import METHODS, AttentionMethod, HyperParameterError, probes
+from suite.api.attention import METHODS, AttentionMethod, HyperParameterError, probes, register_method
 from suite.api.check_common import (  # noqa: F401  (probability_fields: public through suite.testing)
     ROWS,
     SEEDS,
@@ -330,6 +330,24 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def temporary_methods():
+    """Registers methods for one `with` block and removes them at its end (a test's toy or planted methods, which
+    `check_method` and runs find by name): `with temporary_methods() as add: add(MyMethod, "my_method")`."""
+    names: list[str] = []
+
+    def add(cls: type[AttentionMethod], name: str) -> str:
+        register_method(name)(cls)
+        names.append(name)
+        return name
+
+    try:
+        yield add
+    finally:
+        for name in names:
+            METHODS.remove(name)
 
 
 def _model_checks(cls: type[AttentionMethod], hparams: dict[str, Any], report: CheckReport) -> None:

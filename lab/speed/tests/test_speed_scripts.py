@@ -10,6 +10,7 @@ import torch
 
 import suite
 from lab.speed import gpu_capture, gpu_check, mfu
+from suite.testing import temporary_methods
 
 ROOT = Path(__file__).resolve().parents[3]
 GLUE = ROOT.parent / "shared" / "data" / "glue"
@@ -25,16 +26,8 @@ def shared_glue() -> Path:
 @pytest.fixture
 def register():
     """Registers a toy method for one test and removes it afterwards."""
-    names = []
-
-    def add(cls: type, name: str) -> str:
-        suite.register_method(name)(cls)
-        names.append(name)
-        return name
-
-    yield add
-    for name in names:
-        suite.METHODS.remove(name)
+    with temporary_methods() as add:
+        yield add
 
 
 def test_mfu_peak_table_tells_similar_names_apart():
