@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 from pathlib import Path
 from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from suite.report import (
 from suite.report.facts import ModelFacts, Options, ReportFacts, report_facts
 from suite.report.load import Col, load
 from suite.report.markdown import wrap_prose
+from suite.report.preregistration import check_preregistration
 from suite.report.selection import fold_selected
 from suite.report.vocabulary import Part, Table
 from suite.stats.families import CORRECTIONS
@@ -159,9 +161,11 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     Benjamini-Hochberg), `margin` the equivalence margin and `collapse_floor` the points above the constant predictor
     below which a run collapsed (each one number or task -> number). Records from uncommitted code or from several
     commits are refused unless `allow_uncommitted`. `preregistered`: where the analysis was fixed before the results
-    (a study's `report: preregistered:`); without it the verdicts are labelled a re-analysis. `planner` plans a `run`
-    line of commands.txt again (its jobs, with all their settings), for the header's count of planned jobs with
-    records (`python -m suite report` gives it; None: no count). Returns the path of the markdown file.
+    (a study's `report: preregistered:`), checked against git: verified only where its fixing commit is older than the
+    first record's start (`suite.report.preregistration`); without it the verdicts are labelled a re-analysis.
+    `planner` plans a `run` line of commands.txt again (its jobs, with all their settings), for the header's count of
+    planned jobs with records (`python -m suite report` gives it; None: no count). Returns the path of the markdown
+    file.
     """
     out, baseline, alpha, correction, costs = (options.out, options.baseline, options.alpha, options.correction,
                                                options.costs)
@@ -195,6 +199,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     if costs is None:  # the bench file beside the report, else beside the runs it reports
         costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
     options = Options.settled(options, out_dir, str(costs) if costs else None, reference_tasks)
+    options = _with_preregistration(options, loaded.frame)
     report = report_facts(loaded, options, stage_sections.verdicts(loaded, alpha, options.margin))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
@@ -204,6 +209,17 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     if options.figures:
         _remove_stale_figures(options.figure_dir, {p.name for p in written.figures})
     return path
+
+
+def _with_preregistration(options: Options, frame: pd.DataFrame) -> Options:
+    """The options with what git says of a declared pre-registration: its verdicts are labelled pre-registered only
+    where it was fixed before the first run; a failed check is also warned about on stderr."""
+    if not options.preregistered:
+        return options
+    checked = check_preregistration(options.preregistered, frame)
+    if not checked.verified:
+        print(f"warning: {checked.text()}", file=sys.stderr)
+    return dataclasses.replace(options, preregistration=checked)
 
 
 def _check_primary(primary: Sequence[str], frame: pd.DataFrame) -> None:

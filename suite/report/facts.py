@@ -25,6 +25,7 @@ import pandas as pd
 from suite.report.comparisons import Comparison, compare_model, curve_tests, floors
 from suite.report.costs import BenchCosts, CostColumns, cost_columns, read_bench
 from suite.report.load import Col, Loaded, Setting
+from suite.report.preregistration import Preregistration
 from suite.report.selection import (
     Selection,
     curve_methods,
@@ -58,6 +59,8 @@ class Options(ReportOptions):
     given: `out` the report's folder, `costs` the bench file found (None: none), the reference tasks by their
     registered names."""
     out: Path = dataclasses.field(kw_only=True)  # figures in out/figures
+    # what git says about `preregistered` against the records (None: none declared, or not checked)
+    preregistration: Preregistration | None = dataclasses.field(default=None, kw_only=True)
 
     @classmethod
     def settled(cls, asked: ReportOptions, out: Path, costs: str | None, reference_tasks: tuple[str, ...]) -> Options:

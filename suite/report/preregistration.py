@@ -1,0 +1,96 @@
+"""Whether a study's declared pre-registration (`report: preregistered:`, a file or a commit) was fixed before its
+runs, as git shows it: the last commit that changed the file (or the commit named) must be older than the first
+record's start, and the file must have no uncommitted edits. The report labels verdicts pre-registered only then."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from suite.report.load import Col
+
+__all__ = ["Preregistration", "check_preregistration"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Preregistration:
+    """What git says about a declared pre-registration against the records reported."""
+    declared: str                 # the study's `report: preregistered:` (a path or a commit)
+    commit: str | None            # the file's last commit, or the commit named
+    committed_at: str | None      # that commit's committer date (ISO 8601)
+    first_started: str | None     # the earliest start among the records (ISO 8601)
+    problems: tuple[str, ...]     # why it is not verified; empty when it is
+
+    @property
+    def verified(self) -> bool:
+        return not self.problems
+
+    def text(self) -> str:
+        """One sentence for the report: verified, with the commit and times, or what failed."""
+        if self.verified:
+            return (f"Pre-registered, checked against git: `{self.declared}` was fixed in commit `{self.commit[:12]}` "
+                    f"({self.committed_at}), before the first of these runs started ({self.first_started}), and has "
+                    "no uncommitted edits; verdicts from statistics revised since are not pre-registered.")
+        return (f"Declared pre-registered in `{self.declared}`, but **not verified**: {'; '.join(self.problems)}. "
+                "Read these verdicts as a re-analysis until the order is shown.")
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _time(text: str) -> datetime | None:
+    """An aware datetime from a record's `started` (2026-12-07T01:10:43+0000) or git's %cI; None if unreadable."""
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except (ValueError, AttributeError):
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _first_started(records: pd.DataFrame) -> tuple[datetime | None, int]:
+    """The earliest readable start among the records, and how many records have none."""
+    starts = [_time(s) for s in (records[Col.STARTED] if len(records) else [])]
+    known = [s for s in starts if s is not None]
+    return (min(known) if known else None), len(starts) - len(known)
+
+
+def _fixed_at(declared: str, root: Path) -> tuple[str | None, str | None, list[str]]:
+    """The commit that fixed the declaration (the file's last commit, or the commit named), its date, and problems."""
+    path = (root / declared) if not Path(declared).is_absolute() else Path(declared)
+    if path.is_file():
+        where = path.resolve().parent
+        found = _git(where, "log", "-1", "--format=%H %cI", "--", path.name)
+        if not found:
+            return None, None, [f"`{declared}` is not committed (git has no commit of it)"]
+        commit, date = found.split()
+        edits = _git(where, "status", "--porcelain", "--", path.name)
+        problems = [f"`{declared}` has uncommitted edits"] if edits else []
+        return commit, date, problems
+    commit = _git(root, "rev-parse", "--verify", "--quiet", f"{declared}^{{commit}}")
+    if not commit:
+        return None, None, [f"`{declared}` is neither a file nor a commit of the repository at {root}"]
+    return commit, _git(root, "show", "-s", "--format=%cI", commit), []
+
+
+def check_preregistration(declared: str, records: pd.DataFrame, root: Path | None = None) -> Preregistration:
+    """Check `declared` (a path, relative to `root`, default the working directory, or a commit) against the records:
+    verified when its fixing commit is older than the earliest record's start and a file has no uncommitted edits."""
+    commit, date, problems = _fixed_at(declared, Path.cwd() if root is None else root)
+    first, unknown = _first_started(records)
+    if first is None:
+        problems.append("no record says when it started, so the order cannot be shown")
+    elif unknown:
+        problems.append(f"{unknown} record(s) do not say when they started")
+    fixed = _time(date) if date else None
+    if first is not None and fixed is not None and fixed >= first:
+        problems.append(f"it was last changed in commit `{commit[:12]}` ({date}), after the first run started "
+                        f"({first.isoformat()})")
+    return Preregistration(declared, commit, date, first.isoformat() if first else None, tuple(problems))

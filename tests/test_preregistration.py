@@ -1,0 +1,87 @@
+"""A declared pre-registration (`report: preregistered:`) is labelled pre-registered only where git shows it fixed
+before the first run started (suite/report/preregistration.py); otherwise the report says what failed."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from suite.report.load import Col
+from suite.report.preregistration import check_preregistration
+
+BEFORE, FIRST_RUN, AFTER = "2025-12-31T23:00:00+00:00", "2026-01-01T00:00:01+0000", "2026-01-02T00:00:00+00:00"
+
+
+def git(repo: Path, *args: str, date: str = BEFORE) -> str:
+    env = {**os.environ, "GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date}
+    done = subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+                          capture_output=True, text=True, env=env, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "PREREGISTRATION.md").write_text("endpoint, test, seeds, horizon\n")
+    git(tmp_path, "add", "PREREGISTRATION.md")
+    git(tmp_path, "commit", "-qm", "pre-registration")
+    return tmp_path
+
+
+def records(*started: str) -> pd.DataFrame:
+    return pd.DataFrame({Col.STARTED: list(started)})
+
+
+def test_a_file_committed_before_the_first_run_is_verified(repo):
+    found = check_preregistration("PREREGISTRATION.md", records("2026-01-01T00:00:05+0000", FIRST_RUN), repo)
+    assert found.verified and found.commit == git(repo, "rev-parse", "HEAD")
+    assert found.first_started == "2026-01-01T00:00:01+00:00"
+    assert "checked against git" in found.text() and found.commit[:12] in found.text()
+
+
+def test_a_file_changed_after_the_first_run_is_not(repo):
+    (repo / "PREREGISTRATION.md").write_text("endpoint changed after the results\n")
+    git(repo, "commit", "-qam", "revised", date=AFTER)
+    found = check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo)
+    assert not found.verified and "after the first run started" in found.problems[0]
+    assert "not verified" in found.text() and "re-analysis" in found.text()
+
+
+def test_uncommitted_edits_and_untracked_files_are_not_verified(repo):
+    (repo / "PREREGISTRATION.md").write_text("edited, not committed\n")
+    assert check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo).problems == (
+        "`PREREGISTRATION.md` has uncommitted edits",)
+    (repo / "plan.md").write_text("never committed\n")
+    assert "is not committed" in check_preregistration("plan.md", records(FIRST_RUN), repo).problems[0]
+
+
+def test_a_commit_may_be_named_instead_of_a_file(repo):
+    head = git(repo, "rev-parse", "HEAD")
+    assert check_preregistration(head[:9], records(FIRST_RUN), repo).verified
+    missing = check_preregistration("no-such-thing", records(FIRST_RUN), repo)
+    assert "neither a file nor a commit" in missing.problems[0]
+
+
+def test_records_that_do_not_say_when_they_started_cannot_show_the_order(repo):
+    assert "cannot be shown" in check_preregistration("PREREGISTRATION.md", records(""), repo).problems[0]
+    partly = check_preregistration("PREREGISTRATION.md", records(FIRST_RUN, ""), repo)
+    assert partly.problems == ("1 record(s) do not say when they started",)
+
+
+def test_the_report_prints_the_check(repo, tmp_path_factory, monkeypatch, capsys):
+    from test_report import write_single_seed  # records started 2026-01-01T00:00:01
+
+    from suite.report import ReportOptions, build_report
+
+    runs = write_single_seed(tmp_path_factory.mktemp("runs"))
+    monkeypatch.chdir(repo)
+    md = build_report([runs], ReportOptions(figures=False, preregistered="PREREGISTRATION.md")).read_text()
+    assert "Pre-registered, checked against git" in md.replace("\n", " ")
+    (repo / "PREREGISTRATION.md").write_text("revised\n")
+    git(repo, "commit", "-qam", "revised", date=AFTER)
+    md = build_report([runs], ReportOptions(figures=False, preregistered="PREREGISTRATION.md")).read_text()
+    assert "not verified" in md.replace("\n", " ") and "after the first run started" in md.replace("\n", " ")
+    assert "warning: Declared pre-registered" in capsys.readouterr().err
