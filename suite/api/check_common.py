@@ -86,18 +86,31 @@ def rows(batch: tuple, which: list[int]) -> tuple:
     return tuple(t[which] for t in batch)
 
 
-@functools.lru_cache(maxsize=None)
-def _built(kind: str, over: tuple) -> tuple:
-    model = tiny_model(kind, **dict(over))
-    return model, torch.default_generator.get_state()
+class BuiltOnce:
+    """A model builder run once per process for each arguments (a copy costs half a build): each call returns a copy,
+    with the CPU's generator left as the build left it, so that what runs next draws what it drew after a new build;
+    `original(...)` is the built model itself, for reading only."""
+
+    def __init__(self, build: Callable[..., torch.nn.Module]):
+        self._cached = functools.lru_cache(maxsize=None)(
+            lambda *args: (build(*args), torch.default_generator.get_state()))
+
+    def __call__(self, *args):
+        model, state = self._cached(*args)
+        torch.default_generator.set_state(state)
+        return copy.deepcopy(model)
+
+    def original(self, *args) -> torch.nn.Module:
+        return self._cached(*args)[0]
+
+
+_tiny = BuiltOnce(lambda kind, over: tiny_model(kind, **dict(over)))
 
 
 def fresh_model(kind: str, **over):
-    """A copy of `tiny_model(kind, **over)`, built once per process (a copy costs half a build), with the CPU's
-    generator left as the build left it, so that what `prepare()` draws next is what it drew on a new build."""
-    model, state = _built(kind, tuple(sorted(over.items())))
-    torch.default_generator.set_state(state)
-    return copy.deepcopy(model)
+    """A copy of `tiny_model(kind, **over)` built once per process (`BuiltOnce`), so that what `prepare()` draws next is
+    what it drew on a new build."""
+    return _tiny(kind, tuple(sorted(over.items())))
 
 
 def keeps_state(method: AttentionMethod, model) -> bool:
@@ -106,7 +119,7 @@ def keeps_state(method: AttentionMethod, model) -> bool:
     pass that must draw what another drew runs on a copy of the model taken before that other pass; otherwise on the
     model itself."""
     plain = (bool, int, float, str, type(None))
-    built = _built(model.config.model_type, ())[0]
+    built = _tiny.original(model.config.model_type, ())
     if {n for n, _ in model.named_buffers()} - {n for n, _ in built.named_buffers()}:
         return True
     for module, before in zip(attention_modules(model), attention_modules(built)):

@@ -5,7 +5,6 @@ s = 11.1; pre-trained scores reach 30 and beyond)."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import math
 
@@ -15,6 +14,7 @@ import torch.nn.functional as F
 from suite.api.attention import AttentionMethod, attention_modules
 from suite.api.check_common import (
     ROWS,
+    BuiltOnce,
     CheckResult,
     checked_batch,
     forward,
@@ -95,13 +95,10 @@ def spread_model(kind: str, statistic: str = "max"):
     each layer's real scores on the checked batch reach PRETRAINED_SCORES ("max") or spread with MiniLM's standard
     deviation, PRETRAINED_STD ("std"): a copy of one built once per process, the CPU's generator left as the build
     left it."""
-    model, state = _spread(kind, statistic)
-    torch.default_generator.set_state(state)
-    return copy.deepcopy(model)
+    return _spread(kind, statistic)
 
 
-@functools.lru_cache(maxsize=None)
-def _spread(kind: str, statistic: str) -> tuple:
+def _spread_built(kind: str, statistic: str):
     model = tiny_model(kind)
     batch = checked_batch(model)
     target = PRETRAINED_SCORES if statistic == "max" else PRETRAINED_STD
@@ -110,7 +107,10 @@ def _spread(kind: str, statistic: str) -> tuple:
         with torch.no_grad():
             for p in _query_key_parameters(module):
                 p.mul_(factor)
-    return model, torch.default_generator.get_state()
+    return model
+
+
+_spread = BuiltOnce(_spread_built)
 
 
 @contextlib.contextmanager
