@@ -46,7 +46,7 @@ def test_a_file_changed_after_the_first_run_is_not(repo):
     (repo / "PREREGISTRATION.md").write_text("endpoint changed after the results\n")
     git(repo, "commit", "-qam", "revised", date=AFTER)
     found = check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo)
-    assert not found.verified and "after the first run started" in found.problems[0]
+    assert not found.verified and "not before the first run started" in found.problems[0]
     assert "not verified" in found.text() and "re-analysis" in found.text()
 
 
@@ -55,7 +55,7 @@ def test_uncommitted_edits_and_untracked_files_are_not_verified(repo):
     assert check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo).problems == (
         "`PREREGISTRATION.md` has uncommitted edits",)
     (repo / "plan.md").write_text("never committed\n")
-    assert "is not committed" in check_preregistration("plan.md", records(FIRST_RUN), repo).problems[0]
+    assert "has no commit" in check_preregistration("plan.md", records(FIRST_RUN), repo).problems[0]
 
 
 def test_a_commit_may_be_named_instead_of_a_file(repo):
@@ -83,5 +83,34 @@ def test_the_report_prints_the_check(repo, tmp_path_factory, monkeypatch, capsys
     (repo / "PREREGISTRATION.md").write_text("revised\n")
     git(repo, "commit", "-qam", "revised", date=AFTER)
     md = build_report([runs], ReportOptions(figures=False, preregistered="PREREGISTRATION.md")).read_text()
-    assert "not verified" in md.replace("\n", " ") and "after the first run started" in md.replace("\n", " ")
+    assert "not verified" in md.replace("\n", " ") and "not before the first run started" in md.replace("\n", " ")
     assert "warning: Declared pre-registered" in capsys.readouterr().err
+
+
+def test_a_link_a_subfolder_and_the_record_time_format_of_python_3_10(repo):
+    (repo / "docs").mkdir()
+    (repo / "docs" / "plan_v1.md").write_text("the analysis\n")
+    (repo / "PLAN.md").symlink_to("docs/plan_v1.md")
+    git(repo, "add", "docs/plan_v1.md", "PLAN.md")
+    git(repo, "commit", "-qm", "plan")
+    assert check_preregistration("PLAN.md", records(FIRST_RUN), repo).verified  # the file the link points to
+    assert check_preregistration("docs/plan_v1.md", records(FIRST_RUN), repo / "docs").verified  # from the top
+    assert check_preregistration("PLAN.md", records("2026-01-01 00:00:01"), repo).problems == (  # no time zone
+        "no record says when it started, so the order cannot be shown",)
+    assert check_preregistration("PLAN.md", pd.DataFrame({"other": [1]}), repo).problems == (
+        "no record says when it started, so the order cannot be shown",)
+
+
+def test_a_commit_dated_at_the_first_start_is_not_before_it(repo):
+    (repo / "PREREGISTRATION.md").write_text("changed at the very second the first run started\n")
+    git(repo, "commit", "-qam", "same second", date="2026-01-01T00:00:01+00:00")
+    assert "not before" in check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo).problems[0]
+
+
+def test_a_commit_without_a_readable_date_is_not_verified(repo, monkeypatch):
+    from suite.report import preregistration
+
+    real = preregistration._git
+    monkeypatch.setattr(preregistration, "_git", lambda cwd, *args: None if args[0] == "show" else real(cwd, *args))
+    head = git(repo, "rev-parse", "HEAD")
+    assert "no readable date" in check_preregistration(head, records(FIRST_RUN), repo).problems[0]

@@ -142,8 +142,9 @@ def seeds_summary(folders: list[Path], layer: int) -> list[dict]:
         meta, units = json.loads((folder / "meta.json").read_text()), np.load(folder / "units.npz")
         adv, share, expected = (units[k].astype(np.float64) for k in ("adv", "share", "expected"))
         learnable, between = additive_split(adv, share, expected)
+        logged = [corr(adv[t], share[t, layer]) for t in range(adv.shape[0])]  # as step_statistics, not the sum
         rows.append({"folder": folder.name, "seed": meta["seed"], "arm": meta["arm"], "K": int(adv.shape[1]),
-                     "steps": int(adv.shape[0]), "logged": float(np.nanmean((learnable + between)[:, layer])),
+                     "steps": int(adv.shape[0]), "logged": float(np.nanmean(logged)),
                      "learnable": float(np.nanmean(learnable[:, layer])),
                      "between": float(np.nanmean(between[:, layer]))})
     return rows
@@ -151,24 +152,25 @@ def seeds_summary(folders: list[Path], layer: int) -> list[dict]:
 
 def seeds_report(folders: list[Path], decisive: Path | None, layer: int = 1) -> str:
     """Several runs (one folder each, e.g. A's placebo seeds at K = 1): per run the logged statistic in `layer` split
-    exactly into its learnable and between-sample parts, beside what design A's run of that arm and seed logged (the
-    same trajectory when it reproduces); then across runs each part's mean, standard error, 95% t interval and the
-    two-sided one-sample t-test's p against 0. Written to `<parent>/seeds_summary.json` too."""
+    exactly into its learnable and between-sample parts, beside what design A's run of that arm and seed logged where
+    it ran the same K over the same reward steps (the same trajectory when it reproduces); then across runs each
+    part's mean, standard error, 95% t interval and the two-sided one-sample t-test's p against 0. Written to
+    `seeds_summary.json` in the folders' common parent too."""
     from scipy import stats
 
     from .longhorizon_report import read_runs
 
     rows = seeds_summary(folders, layer)
-    logged_a = {}
+    design_a = {}  # (arm, seed, K, reward steps) -> A's logged value: beside a run only over the same steps and K
     if decisive is not None and (decisive / "A" / "runs.jsonl").is_file():
-        logged_a = {(r["arm"], r["seed"]): r["adv_share_corr"]["mean"][layer]
+        design_a = {(r["arm"], r["seed"], r["mask_samples"], r["g_updates"]): r["adv_share_corr"]["mean"][layer]
                     for r in read_runs(decisive / "A" / "runs.jsonl")}
     lines = [f"Layer {layer}; per run the mean over its reward steps. logged = learnable + between exactly "
              "(`additive_split`).", "",
              "| run | arm | seed | K | steps | logged | learnable | between | design A logged |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        a = logged_a.get((r["arm"], r["seed"]))
+        a = design_a.get((r["arm"], r["seed"], r["K"], r["steps"]))
         r["design_a_logged"] = a
         lines.append(f"| {r['folder']} | {r['arm']} | {r['seed']} | {r['K']} | {r['steps']} | {r['logged']:+.4f} | "
                      f"{r['learnable']:+.4f} | {r['between']:+.4f} | " + ("-" if a is None else f"{a:+.4f}") + " |")
@@ -183,7 +185,7 @@ def seeds_report(folders: list[Path], decisive: Path | None, layer: int = 1) -> 
             p = float(stats.ttest_1samp(x, 0.0).pvalue)
             across[part] = {"mean": mean, "se": se, "low": mean - half, "high": mean + half, "p": p}
             lines.append(f"| {part} | {mean:+.4f} | {se:.4f} | {mean - half:+.4f} to {mean + half:+.4f} | {p:.3f} |")
-    parent = folders[0].parent
+    parent = Path(os.path.commonpath([f.resolve().parent for f in folders]))
     (parent / "seeds_summary.json").write_text(json.dumps({"layer": layer, "runs": rows, "across": across},
                                                           indent=1) + "\n")
     return "\n".join(lines)

@@ -93,9 +93,8 @@ def _analysis_text(options: Options) -> str:
     if options.preregistration is not None:
         return options.preregistration.text()
     if options.preregistered:  # declared, but not checked against records (no records were read)
-        return (f"Pre-registered: the study declares its analysis fixed in `{options.preregistered}` before the "
-                "results (`report: preregistered:`), not checked against git here; verdicts from statistics revised "
-                "since are not pre-registered.")
+        return (f"Declared pre-registered in `{options.preregistered}` (`report: preregistered:`), not checked "
+                "against git here; verdicts from statistics revised since are not pre-registered.")
     return ("Re-analysis: the study declares no pre-registered analysis (`report: preregistered:`), so these verdicts "
             "come from statistics that may have been chosen or revised after the results were seen; read them as "
             "a re-analysis, and confirm a claim on new runs.")

@@ -1,6 +1,8 @@
 """Whether a study's declared pre-registration (`report: preregistered:`, a file or a commit) was fixed before its
 runs, as git shows it: the last commit that changed the file (or the commit named) must be older than the first
-record's start, and the file must have no uncommitted edits. The report labels verdicts pre-registered only then."""
+record's start, and the file must have no uncommitted edits. The report labels verdicts pre-registered only then.
+Commit dates are what git records (a committer can set them); the records' code version cannot order it instead, since
+a record names the newest commit that changed run code, which a later pre-registration commit does not descend from."""
 from __future__ import annotations
 
 import dataclasses
@@ -46,32 +48,40 @@ def _git(cwd: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _time(text: str) -> datetime | None:
+def _time(text) -> datetime | None:
     """An aware datetime from a record's `started` (2026-12-07T01:10:43+0000) or git's %cI; None if unreadable."""
-    try:
-        parsed = datetime.fromisoformat(text.strip())
-    except (ValueError, AttributeError):
+    if not isinstance(text, str):
         return None
-    return parsed if parsed.tzinfo is not None else None
+    for parse in (datetime.fromisoformat, lambda t: datetime.strptime(t, "%Y-%m-%dT%H:%M:%S%z")):  # 3.10: no +0000
+        try:
+            parsed = parse(text.strip())
+        except ValueError:
+            continue
+        return parsed if parsed.tzinfo is not None else None
+    return None
 
 
 def _first_started(records: pd.DataFrame) -> tuple[datetime | None, int]:
     """The earliest readable start among the records, and how many records have none."""
-    starts = [_time(s) for s in (records[Col.STARTED] if len(records) else [])]
+    starts = [_time(s) for s in (records[Col.STARTED] if Col.STARTED in records else [None] * len(records))]
     known = [s for s in starts if s is not None]
     return (min(known) if known else None), len(starts) - len(known)
 
 
 def _fixed_at(declared: str, root: Path) -> tuple[str | None, str | None, list[str]]:
     """The commit that fixed the declaration (the file's last commit, or the commit named), its date, and problems."""
-    path = (root / declared) if not Path(declared).is_absolute() else Path(declared)
-    if path.is_file():
-        where = path.resolve().parent
-        found = _git(where, "log", "-1", "--format=%H %cI", "--", path.name)
+    top = _git(root, "rev-parse", "--show-toplevel")  # a path from the repository's top, run from anywhere in it
+    candidates = [Path(declared)] if Path(declared).is_absolute() else [root / declared, *([Path(top) / declared]
+                                                                                          if top else [])]
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is not None:
+        target = path.resolve()  # a link: the file it points to holds the analysis
+        where, name = target.parent, target.name
+        found = _git(where, "log", "-1", "--format=%H %cI", "--", name)
         if not found:
-            return None, None, [f"`{declared}` is not committed (git has no commit of it)"]
+            return None, None, [f"`{declared}` ({target}) has no commit in a git repository"]
         commit, date = found.split()
-        edits = _git(where, "status", "--porcelain", "--", path.name)
+        edits = _git(where, "status", "--porcelain", "--", name)
         problems = [f"`{declared}` has uncommitted edits"] if edits else []
         return commit, date, problems
     commit = _git(root, "rev-parse", "--verify", "--quiet", f"{declared}^{{commit}}")
@@ -90,7 +100,9 @@ def check_preregistration(declared: str, records: pd.DataFrame, root: Path | Non
     elif unknown:
         problems.append(f"{unknown} record(s) do not say when they started")
     fixed = _time(date) if date else None
+    if commit is not None and fixed is None:
+        problems.append(f"git gave no readable date for commit `{commit[:12]}`")
     if first is not None and fixed is not None and fixed >= first:
-        problems.append(f"it was last changed in commit `{commit[:12]}` ({date}), after the first run started "
+        problems.append(f"it was last changed in commit `{commit[:12]}` ({date}), not before the first run started "
                         f"({first.isoformat()})")
     return Preregistration(declared, commit, date, first.isoformat() if first else None, tuple(problems))

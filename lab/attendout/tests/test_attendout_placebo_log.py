@@ -105,13 +105,18 @@ def test_seeds_report_splits_each_run_and_reads_design_as_log(tmp_path):
         np.savez(folder / "units.npz", adv=adv[:, :1], share=share[:, :, :1], expected=expected[:, :, :1])
         (folder / "meta.json").write_text(json.dumps({"seed": seed, "arm": "placebo"}))
         folders.append(folder)
-    (decisive / "A" / "runs.jsonl").write_text(json.dumps(
-        {"arm": "placebo", "seed": 1, "adv_share_corr": {"mean": [0.0, 0.123], "se": [0.1, 0.1]}}) + "\n")
+    runs = [{"arm": "placebo", "seed": 1, "mask_samples": 1, "g_updates": STEPS},
+            {"arm": "placebo", "seed": 2, "mask_samples": 1, "g_updates": STEPS + 1}]  # another horizon: not beside
+    (decisive / "A" / "runs.jsonl").write_text("".join(json.dumps(
+        {**r, "adv_share_corr": {"mean": [0.0, 0.123], "se": [0.1, 0.1]}}) + "\n" for r in runs))
     text = pl.seeds_report(folders, decisive, layer=0)
     summary = json.loads((tmp_path / "k1" / "seeds_summary.json").read_text())
     runs = summary["runs"]
     assert [r["K"] for r in runs] == [1, 1, 1] and [r["design_a_logged"] for r in runs] == [None, 0.0, None]
-    for r in runs:
+    for r, folder in zip(runs, folders):
+        saved = np.load(folder / "units.npz")
+        logged = pl.summarise(saved["adv"], saved["share"], saved["expected"])["logged"]["mean"][0]
+        assert r["logged"] == pytest.approx(logged, abs=1e-12)
         assert r["logged"] == pytest.approx(r["learnable"] + r["between"], abs=1e-12)
         assert r["between"] > 0.1 and abs(r["learnable"]) < 0.05
     across = summary["across"]
