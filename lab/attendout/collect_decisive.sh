@@ -19,6 +19,10 @@ for design in kappa A B A_real rloo2; do
   cp "$src/$design/meta.json" "$dest/meta.json" 2>/dev/null \
     || cp "$(ls "$src/$design"-p*/meta.json | head -1)" "$dest/meta.json"
   cat "${parts[@]/%//runs.jsonl}" 2>/dev/null > "$dest/runs.jsonl" || true
-  python -m lab.attendout decisive-report "$dest" > /dev/null
+done
+# verdicts after every copy: A_real's test runs Holm over both real-reward forms, so it reads rloo2's runs too
+for design in kappa A B A_real rloo2; do
+  dest=lab/attendout/results/decisive/$design
+  [ -f "$dest/runs.jsonl" ] && python -m lab.attendout decisive-report "$dest" > /dev/null
 done
 python -m lab.attendout decisive-power lab/attendout/results/decisive > /dev/null
