@@ -87,8 +87,11 @@ class AttendOut(AttentionMethod):
                    "vanilla step.")
     capturable = "its own training_step (look-ahead steps, G's update, its own generators) runs eagerly"
     reconstruction = ("reconstruction from the paper's description (its text and code are not public), not the "
-                      "paper's numbers; whether G learns from the real reward is undecided in every form tested (a "
-                      "planted signal is learned within a benchmark run; lab/attendout/results/decisive)")
+                      "paper's numbers; within a benchmark run (371 G updates, MiniLM, MRPC) the real reward moved "
+                      "layer 1's drop rate by less than +-0.021 against a placebo in the default (Defender, K = 1) "
+                      "and the rloo K = 2 forms (pre-registered equivalence, 5 seeds each), while a planted signal "
+                      "of correlation 0.022 is learned; smaller effects and the paper's K = 8 scale are untested: "
+                      "lab/attendout/results/decisive")
     keeps_expectation = False  # scores dropout: G's dropped pairs are masked before the softmax, nothing rescales
     supports_fp16 = False  # the look-ahead gradient is taken with autograd.grad, without loss scaling
     # read by the runner under train.compile: it compiles anyway, and says why that does not pay
