@@ -90,6 +90,16 @@ class UnitLog:
                                        for layer in layers]))
 
 
+def stack_ragged(arrays: list[np.ndarray]) -> np.ndarray:
+    """Per-step arrays whose last axis, the batch, may differ (an epoch's last batch is smaller), stacked with NaN
+    after each step's own rows; `units.npz` keeps each step's batch size beside them (`batch`)."""
+    width = max(a.shape[-1] for a in arrays)
+    out = np.full((len(arrays), *np.shape(arrays[0])[:-1], width), np.nan)
+    for i, a in enumerate(arrays):
+        out[i, ..., :a.shape[-1]] = a
+    return out
+
+
 @torch.no_grad()
 def expected_share(sample, p_max: float) -> np.ndarray:
     """(B,): G's expected drop share of each sample's valid pairs in the sample's layer (mean pi over them)."""
@@ -235,9 +245,9 @@ def main(argv: list[str]) -> int:
                       f"{os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
             if time.perf_counter() - steps_began > 60 * args.minutes:
                 break
-    adv, share, expected = np.array(log.adv), np.array(log.share), np.array(log.expected)
+    adv, share, expected = (stack_ragged(x) for x in (log.adv, log.share, log.expected))
     np.savez_compressed(out / "units.npz", adv=adv.astype(np.float32), share=share.astype(np.float32),
-                        expected=expected.astype(np.float32))
+                        expected=expected.astype(np.float32), batch=np.array([a.shape[-1] for a in log.adv]))
     meta |= {
         "command": "python -m lab.attendout placebo-log " + " ".join(argv), "arm": args.arm,
         "seed": args.seed, "mask_samples": args.mask_samples, "reward_steps": len(log.adv),
