@@ -33,6 +33,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +45,11 @@ STATISTICS = ("logged", "logged_k1", "mask1", "centred", "centred_k1", "expected
 
 
 def corr(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson correlation of the flattened arrays; NaN when either is constant."""
-    x, y = np.ravel(x) - np.mean(x), np.ravel(y) - np.mean(y)
+    """Pearson correlation of the flattened arrays over the units where both are numbers (NaN pads a smaller batch);
+    NaN when either is constant."""
+    x, y = np.ravel(x), np.ravel(y)
+    kept = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[kept] - np.mean(x[kept]), y[kept] - np.mean(y[kept])
     denom = math.sqrt(float(x @ x) * float(y @ y))
     return float(x @ y / denom) if denom > 0 else math.nan
 
@@ -122,12 +126,14 @@ def summarise(adv: np.ndarray, share: np.ndarray, expected: np.ndarray) -> dict:
         n = (~np.isnan(x)).sum(0)
         out[name] = {"mean": np.nanmean(x, 0).tolist(), "se": (np.nanstd(x, 0, ddof=1) / np.sqrt(n)).tolist()}
     # the spreads behind the split: G's expected share across samples against the mask's deviation from it
-    spread = expected.mean(2).std(2, ddof=1)  # (steps, layers)
+    with warnings.catch_warnings():  # a padded row is NaN in every mask: its mean is NaN, left out by nanstd
+        warnings.simplefilter("ignore", RuntimeWarning)
+        spread = np.nanstd(np.nanmean(expected, 2), 2, ddof=1)  # (steps, layers)
     out["sd_expected_between_samples"] = spread.mean(0).tolist()
     fifth = max(1, adv.shape[0] // 5)  # does G's content dependence grow over the run?
     out["sd_expected_first_fifth"], out["sd_expected_last_fifth"] = (spread[:fifth].mean(0).tolist(),
                                                                       spread[-fifth:].mean(0).tolist())
-    out["sd_deviation"] = (share - expected).std(3, ddof=1).mean((0, 2)).tolist()
+    out["sd_deviation"] = np.nanmean(np.nanstd(share - expected, 3, ddof=1), (0, 2)).tolist()
     return out
 
 
@@ -135,13 +141,14 @@ def additive_split(adv: np.ndarray, share: np.ndarray, expected: np.ndarray) -> 
     """Per step and layer, `logged` split into two terms that add up to it exactly: cov(adv, share - expected) and
     cov(adv, expected), each over the step's sd(adv) sd(share) (covariances add where correlations do not): the part
     G can learn from and the between-sample part. adv (steps, K, B); share, expected (steps, layers, K, B); returns
-    two (steps, layers) arrays, NaN where the advantage or the share is constant."""
-    a = (adv - adv.mean((1, 2), keepdims=True))[:, None]
-    s = share - share.mean((2, 3), keepdims=True)
-    e = expected - expected.mean((2, 3), keepdims=True)
-    denom = np.sqrt((a ** 2).sum((2, 3)) * (s ** 2).sum((2, 3)))
+    two (steps, layers) arrays, NaN where the advantage or the share is constant. NaN units (the padding after a
+    smaller batch's rows) are left out."""
+    a = (adv - np.nanmean(adv, (1, 2), keepdims=True))[:, None]
+    s = share - np.nanmean(share, (2, 3), keepdims=True)
+    e = expected - np.nanmean(expected, (2, 3), keepdims=True)
+    denom = np.sqrt(np.nansum(a ** 2, (2, 3)) * np.nansum(s ** 2, (2, 3)))
     denom = np.where(denom > 0, denom, np.nan)
-    return (a * (s - e)).sum((2, 3)) / denom, (a * e).sum((2, 3)) / denom
+    return np.nansum(a * (s - e), (2, 3)) / denom, np.nansum(a * e, (2, 3)) / denom
 
 
 def seeds_summary(folders: list[Path], layer: int) -> list[dict]:

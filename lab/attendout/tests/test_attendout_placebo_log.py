@@ -122,3 +122,20 @@ def test_seeds_report_splits_each_run_and_reads_design_as_log(tmp_path):
     across = summary["across"]
     assert across["between"]["low"] > 0 and across["between"]["p"] < 0.05
     assert "| between |" in text and "design A logged" in text
+
+
+def test_a_smaller_last_batch_is_padded_and_read_over_its_own_rows():
+    adv, share, expected = units(np.random.default_rng(4), between=0.3, within=0.3)
+    rows = [B] * (STEPS - 1) + [5]  # an epoch's last batch: 5 rows
+    steps = [(adv[t][..., :n], share[t][..., :n], expected[t][..., :n]) for t, n in enumerate(rows)]
+    padded = [pl.stack_ragged([step[i] for step in steps]) for i in range(3)]
+    assert padded[0].shape == adv.shape and np.isnan(padded[0][-1][..., 5:]).all()
+    learnable, between = pl.additive_split(*padded)
+    last = pl.additive_split(*(x[-1:][..., :5] for x in (adv, share, expected)))
+    assert learnable[-1] == pytest.approx(last[0][0], abs=1e-12) and between[-1] == pytest.approx(last[1][0], abs=1e-12)
+    logged = pl.step_statistics(adv[-1][..., :5], share[-1, 0][..., :5], expected[-1, 0][..., :5])["logged"]
+    assert pl.corr(padded[0][-1], padded[1][-1, 0]) == pytest.approx(logged, abs=1e-12)
+    assert learnable[-1, 0] + between[-1, 0] == pytest.approx(logged, abs=1e-12)
+    s = pl.summarise(*padded)
+    assert all(np.isfinite(s[name]["mean"][0]) for name in ("logged", "centred", "expected"))
+    assert np.isfinite(s["sd_deviation"][0]) and np.isfinite(s["sd_expected_between_samples"][0])
