@@ -110,7 +110,8 @@ def test_a_commit_dated_at_the_first_start_is_not_before_it(repo):
 def test_a_commit_without_a_readable_date_is_not_verified(repo, monkeypatch):
     from suite.report import preregistration
 
-    real = preregistration._git
-    monkeypatch.setattr(preregistration, "_git", lambda cwd, *args: None if args[0] == "show" else real(cwd, *args))
+    real = preregistration.git_output
+    monkeypatch.setattr(preregistration, "git_output",
+                        lambda cwd, *args: None if args[0] == "show" else real(cwd, *args))
     head = git(repo, "rev-parse", "HEAD")
     assert "no readable date" in check_preregistration(head, records(FIRST_RUN), repo).problems[0]

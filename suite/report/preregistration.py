@@ -6,13 +6,13 @@ a record names the newest commit that changed run code, which a later pre-regist
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
 from suite.report.load import Col
+from suite.run.device import git_output
 
 __all__ = ["Preregistration", "check_preregistration"]
 
@@ -40,14 +40,6 @@ class Preregistration:
                 "Read these verdicts as a re-analysis until the order is shown.")
 
 
-def _git(cwd: Path, *args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
 def _time(text) -> datetime | None:
     """An aware datetime from a record's `started` (2026-12-07T01:10:43+0000) or git's %cI; None if unreadable."""
     if not isinstance(text, str):
@@ -70,24 +62,24 @@ def _first_started(records: pd.DataFrame) -> tuple[datetime | None, int]:
 
 def _fixed_at(declared: str, root: Path) -> tuple[str | None, str | None, list[str]]:
     """The commit that fixed the declaration (the file's last commit, or the commit named), its date, and problems."""
-    top = _git(root, "rev-parse", "--show-toplevel")  # a path from the repository's top, run from anywhere in it
+    top = git_output(root, "rev-parse", "--show-toplevel")  # a path from the repository's top, run from anywhere in it
     candidates = [Path(declared)] if Path(declared).is_absolute() else [root / declared, *([Path(top) / declared]
                                                                                           if top else [])]
     path = next((p for p in candidates if p.is_file()), None)
     if path is not None:
         target = path.resolve()  # a link: the file it points to holds the analysis
         where, name = target.parent, target.name
-        found = _git(where, "log", "-1", "--format=%H %cI", "--", name)
+        found = git_output(where, "log", "-1", "--format=%H %cI", "--", name)
         if not found:
             return None, None, [f"`{declared}` ({target}) has no commit in a git repository"]
         commit, date = found.split()
-        edits = _git(where, "status", "--porcelain", "--", name)
+        edits = git_output(where, "status", "--porcelain", "--", name)
         problems = [f"`{declared}` has uncommitted edits"] if edits else []
         return commit, date, problems
-    commit = _git(root, "rev-parse", "--verify", "--quiet", f"{declared}^{{commit}}")
+    commit = git_output(root, "rev-parse", "--verify", "--quiet", f"{declared}^{{commit}}")
     if not commit:
         return None, None, [f"`{declared}` is neither a file nor a commit of the repository at {root}"]
-    return commit, _git(root, "show", "-s", "--format=%cI", commit), []
+    return commit, git_output(root, "show", "-s", "--format=%cI", commit), []
 
 
 def check_preregistration(declared: str, records: pd.DataFrame, root: Path | None = None) -> Preregistration:

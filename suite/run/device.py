@@ -15,7 +15,7 @@ from suite.api.errors import BadInput
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["CPU_BF16_CHECKS", "autocast_dtype", "cpu_bf16_native", "device_type", "enable_tf32", "environment",
-           "git_commit", "is_capture_failure", "is_out_of_memory", "is_sticky_cuda_error", "limit_gpu_memory",
+           "git_commit", "git_output", "is_capture_failure", "is_out_of_memory", "is_sticky_cuda_error", "limit_gpu_memory",
            "machine", "make_deterministic", "peak_memory_mb", "peak_reserved_mb", "pick_device", "precision_label",
            "prefer_passive_waits", "resolve_jobs_precision", "resolve_precision", "torch_threads", "wait_env",
            "wait_policy"]
@@ -254,6 +254,16 @@ CODE_PATHS = ("suite", "methods", "tasks", "pyproject.toml")
 NOT_RUN_CODE = ("suite/report",)
 
 
+def git_output(cwd: Path, *args: str, timeout: float = 10) -> str | None:
+    """`git -C cwd args`'s stripped stdout; None when git is missing, fails or times out (callers read None as
+    "cannot tell")."""
+    try:
+        done = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
 def git_commit(root: Path | None = None) -> str | None:
     """The newest commit that changed the code a run executes (CODE_PATHS less NOT_RUN_CODE), with '+dirty' when that
     code (untracked files included) differs from it; HEAD where no commit touched it; None outside a checkout, in a
@@ -270,22 +280,18 @@ def git_commit(root: Path | None = None) -> str | None:
     spec = ["--", *(f":(top){p}" for p in CODE_PATHS), *(f":(top,exclude){p}" for p in NOT_RUN_CODE)]
 
     def git(*args: str) -> str | None:
-        done = subprocess.run(["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5)
-        return done.stdout.strip() if done.returncode == 0 else None
+        return git_output(here, *args, timeout=5)
 
-    try:
-        found = git("log", "-1", "--format=%H %P", *spec)
-        if found is None:  # not a checkout, or no commit yet
-            return None
-        sha, *parents = found.split() or [git("rev-parse", "HEAD") or ""]
-        dirty = git("status", "--porcelain", *spec)
-        if not sha or dirty is None:
-            return None
-        if not parents and git("rev-parse", "--is-shallow-repository") == "true":
-            sha += "+shallow"  # a grafted boundary: the history that would name the version is not here
-        return sha + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
+    found = git("log", "-1", "--format=%H %P", *spec)
+    if found is None:  # not a checkout, no commit yet, or no git
         return None
+    sha, *parents = found.split() or [git("rev-parse", "HEAD") or ""]
+    dirty = git("status", "--porcelain", *spec)
+    if not sha or dirty is None:
+        return None
+    if not parents and git("rev-parse", "--is-shallow-repository") == "true":
+        sha += "+shallow"  # a grafted boundary: the history that would name the version is not here
+    return sha + ("+dirty" if dirty else "")
 
 
 # libgomp's (torch's OpenMP) settings for how idle threads wait, read once when torch loads it
