@@ -163,6 +163,34 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
         assert any(line.split()[:4] == ["rte", method, "5", f"{own:.2f}"] for line in out.splitlines())
     assert "power averaged over each task's comparisons" in out and "no number of seeds decides" in out
     assert "rte 0.10 (0.10-0.10, 18 runs)" in out   # each record's seconds per step (make_record's 0.1)
+    # the grid priced at the pilot's whole runs too (make_record: wall_s 1 over 10 steps, 2 torch threads)
+    assert "  CPU, as the pilot's 18 run(s) in " in out
+    assert "process-hours (the pilot's runs had 2 torch threads)" in out
+
+
+def test_a_pilot_prices_each_job_at_its_own_runs_else_its_tasks_and_never_guesses_a_task():
+    """Fastest and median whole-run seconds per step, per (model, task, method); a method the pilot did not run takes
+    its task's runs of the others; a task it never ran is named; a job without a known budget is counted out."""
+    from types import SimpleNamespace
+
+    from suite.run.progress import pilot_cost_lines
+
+    def job(name, task, method, cap=None):
+        return SimpleNamespace(hash=name, model="minilm", task=task, method=method,
+                               train=SimpleNamespace(max_train_samples=cap))
+
+    jobs = [job("a", "mrpc", "vanilla"), job("b", "mrpc", "topk"), job("c", "cola", "vanilla"),
+            job("d", "stsb", "vanilla")]
+    steps = {"a": 3000, "b": 1000, "c": 5000}
+    measured = {("CPU", "minilm", "mrpc", "vanilla"): [1.0, 3.0, 2.0], ("CPU", "minilm", "mrpc", "drophead"): [4.0]}
+    [line] = pilot_cost_lines(jobs, steps, measured, {1}, "pilot")
+    fastest = (3000 * 1.0 + 1000 * 1.0) / 3600     # b borrows mrpc's runs of vanilla and drophead: min 1, median 2.5
+    median = (3000 * 2.0 + 1000 * 2.5) / 3600
+    assert f": {fastest:,.1f} (at each job's fastest pilot run) to {median:,.1f} (at its median run) CPU-hours for " \
+           "2 job(s), 1 of them at their task's runs of the pilot's other methods" in line, line
+    assert "not priced (the pilot never ran them): minilm/cola" in line and "1 job(s) without a known budget" in line
+    assert "4 run(s) in pilot" in line
+    assert pilot_cost_lines(jobs, steps, {}, set(), "pilot") == []   # no pilot runs: no line
 
 
 def test_each_comparison_is_planned_at_its_own_noise_and_the_unreachable_are_named():

@@ -69,7 +69,7 @@ def _answer(args) -> dict:
     """The power table's lines, the data source and cost lines, and what planning said on stderr (a note on primary
     cells without looks)."""
     from suite.commands.run import data_and_cost_lines
-    from suite.grid.power_table import power_lines
+    from suite.grid.power_table import pilot_folder, power_lines
     from suite.grid.stages import plan_stages
     from suite.grid.study import Study, load_study
 
@@ -79,7 +79,7 @@ def _answer(args) -> dict:
             study = load_study(args.study) if args.study else Study()
             stages = plan_stages(study, run_overrides(args))
             lines = power_lines(stages.plan, pilot=args.pilot, target=args.target)
-            lines += [""] + data_and_cost_lines(stages)
+            lines += [""] + data_and_cost_lines(stages, pilot_folder(stages.plan, args.pilot))
     except BaseException:
         sys.stderr.write(said.getvalue())   # what planning said before it refused
         raise

@@ -14,6 +14,8 @@ from suite.grid.summary import compact_leaderboard, grid_records
 from suite.run.stopping import stop_signals
 
 if TYPE_CHECKING:  # the method registry imports torch and transformers: `run --help` does without them
+    from pathlib import Path
+
     from suite.grid.resolve import GridPlan
     from suite.grid.stages import StudyStages
 
@@ -84,14 +86,15 @@ def print_dry_run(stages: StudyStages, store) -> None:
               "`python -m suite plan` with the same options (docs/statistics.md, \"Power before running\")")
 
 
-def data_and_cost_lines(stages: StudyStages) -> list[str]:
+def data_and_cost_lines(stages: StudyStages, pilot: Path | None = None) -> list[str]:
     """Where the data comes from, and what every planned job (tuning runs included) costs per device kind, priced at
-    the measured step times (`suite.run.progress.grid_cost_lines`)."""
+    the measured step times (`suite.run.progress.grid_cost_lines`) and, given a `pilot` folder with records, at its
+    runs' whole-run times (`pilot_cost_lines`)."""
     import json
     from pathlib import Path
 
     from suite.api.tasks import get_task
-    from suite.run.progress import MEASURED_STEPS, grid_cost_lines, planned_steps
+    from suite.run.progress import MEASURED_STEPS, grid_cost_lines, pilot_cost_lines, planned_steps
 
     plan = stages.plan
     jobs = [*(stages.tuning.jobs if stages.tuning is not None else []), *plan.jobs]
@@ -108,8 +111,30 @@ def data_and_cost_lines(stages: StudyStages) -> list[str]:
             unreadable.append(f"warning: {path}: not a bench result written by `python -m suite bench --json` "
                               f"({exc}); left out of the cost estimate")
     steps = planned_steps(jobs, plan.data_dir)
+    timed = _pilot_step_seconds(pilot) if pilot is not None else None
     return [source + (f"; {', '.join(own)} (their own folders)" if own else ""), *unreadable,
-            *grid_cost_lines(jobs, steps, benches)]
+            *grid_cost_lines(jobs, steps, benches),
+            *(pilot_cost_lines(jobs, steps, *timed, str(pilot)) if timed else [])]
+
+
+def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
+    """{(device kind, model, task, method): [wall_s / steps of each ok record]} of a folder's runs and tuning runs, and
+    the torch threads they ran with; None without such records."""
+    import warnings
+
+    from suite.grid.store import iter_records
+    from suite.run.layout import OutputFolder
+
+    out, threads = {}, set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # a damaged record is the report's to name; here it is left out
+        for _, rec in iter_records(OutputFolder(folder).runs, OutputFolder(folder).tuning.runs):
+            if rec.ok and rec.timing.steps and rec.wall_s:
+                kind = "CPU" if str(rec.environment.get("device", "cpu")).startswith("cpu") else "GPU"
+                out.setdefault((kind, rec.model, rec.task, rec.method), []).append(rec.wall_s / rec.timing.steps)
+                if kind == "CPU":
+                    threads.add(rec.environment.get("cpu_threads"))
+    return (out, threads) if out else None
 
 
 def record_column(store, job) -> str:

@@ -51,7 +51,7 @@ from suite.stats.sequential import Design, family_alpha
 if TYPE_CHECKING:
     from suite.stats.evidence import RunOutcome
 
-__all__ = ["power_lines"]  # what the rest of the suite uses; other names are its own
+__all__ = ["pilot_folder", "power_lines"]  # what the rest of the suite uses; other names are its own
 
 TARGET = 0.8
 SEED = 20260101          # of the simulations: the same study prints the same table
@@ -193,6 +193,13 @@ def _primary(plan) -> list:
     return primary_comparisons(plan)
 
 
+def pilot_folder(plan, pilot: str | None = None) -> Path:
+    """Where the plan reads its pilot records: `pilot` (`--pilot DIR`), else the study's `power: pilot:`, else its own
+    output folder."""
+    section = plan.request.study.power
+    return Path(pilot or (section.pilot if section is not None and section.pilot else plan.request.out))
+
+
 def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
     """Each task of the primary comparisons with its margin and noise (declared, else from the pilot records in
     `pilot`, else in the study's `power: pilot:`, else in its own output folder)."""
@@ -200,7 +207,7 @@ def task_plans(plan, primary: list, pilot: str | None = None) -> list[TaskPlan]:
 
     study = plan.request.study
     section = study.power
-    folder = Path(pilot or (section.pilot if section is not None and section.pilot else plan.request.out))
+    folder = pilot_folder(plan, pilot)
     reference = primary[0].reference
     by_task: dict[str, list[str]] = defaultdict(list)
     for c in primary:

@@ -4,12 +4,14 @@
 
 `fit` reports `Progress` events to a callback (`RunClock`); whoever runs the job decides what becomes a line
 (`ProgressLines`): the grid's status in the driver, or the run itself on a Ray worker. Before anything runs, the
-planned steps priced at measured step times give the grid's cost per device (`grid_cost_lines`: dry runs, `plan`).
+planned steps priced at measured step times give the grid's cost per device (`grid_cost_lines`: dry runs, `plan`),
+and at a pilot's whole-run times (`pilot_cost_lines`: `plan`).
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import time
 from typing import Callable, Iterable
 
@@ -17,7 +19,7 @@ from suite.run.settings import RunConfig, TrainSettings
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["MEASURED_STEPS", "Phases", "Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "capped_steps",
-           "grid_cost_lines", "planned_steps", "steps_per_epoch"]
+           "grid_cost_lines", "pilot_cost_lines", "planned_steps", "steps_per_epoch"]
 
 STEP_LINE_S = 60.0   # within an epoch, a line at the first loss read this long after the run's last line
 EVENT_S = 5.0        # a run reports its steps at most this often (its loss is read after every batch on a CPU,
@@ -229,3 +231,42 @@ def _priced(counted: list, path: str, bench: dict) -> str:
             f"{bench.get('date') or 'on an unknown date'}; scaled to each job's batch size; every batch at the bench's "
             "length, so shorter padded batches make it an upper estimate"
             + (f"; unmeasured and left out: {', '.join(sorted(missing))}" if missing else "") + ")")
+
+
+def pilot_cost_lines(jobs: list[RunConfig], steps: dict[str, int | None], measured: dict[tuple, list[float]],
+                     threads: set, where: str) -> list[str]:
+    """Per device kind a pilot ran on, the grid priced at the pilot's whole-run seconds per optimizer step (a record's
+    wall_s over its steps: training, evaluation and loading, at the pilot's machine, threads and load), twice: at the
+    fastest run (the least load the pilot saw) and at the median run. `measured`: {(kind, model, task, method): [seconds
+    per step of each ok record]}; a job takes its (model, task, method)'s runs, else its (model, task)'s over the
+    pilot's other methods; a task the pilot never ran is named, not guessed."""
+    lines = []
+    for kind in sorted({k for k, *_ in measured}):
+        fastest, median, own, borrowed, unpriced, unknown = 0.0, 0.0, 0, 0, set(), 0
+        for job in jobs:
+            n = steps.get(job.hash) or capped_steps(job)
+            if n is None:
+                unknown += 1
+                continue
+            same = measured.get((kind, job.model, job.task, job.method))
+            if same:
+                own += 1
+            else:
+                same = [x for (k, m, t, _), xs in measured.items() if (k, m, t) == (kind, job.model, job.task)
+                        for x in xs]
+                if not same:
+                    unpriced.add(f"{job.model}/{job.task}")
+                    continue
+                borrowed += 1
+            fastest += n * min(same)
+            median += n * statistics.median(same)
+        runs = sum(len(xs) for (k, *_), xs in measured.items() if k == kind)
+        unit = (f"{kind}-hours" if kind != "CPU" or threads == {1} else
+                f"process-hours (the pilot's runs had {', '.join(map(str, sorted(threads)))} torch threads)")
+        lines.append(f"  {kind}, as the pilot's {runs} run(s) in {where} took (whole runs: training, evaluation and "
+                     f"loading, at their machine's threads and load): {fastest / 3600:,.1f} (at each job's fastest "
+                     f"pilot run) to {median / 3600:,.1f} (at its median run) {unit} for {own + borrowed} job(s)"
+                     + (f", {borrowed} of them at their task's runs of the pilot's other methods" if borrowed else "")
+                     + (f"; not priced (the pilot never ran them): {', '.join(sorted(unpriced))}" if unpriced else "")
+                     + (f"; {unknown} job(s) without a known budget left out" if unknown else ""))
+    return lines
