@@ -169,27 +169,42 @@ def test_plan_estimates_the_noise_from_pilot_records(tmp_path, capsys):
 
 
 def test_a_pilot_prices_each_job_at_its_own_runs_else_its_tasks_and_never_guesses_a_task():
-    """Fastest and median whole-run seconds per step, per (model, task, method); a method the pilot did not run takes
-    its task's runs of the others; a task it never ran is named; a job without a known budget is counted out."""
+    """Fastest and median whole-run seconds per step, per (model, task, method) at the job's settings; a method the
+    pilot did not run takes its task's runs of the others; another model, batch size or device kind is never
+    borrowed; a job priced at its `max_train_samples` cap is counted as an upper bound."""
+    import dataclasses
     from types import SimpleNamespace
 
-    from suite.run.progress import pilot_cost_lines
+    from suite.run.progress import capped_steps, cost_settings, pilot_cost_lines
+    from suite.run.settings import TrainSettings
 
-    def job(name, task, method, cap=None):
-        return SimpleNamespace(hash=name, model="minilm", task=task, method=method,
-                               train=SimpleNamespace(max_train_samples=cap))
+    t32, t16 = TrainSettings(), TrainSettings(batch_size=16)
 
+    def job(name, task, method, model="minilm", train=t32):
+        return SimpleNamespace(hash=name, model=model, task=task, method=method, train=train)
+
+    hub = job("e", "mrpc", "vanilla", train=dataclasses.replace(t32, max_train_samples=640))
     jobs = [job("a", "mrpc", "vanilla"), job("b", "mrpc", "topk"), job("c", "cola", "vanilla"),
-            job("d", "stsb", "vanilla")]
-    steps = {"a": 3000, "b": 1000, "c": 5000}
-    measured = {("CPU", "minilm", "mrpc", "vanilla"): [1.0, 3.0, 2.0], ("CPU", "minilm", "mrpc", "drophead"): [4.0]}
-    [line] = pilot_cost_lines(jobs, steps, measured, {1}, "pilot")
-    fastest = (3000 * 1.0 + 1000 * 1.0) / 3600     # b borrows mrpc's runs of vanilla and drophead: min 1, median 2.5
-    median = (3000 * 2.0 + 1000 * 2.5) / 3600
-    assert f": {fastest:,.1f} (at each job's fastest pilot run) to {median:,.1f} (at its median run) CPU-hours for " \
-           "2 job(s), 1 of them at their task's runs of the pilot's other methods" in line, line
-    assert "not priced (the pilot never ran them): minilm/cola" in line and "1 job(s) without a known budget" in line
-    assert "4 run(s) in pilot" in line
+            job("d", "stsb", "vanilla"), job("f", "mrpc", "vanilla", model="bert-base"),
+            job("g", "mrpc", "topk", train=t16), hub]
+    steps = {"a": 3000, "b": 1000, "c": 5000, "f": 100, "g": 100}
+    cell = ("CPU", "minilm", "mrpc")
+    measured = {(*cell, "vanilla", cost_settings(t32)): [2.0, 1.0, 9.0],      # min 1, median 2 (mean 4)
+                (*cell, "drophead", cost_settings(t32)): [4.0, 8.0],          # not the job's method: borrowed by b
+                ("GPU", "minilm", "mrpc", "vanilla", cost_settings(t32)): [0.1]}
+    cpu, gpu = pilot_cost_lines(jobs, steps, measured, {1}, "pilot")
+    n_hub = capped_steps(hub)
+    fastest = (3000 * 1.0 + 1000 * 1.0 + n_hub * 1.0) / 3600   # b: mrpc's runs of vanilla and drophead, min 1
+    median = (3000 * 2.0 + 1000 * 4.0 + n_hub * 2.0) / 3600   # b: the median of 1, 2, 4, 8, 9
+    assert cpu.startswith("  CPU, as the pilot's 5 run(s) in pilot"), cpu
+    assert f": {fastest:,.1f} (at each job's fastest pilot run) to {median:,.1f} (at its median run) CPU-hours " \
+           "(one torch thread a run) for 3 job(s), 1 of them at their task's runs of the pilot's other methods, 1 of " \
+           "them at most" in cpu, cpu
+    assert ("not priced (the pilot has no CPU runs of their task at their batch size, length, precision and "
+            "accumulation): bert-base/mrpc/vanilla, minilm/cola/vanilla, minilm/mrpc/topk, minilm/stsb/vanilla") in cpu
+    assert gpu.startswith("  GPU, as the pilot's 1 run(s)") and f"{(3000 + n_hub) * 0.1 / 3600:,.1f} (at each" in gpu
+    assert "process-hours (the pilot's runs had 1, unrecorded torch threads)" in \
+        pilot_cost_lines(jobs, steps, measured, {1, None}, "pilot")[0]
     assert pilot_cost_lines(jobs, steps, {}, set(), "pilot") == []   # no pilot runs: no line
 
 

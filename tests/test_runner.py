@@ -121,6 +121,25 @@ def test_git_commit_names_no_version_it_cannot_know(tmp_path):
         assert git_commit(clone) == expected
 
 
+def test_git_commit_names_no_version_when_it_cannot_tell_whether_the_history_stops(tmp_path, monkeypatch):
+    """Where the one question of whether the clone is shallow fails (a timeout on a loaded machine), the version is
+    unknown (None), not the oldest commit without its '+shallow'."""
+    import subprocess
+
+    from suite.run import device
+
+    src = tmp_path / "src"
+    (src / "suite").mkdir(parents=True)
+    (src / "suite" / "a.py").write_text("x = 1")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"]):
+        subprocess.run(["git", "-C", str(src), *args], check=True, capture_output=True)
+    real = device.git_output
+    assert device.git_commit(src) == real(src, "rev-parse", "HEAD")   # a root commit: the question is asked
+    monkeypatch.setattr(device, "git_output", lambda cwd, *args, **kw:
+                        None if "--is-shallow-repository" in args else real(cwd, *args, **kw))
+    assert device.git_commit(src) is None
+
+
 def test_a_finished_run_leaves_no_model_behind_even_without_the_cyclic_collector(tiny_bert_dir, glue_dir):
     """DropHead's step context points back at the model (a reference cycle): with automatic garbage collection off,
     the run's model and optimizer state would otherwise survive into the next run of the process."""

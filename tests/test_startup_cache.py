@@ -193,3 +193,17 @@ def test_a_plugin_that_replaces_a_built_in_is_planned_alike_from_the_catalog(tmp
     edited, _ = run_fresh(argv, "off", **env)
     assert edited != reference
     assert run_fresh(argv, tmp_path / "cache", **env)[0] == edited
+
+
+def test_a_runs_folder_read_before_it_exists_is_part_of_the_key(tmp_path):
+    """`record_files` of a folder that is not there yet reads it (scandir), so an answer kept from it (a `plan` whose
+    pilot has no final runs yet) is computed anew once the folder appears."""
+    from suite.run.record import record_files
+
+    runs = tmp_path / "pilot" / "runs"
+    found, files = startup_cache.files_read(lambda: record_files(runs))
+    assert found == [] and str(runs) in files
+    runs.mkdir(parents=True)
+    (runs / "a.json").write_text("{}")
+    (runs / ".hidden.json").write_text("{}")   # glob's rule, kept: hidden names are no records
+    assert record_files(runs) == [runs / "a.json"]

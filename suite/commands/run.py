@@ -118,12 +118,13 @@ def data_and_cost_lines(stages: StudyStages, pilot: Path | None = None) -> list[
 
 
 def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
-    """{(device kind, model, task, method): [wall_s / steps of each ok record]} of a folder's runs and tuning runs, and
-    the torch threads they ran with; None without such records."""
+    """{(device kind, model, task, method, cost settings): [wall_s / steps of each ok record]} of a folder's runs and
+    tuning runs, and the torch threads they ran with; None without such records."""
     import warnings
 
     from suite.grid.store import iter_records
     from suite.run.layout import OutputFolder
+    from suite.run.progress import cost_settings
 
     out, threads = {}, set()
     with warnings.catch_warnings():
@@ -131,7 +132,8 @@ def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
         for _, rec in iter_records(OutputFolder(folder).runs, OutputFolder(folder).tuning.runs):
             if rec.ok and rec.timing.steps and rec.wall_s:
                 kind = "CPU" if str(rec.environment.get("device", "cpu")).startswith("cpu") else "GPU"
-                out.setdefault((kind, rec.model, rec.task, rec.method), []).append(rec.wall_s / rec.timing.steps)
+                cell = kind, rec.model, rec.task, rec.method, cost_settings(rec.train)
+                out.setdefault(cell, []).append(rec.wall_s / rec.timing.steps)
                 if kind == "CPU":
                     threads.add(rec.environment.get("cpu_threads"))
     return (out, threads) if out else None

@@ -289,8 +289,12 @@ def git_commit(root: Path | None = None) -> str | None:
     dirty = git("status", "--porcelain", *spec)
     if not sha or dirty is None:
         return None
-    if not parents and git("rev-parse", "--is-shallow-repository") == "true":
-        sha += "+shallow"  # a grafted boundary: the history that would name the version is not here
+    if not parents:
+        shallow = git("rev-parse", "--is-shallow-repository")
+        if shallow is None:   # cannot tell whether the history stops here
+            return None
+        if shallow == "true":
+            sha += "+shallow"  # a grafted boundary: the history that would name the version is not here
     return sha + ("+dirty" if dirty else "")
 
 

@@ -13,13 +13,13 @@ import dataclasses
 import math
 import statistics
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from suite.run.settings import RunConfig, TrainSettings
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["MEASURED_STEPS", "Phases", "Progress", "ProgressLines", "RunClock", "STEP_LINE_S", "capped_steps",
-           "grid_cost_lines", "pilot_cost_lines", "planned_steps", "steps_per_epoch"]
+           "cost_settings", "grid_cost_lines", "pilot_cost_lines", "planned_steps", "steps_per_epoch"]
 
 STEP_LINE_S = 60.0   # within an epoch, a line at the first loss read this long after the run's last line
 EVENT_S = 5.0        # a run reports its steps at most this often (its loss is read after every batch on a CPU,
@@ -233,40 +233,57 @@ def _priced(counted: list, path: str, bench: dict) -> str:
             + (f"; unmeasured and left out: {', '.join(sorted(missing))}" if missing else "") + ")")
 
 
+# what a run's seconds per step turn on besides its model, task and method: a pilot prices only jobs that share them
+COST_SETTINGS = ("batch_size", "eval_batch_size", "max_length", "precision", "grad_accumulation")
+
+
+def cost_settings(train: TrainSettings | Mapping[str, Any]) -> tuple:
+    """A job's (or a record's `train` dict's) values of COST_SETTINGS."""
+    return tuple(train.get(k) if isinstance(train, Mapping) else getattr(train, k, None) for k in COST_SETTINGS)
+
+
 def pilot_cost_lines(jobs: list[RunConfig], steps: dict[str, int | None], measured: dict[tuple, list[float]],
                      threads: set, where: str) -> list[str]:
     """Per device kind a pilot ran on, the grid priced at the pilot's whole-run seconds per optimizer step (a record's
     wall_s over its steps: training, evaluation and loading, at the pilot's machine, threads and load), twice: at the
-    fastest run (the least load the pilot saw) and at the median run. `measured`: {(kind, model, task, method): [seconds
-    per step of each ok record]}; a job takes its (model, task, method)'s runs, else its (model, task)'s over the
-    pilot's other methods; a task the pilot never ran is named, not guessed."""
+    fastest run (the least load the pilot saw) and at the median run. `measured`: {(kind, model, task, method,
+    cost_settings): [seconds per step of each ok record]}; a job takes its own cell's runs, else its task's runs of the
+    pilot's other methods at the same settings; a job with none is named, not guessed."""
     lines = []
     for kind in sorted({k for k, *_ in measured}):
-        fastest, median, own, borrowed, unpriced, unknown = 0.0, 0.0, 0, 0, set(), 0
+        fastest, median, own, borrowed, capped, unpriced, unknown = 0.0, 0.0, 0, 0, 0, set(), 0
         for job in jobs:
-            n = steps.get(job.hash) or capped_steps(job)
+            n = steps.get(job.hash)
+            bound = n is None   # the job's training set is read only when it runs: its cap bounds it
+            if bound:
+                n = capped_steps(job)
             if n is None:
                 unknown += 1
                 continue
-            same = measured.get((kind, job.model, job.task, job.method))
+            shape = cost_settings(job.train)
+            same = measured.get((kind, job.model, job.task, job.method, shape))
             if same:
                 own += 1
             else:
-                same = [x for (k, m, t, _), xs in measured.items() if (k, m, t) == (kind, job.model, job.task)
-                        for x in xs]
+                same = [x for (k, m, t, _, c), xs in measured.items() if (k, m, t, c) == (kind, job.model, job.task,
+                                                                                          shape) for x in xs]
                 if not same:
-                    unpriced.add(f"{job.model}/{job.task}")
+                    unpriced.add(f"{job.model}/{job.task}/{job.method}")
                     continue
                 borrowed += 1
             fastest += n * min(same)
             median += n * statistics.median(same)
+            capped += bound
         runs = sum(len(xs) for (k, *_), xs in measured.items() if k == kind)
-        unit = (f"{kind}-hours" if kind != "CPU" or threads == {1} else
-                f"process-hours (the pilot's runs had {', '.join(map(str, sorted(threads)))} torch threads)")
+        said = [*map(str, sorted(t for t in threads if t is not None)), *(["unrecorded"] if None in threads else [])]
+        unit = (f"{kind}-hours" if kind != "CPU" else "CPU-hours (one torch thread a run)" if threads == {1} else
+                f"process-hours (the pilot's runs had {', '.join(said)} torch threads)")
         lines.append(f"  {kind}, as the pilot's {runs} run(s) in {where} took (whole runs: training, evaluation and "
                      f"loading, at their machine's threads and load): {fastest / 3600:,.1f} (at each job's fastest "
                      f"pilot run) to {median / 3600:,.1f} (at its median run) {unit} for {own + borrowed} job(s)"
                      + (f", {borrowed} of them at their task's runs of the pilot's other methods" if borrowed else "")
-                     + (f"; not priced (the pilot never ran them): {', '.join(sorted(unpriced))}" if unpriced else "")
+                     + (f", {capped} of them at most (their training set is read only when they run)" if capped else "")
+                     + (f"; not priced (the pilot has no {kind} runs of their task at their batch size, length, "
+                        f"precision and accumulation): {', '.join(sorted(unpriced))}" if unpriced else "")
                      + (f"; {unknown} job(s) without a known budget left out" if unknown else ""))
     return lines
