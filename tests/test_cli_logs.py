@@ -32,8 +32,23 @@ def test_quiet_drops_the_bar_but_keeps_the_lines_with_their_eta():
         status.finished_run(job, RunRecord(job.to_dict(), job.hash, job.label, "ok",
                                            final=Metrics.from_json({"score": 0.5}), wall_s=3.0))
         (line,) = stream.getvalue().splitlines()
-        assert line.startswith("  done rte/vanilla/seed1: score 0.5000") and "[1/2: 1 done" in line
+        assert line.startswith("  done rte/vanilla/seed1: dev 0.5000") and "[1/2: 1 done" in line
         assert "ETA" in line and "\r" not in stream.getvalue()
+
+
+def test_a_finished_run_names_the_split_of_each_score():
+    """A tuning run shows its tuning-split score first (what the stage chooses by), dev beside it; a run that keeps a
+    held-out test split shows that split, not dev."""
+    from suite.grid.executors.status import scores
+
+    job = RunConfig("minilm", "rte", "vanilla", {}, 1, TrainSettings())
+
+    def record(**parts):
+        return RunRecord(job.to_dict(), job.hash, job.label, "ok", final=Metrics.from_json({"score": 0.5}), **parts)
+
+    assert scores(record()) == "dev 0.5000"
+    assert scores(record(tune=Metrics.from_json({"score": 0.7}))) == "tuning split 0.7000 (dev 0.5000)"
+    assert scores(record(heldout=Metrics.from_json({"score": 0.6}))) == "heldout 0.6000"
 
 
 def test_dry_run_prints_the_warnings_of_a_real_run(tmp_path, capsys):

@@ -291,7 +291,7 @@ def test_grid_status_line():
                                        final=Metrics.from_json({"score": 0.5}), wall_s=3.0))
     status.finished_run(job, RunRecord.failed(job, "boom"))
     out = stream.getvalue()
-    assert "done rte/vanilla/seed1: score 0.5000" in out and "FAILED rte/vanilla/seed1: boom" in out
+    assert "done rte/vanilla/seed1: dev 0.5000" in out and "FAILED rte/vanilla/seed1: boom" in out
     assert "[2/3: 1 done, 0 running, 1 pending, 1 failed | ETA " in out
 
 

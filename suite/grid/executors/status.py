@@ -25,6 +25,13 @@ def retry_note(rec: RunRecord) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
+def scores(rec: RunRecord) -> str:
+    """A finished run's scores, each named by its split: the tuning split's first where it has one (what a tuning
+    stage chooses by), then the split its verdicts read (dev, or the held-out test split)."""
+    scored = f"{rec.scored.name} {rec.scored.metrics.score:.4f}"
+    return f"tuning split {rec.tune.score:.4f} ({scored})" if rec.tune is not None else scored
+
+
 class GridStatus:
     """Counts of the runs of this invocation; a tqdm line on a terminal (unless quiet), one log line per finished run
     otherwise (a log file, --quiet); unless quiet, each run's start and epochs, and in a log file a line at least
@@ -127,7 +134,7 @@ class GridStatus:
             self.planned[job.hash] = steps  # a size the unknown ones may take after
         if rec.ok:
             self.done += 1
-            text = f"  done {job.label}: score {rec.final.score:.4f} in {rec.wall_s:.0f}s"
+            text = f"  done {job.label}: {scores(rec)} in {rec.wall_s:.0f}s"
         else:
             self.failed += 1
             text = f"  FAILED {job.label}: {(rec.error or '')[:300]}"
