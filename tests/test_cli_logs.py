@@ -1,6 +1,7 @@
 """Logs made for files: no progress bars when stderr is no terminal, `--quiet` keeps the per-run lines with the ETA,
 and `--dry-run` prints the warnings a real run prints."""
 import io
+import math
 
 from suite.commands import main
 from suite.grid.executors.status import GridStatus
@@ -111,6 +112,34 @@ def test_the_grid_eta_comes_from_the_steps_left_at_the_rate_so_far():
     assert abs(status.eta() - 350 / 5) < 1.0
     status.progress(b, _event("start", 0, steps=200))  # the run's own count replaces the plan's
     assert abs(status.eta() - 250 / 5) < 1.0
+
+
+def test_the_grid_eta_weighs_each_step_by_what_a_step_of_its_task_costs():
+    """A CoLA step (short sentences) costs a fraction of an MRPC step (pairs): the ETA weighs the steps left by each
+    kind's seconds per step, from earlier records where given, else as this grid's runs measure them; bare steps
+    put the pilot's ETA at twice its time."""
+    from suite.grid.executors.status import step_kind
+
+    mrpc = RunConfig("minilm", "mrpc", "vanilla", {}, 1, TrainSettings())
+    cola = RunConfig("minilm", "cola", "vanilla", {}, 1, TrainSettings())
+    planned = {mrpc.hash: 100, cola.hash: 400}
+    earlier = {step_kind(mrpc): 1.0, step_kind(cola): 0.25}
+    status = GridStatus(2, stream=io.StringIO(), planned=planned, step_cost=earlier,
+                        kinds={j.hash: step_kind(j) for j in (mrpc, cola)})
+    status.progress(mrpc, _event("start", 0))
+    status.first_event -= 10.0
+    status.progress(mrpc, _event("steps", 50))   # 50 MRPC steps in 10 s: 5 MRPC-step units a second
+    assert abs(status.eta() - (50 * 1.0 + 400 * 0.25) / 5) < 1.0   # 30 s, not (50 + 400) / 5 = 90 s
+    assert GridStatus(2, stream=io.StringIO(), planned=planned).eta() == math.inf   # nothing ran yet
+
+    live = GridStatus(2, stream=io.StringIO(), planned=planned)   # no earlier records: the runs' own rates
+    live.progress(mrpc, _event("start", 0))
+    live.first_event -= 10.0
+    live.progress(mrpc, _event("steps", 50, elapsed=10.0))   # 0.2 s a step
+    assert abs(live.eta() - 450 / 5) < 1.0   # one kind measured: every step weighs the same
+    live.progress(cola, _event("steps", 100, elapsed=5.0))   # 0.05 s a step
+    done = 50 * 0.2 + 100 * 0.05                              # in the grid's 10 s
+    assert abs(live.eta() - (50 * 0.2 + 300 * 0.05) / (done / 10)) < 1.0
 
 
 def test_a_long_epoch_gets_a_line_once_a_minute_and_a_terminal_none():

@@ -17,10 +17,10 @@ from suite.api.registry import Registry
 from suite.grid.executors.local import run_local
 from suite.grid.executors.options import EXECUTOR_OPTIONS, options_of
 from suite.grid.executors.ray import import_ray, run_ray
-from suite.grid.executors.status import GridStatus
+from suite.grid.executors.status import GridStatus, step_kind
 from suite.grid.executors.workers import capture_self_test, noted_eager, without_capture
 from suite.grid.store import Store
-from suite.run.progress import capped_steps, planned_steps
+from suite.run.progress import capped_steps, cost_settings, planned_steps
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
@@ -66,6 +66,29 @@ def pending_jobs(jobs: list[RunConfig], store: Store, force: bool) -> tuple[list
     return todo, skipped
 
 
+EARLIER_RECORDS = 200   # read at most this many records per folder for the ETA's step costs (750 took 1.8 s)
+
+
+def earlier_step_seconds(store: Store) -> dict:
+    """{step kind (`status.step_kind`): seconds per optimizer step of its fastest whole run} of the ok records in
+    the output folder and its tuning folder (a study's final stage learns from its tuning runs): the ETA's weights.
+    The fastest, since only the kinds' ratios count and a run slowed by other work would skew them."""
+    from suite.run.layout import OutputFolder
+    from suite.run.record import read_record, record_files
+
+    rates: dict = {}
+    for folder in (store.runs, OutputFolder(store.root).tuning.runs):
+        for path in record_files(folder)[:EARLIER_RECORDS]:
+            try:
+                rec = read_record(path)
+            except (OSError, ValueError):   # the grid names unreadable records where it reads them for itself
+                continue
+            if rec.ok and rec.timing.steps and rec.wall_s:
+                kind = rec.task, cost_settings(rec.train)
+                rates.setdefault(kind, []).append(rec.wall_s / rec.timing.steps)
+    return {kind: min(v) for kind, v in rates.items()}
+
+
 def check_executor(executor: str, options: dict[str, Any]) -> None:
     """Fail before anything runs: unknown executor, options that belong to another one, Ray missing."""
     if executor not in EXECUTORS:
@@ -109,7 +132,8 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
     planned = planned_steps(todo, data_dir)  # unread data (the hub): the budget's cap until the run starts
     status = GridStatus(len(todo), quiet=quiet,
                         planned={j.hash: planned[j.hash] if planned[j.hash] is not None else capped_steps(j)
-                                 for j in todo})
+                                 for j in todo},
+                        kinds={j.hash: step_kind(j) for j in todo}, step_cost=earlier_step_seconds(store))
 
     def record(job: RunConfig, rec: RunRecord) -> None:
         if job.hash in eager:

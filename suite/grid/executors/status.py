@@ -6,13 +6,13 @@ import math
 import statistics
 import sys
 import time
-from typing import Mapping
+from typing import Hashable, Mapping
 
-from suite.run.progress import Progress, ProgressLines, format_duration
+from suite.run.progress import Progress, ProgressLines, cost_settings, format_duration
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
-__all__ = ["GridStatus"]  # what the rest of the suite uses; other names are this module's own
+__all__ = ["GridStatus", "step_kind"]  # what the rest of the suite uses; other names are this module's own
 
 
 def retry_note(rec: RunRecord) -> str:
@@ -23,6 +23,12 @@ def retry_note(rec: RunRecord) -> str:
     if rec.oom_retried:
         notes.append("run again after an out-of-memory error")
     return f" ({'; '.join(notes)})" if notes else ""
+
+
+def step_kind(job: RunConfig) -> Hashable:
+    """What the seconds of a job's optimizer step turn on besides the machine: its task (sentence lengths) and its
+    batch, length, precision and accumulation settings."""
+    return job.task, cost_settings(job.train)
 
 
 def scores(rec: RunRecord) -> str:
@@ -37,15 +43,21 @@ class GridStatus:
     otherwise (a log file, --quiet); unless quiet, each run's start and epochs, and in a log file a line at least
     every minute of a long epoch.
 
-    ETA = the optimizer steps the unfinished jobs have left / the steps per second the grid has made so far (all its
-    runs' steps over the time since it started, loading and evaluation included), so it accounts for however many
-    runs go in parallel and for jobs of different sizes. `planned`: each job's planned steps by hash
+    ETA = the work the unfinished jobs have left / the work per second the grid has done so far (over the time since
+    its first run began, loading and evaluation included), so it accounts for however many runs go in parallel and
+    for jobs of different sizes. Work is optimizer steps, each weighted by what a step of its kind costs (`kinds`: a
+    job's task and the settings a step's time turns on, `suite.run.progress.cost_settings`): a CoLA step (short
+    sentences) costs a fraction of an MRPC step (pairs), so counting bare steps put a study's ETA at twice its time.
+    A kind's weight is its seconds per step as this grid's runs of it measure it, else as earlier records measured it
+    (`step_cost`: the output folder's, a study's tuning runs), scaled to this grid's pace, else the mean of the known
+    ones; with none known every step weighs the same. `planned`: each job's planned steps by hash
     (`suite.run.progress.planned_steps`; None where unknown: the run reports them when it starts, and until then the
     mean of the known ones stands in). Where no run reports steps at all, finished runs per second stand in.
     """
 
     def __init__(self, total: int, quiet: bool = False, stream=None,
-                 planned: Mapping[str, int | None] | None = None):
+                 planned: Mapping[str, int | None] | None = None, kinds: Mapping[str, Hashable] | None = None,
+                 step_cost: Mapping[Hashable, float] | None = None):
         self.total, self.quiet = total, quiet
         self.stream = stream or sys.stderr
         self.done = self.failed = self.running = 0
@@ -54,6 +66,9 @@ class GridStatus:
         self.first_event: float | None = None  # when the first run reported (loading data, or its first step)
         self.planned: dict[str, int | None] = dict(planned or {})
         self.stepped: dict[str, int] = {}   # job hash -> optimizer steps it has made
+        self.kinds: dict[str, Hashable] = dict(kinds or {})   # job hash -> what its step costs turn on
+        self.step_cost = {k: c for k, c in (step_cost or {}).items() if c > 0 and math.isfinite(c)}
+        self.step_s: dict[str, float] = {}  # job hash -> its seconds per step so far (evaluations included)
         self.ended: set[str] = set()        # job hashes with a record
         self._bar = None
         terminal = getattr(self.stream, "isatty", lambda: False)()
@@ -73,17 +88,36 @@ class GridStatus:
     def pending(self) -> int:
         return self.total - self.finished - self.running
 
+    def weights(self) -> dict[Hashable, float]:
+        """Each known kind's seconds per step: the median of this grid's runs of it; a kind only earlier records
+        know, their figure scaled by how this grid's runs compare with them on the kinds both know (the machine and
+        its load now, not then)."""
+        runs: dict[Hashable, list[float]] = {}
+        for h, rate in self.step_s.items():
+            runs.setdefault(self.kinds.get(h), []).append(rate)
+        live = {k: statistics.median(v) for k, v in runs.items()}
+        both = [live[k] / self.step_cost[k] for k in live if k in self.step_cost]
+        scale = statistics.median(both) if both else 1.0
+        return {**{k: c * scale for k, c in self.step_cost.items()}, **live}
+
     def eta(self) -> float:
         made, elapsed = sum(self.stepped.values()), time.perf_counter() - (self.first_event or self.start)
         if not made:  # no run reports steps (or none has made one yet)
             return elapsed / self.finished * (self.total - self.finished) if self.finished else math.inf
+        weights = self.weights()
+        usual = statistics.fmean(weights.values()) if weights else 1.0   # a kind not measured yet
+
+        def weight(h: str) -> float:
+            return weights.get(self.kinds.get(h), usual)
+
         known = [n for n in self.planned.values() if n is not None]
         typical = statistics.fmean(known) if known else math.nan
-        left = sum(max((typical if n is None else n) - self.stepped.get(h, 0), 0)
+        left = sum(max((typical if n is None else n) - self.stepped.get(h, 0), 0) * weight(h)
                    for h, n in self.planned.items() if h not in self.ended)
         unlisted = self.total - self.finished - sum(h not in self.ended for h in self.planned)
-        left += max(unlisted, 0) * typical  # jobs nobody told this status about
-        return left / (made / elapsed) if math.isfinite(left) else math.inf
+        left += max(unlisted, 0) * typical * usual  # jobs nobody told this status about
+        done = sum(n * weight(h) for h, n in self.stepped.items())
+        return left / (done / elapsed) if math.isfinite(left) else math.inf
 
     def progress(self, job: RunConfig, event: Progress) -> None:
         """A running job's progress: its steps count towards the ETA, and its line (if any) is printed."""
@@ -92,6 +126,9 @@ class GridStatus:
         if self.first_event is None:  # the step rate's clock starts with the first run, not the driver's setup
             self.first_event = time.perf_counter()
         self.stepped[job.hash] = event.step
+        self.kinds.setdefault(job.hash, step_kind(job))
+        if event.kind in ("steps", "epoch") and event.step > 0:   # a phase's clock is the run's, not training's
+            self.step_s[job.hash] = event.elapsed_s / event.step
         if self.quiet:
             return
         line = self._lines.line(job.label, event)
@@ -115,6 +152,7 @@ class GridStatus:
     def retried(self, job: RunConfig, why: str) -> None:
         self.running -= 1
         self.stepped.pop(job.hash, None)
+        self.step_s.pop(job.hash, None)
         self.retries += 1
         self._say(f"  RETRY {job.label}: {why}")
         self._refresh()
@@ -132,6 +170,9 @@ class GridStatus:
             self.stepped[job.hash] = steps
         if isinstance(steps, int) and self.planned.get(job.hash) is None:
             self.planned[job.hash] = steps  # a size the unknown ones may take after
+        self.kinds.setdefault(job.hash, step_kind(job))
+        if job.hash not in self.step_s and isinstance(steps, int) and steps > 0 and rec.wall_s:
+            self.step_s[job.hash] = rec.wall_s / steps   # a run that reported no steps (Ray): its record's rate
         if rec.ok:
             self.done += 1
             text = f"  done {job.label}: {scores(rec)} in {rec.wall_s:.0f}s"
