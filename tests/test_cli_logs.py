@@ -6,7 +6,7 @@ import math
 from suite.commands import main
 from suite.grid.executors.status import GridStatus
 from suite.run.record import RunRecord
-from suite.run.record_parts import Metrics
+from suite.run.record_parts import Metrics, Timing
 from suite.run.settings import RunConfig, TrainSettings
 from suite.run.training import _progress
 
@@ -116,30 +116,47 @@ def test_the_grid_eta_comes_from_the_steps_left_at_the_rate_so_far():
 
 def test_the_grid_eta_weighs_each_step_by_what_a_step_of_its_task_costs():
     """A CoLA step (short sentences) costs a fraction of an MRPC step (pairs): the ETA weighs the steps left by each
-    kind's seconds per step, from earlier records where given, else as this grid's runs measure them; bare steps
-    put the pilot's ETA at twice its time."""
+    kind's seconds per step, the grid's own measure (whole epochs) where it has one, else earlier records' scaled to
+    the grid's pace; records of kinds the grid does not run, or of no kind it has measured, are left out."""
     from suite.grid.executors.status import step_kind
 
     mrpc = RunConfig("minilm", "mrpc", "vanilla", {}, 1, TrainSettings())
     cola = RunConfig("minilm", "cola", "vanilla", {}, 1, TrainSettings())
-    planned = {mrpc.hash: 100, cola.hash: 400}
-    earlier = {step_kind(mrpc): 1.0, step_kind(cola): 0.25}
-    status = GridStatus(2, stream=io.StringIO(), planned=planned, step_cost=earlier,
-                        kinds={j.hash: step_kind(j) for j in (mrpc, cola)})
-    status.progress(mrpc, _event("start", 0))
-    status.first_event -= 10.0
-    status.progress(mrpc, _event("steps", 50))   # 50 MRPC steps in 10 s: 5 MRPC-step units a second
-    assert abs(status.eta() - (50 * 1.0 + 400 * 0.25) / 5) < 1.0   # 30 s, not (50 + 400) / 5 = 90 s
+    other = RunConfig("minilm", "stsb", "vanilla", {}, 1, TrainSettings(max_length=256))   # not in the grid
+    planned, kinds = {mrpc.hash: 100, cola.hash: 400}, {j.hash: step_kind(j) for j in (mrpc, cola)}
+
+    def grid(step_cost=None):
+        status = GridStatus(2, stream=io.StringIO(), planned=planned, kinds=kinds, step_cost=step_cost)
+        status.progress(mrpc, _event("start", 0))
+        status.first_event -= 10.0
+        status.progress(mrpc, _event("steps", 50))   # 50 MRPC steps in the grid's 10 s
+        return status
+
+    earlier = {step_kind(mrpc): 1.0, step_kind(cola): 0.25, step_kind(other): 5.0}
+    status = grid(earlier)   # no epoch yet: the records' figures, the irrelevant one left out
+    assert abs(status.eta() - (50 * 1.0 + 400 * 0.25) / (50 * 1.0 / 10)) < 1.0   # 30 s, not 450 / 5 = 90 s
     assert GridStatus(2, stream=io.StringIO(), planned=planned).eta() == math.inf   # nothing ran yet
 
-    live = GridStatus(2, stream=io.StringIO(), planned=planned)   # no earlier records: the runs' own rates
-    live.progress(mrpc, _event("start", 0))
-    live.first_event -= 10.0
-    live.progress(mrpc, _event("steps", 50, elapsed=10.0))   # 0.2 s a step
-    assert abs(live.eta() - 450 / 5) < 1.0   # one kind measured: every step weighs the same
-    live.progress(cola, _event("steps", 100, elapsed=5.0))   # 0.05 s a step
-    done = 50 * 0.2 + 100 * 0.05                              # in the grid's 10 s
-    assert abs(live.eta() - (50 * 0.2 + 300 * 0.05) / (done / 10)) < 1.0
+    status.progress(mrpc, _event("epoch", 50, elapsed=25.0))   # the grid's own measure: 0.5 s an MRPC step
+    assert abs(status.eta() - (50 * 0.5 + 400 * 0.125) / (50 * 0.5 / 10)) < 1.0   # CoLA's record scaled by 0.5
+    status.progress(cola, _event("epoch", 200, steps=400, elapsed=20.0))          # 0.1 s a CoLA step, its own
+    done = 50 * 0.5 + 200 * 0.1
+    assert abs(status.eta() - (50 * 0.5 + 200 * 0.1) / (done / 10)) < 1.0
+    status.retried(cola, "worker died")   # its steps and its rate go; the record's figure comes back
+    assert abs(status.eta() - (50 * 0.5 + 400 * 0.125) / (50 * 0.5 / 10)) < 1.0
+
+    foreign = grid({step_kind(cola): 0.25})   # records share no measured kind with the grid: no unit to scale by
+    foreign.progress(mrpc, _event("epoch", 50, elapsed=25.0))
+    assert abs(foreign.eta() - 450 / 5) < 1.0   # every step at MRPC's measure, as before weights
+    foreign.progress(mrpc, _event("epoch", 60, elapsed=0.0))   # no rate from no time: the last one stands
+    assert math.isfinite(foreign.eta())
+
+    unweighed = grid()   # no records, one kind measured: bare steps, as before weights
+    assert abs(unweighed.eta() - 450 / 5) < 1.0
+    finished = RunRecord(mrpc.to_dict(), mrpc.hash, mrpc.label, "ok", final=Metrics.from_json({"score": 0.5}),
+                         wall_s=80.0, timing=Timing(steps=100))   # a run that reported no epochs (Ray): its record's
+    unweighed.finished_run(mrpc, finished)
+    assert unweighed.weights() == {step_kind(mrpc): 0.8}
 
 
 def test_a_long_epoch_gets_a_line_once_a_minute_and_a_terminal_none():

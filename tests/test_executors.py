@@ -517,26 +517,31 @@ def test_workers_flag_takes_auto_and_refuses_words(capsys):
     assert exc.value.code == 2 and "give a number of worker processes or auto" in capsys.readouterr().err
 
 
-def test_the_eta_learns_each_task_s_step_cost_from_the_folder_and_its_tuning_runs(tmp_path):
-    """A study's final stage weighs its steps by its tuning runs' seconds per step (and its own earlier records),
-    per task and settings, the fastest run of each (the least disturbed); failed records stay out."""
+def test_the_eta_learns_each_task_s_step_cost_from_the_folder_and_its_tuning_runs(tmp_path, monkeypatch):
+    """A study's final stage weighs its steps by its tuning runs' and its own earlier records' seconds per step, per
+    model, task and settings, the fastest run of each (the least disturbed), on the device kind most records ran on;
+    failed runs stay out, and a large folder is read every n-th file, so that every task is sampled."""
     from test_report import make_record
 
-    from suite.grid.executors.schedule import earlier_step_seconds
+    from suite.grid.executors import schedule
     from suite.grid.executors.status import step_kind
     from suite.grid.store import Store
     from suite.run.settings import RunConfig
 
     final, tuning = Store(tmp_path), Store(tmp_path / "tuning")
-    for store, task, seed, wall in ((tuning, "mrpc", 1, 12.0), (tuning, "mrpc", 2, 14.0), (final, "mrpc", 3, 40.0),
-                                    (tuning, "cola", 1, 3.0)):
-        metrics = {"f1": 0.8, "accuracy": 0.8} if task == "mrpc" else {"mcc": 0.3}
-        name, rec = make_record(task, "vanilla", seed, metrics)
+    metrics = {"mrpc": {"f1": 0.8, "accuracy": 0.8}, "cola": {"mcc": 0.3}}
+    for store, task, seed, wall, extra in ((tuning, "mrpc", 1, 12.0, {}), (tuning, "mrpc", 2, 14.0, {}),
+                                           (final, "cola", 3, 2.0, {}), (tuning, "cola", 1, 3.0, {}),
+                                           (tuning, "cola", 2, 0.5, {"status": "failed"}),   # never the fastest
+                                           (final, "mrpc", 5, 1.0, {"env": {"device": "cuda"}})):
+        name, rec = make_record(task, "vanilla", seed, metrics[task], **{k: v for k, v in extra.items() if k == "env"})
+        if extra.get("status") == "failed":
+            rec = {**rec, "status": "failed", "error": "boom"}
         store.write(name, {**rec, "wall_s": wall})           # make_record: 10 steps
-    name, rec = make_record("cola", "vanilla", 9, status="failed")
-    tuning.write(name, rec)
-    got = earlier_step_seconds(final)
-    jobs = {task: RunConfig.from_dict(make_record(task, "vanilla", 1, {"mcc": 0.3})[1]["config"])
+    jobs = {task: RunConfig.from_dict(make_record(task, "vanilla", 1, metrics[task])[1]["config"])
             for task in ("mrpc", "cola")}
-    assert got == {step_kind(jobs["mrpc"]): 1.2, step_kind(jobs["cola"]): 0.3}   # the fastest of 1.2, 1.4, 4.0
-    assert earlier_step_seconds(Store(tmp_path / "empty")) == {}
+    got = schedule.earlier_step_seconds(final)
+    assert got == {step_kind(jobs["mrpc"]): 1.2, step_kind(jobs["cola"]): 0.2}   # the CPU's 4 against 1 GPU record
+    assert schedule.earlier_step_seconds(Store(tmp_path / "empty")) == {}
+    monkeypatch.setattr(schedule, "EARLIER_RECORDS", 2)   # tuning's 4 files: every 2nd by name, not the first 2
+    assert set(schedule.earlier_step_seconds(final)) == {step_kind(jobs["mrpc"]), step_kind(jobs["cola"])}

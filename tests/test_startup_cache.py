@@ -205,5 +205,7 @@ def test_a_runs_folder_read_before_it_exists_is_part_of_the_key(tmp_path):
     assert found == [] and str(runs) in files
     runs.mkdir(parents=True)
     (runs / "a.json").write_text("{}")
-    (runs / ".hidden.json").write_text("{}")   # glob's rule, kept: hidden names are no records
-    assert record_files(runs) == [runs / "a.json"]
+    (runs / ".hidden.json").write_text("{}")   # listed, as glob listed it (a reader then names what it is)
+    (runs / ".tmp-b.json").write_text("{}")    # an interrupted write: never a record
+    (runs / "c.txt").write_text("{}")
+    assert record_files(runs) == [runs / ".hidden.json", runs / "a.json"]

@@ -125,6 +125,7 @@ def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
     from suite.grid.store import iter_records
     from suite.run.layout import OutputFolder
     from suite.run.progress import cost_settings
+    from suite.run.settings import RunConfig
 
     out, threads = {}, set()
     with warnings.catch_warnings():
@@ -132,7 +133,11 @@ def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
         for _, rec in iter_records(OutputFolder(folder).runs, OutputFolder(folder).tuning.runs):
             if rec.ok and rec.timing.steps and rec.wall_s:
                 kind = "CPU" if str(rec.environment.get("device", "cpu")).startswith("cpu") else "GPU"
-                cell = kind, rec.model, rec.task, rec.method, cost_settings(rec.train)
+                try:   # the job as it ran: an older record's missing settings read as what it ran with
+                    settings = cost_settings(RunConfig.from_dict(rec.config).train)
+                except (ValueError, TypeError, KeyError):
+                    continue
+                cell = kind, rec.model, rec.task, rec.method, settings
                 out.setdefault(cell, []).append(rec.wall_s / rec.timing.steps)
                 if kind == "CPU":
                     threads.add(rec.environment.get("cpu_threads"))

@@ -15,10 +15,10 @@ from suite.api.errors import BadInput
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["CPU_BF16_CHECKS", "autocast_dtype", "cpu_bf16_native", "device_type", "enable_tf32", "environment",
-           "git_commit", "git_output", "is_capture_failure", "is_out_of_memory", "is_sticky_cuda_error", "limit_gpu_memory",
-           "machine", "make_deterministic", "peak_memory_mb", "peak_reserved_mb", "pick_device", "precision_label",
-           "prefer_passive_waits", "resolve_jobs_precision", "resolve_precision", "torch_threads", "wait_env",
-           "wait_policy"]
+           "git_commit", "git_output", "is_capture_failure", "is_out_of_memory", "is_sticky_cuda_error",
+           "limit_gpu_memory", "machine", "make_deterministic", "peak_memory_mb", "peak_reserved_mb", "pick_device",
+           "precision_label", "prefer_passive_waits", "resolve_jobs_precision", "resolve_precision", "torch_threads",
+           "wait_env", "wait_policy"]
 
 if TYPE_CHECKING:  # torch is imported where it is used: `list` and dry runs plan without it (suite.api.startup_cache)
     import torch

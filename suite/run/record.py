@@ -351,8 +351,8 @@ def _check_config(data: Any, source: str) -> None:
 
 
 def record_files(folder: str | Path) -> list[Path]:
-    """The record files of a runs folder: `*.json` (as glob matches it: no hidden names) without leftover temporary
-    files of interrupted writes; none where the folder is missing or unreadable."""
+    """The record files of a runs folder: `*.json` (hidden names too, as glob matched them) without leftover
+    temporary files of interrupted writes; none where the folder is missing or unreadable."""
     try:
         # scandir, not glob: glob tests a missing folder without an audited read, so a kept answer
         # (suite.api.startup_cache) would never see the folder appear
@@ -360,7 +360,7 @@ def record_files(folder: str | Path) -> list[Path]:
             names = [e.name for e in entries]
     except OSError:
         return []
-    paths = (Path(folder) / n for n in names if n.endswith(".json") and not n.startswith("."))
+    paths = (Path(folder) / n for n in names if n.endswith(".json"))
     return sorted(p for p in paths if not p.name.startswith(TMP_PREFIX) and not set_aside(p))
 
 

@@ -20,7 +20,7 @@ from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus, step_kind
 from suite.grid.executors.workers import capture_self_test, noted_eager, without_capture
 from suite.grid.store import Store
-from suite.run.progress import capped_steps, cost_settings, planned_steps
+from suite.run.progress import capped_steps, planned_steps
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
@@ -66,27 +66,32 @@ def pending_jobs(jobs: list[RunConfig], store: Store, force: bool) -> tuple[list
     return todo, skipped
 
 
-EARLIER_RECORDS = 200   # read at most this many records per folder for the ETA's step costs (750 took 1.8 s)
+EARLIER_RECORDS = 200   # records read per folder for the ETA's step costs, spread over it (750 took 1.8 s)
 
 
 def earlier_step_seconds(store: Store) -> dict:
     """{step kind (`status.step_kind`): seconds per optimizer step of its fastest whole run} of the ok records in
-    the output folder and its tuning folder (a study's final stage learns from its tuning runs): the ETA's weights.
-    The fastest, since only the kinds' ratios count and a run slowed by other work would skew them."""
+    the output folder and its tuning folder (a study's final stage learns from its tuning runs), of one device kind
+    (the one with the most records): the ETA's weights. The fastest, since only the kinds' ratios count and a run
+    slowed by other work would skew them; at most EARLIER_RECORDS a folder, every n-th by name, so every task is
+    sampled (names begin with the task)."""
     from suite.run.layout import OutputFolder
     from suite.run.record import read_record, record_files
 
-    rates: dict = {}
+    rates: dict[str, dict] = {}
     for folder in (store.runs, OutputFolder(store.root).tuning.runs):
-        for path in record_files(folder)[:EARLIER_RECORDS]:
+        files = record_files(folder)
+        for path in files[::-(-len(files) // EARLIER_RECORDS) or 1]:
             try:
                 rec = read_record(path)
-            except (OSError, ValueError):   # the grid names unreadable records where it reads them for itself
+                kind = step_kind(RunConfig.from_dict(rec.config)) if rec.ok else None
+            except (OSError, ValueError, TypeError, KeyError):   # the grid names unreadable records where it reads them
                 continue
-            if rec.ok and rec.timing.steps and rec.wall_s:
-                kind = rec.task, cost_settings(rec.train)
-                rates.setdefault(kind, []).append(rec.wall_s / rec.timing.steps)
-    return {kind: min(v) for kind, v in rates.items()}
+            if kind is not None and rec.timing.steps and rec.wall_s:
+                device = "cuda" if str(rec.environment.get("device", "cpu")).startswith("cuda") else "cpu"
+                rates.setdefault(device, {}).setdefault(kind, []).append(rec.wall_s / rec.timing.steps)
+    most = max(rates.values(), key=lambda kinds: sum(map(len, kinds.values())), default={})
+    return {kind: min(v) for kind, v in most.items()}
 
 
 def check_executor(executor: str, options: dict[str, Any]) -> None:

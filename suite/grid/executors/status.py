@@ -26,16 +26,16 @@ def retry_note(rec: RunRecord) -> str:
 
 
 def step_kind(job: RunConfig) -> Hashable:
-    """What the seconds of a job's optimizer step turn on besides the machine: its task (sentence lengths) and its
-    batch, length, precision and accumulation settings."""
-    return job.task, cost_settings(job.train)
+    """What the seconds of a job's optimizer step turn on besides the machine: its model, its task (sentence lengths)
+    and its batch, length, precision and accumulation settings."""
+    return job.model, job.task, cost_settings(job.train)
 
 
 def scores(rec: RunRecord) -> str:
     """A finished run's scores, each named by its split: the tuning split's first where it has one (what a tuning
     stage chooses by), then the split its verdicts read (dev, or the held-out test split)."""
     scored = f"{rec.scored.name} {rec.scored.metrics.score:.4f}"
-    return f"tuning split {rec.tune.score:.4f} ({scored})" if rec.tune is not None else scored
+    return f"tuning split {rec.tune_score:.4f} ({scored})" if math.isfinite(rec.tune_score) else scored
 
 
 class GridStatus:
@@ -48,11 +48,12 @@ class GridStatus:
     for jobs of different sizes. Work is optimizer steps, each weighted by what a step of its kind costs (`kinds`: a
     job's task and the settings a step's time turns on, `suite.run.progress.cost_settings`): a CoLA step (short
     sentences) costs a fraction of an MRPC step (pairs), so counting bare steps put a study's ETA at twice its time.
-    A kind's weight is its seconds per step as this grid's runs of it measure it, else as earlier records measured it
-    (`step_cost`: the output folder's, a study's tuning runs), scaled to this grid's pace, else the mean of the known
-    ones; with none known every step weighs the same. `planned`: each job's planned steps by hash
-    (`suite.run.progress.planned_steps`; None where unknown: the run reports them when it starts, and until then the
-    mean of the known ones stands in). Where no run reports steps at all, finished runs per second stand in.
+    A kind's weight is its seconds per step as this grid's runs of it measure it (over whole epochs), else as earlier
+    records measured it (`step_cost`: the output folder's, a study's tuning runs) scaled to this grid's pace, else the
+    mean of the known ones; with none known every step weighs the same (`weights`). `planned`: each job's planned
+    steps by hash (`suite.run.progress.planned_steps`; None where unknown: the run reports them when it starts, and
+    until then the mean of the known ones stands in). Where no run reports steps at all, finished runs per second
+    stand in.
     """
 
     def __init__(self, total: int, quiet: bool = False, stream=None,
@@ -89,16 +90,21 @@ class GridStatus:
         return self.total - self.finished - self.running
 
     def weights(self) -> dict[Hashable, float]:
-        """Each known kind's seconds per step: the median of this grid's runs of it; a kind only earlier records
-        know, their figure scaled by how this grid's runs compare with them on the kinds both know (the machine and
-        its load now, not then)."""
+        """Seconds per step of this grid's kinds, in one unit: this grid's own measures where it has any (a job's rate
+        once it has finished an epoch, or its record's); for a kind only earlier records know, their figure scaled to
+        this grid's pace on the kinds both know. Earlier records of kinds this grid does not run are left out, and so
+        are all of them when they share no measured kind with it (another machine's seconds are no unit here)."""
+        ours = set(self.kinds.values())
         runs: dict[Hashable, list[float]] = {}
         for h, rate in self.step_s.items():
             runs.setdefault(self.kinds.get(h), []).append(rate)
         live = {k: statistics.median(v) for k, v in runs.items()}
-        both = [live[k] / self.step_cost[k] for k in live if k in self.step_cost]
+        earlier = {k: c for k, c in self.step_cost.items() if k in ours}
+        both = [live[k] / earlier[k] for k in live if k in earlier]
+        if live and not both:
+            return live
         scale = statistics.median(both) if both else 1.0
-        return {**{k: c * scale for k, c in self.step_cost.items()}, **live}
+        return {**{k: c * scale for k, c in earlier.items()}, **live}
 
     def eta(self) -> float:
         made, elapsed = sum(self.stepped.values()), time.perf_counter() - (self.first_event or self.start)
@@ -117,6 +123,8 @@ class GridStatus:
         unlisted = self.total - self.finished - sum(h not in self.ended for h in self.planned)
         left += max(unlisted, 0) * typical * usual  # jobs nobody told this status about
         done = sum(n * weight(h) for h, n in self.stepped.items())
+        if not (done > 0 and elapsed > 0):
+            return elapsed / self.finished * (self.total - self.finished) if self.finished else math.inf
         return left / (done / elapsed) if math.isfinite(left) else math.inf
 
     def progress(self, job: RunConfig, event: Progress) -> None:
@@ -127,8 +135,8 @@ class GridStatus:
             self.first_event = time.perf_counter()
         self.stepped[job.hash] = event.step
         self.kinds.setdefault(job.hash, step_kind(job))
-        if event.kind in ("steps", "epoch") and event.step > 0:   # a phase's clock is the run's, not training's
-            self.step_s[job.hash] = event.elapsed_s / event.step
+        if event.kind == "epoch":   # a whole epoch, its evaluation included (a first step's rate is warm-up's)
+            self._rate(job.hash, event.elapsed_s, event.step)
         if self.quiet:
             return
         line = self._lines.line(job.label, event)
@@ -171,8 +179,8 @@ class GridStatus:
         if isinstance(steps, int) and self.planned.get(job.hash) is None:
             self.planned[job.hash] = steps  # a size the unknown ones may take after
         self.kinds.setdefault(job.hash, step_kind(job))
-        if job.hash not in self.step_s and isinstance(steps, int) and steps > 0 and rec.wall_s:
-            self.step_s[job.hash] = rec.wall_s / steps   # a run that reported no steps (Ray): its record's rate
+        if rec.ok and isinstance(steps, int):
+            self._rate(job.hash, rec.wall_s, steps)   # the whole run's (Ray reports no epochs)
         if rec.ok:
             self.done += 1
             text = f"  done {job.label}: {scores(rec)} in {rec.wall_s:.0f}s"
@@ -186,6 +194,11 @@ class GridStatus:
             self._refresh()
         else:
             self._say(f"{text}  [{self.finished}/{self.total}: {self.line()}]")
+
+    def _rate(self, job_hash: str, seconds, steps: int) -> None:
+        rate = seconds / steps if steps and seconds else math.nan
+        if rate > 0 and math.isfinite(rate):
+            self.step_s[job_hash] = rate
 
     def _say(self, text: str) -> None:  # --quiet drops the bar only: these lines and their ETA are the log
         if self._bar is not None:
