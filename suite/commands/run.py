@@ -132,7 +132,7 @@ def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
         warnings.simplefilter("ignore")   # a damaged record is the report's to name; here it is left out
         for _, rec in iter_records(OutputFolder(folder).runs, OutputFolder(folder).tuning.runs):
             if rec.ok and rec.timing.steps and rec.wall_s:
-                kind = "CPU" if str(rec.environment.get("device", "cpu")).startswith("cpu") else "GPU"
+                kind = "GPU" if rec.env.device.startswith("cuda") else "CPU"
                 try:   # the job as it ran: an older record's missing settings read as what it ran with
                     settings = cost_settings(RunConfig.from_dict(rec.config).train)
                 except (ValueError, TypeError, KeyError):
@@ -140,7 +140,7 @@ def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
                 cell = kind, rec.model, rec.task, rec.method, settings
                 out.setdefault(cell, []).append(rec.wall_s / rec.timing.steps)
                 if kind == "CPU":
-                    threads.add(rec.environment.get("cpu_threads"))
+                    threads.add(int(rec.env.cpu_threads) if rec.env.cpu_threads.isdigit() else None)
     return (out, threads) if out else None
 
 

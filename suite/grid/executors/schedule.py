@@ -88,7 +88,7 @@ def earlier_step_seconds(store: Store) -> dict:
             except (OSError, ValueError, TypeError, KeyError):   # the grid names unreadable records where it reads them
                 continue
             if kind is not None and rec.timing.steps and rec.wall_s:
-                device = "cuda" if str(rec.environment.get("device", "cpu")).startswith("cuda") else "cpu"
+                device = "cuda" if rec.env.device.startswith("cuda") else "cpu"
                 rates.setdefault(device, {}).setdefault(kind, []).append(rec.wall_s / rec.timing.steps)
     most = max(rates.values(), key=lambda kinds: sum(map(len, kinds.values())), default={})
     return {kind: min(v) for kind, v in most.items()}
