@@ -119,28 +119,16 @@ def data_and_cost_lines(stages: StudyStages, pilot: Path | None = None) -> list[
 
 def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:
     """{(device kind, model, task, method, cost settings): [wall_s / steps of each ok record]} of a folder's runs and
-    tuning runs, and the torch threads they ran with; None without such records."""
-    import warnings
-
-    from suite.grid.store import iter_records
-    from suite.run.layout import OutputFolder
+    tuning runs (`suite.grid.store.run_paces`), and the torch threads they ran with; None without such records."""
+    from suite.grid.store import run_paces
     from suite.run.progress import cost_settings
-    from suite.run.settings import RunConfig
 
     out, threads = {}, set()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # a damaged record is the report's to name; here it is left out
-        for _, rec in iter_records(OutputFolder(folder).runs, OutputFolder(folder).tuning.runs):
-            if rec.ok and rec.timing.steps and rec.wall_s:
-                kind = "GPU" if rec.env.device.startswith("cuda") else "CPU"
-                try:   # the job as it ran: an older record's missing settings read as what it ran with
-                    settings = cost_settings(RunConfig.from_dict(rec.config).train)
-                except (ValueError, TypeError, KeyError):
-                    continue
-                cell = kind, rec.model, rec.task, rec.method, settings
-                out.setdefault(cell, []).append(rec.wall_s / rec.timing.steps)
-                if kind == "CPU":
-                    threads.add(int(rec.env.cpu_threads) if rec.env.cpu_threads.isdigit() else None)
+    for pace in run_paces(folder):
+        kind, job = ("GPU" if pace.device == "cuda" else "CPU"), pace.job
+        out.setdefault((kind, job.model, job.task, job.method, cost_settings(job.train)), []).append(pace.step_s)
+        if kind == "CPU":
+            threads.add(pace.threads)
     return (out, threads) if out else None
 
 

@@ -33,9 +33,10 @@ from suite.run.record import (
     save_predictions,
 )
 from suite.run.record_parts import Artifacts
+from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["RecordNotSaved", "Store", "atomic_write", "record_json"]
+__all__ = ["RecordNotSaved", "Store", "atomic_write", "record_json", "run_paces"]
 
 try:
     import fcntl
@@ -271,6 +272,38 @@ def iter_records(*folders: str | os.PathLike) -> Iterator[tuple[Path, RunRecord]
                 warnings.warn(f"skipping {path}: {exc}", stacklevel=2)
                 continue
             yield path, rec
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPace:
+    """An ok record's whole-run pace: its device kind ("cpu" or "cuda"), the job as it ran (an older record's missing
+    settings filled with what it ran with), its wall seconds per optimizer step (training, evaluation and loading, at
+    its machine's threads and load) and its torch threads (None: not recorded)."""
+
+    device: str
+    job: RunConfig
+    step_s: float
+    threads: int | None
+
+
+def run_paces(out: str | os.PathLike, most: int | None = None) -> list[RunPace]:
+    """The paces of the ok records in an output folder's runs/ and its tuning/runs/ (a study's tuning runs belong to
+    it); with `most`, at most that many files a folder, every n-th by name, so that every task is sampled (names begin
+    with the task). Files that are no readable record are left out: their readers name them."""
+    paces = []
+    for folder in (OutputFolder(out).runs, OutputFolder(out).tuning.runs):
+        files = record_files(folder)
+        for path in files[::-(-len(files) // most) or 1] if most else files:
+            try:
+                rec = read_record(path)
+                job = RunConfig.from_dict(rec.config) if rec.ok else None
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if job is not None and rec.timing.steps and rec.wall_s:
+                threads = int(rec.env.cpu_threads) if rec.env.cpu_threads.isdigit() else None
+                paces.append(RunPace("cuda" if rec.env.device.startswith("cuda") else "cpu", job,
+                                     rec.wall_s / rec.timing.steps, threads))
+    return paces
 
 
 # ---------------------------------------------------------------------------------------------------------

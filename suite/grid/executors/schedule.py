@@ -19,7 +19,7 @@ from suite.grid.executors.options import EXECUTOR_OPTIONS, options_of
 from suite.grid.executors.ray import import_ray, run_ray
 from suite.grid.executors.status import GridStatus, step_kind
 from suite.grid.executors.workers import capture_self_test, noted_eager, without_capture
-from suite.grid.store import Store
+from suite.grid.store import Store, run_paces
 from suite.run.progress import capped_steps, planned_steps
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
@@ -73,23 +73,10 @@ def earlier_step_seconds(store: Store) -> dict:
     """{step kind (`status.step_kind`): seconds per optimizer step of its fastest whole run} of the ok records in
     the output folder and its tuning folder (a study's final stage learns from its tuning runs), of one device kind
     (the one with the most records): the ETA's weights. The fastest, since only the kinds' ratios count and a run
-    slowed by other work would skew them; at most EARLIER_RECORDS a folder, every n-th by name, so every task is
-    sampled (names begin with the task)."""
-    from suite.run.layout import OutputFolder
-    from suite.run.record import read_record, record_files
-
+    slowed by other work would skew them; at most EARLIER_RECORDS a folder (`run_paces`)."""
     rates: dict[str, dict] = {}
-    for folder in (store.runs, OutputFolder(store.root).tuning.runs):
-        files = record_files(folder)
-        for path in files[::-(-len(files) // EARLIER_RECORDS) or 1]:
-            try:
-                rec = read_record(path)
-                kind = step_kind(RunConfig.from_dict(rec.config)) if rec.ok else None
-            except (OSError, ValueError, TypeError, KeyError):   # the grid names unreadable records where it reads them
-                continue
-            if kind is not None and rec.timing.steps and rec.wall_s:
-                device = "cuda" if rec.env.device.startswith("cuda") else "cpu"
-                rates.setdefault(device, {}).setdefault(kind, []).append(rec.wall_s / rec.timing.steps)
+    for pace in run_paces(store.root, most=EARLIER_RECORDS):
+        rates.setdefault(pace.device, {}).setdefault(step_kind(pace.job), []).append(pace.step_s)
     most = max(rates.values(), key=lambda kinds: sum(map(len, kinds.values())), default={})
     return {kind: min(v) for kind, v in most.items()}
 

@@ -107,9 +107,7 @@ class GridStatus:
         return {**{k: c * scale for k, c in earlier.items()}, **live}
 
     def eta(self) -> float:
-        made, elapsed = sum(self.stepped.values()), time.perf_counter() - (self.first_event or self.start)
-        if not made:  # no run reports steps (or none has made one yet)
-            return elapsed / self.finished * (self.total - self.finished) if self.finished else math.inf
+        elapsed = time.perf_counter() - (self.first_event or self.start)
         weights = self.weights()
         usual = statistics.fmean(weights.values()) if weights else 1.0   # a kind not measured yet
 
@@ -123,7 +121,7 @@ class GridStatus:
         unlisted = self.total - self.finished - sum(h not in self.ended for h in self.planned)
         left += max(unlisted, 0) * typical * usual  # jobs nobody told this status about
         done = sum(n * weight(h) for h, n in self.stepped.items())
-        if not (done > 0 and elapsed > 0):
+        if not (done > 0 and elapsed > 0):  # no run reports steps (or none has made one yet)
             return elapsed / self.finished * (self.total - self.finished) if self.finished else math.inf
         return left / (done / elapsed) if math.isfinite(left) else math.inf
 
