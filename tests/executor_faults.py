@@ -71,4 +71,21 @@ class Hangs(Vanilla):
         time.sleep(600)
 
 
-METHOD_CLASSES = {"test_dies_once": DiesOnce, "test_raises": Raises, "test_hangs": Hangs}
+@register_method("test_waits")
+class Waits(Vanilla):
+    """A run that writes its worker's pid, then waits until the file MARKER.go exists (at most 120 s) and trains:
+    a test holds runs under way while it signals the driver."""
+
+    Config = FaultConfig
+    identity = None
+
+    def prepare(self, model):
+        if checked_before_training(model):
+            return
+        count_attempt(self.cfg.marker)
+        go, deadline = Path(self.cfg.marker + ".go"), time.monotonic() + 120
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+METHOD_CLASSES = {"test_dies_once": DiesOnce, "test_raises": Raises, "test_hangs": Hangs, "test_waits": Waits}

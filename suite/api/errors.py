@@ -11,13 +11,15 @@ from types import ModuleType, TracebackType
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["BadInput", "BrokenDependency", "DataError", "EXIT_BAD_INPUT", "EXIT_FAILED_RUNS", "EXIT_INTERRUPTED",
-           "EXIT_TERMINATED", "ExecutorError", "HyperParameterError", "NonFiniteLoss", "ReportError", "SuiteError",
-           "Terminated", "UnknownNameError", "broken_dependency", "import_checked", "import_name"]
+           "EXIT_NOT_STARTED", "EXIT_TERMINATED", "ExecutorError", "HyperParameterError", "NonFiniteLoss",
+           "ReportError", "SuiteError", "Terminated", "UnknownNameError", "broken_dependency", "import_checked",
+           "import_name"]
 
 EXIT_FAILED_RUNS = 1       # the grid finished, some runs failed
 EXIT_BAD_INPUT = 2         # nothing trained: fix the input
 EXIT_INTERRUPTED = 130     # Ctrl-C
 EXIT_TERMINATED = 143      # 128 + SIGTERM, as a shell reports it
+EXIT_NOT_STARTED = 75      # runs held back (run --stop-by, SIGUSR1): the same command resumes them (EX_TEMPFAIL)
 
 
 class SuiteError(Exception):

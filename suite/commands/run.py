@@ -7,7 +7,14 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from suite.api.errors import EXIT_FAILED_RUNS, EXIT_INTERRUPTED, EXIT_TERMINATED, BadInput, Terminated
+from suite.api.errors import (
+    EXIT_FAILED_RUNS,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_STARTED,
+    EXIT_TERMINATED,
+    BadInput,
+    Terminated,
+)
 from suite.api.tasks import TASKS
 from suite.commands.run_options import add_run_options, run_overrides, train_keys_help
 from suite.grid.summary import compact_leaderboard, grid_records
@@ -55,6 +62,10 @@ def main(args) -> int:
         return 0
     if getattr(args, "replay", False) and not args.until_decided:
         raise BadInput("--replay re-decides the looks of --until-decided from the records: give both")
+    if getattr(args, "stop_by", None) is not None and stages.request.executor != "local":
+        raise BadInput(f"--stop-by holds runs back before they start, which --executor {stages.request.executor} "
+                       "cannot: it hands every run to the cluster at once; use --executor local, or leave "
+                       "--stop-by out")
     preflight(stages, store)
     _write_command(store)
     return run_stages(stages, store, args)
@@ -211,22 +222,29 @@ def check_plan(stages: StudyStages, dry_run: bool = False) -> None:
 
 def run_stages(stages: StudyStages, store, args) -> int:
     """The tuning stage, then the final grid (in rounds under --until-decided); the status table and leaderboard."""
-    from suite.grid.executors import GridResult, run_grid, status_table
+    from suite.grid.executors import GridResult, HeldBack, StartGate, run_grid, status_table
     from suite.grid.store import RecordNotSaved
     from suite.grid.tuning import TuningIncomplete, run_tuning_stage
     from suite.grid.until_decided import closing_lines, run_planned
 
     plan, request = stages.plan, stages.request
+    local = request.executor == "local"
+    gate = StartGate(getattr(args, "stop_by", None)) if local else None  # SIGUSR1 drains a local grid
+    if gate is not None and gate.deadline is not None:
+        _stderr(gate.line())
 
     def run_jobs(jobs, into=store):
         if getattr(args, "replay", False):   # decisions from the records there are: nothing trains
             return GridResult()
-        return run_grid(jobs, into, plan.data_dir, executor=request.executor, force=args.force, quiet=args.quiet,
-                        device=request.device, **plan.executor_options)
+        result = run_grid(jobs, into, plan.data_dir, executor=request.executor, force=args.force, quiet=args.quiet,
+                          device=request.device, gate=gate, **plan.executor_options)
+        if result.held:  # no look on a round cut short, no final grid after a cut tuning stage
+            raise HeldBack(result)
+        return result
 
     sequential = None
     try:
-        with stop_signals():
+        with stop_signals(can_drain=local):
             if stages.tuning is not None:  # the final grid runs the configurations tuning selects
                 plan.jobs = run_tuning_stage(stages.tuning, plan.jobs, run_jobs, stages.whole_tuning, say=_stderr)
             _complete_finished_outputs(plan, store, args.force)
@@ -237,6 +255,12 @@ def run_stages(stages: StudyStages, store, args) -> int:
         _stderr(f"\n{'terminated' if isinstance(exc, Terminated) else 'interrupted'}: finished records are kept; "
                 "the interrupted run was not recorded and will run when the same command is given again")
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except HeldBack as exc:
+        print(status_table(exc.result))
+        _stderr(f"\nstopped starting runs: {len(exc.result.held)} run(s) not started ({exc.result.held[0][1]}); "
+                "finished records are kept, and the same command runs the rest"
+                + ("; a look is taken once its round is complete" if request.schedule is not None else ""))
+        return EXIT_NOT_STARTED
     except TuningIncomplete as exc:
         _stderr(f"error: {exc}")
         return EXIT_FAILED_RUNS

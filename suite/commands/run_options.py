@@ -103,6 +103,15 @@ def _ints(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
 
 
+def _stop_by(text: str):
+    from suite.grid.executors.gate import parse_stop_by  # not at import: `run --help` loads no grid code
+
+    try:
+        return parse_stop_by(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_run_options(p: argparse.ArgumentParser) -> None:
     what = p.add_argument_group("what to run")
     what.add_argument("--study", metavar="FILE", help="a study file (studies/*.yaml) that declares the whole grid; "
@@ -143,6 +152,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                          help="with --until-decided: train nothing; decide every look again from the records there "
                               "are, with this code's statistics (after an update), and rewrite the state file; a "
                               "comparison whose next look needs seeds without records stays open")
+    control.add_argument("--stop-by", type=_stop_by, metavar="WHEN",
+                         help="start no run that is not expected to end by WHEN (90m, 2h30m; 10:20; "
+                              "2026-12-07T10:20): each run's planned steps at its kind's measured seconds per step; "
+                              "runs under way finish, then the command exits 75 and the same command resumes (local "
+                              "executor; SIGUSR1 drains the grid the same way at any time)")
     control.add_argument("--force", action="store_true", help="rerun jobs whose records exist")
     control.add_argument("--quiet", action="store_true",
                          help="no progress bars and no per-epoch lines, only a line per finished run with the "

@@ -2,6 +2,7 @@
 
 - `grid`: pending jobs, `run_grid`, `check_executor`, `GridResult`, `status_table`.
 - `status`: `GridStatus`, the live done / running / pending / failed line with an ETA.
+- `gate`: `StartGate`, whether a run may still start (`run --stop-by`, a drain asked by SIGUSR1).
 - `local`: in this process, or a pool of spawned workers (`pool`), one per GPU, each with its own
   `CUDA_VISIBLE_DEVICES`; `LocalPlan` says which.
 - `ray`: one Ray task per job, on a private local cluster or an existing one; data shipped through the object store.
@@ -11,9 +12,17 @@ Executors only decide *where* a job runs; the driver always writes the records, 
 executor finishes under another.
 """
 from suite.api.errors import ExecutorError
+from suite.grid.executors.gate import StartGate
 from suite.grid.executors.local import LocalPlan, local_plan, visible_gpus
-from suite.grid.executors.schedule import GridResult, check_executor, pending_jobs, run_grid, status_table
+from suite.grid.executors.schedule import (
+    GridResult,
+    HeldBack,
+    check_executor,
+    pending_jobs,
+    run_grid,
+    status_table,
+)
 from suite.grid.executors.status import GridStatus
 
-__all__ = ["ExecutorError", "GridResult", "GridStatus", "LocalPlan", "check_executor", "local_plan", "pending_jobs",
-           "run_grid", "status_table", "visible_gpus"]
+__all__ = ["ExecutorError", "GridResult", "GridStatus", "HeldBack", "LocalPlan", "StartGate", "check_executor",
+           "local_plan", "pending_jobs", "run_grid", "status_table", "visible_gpus"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from suite.api.errors import ExecutorError
+from suite.grid.executors.gate import StartGate
 from suite.grid.executors.pool import WorkerPool, max_run_seconds
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import DEFAULT_MAX_RETRIES, executor_info, rerun_eagerly, without_capture
@@ -119,9 +120,10 @@ def _cpu_count() -> int:
 def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
               quiet: bool, status: GridStatus | None = None, workers: int | str | None = None,
               max_retries: int = DEFAULT_MAX_RETRIES, plan: LocalPlan | None = None,
-              max_run_minutes: float | None = None) -> None:
+              max_run_minutes: float | None = None, gate: StartGate | None = None) -> None:
     """Sequential in this process, or a spawned worker pool when the plan says so (several GPUs, or workers > 1).
-    A time limit per run needs a process that can be killed: with one, even a single worker runs as a pool."""
+    A time limit per run needs a process that can be killed: with one, even a single worker runs as a pool.
+    `gate`: asked before each run starts (suite.grid.executors.gate)."""
     status = status or GridStatus(len(jobs), quiet=True)
     plan = plan or local_plan(device, workers)
     limit_s = max_run_seconds(max_run_minutes)
@@ -130,17 +132,18 @@ def run_local(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], No
     if plan.workers == 0 and limit_s:
         plan = LocalPlan(1, [{}], "cpu" if plan.device == "auto" else plan.device, plan.threads)
     if plan.workers == 0:
-        _run_in_process(jobs, record, data_dir, device, quiet, status, plan.threads, max_retries)
+        _run_in_process(jobs, record, data_dir, device, quiet, status, plan.threads, max_retries, gate)
     else:
         WorkerPool(jobs, record, data_dir, plan.envs, plan.device, plan.threads, status, max_retries,
-                   plan.memory_fraction, limit_s).run()
+                   plan.memory_fraction, limit_s, gate=gate).run()
 
 
 _CAPTURE_FAILED_HERE: list[bool] = []  # not empty once a capture failed in this process: its later grids use a worker
 
 
 def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir, device: str,
-                    quiet: bool, status: GridStatus, threads: int, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+                    quiet: bool, status: GridStatus, threads: int, max_retries: int = DEFAULT_MAX_RETRIES,
+                    gate: StartGate | None = None) -> None:
     """One job after another in this process. After a failed capture this process is left mid-capture: the job
     (eagerly) and the rest of the grid run on in one spawned worker instead."""
     import torch
@@ -151,6 +154,8 @@ def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecor
 
     info = executor_info("local", worker=None)
     for i, job in enumerate(jobs):
+        if gate is not None and not gate.allows(job, status):
+            continue
         status.started(job)
         rec = run_one(job, data_dir, device=device, quiet=quiet,
                       on_progress=lambda event, j=job: status.progress(j, event))
@@ -161,6 +166,6 @@ def _run_in_process(jobs: list[RunConfig], record: Callable[[RunConfig, RunRecor
             status.retried(job, f"this process: {eager}; the rest of the grid runs in a fresh worker process")
             rest = [without_capture(job), *jobs[i + 1:]]
             WorkerPool(rest, record, data_dir, [{}], device, threads, status, max_retries,
-                       eager_notes={0: f"this process: {eager}"}).run()
+                       eager_notes={0: f"this process: {eager}"}, gate=gate).run()
             return
         record(job, rec)

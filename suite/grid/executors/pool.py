@@ -7,11 +7,13 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import time
 from collections import deque
 from typing import Any, Callable
 
+from suite.grid.executors.gate import StartGate
 from suite.grid.executors.status import GridStatus
 from suite.grid.executors.workers import (
     executor_info,
@@ -102,6 +104,8 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
     mid-capture (`is_capture_failure`), it says so and exits: the driver starts a fresh worker, since every later
     job here would fail too."""
     _exit_with_driver()
+    if hasattr(signal, "SIGUSR1"):  # a drain asked of the whole process group is the driver's to act on
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     try:
         import torch
 
@@ -134,7 +138,7 @@ class WorkerPool:
     def __init__(self, jobs: list[RunConfig], record: Callable[[RunConfig, RunRecord], None], data_dir,
                  worker_envs: list[dict[str, str]], device: str, threads: int, status: GridStatus,
                  max_retries: int, memory_fraction: float | None = None, max_run_s: float | None = None,
-                 eager_notes: dict[int, str] | None = None):
+                 eager_notes: dict[int, str] | None = None, gate: StartGate | None = None):
         # spawn: fresh interpreters, so no CUDA state is inherited and CUDA_VISIBLE_DEVICES is honoured
         self.mp_context = mp.get_context("spawn")
         self.outbox = self.mp_context.Queue()
@@ -151,12 +155,15 @@ class WorkerPool:
         self.started_at: dict[int, float] = {}  # worker -> when its current job was sent, then begun (monotonic)
         self.begun: set[int] = set()  # workers that said their current job has begun
         self.eager_notes = dict(eager_notes or {})  # job index -> why it runs eagerly now (its capture failed)
+        self.gate = gate  # asked before each start (suite.grid.executors.gate)
         for index in self.eager_notes:
             self.attempts[index] = 1  # its capture failed in an attempt before this pool
 
     def run(self) -> None:
         try:
             for worker_id in range(min(len(self.worker_envs), len(self.jobs))):
+                if not self._startable():
+                    break
                 self._spawn(worker_id)
                 self._assign(worker_id)
             while self.running:
@@ -183,9 +190,16 @@ class WorkerPool:
             proc.start()
         self.procs[worker_id] = proc
 
+    def _startable(self) -> bool:
+        """Whether a job is left that the gate lets start; those it holds back leave the queue for good (the grid's
+        result names them)."""
+        while self.todo and self.gate is not None and not self.gate.allows(self.todo[0][1], self.status):
+            self.todo.popleft()
+        return bool(self.todo)
+
     def _assign(self, worker_id: int) -> None:
-        """Send the worker its next job, or None (stop) when there is none left."""
-        if not self.todo:
+        """Send the worker its next job that the gate lets start, or None (stop) when there is none left."""
+        if not self._startable():
             self.inboxes[worker_id].put(None)
             return
         index, job = self.todo.popleft()
@@ -232,7 +246,7 @@ class WorkerPool:
         else:
             self.record(job, rec)
         self.procs[worker_id].join(timeout=30)
-        if self.todo:
+        if self._startable():
             self._spawn(worker_id)
             self._assign(worker_id)
 
@@ -253,7 +267,7 @@ class WorkerPool:
         else:
             self.record(job, RunRecord.failed(job, f"WorkerDied: the worker process exited with code {code} "
                                                    f"on each of {self.attempts[index]} attempts"))
-        if self.todo:
+        if self._startable():
             self._spawn(worker_id)
             self._assign(worker_id)
 
@@ -277,7 +291,7 @@ class WorkerPool:
                                                f"(--max-run-minutes or ${MAX_RUN_MINUTES_ENV}); its worker "
                                                f"{worker_id} was stopped",
                                           wall_s=time.monotonic() - self.started_at[worker_id]))
-        if self.todo:
+        if self._startable():
             self._spawn(worker_id)
             self._assign(worker_id)
 

@@ -14,6 +14,7 @@ from tabulate import tabulate
 
 from suite.api.errors import ExecutorError
 from suite.api.registry import Registry
+from suite.grid.executors.gate import StartGate
 from suite.grid.executors.local import run_local
 from suite.grid.executors.options import EXECUTOR_OPTIONS, options_of
 from suite.grid.executors.ray import import_ray, run_ray
@@ -25,7 +26,7 @@ from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["GridResult", "check_executor", "pending_jobs", "run_grid", "status_table"]
+__all__ = ["GridResult", "HeldBack", "check_executor", "pending_jobs", "run_grid", "status_table"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Executor:
 
 EXECUTORS: Registry[Executor] = Registry("executor", "suite.grid.executors.schedule")  # local and ray
 # each takes its declared options (suite.grid.executors.options) and the ones the suite passes itself
-EXECUTORS.add("local", Executor(run_local, options_of("local") | {"max_retries", "plan"}))
+EXECUTORS.add("local", Executor(run_local, options_of("local") | {"max_retries", "plan", "gate"}))
 EXECUTORS.add("ray", Executor(run_ray, options_of("ray") | {"max_retries", "ship"}))
 
 
@@ -47,10 +48,20 @@ class GridResult:
     failed: list[tuple[RunConfig, RunRecord]] = field(default_factory=list)
     not_run: list[RunConfig] = field(default_factory=list)
     elsewhere: list[RunConfig] = field(default_factory=list)  # claimed by another live grid into the same folder
+    held: list[tuple[RunConfig, str]] = field(default_factory=list)  # not started, and why (suite...gate)
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.not_run
+        return not self.failed and not self.not_run and not self.held
+
+
+class HeldBack(Exception):
+    """A grid's start gate held runs back (`run --stop-by`, SIGUSR1): the command stops after the runs under way,
+    taking no look and starting no later stage, and the same command resumes it."""
+
+    def __init__(self, result: GridResult):
+        super().__init__(f"{len(result.held)} run(s) not started")
+        self.result = result
 
 
 def pending_jobs(jobs: list[RunConfig], store: Store, force: bool) -> tuple[list[RunConfig], list[RunConfig]]:
@@ -100,10 +111,18 @@ def check_executor(executor: str, options: dict[str, Any]) -> None:
 
 
 def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str = "local", force: bool = False,
-             quiet: bool = False, device: str = "auto", **executor_options) -> GridResult:
-    """Run the jobs that have no `ok` record yet (all of them with `force`) and write each record as it arrives."""
+             quiet: bool = False, device: str = "auto", gate: StartGate | None = None,
+             **executor_options) -> GridResult:
+    """Run the jobs that have no `ok` record yet (all of them with `force`) and write each record as it arrives.
+    `gate` (local executor): asked before each start; the runs it holds back are the result's `held`."""
     options = {k: v for k, v in executor_options.items() if v is not None}
     check_executor(executor, options)
+    held_before = len(gate.held) if gate is not None else 0   # one gate may serve a study's every stage
+    if gate is not None and executor == "local":
+        options["gate"] = gate
+    elif gate is not None and gate.deadline is not None:
+        raise ExecutorError(f"--stop-by holds runs back before they start, which --executor {executor} cannot: it "
+                            "hands every run to the cluster at once; use --executor local, or leave --stop-by out")
     todo, skipped = pending_jobs(jobs, store, force)
     claims = store.claims()  # one lock per job: another grid into this folder skips what this one runs
     todo, elsewhere = claims.claim(todo)
@@ -147,7 +166,9 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
     finally:
         claims.close()
         status.close()
-        result.not_run = [j for j in todo if j.hash not in finished]
+        result.held = gate.held[held_before:] if gate is not None else []
+        held = {j.hash for j, _ in result.held}
+        result.not_run = [j for j in todo if j.hash not in finished and j.hash not in held]
     return result
 
 
@@ -164,7 +185,10 @@ def status_table(result: GridResult) -> str:
         rows.append([job.label, "not run", "", "", "interrupted"])
     for job in result.elsewhere:
         rows.append([job.label, "elsewhere", "", "", "being run by another grid"])
+    for job, why in result.held:
+        rows.append([job.label, "not started", "", "", why[:160]])
     counts = (f"{len(result.done)} done, {len(result.skipped)} skipped, {len(result.failed)} failed"
               + (f", {len(result.not_run)} not run" if result.not_run else "")
-              + (f", {len(result.elsewhere)} run by another grid" if result.elsewhere else ""))
+              + (f", {len(result.elsewhere)} run by another grid" if result.elsewhere else "")
+              + (f", {len(result.held)} not started" if result.held else ""))
     return tabulate(rows, headers=["run", "status", "dev score", "time", "note"], tablefmt="github") + "\n" + counts

@@ -63,6 +63,7 @@ class GridStatus:
         self.stream = stream or sys.stderr
         self.done = self.failed = self.running = 0
         self.retries = 0
+        self.not_started = 0   # runs a start gate held back (suite.grid.executors.gate)
         self.start = time.perf_counter()
         self.first_event: float | None = None  # when the first run reported (loading data, or its first step)
         self.planned: dict[str, int | None] = dict(planned or {})
@@ -124,6 +125,26 @@ class GridStatus:
         if not (done > 0 and elapsed > 0):  # no run reports steps (or none has made one yet)
             return elapsed / self.finished * (self.total - self.finished) if self.finished else math.inf
         return left / (done / elapsed) if math.isfinite(left) else math.inf
+
+    def run_seconds(self, job: RunConfig) -> float | None:
+        """What a job not started yet should take, for a start gate (suite.grid.executors.gate): its planned steps
+        at the slowest whole-epoch rate this grid's runs of its kind have shown (evaluation and loading included),
+        else at its kind's weight (earlier records scaled to this grid's pace); None where neither is known."""
+        kind, steps = self.kinds.get(job.hash, step_kind(job)), self.planned.get(job.hash)
+        rates = [rate for h, rate in self.step_s.items() if self.kinds.get(h) == kind]
+        rate = max(rates) if rates else self.weights().get(kind)
+        return None if steps is None or rate is None else steps * rate
+
+    def held(self, job: RunConfig, why: str) -> None:
+        """A job the grid will not start (suite.grid.executors.gate): out of the counts and the ETA."""
+        self.total -= 1
+        self.planned.pop(job.hash, None)
+        if self._bar is not None:
+            self._bar.total = self.total
+        if not self.not_started:  # the first says why; the status table at the end lists them all
+            self._say(f"  not started {job.label}: {why} (the table at the end lists every run not started)")
+        self.not_started += 1
+        self._refresh()
 
     def progress(self, job: RunConfig, event: Progress) -> None:
         """A running job's progress: its steps count towards the ETA, and its line (if any) is printed."""

@@ -1,0 +1,194 @@
+"""Stopping a grid from starting runs while the runs under way finish (`run --stop-by`, SIGUSR1): the deadline's
+forms, the estimate a run must fit, the pool and the in-process executor holding runs back, a sequential study
+resuming to the decisions of an uninterrupted one, and the command's exit code and record count."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from suite.api.errors import EXIT_NOT_STARTED
+from suite.grid.executors import GridStatus, HeldBack, StartGate, run_grid, status_table
+from suite.grid.executors.gate import parse_stop_by
+from suite.grid.executors.status import step_kind
+from suite.grid.plan import build_grid
+from suite.grid.store import Store
+from suite.grid.until_decided import comparisons, run_until_decided, seed_sequence
+from suite.run import stopping
+from suite.run.settings import TrainSettings
+
+NOW = datetime(2026, 12, 7, 9, 30, 0).astimezone()
+TESTS_DIR = str(Path(__file__).resolve().parent)
+
+
+@pytest.mark.parametrize("text, after", [("90m", timedelta(minutes=90)), ("2h30m", timedelta(hours=2, minutes=30)),
+                                         ("1.5h", timedelta(hours=1.5)), ("+45s", timedelta(seconds=45)),
+                                         ("10:20", timedelta(minutes=50)), ("09:00", timedelta(hours=23, minutes=30)),
+                                         ("2026-12-08T09:30", timedelta(days=1))])
+def test_a_deadline_is_a_duration_a_time_of_day_or_a_date_and_time(text, after):
+    assert parse_stop_by(text, now=NOW) == NOW + after
+
+
+@pytest.mark.parametrize("text, says", [("soon", "a duration from now"), ("25:00", "no time of day"),
+                                        ("", "a duration from now"), ("2026-12-07T09:00", "has passed")])
+def test_a_deadline_that_names_no_future_time_is_refused_with_the_forms(text, says):
+    with pytest.raises(ValueError, match=says):
+        parse_stop_by(text, now=NOW)
+
+
+def _jobs(tasks=("rte",), seeds=(1, 2, 3)):
+    return build_grid(["minilm"], list(tasks), ["vanilla"], list(seeds), TrainSettings())
+
+
+def test_a_run_starts_only_if_its_estimate_ends_before_the_deadline():
+    """The estimate: the planned steps at the slowest whole-epoch rate this grid's runs of the kind have shown."""
+    rte, cola = _jobs(seeds=(1, 2)), _jobs(tasks=("cola",), seeds=(1,))
+    status = GridStatus(3, quiet=True, planned={j.hash: 100 for j in rte + cola},
+                        kinds={j.hash: step_kind(j) for j in rte + cola})
+    status.step_s = {rte[0].hash: 1.5, "another": 2.0}   # rte's run: 1.5 s a step -> 150 s for 100 steps
+    status.kinds["another"] = step_kind(rte[0])          # a slower run of the same kind: 200 s
+    gate = StartGate(NOW + timedelta(seconds=190))
+    assert not gate.allows(rte[1], status, now=NOW)
+    assert "would not finish" in gate.held[0][1] and "3m20s" in gate.held[0][1]
+    assert gate.allows(rte[1], status, now=NOW + timedelta(seconds=-30))   # 220 s left
+    assert gate.allows(cola[0], status, now=NOW)        # no rate of its kind known yet: nothing says it overruns
+    assert "has come" in StartGate(NOW)._hold(cola[0], status, NOW)
+    assert status.total == 2 and status.not_started == 1  # the held run leaves the counts and the ETA
+
+
+def test_sigusr1_drains_and_the_handlers_are_restored():
+    before = signal.getsignal(signal.SIGUSR1)
+    with stopping.stop_signals():
+        assert not stopping.draining()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        assert stopping.draining()
+        status = GridStatus(1, quiet=True)
+        assert "SIGUSR1" in StartGate()._hold(_jobs()[0], status, None)
+    assert not stopping.draining() and signal.getsignal(signal.SIGUSR1) is before
+    with stopping.stop_signals(can_drain=False):  # Ray: it says it cannot, and goes on
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        assert not stopping.draining()
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """Training replaced by a record made at once; `drain_after` runs in, SIGUSR1 is taken to have arrived."""
+    from test_until_decided import planted_record  # this folder is on sys.path under pytest
+
+    state = SimpleNamespace(trained=[], drain_after=None)
+
+    def run_one(job, *a, **k):
+        state.trained.append(job)
+        return planted_record(job)
+
+    monkeypatch.setattr("suite.run.runner.run_one", run_one)
+    monkeypatch.setattr("suite.grid.executors.gate.draining",
+                        lambda: state.drain_after is not None and len(state.trained) >= state.drain_after)
+    return state
+
+
+def test_in_process_runs_past_the_deadline_are_held_and_listed(fake_runs, tmp_path):
+    jobs = _jobs()
+    store = Store(tmp_path / "out")
+    fake_runs.drain_after = 1
+    result = run_grid(jobs, store, None, device="cpu", quiet=True, gate=StartGate())
+    assert len(result.done) == 1 and [j.seed for j, _ in result.held] == [2, 3] and not result.not_run
+    assert not result.ok and "2 not started" in status_table(result) and "SIGUSR1" in status_table(result)
+    assert len(list(store.runs.glob("*.json"))) == 1
+    fake_runs.drain_after = None
+    again = run_grid(jobs, store, None, device="cpu", quiet=True, gate=StartGate())  # the same command resumes
+    assert len(again.done) == 2 and len(again.skipped) == 1 and again.ok
+
+
+def test_a_drained_sequential_study_takes_no_look_on_a_cut_round_and_resumes_to_the_same_decisions(fake_runs,
+                                                                                                   tmp_path):
+    from test_until_decided import PLANTED, paired_t
+
+    from suite.grid.until_decided import Schedule
+
+    schedule = Schedule(start=3, step=3, cap=12)
+    seeds = seed_sequence([1, 2, 3], schedule.cap)
+    jobs = build_grid(["minilm"], ["sst2"], ["vanilla", *PLANTED], seeds, TrainSettings())
+    primary = comparisons(jobs, "vanilla")
+
+    def study(out: Path, gate: StartGate | None):
+        store = Store(out)
+
+        def run_round(todo):  # as `run` does it (suite.commands.run.run_stages)
+            result = run_grid(todo, store, None, device="cpu", quiet=True, gate=gate)
+            if result.held:
+                raise HeldBack(result)
+            return result
+
+        return run_until_decided(jobs, store, schedule, seeds, primary, paired_t, 0.05, run_round,
+                                 say=lambda line: None)
+
+    whole = study(tmp_path / "whole", None)
+    fake_runs.trained.clear()
+    fake_runs.drain_after = 14   # the first round's 12 runs and 2 of the second's
+    with pytest.raises(HeldBack) as held:
+        study(tmp_path / "cut", StartGate())
+    assert len(held.value.result.done) == 2 and held.value.result.held
+    fake_runs.drain_after = None
+    resumed = study(tmp_path / "cut", StartGate())
+    assert [t.to_dict() for t in resumed.tracks] == [t.to_dict() for t in whole.tracks]
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+def test_sigusr1_to_the_process_group_lets_the_runs_under_way_finish_and_exits_75(tiny_bert_dir, glue_dir, tmp_path):
+    """Two pool workers hold a run each when the whole group gets SIGUSR1 (as `scancel --signal` sends it): the
+    workers ignore it, both runs finish and are recorded, the third is not started, the command exits 75."""
+    marker, out = tmp_path / "waits.attempts", tmp_path / "out"
+    argv = ["run", "--methods", "test_waits", "--tasks", "rte", "--seeds", "1,2,3", "--model", tiny_bert_dir,
+            "--data-dir", glue_dir, "--epochs", "1", "--max-train-samples", "16", "--out", str(out), "--quiet",
+            "--workers", "2", "--set", f"test_waits.marker={marker}"]
+    code = f"import sys, executor_faults; from suite import commands; sys.exit(commands.main({argv!r}))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
+    driver = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (marker.exists() and len(marker.read_text().splitlines()) == 2):  # both workers inside a run
+            assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read() if driver.poll() else ""
+            time.sleep(0.2)
+        os.killpg(driver.pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        Path(f"{marker}.go").write_text("")
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == EXIT_NOT_STARTED, stderr[-2000:]
+    assert len(list((out / "runs").glob("*.json"))) == 2
+    assert len(marker.read_text().splitlines()) == 2   # neither worker died of the signal: no run was retried
+    assert "signal USR1" in stderr and "1 run(s) not started" in stderr and "not started" in stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--executor", "ray", "--stop-by", "1h"], "--stop-by holds runs back before they start"),
+    (["--stop-by", "soon"], "give a duration from now"),
+])
+def test_a_deadline_the_grid_cannot_keep_is_refused_before_anything_runs(extra, message, tiny_bert_dir, glue_dir,
+                                                                         tmp_path, capsys):
+    from suite import commands
+    from suite.api.errors import EXIT_BAD_INPUT
+
+    argv = ["run", "--methods", "vanilla", "--tasks", "rte", "--model", tiny_bert_dir, "--data-dir", glue_dir,
+            "--out", str(tmp_path / "out"), *extra]
+    try:
+        code = commands.main(argv)
+    except SystemExit as exc:  # argparse's refusal of the flag's value
+        code = exc.code
+    assert code == EXIT_BAD_INPUT and message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "runs").exists() or not list((tmp_path / "out" / "runs").glob("*.json"))
