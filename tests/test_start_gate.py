@@ -38,10 +38,25 @@ def test_a_deadline_is_a_duration_a_time_of_day_or_a_date_and_time(text, after):
 
 
 @pytest.mark.parametrize("text, says", [("soon", "a duration from now"), ("25:00", "no time of day"),
-                                        ("", "a duration from now"), ("2026-12-07T09:00", "has passed")])
+                                        ("", "a duration from now"), ("2026-12-07T09:00", "has passed"),
+                                        ("0m", "above 0")])
 def test_a_deadline_that_names_no_future_time_is_refused_with_the_forms(text, says):
     with pytest.raises(ValueError, match=says):
         parse_stop_by(text, now=NOW)
+
+
+@pytest.mark.skipif(not hasattr(time, "tzset"), reason="time.tzset: POSIX only")
+def test_a_time_of_day_across_a_daylight_saving_change_is_that_day_s_clock_time(monkeypatch):
+    """At 23:00 on the eve of Berlin's spring change, 09:00 is 07:00 UTC (+02:00), not today's +01:00's 08:00."""
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        eve = datetime(2026, 3, 28, 23, 0).astimezone()
+        at = parse_stop_by("09:00", now=eve)
+        assert (at.hour, at.utcoffset()) == (9, timedelta(hours=2)) and at - eve == timedelta(hours=9)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def _jobs(tasks=("rte",), seeds=(1, 2, 3)):
@@ -49,7 +64,7 @@ def _jobs(tasks=("rte",), seeds=(1, 2, 3)):
 
 
 def test_a_run_starts_only_if_its_estimate_ends_before_the_deadline():
-    """The estimate: the planned steps at the slowest whole-epoch rate this grid's runs of the kind have shown."""
+    """The estimate: the planned steps at the slowest rate this grid's runs of the kind have shown."""
     rte, cola = _jobs(seeds=(1, 2)), _jobs(tasks=("cola",), seeds=(1,))
     status = GridStatus(3, quiet=True, planned={j.hash: 100 for j in rte + cola},
                         kinds={j.hash: step_kind(j) for j in rte + cola})
@@ -64,9 +79,22 @@ def test_a_run_starts_only_if_its_estimate_ends_before_the_deadline():
     assert status.total == 2 and status.not_started == 1  # the held run leaves the counts and the ETA
 
 
+def test_earlier_records_price_a_run_only_when_this_grid_has_measured_how_it_compares_with_them():
+    """Earlier records alone may be another machine's (a GPU's folder, a CPU's grid): no unit here, so the run
+    starts; once a kind both know shows this grid 2x slower than its earlier runs, every earlier figure doubles."""
+    rte, cola = _jobs(seeds=(1,)), _jobs(tasks=("cola",), seeds=(1,))
+    earlier = {step_kind(rte[0]): 0.01, step_kind(cola[0]): 0.5}   # a GPU's seconds per step
+    status = GridStatus(2, quiet=True, planned={j.hash: 100 for j in rte + cola},
+                        kinds={j.hash: step_kind(j) for j in rte + cola}, step_cost=earlier)
+    assert status.run_seconds(rte[0]) is None and StartGate(NOW + timedelta(seconds=10)).allows(rte[0], status, NOW)
+    status.step_s = {cola[0].hash: 1.0}   # this grid's CoLA run: 2x its earlier figure
+    assert status.run_seconds(rte[0]) == pytest.approx(100 * 0.01 * 2)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
 def test_sigusr1_drains_and_the_handlers_are_restored():
     before = signal.getsignal(signal.SIGUSR1)
-    with stopping.stop_signals():
+    with stopping.drain_signal():
         assert not stopping.draining()
         os.kill(os.getpid(), signal.SIGUSR1)
         time.sleep(0.05)
@@ -74,7 +102,7 @@ def test_sigusr1_drains_and_the_handlers_are_restored():
         status = GridStatus(1, quiet=True)
         assert "SIGUSR1" in StartGate()._hold(_jobs()[0], status, None)
     assert not stopping.draining() and signal.getsignal(signal.SIGUSR1) is before
-    with stopping.stop_signals(can_drain=False):  # Ray: it says it cannot, and goes on
+    with stopping.drain_signal(), stopping.stop_signals(can_drain=False):  # Ray: it says it cannot, and goes on
         os.kill(os.getpid(), signal.SIGUSR1)
         time.sleep(0.05)
         assert not stopping.draining()
@@ -101,13 +129,25 @@ def test_in_process_runs_past_the_deadline_are_held_and_listed(fake_runs, tmp_pa
     jobs = _jobs()
     store = Store(tmp_path / "out")
     fake_runs.drain_after = 1
-    result = run_grid(jobs, store, None, device="cpu", quiet=True, gate=StartGate())
+    with pytest.raises(HeldBack) as held:  # raised once the runs under way are recorded
+        run_grid(jobs, store, None, device="cpu", quiet=True, gate=StartGate())
+    result = held.value.result
     assert len(result.done) == 1 and [j.seed for j, _ in result.held] == [2, 3] and not result.not_run
     assert not result.ok and "2 not started" in status_table(result) and "SIGUSR1" in status_table(result)
     assert len(list(store.runs.glob("*.json"))) == 1
     fake_runs.drain_after = None
     again = run_grid(jobs, store, None, device="cpu", quiet=True, gate=StartGate())  # the same command resumes
     assert len(again.done) == 2 and len(again.skipped) == 1 and again.ok
+
+
+def test_a_closed_gate_holds_every_run_before_anything_is_planned_or_trained(fake_runs, tmp_path, monkeypatch):
+    monkeypatch.setattr("suite.grid.executors.schedule.planned_steps",
+                        lambda todo, *a: pytest.fail("planned") if todo else {})
+    with pytest.raises(HeldBack) as held:
+        run_grid(_jobs(), Store(tmp_path / "out"), None, device="cpu", quiet=True,
+                 gate=StartGate(datetime.now().astimezone() - timedelta(seconds=1)))
+    assert len(held.value.result.held) == 3 and "has come" in held.value.result.held[0][1]
+    assert fake_runs.trained == []
 
 
 def test_a_drained_sequential_study_takes_no_look_on_a_cut_round_and_resumes_to_the_same_decisions(fake_runs,
@@ -124,13 +164,8 @@ def test_a_drained_sequential_study_takes_no_look_on_a_cut_round_and_resumes_to_
     def study(out: Path, gate: StartGate | None):
         store = Store(out)
 
-        def run_round(todo):  # as `run` does it (suite.commands.run.run_stages)
-            result = run_grid(todo, store, None, device="cpu", quiet=True, gate=gate)
-            if result.held:
-                raise HeldBack(result)
-            return result
-
-        return run_until_decided(jobs, store, schedule, seeds, primary, paired_t, 0.05, run_round,
+        return run_until_decided(jobs, store, schedule, seeds, primary, paired_t, 0.05,
+                                 lambda todo: run_grid(todo, store, None, device="cpu", quiet=True, gate=gate),
                                  say=lambda line: None)
 
     whole = study(tmp_path / "whole", None)

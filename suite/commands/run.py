@@ -18,7 +18,7 @@ from suite.api.errors import (
 from suite.api.tasks import TASKS
 from suite.commands.run_options import add_run_options, run_overrides, train_keys_help
 from suite.grid.summary import compact_leaderboard, grid_records
-from suite.run.stopping import stop_signals
+from suite.run.stopping import drain_signal, stop_signals
 
 if TYPE_CHECKING:  # the method registry imports torch and transformers: `run --help` does without them
     from pathlib import Path
@@ -44,6 +44,11 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
+    with drain_signal():  # SIGUSR1 while planning too: the grid then starts no run (docs/running-grids.md)
+        return _main(args)
+
+
+def _main(args) -> int:
     from suite.grid.stages import plan_stages
     from suite.grid.store import Store
     from suite.grid.study import Study, load_study
@@ -236,11 +241,8 @@ def run_stages(stages: StudyStages, store, args) -> int:
     def run_jobs(jobs, into=store):
         if getattr(args, "replay", False):   # decisions from the records there are: nothing trains
             return GridResult()
-        result = run_grid(jobs, into, plan.data_dir, executor=request.executor, force=args.force, quiet=args.quiet,
-                          device=request.device, gate=gate, **plan.executor_options)
-        if result.held:  # no look on a round cut short, no final grid after a cut tuning stage
-            raise HeldBack(result)
-        return result
+        return run_grid(jobs, into, plan.data_dir, executor=request.executor, force=args.force, quiet=args.quiet,
+                        device=request.device, gate=gate, **plan.executor_options)  # HeldBack when it held runs
 
     sequential = None
     try:
@@ -258,8 +260,9 @@ def run_stages(stages: StudyStages, store, args) -> int:
     except HeldBack as exc:
         print(status_table(exc.result))
         _stderr(f"\nstopped starting runs: {len(exc.result.held)} run(s) not started ({exc.result.held[0][1]}); "
-                "finished records are kept, and the same command runs the rest"
-                + ("; a look is taken once its round is complete" if request.schedule is not None else ""))
+                "finished records are kept, and the same command runs the rest (failed runs included)"
+                + ("; under --until-decided a look is taken only on a complete round" if request.schedule is not None
+                   else ""))
         return EXIT_NOT_STARTED
     except TuningIncomplete as exc:
         _stderr(f"error: {exc}")

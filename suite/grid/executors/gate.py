@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 
 from suite.grid.executors.status import GridStatus
 from suite.run.progress import format_duration
@@ -29,14 +29,18 @@ def parse_stop_by(text: str, now: datetime | None = None) -> datetime:
     duration = _DURATION.match(value)
     if value and duration and any(duration.groupdict().values()):
         hours, minutes, seconds = (float(duration[k] or 0) for k in ("h", "m", "s"))
+        if not hours + minutes + seconds > 0:
+            raise ValueError(f"{text!r}: give a duration above 0")
         return now + timedelta(hours=hours, minutes=minutes, seconds=seconds)
     clock = _CLOCK.match(value)
     if clock:
         hour, minute, second = int(clock["h"]), int(clock["m"]), int(clock["s"] or 0)
         if hour > 23 or minute > 59 or second > 59:
             raise ValueError(f"{text!r} is no time of day")
-        at = now.replace(hour=hour, minute=minute, second=second, microsecond=0)
-        return at if at > now else at + timedelta(days=1)
+        for day in (now.date(), now.date() + timedelta(days=1)):  # today's, else tomorrow's, at that day's offset
+            at = datetime.combine(day, time(hour, minute, second)).astimezone()
+            if at > now:
+                return at
     try:
         at = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -62,16 +66,36 @@ class StartGate:
             status.held(job, why)
         return why is None
 
-    def _hold(self, job: RunConfig, status: GridStatus, now: datetime | None) -> str | None:
+    def startable(self, jobs: list[RunConfig], quiet: bool = True) -> list[RunConfig]:
+        """`jobs`, or none when the gate is closed: then each is held at once, before anything is planned for it."""
+        if not jobs or self.closed() is None:
+            return jobs
+        status = GridStatus(len(jobs), quiet=quiet)
+        for job in jobs:
+            self.allows(job, status)
+        return []
+
+    def closed(self, now: datetime | None = None) -> str | None:
+        """Why no run at all may start now (a drain, or the deadline has come); None while some may."""
         if draining():
             return "SIGUSR1 asked the grid to start no new run"
-        if self.deadline is None:
-            return None
-        left = (self.deadline - (now or datetime.now()).astimezone()).total_seconds()
-        when = f"--stop-by {self.deadline:%Y-%m-%d %H:%M:%S %Z}"
-        if left <= 0:
-            return f"{when} has come"
-        need = status.run_seconds(job)  # unknown before any run of its kind has measured a rate: it starts
+        if self.deadline is not None and self._left(now) <= 0:
+            return f"{self._when} has come"
+        return None
+
+    @property
+    def _when(self) -> str:
+        return f"--stop-by {self.deadline:%Y-%m-%d %H:%M:%S %Z}"
+
+    def _left(self, now: datetime | None) -> float:
+        return (self.deadline - (now or datetime.now()).astimezone()).total_seconds()
+
+    def _hold(self, job: RunConfig, status: GridStatus, now: datetime | None) -> str | None:
+        closed = self.closed(now)
+        if closed is not None or self.deadline is None:
+            return closed
+        left, when = self._left(now), self._when
+        need = status.run_seconds(job)  # unknown until a run of this grid has measured a rate: it starts
         if need is not None and need > left:
             return f"would not finish by {when} (about {format_duration(need)} needed, {format_duration(left)} left)"
         return None

@@ -81,6 +81,20 @@ def _environ(overrides: dict[str, str]):
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _usr1_blocked():
+    """SIGUSR1 blocked while a worker starts: it inherits the mask, so a drain sent to the process group before it
+    has set the signal aside (after its imports) stays pending instead of ending it; it then ignores and unblocks."""
+    if not hasattr(signal, "pthread_sigmask") or not hasattr(signal, "SIGUSR1"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _exit_with_driver() -> None:
     """End this worker as soon as the driver process is gone, however it went (SIGKILL, a crash): a worker left
     behind would hold a GPU and its cores with nobody to hand its record to."""
@@ -106,6 +120,7 @@ def _pool_worker(worker_id: int, inbox, outbox, data_dir, device: str, threads: 
     _exit_with_driver()
     if hasattr(signal, "SIGUSR1"):  # a drain asked of the whole process group is the driver's to act on
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # blocked from its start (_usr1_blocked)
     try:
         import torch
 
@@ -187,7 +202,8 @@ class WorkerPool:
                 target=_pool_worker, name=f"suite-worker-{worker_id}", daemon=True,
                 args=(worker_id, self.inboxes[worker_id], self.outbox, self.data_dir, self.device, self.threads,
                       self.modules, self.memory_fraction))
-            proc.start()
+            with _usr1_blocked():
+                proc.start()
         self.procs[worker_id] = proc
 
     def _startable(self) -> bool:

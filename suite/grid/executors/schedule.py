@@ -114,15 +114,11 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
              quiet: bool = False, device: str = "auto", gate: StartGate | None = None,
              **executor_options) -> GridResult:
     """Run the jobs that have no `ok` record yet (all of them with `force`) and write each record as it arrives.
-    `gate` (local executor): asked before each start; the runs it holds back are the result's `held`."""
+    `gate` (local executor): asked before each start; when it held any run back, HeldBack carries the result (its
+    `held`) once the runs under way are recorded, so that no caller takes a look or starts a stage on a cut grid."""
     options = {k: v for k, v in executor_options.items() if v is not None}
     check_executor(executor, options)
-    held_before = len(gate.held) if gate is not None else 0   # one gate may serve a study's every stage
-    if gate is not None and executor == "local":
-        options["gate"] = gate
-    elif gate is not None and gate.deadline is not None:
-        raise ExecutorError(f"--stop-by holds runs back before they start, which --executor {executor} cannot: it "
-                            "hands every run to the cluster at once; use --executor local, or leave --stop-by out")
+    gate = _gate_for(executor, gate, options)
     todo, skipped = pending_jobs(jobs, store, force)
     claims = store.claims()  # one lock per job: another grid into this folder skips what this one runs
     todo, elsewhere = claims.claim(todo)
@@ -131,6 +127,8 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
         skipped += finished_meanwhile
     result = GridResult(skipped=skipped, elsewhere=elsewhere)
     finished: set[str] = set()
+    held_before = len(gate.held)   # one gate may serve a study's every stage
+    todo = gate.startable(todo, quiet)   # nothing may start (a drain, the deadline come): no self-test, no planning
     try:
         capture_off = capture_self_test(todo, device, executor, options.get("address")) if todo else None
     except BaseException:
@@ -166,10 +164,23 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
     finally:
         claims.close()
         status.close()
-        result.held = gate.held[held_before:] if gate is not None else []
+        result.held = gate.held[held_before:]
         held = {j.hash for j, _ in result.held}
         result.not_run = [j for j in todo if j.hash not in finished and j.hash not in held]
+    if result.held:
+        raise HeldBack(result)
     return result
+
+
+def _gate_for(executor: str, gate: StartGate | None, options: dict[str, Any]) -> StartGate:
+    """The gate the grid asks before each start (one that never holds a run back when none is given); the local
+    executor takes it as an option, another refuses a deadline (it hands every run to the cluster at once)."""
+    if gate is not None and executor == "local":
+        options["gate"] = gate
+    elif gate is not None and gate.deadline is not None:
+        raise ExecutorError(f"--stop-by holds runs back before they start, which --executor {executor} cannot: it "
+                            "hands every run to the cluster at once; use --executor local, or leave --stop-by out")
+    return gate if gate is not None else StartGate()
 
 
 def status_table(result: GridResult) -> str:

@@ -128,11 +128,17 @@ class GridStatus:
 
     def run_seconds(self, job: RunConfig) -> float | None:
         """What a job not started yet should take, for a start gate (suite.grid.executors.gate): its planned steps
-        at the slowest whole-epoch rate this grid's runs of its kind have shown (evaluation and loading included),
-        else at its kind's weight (earlier records scaled to this grid's pace); None where neither is known."""
+        at the slowest rate this grid's runs of its kind have shown (since their training began, evaluation
+        included; a finished run's whole wall time); else at its kind's earlier records (`step_cost`) times the
+        largest ratio of this grid's slowest rate to them over the kinds both know. None without either: earlier
+        records alone may be another machine's, whose seconds are no unit here."""
         kind, steps = self.kinds.get(job.hash, step_kind(job)), self.planned.get(job.hash)
-        rates = [rate for h, rate in self.step_s.items() if self.kinds.get(h) == kind]
-        rate = max(rates) if rates else self.weights().get(kind)
+        slowest: dict[Hashable, float] = {}
+        for h, rate in self.step_s.items():
+            k = self.kinds.get(h)
+            slowest[k] = max(rate, slowest.get(k, 0.0))
+        ratios = [slowest[k] / self.step_cost[k] for k in slowest if k in self.step_cost]
+        rate = slowest.get(kind) or (self.step_cost[kind] * max(ratios) if kind in self.step_cost and ratios else None)
         return None if steps is None or rate is None else steps * rate
 
     def held(self, job: RunConfig, why: str) -> None:

@@ -136,10 +136,13 @@ def run_self_test(device: str) -> dict[str, Any]:
     root = str(Path(suite.__file__).resolve().parent.parent)  # the suite this process runs, not another install
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     try:
+        # a session of its own: a signal to the grid's process group (a drain) is not the self-test's to die of
         done = subprocess.run([sys.executable, "-c", _SELF_TEST, device], capture_output=True, text=True, env=env,
-                              timeout=SELF_TEST_TIMEOUT_S)
+                              timeout=SELF_TEST_TIMEOUT_S, start_new_session=True)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"no answer within {SELF_TEST_TIMEOUT_S} s", "cache": False}
+    if done.returncode < 0:  # ended by a signal from outside: no answer about capture, so none is kept
+        return {"ok": False, "error": f"its process was ended by signal {-done.returncode}", "cache": False}
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
