@@ -4,6 +4,7 @@ resuming to the decisions of an uninterrupted one, and the command's exit code a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -89,6 +90,42 @@ def test_earlier_records_price_a_run_only_when_this_grid_has_measured_how_it_com
     assert status.run_seconds(rte[0]) is None and StartGate(NOW + timedelta(seconds=10)).allows(rte[0], status, NOW)
     status.step_s = {cola[0].hash: 1.0}   # this grid's CoLA run: 2x its earlier figure
     assert status.run_seconds(rte[0]) == pytest.approx(100 * 0.01 * 2)
+    sst2 = _jobs(tasks=("sst2",), seeds=(1,))[0]
+    status.step_cost[step_kind(sst2)], status.kinds[sst2.hash] = 0.1, step_kind(sst2)
+    status.step_s[sst2.hash] = 0.5        # SST-2: 5x its earlier figure; the slowest ratio prices RTE
+    assert status.run_seconds(rte[0]) == pytest.approx(100 * 0.01 * 5)
+
+
+def test_the_rates_one_grid_measured_price_the_first_runs_of_the_command_s_next_grid(fake_runs, tmp_path,
+                                                                                      monkeypatch):
+    """A study's next round starts a fresh status: the gate it shares with the earlier round prices its first run."""
+    monkeypatch.setattr("suite.grid.executors.schedule.planned_steps", lambda todo, *a: {j.hash: 100 for j in todo})
+    store, gate = Store(tmp_path / "out"), StartGate(datetime.now().astimezone() + timedelta(hours=1))
+    first, second = _jobs(seeds=(1,)), _jobs(seeds=(2,))
+    assert len(run_grid(first, store, None, device="cpu", quiet=True, gate=gate).done) == 1  # 600 s: 6 s a step
+    gate.deadline = datetime.now().astimezone() + timedelta(seconds=300)
+    with pytest.raises(HeldBack) as held:
+        run_grid(second, store, None, device="cpu", quiet=True, gate=gate)
+    assert "would not finish" in held.value.result.held[0][1] and "10m" in held.value.result.held[0][1]
+
+
+def test_a_gate_for_ray_never_drains():
+    from suite.grid.executors.schedule import _gate_for
+
+    with stopping.drain_signal():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.05)
+        assert stopping.draining() and _gate_for("ray", None, {}).closed() is None
+        assert _gate_for("local", None, {}).closed() is not None
+
+
+@pytest.mark.parametrize("sig, kept", [(signal.SIGTERM, False), (signal.SIGSEGV, True)])
+def test_a_capture_self_test_stopped_from_outside_is_not_kept_but_a_crash_is(sig, kept, monkeypatch):
+    from suite.grid.executors import workers
+
+    monkeypatch.setattr(workers, "_SELF_TEST", f"import os, signal; os.kill(os.getpid(), {int(sig)})")
+    answer = workers.run_self_test("cpu")
+    assert answer["ok"] is False and answer.get("cache", True) is kept
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
@@ -117,7 +154,9 @@ def fake_runs(monkeypatch):
 
     def run_one(job, *a, **k):
         state.trained.append(job)
-        return planted_record(job)
+        rec = planted_record(job)
+        rec.wall_s, rec.timing = 600.0, dataclasses.replace(rec.timing, steps=100)  # 6 s a step, as a gate sees it
+        return rec
 
     monkeypatch.setattr("suite.run.runner.run_one", run_one)
     monkeypatch.setattr("suite.grid.executors.gate.draining",
@@ -208,6 +247,7 @@ def test_sigusr1_to_the_process_group_lets_the_runs_under_way_finish_and_exits_7
     assert len(list((out / "runs").glob("*.json"))) == 2
     assert len(marker.read_text().splitlines()) == 2   # neither worker died of the signal: no run was retried
     assert "signal USR1" in stderr and "1 run(s) not started" in stderr and "not started" in stdout
+    assert "Traceback" not in stderr and "died unexpectedly" not in stderr, stderr[-3000:]  # no helper died
 
 
 @pytest.mark.parametrize("extra, message", [

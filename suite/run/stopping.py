@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 
 from suite.api.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 
@@ -43,7 +42,7 @@ def _handler(kind: type[BaseException], code: int):
     def handle(signum, frame):
         global _requested
         if _requested is kind:  # asked twice: the first request was not honoured in time
-            print(f"\nsignal {signum} again: exiting now", file=sys.stderr)
+            _say(f"signal {signum} again: exiting now")
             os._exit(code)
         _requested = kind
         raise kind()
@@ -74,16 +73,17 @@ def drain_signal():
     """From here to the block's end SIGUSR1 asks the grid to drain (`draining()`) instead of ending the process,
     which is what it does without a handler; no-op where the platform has no SIGUSR1 (Windows)."""
     global _drain
-    _drain = False
-    try:
-        previous = signal.signal(signal.SIGUSR1, _on_usr1) if hasattr(signal, "SIGUSR1") else None
-    except ValueError:  # not the main thread: leave signals alone
-        previous = None
+    _drain, caught = False, False
+    if hasattr(signal, "SIGUSR1"):
+        try:
+            previous, caught = signal.signal(signal.SIGUSR1, _on_usr1), True
+        except ValueError:  # not the main thread: leave signals alone
+            pass
     try:
         yield
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGUSR1, previous)
+        if caught:  # None: a handler set outside Python, which cannot be put back; the default then
+            signal.signal(signal.SIGUSR1, signal.SIG_DFL if previous is None else previous)
         _drain = False
 
 
@@ -98,9 +98,7 @@ def stop_signals(can_drain: bool = True):
     try:
         previous = {sig: signal.signal(sig, handler) for sig, handler in handlers}
     except ValueError:  # not the main thread: leave signals alone
-        yield
-        _can_drain = True
-        return
+        previous = {}
     try:
         yield
     finally:

@@ -56,7 +56,15 @@ class StartGate:
     """Asked before each run starts; keeps the runs it held back, with the reason, for the grid's result."""
 
     deadline: datetime | None = None      # aware; None: only a drain (SIGUSR1) holds runs back
+    drains: bool = True                   # false for an executor that cannot hold runs back (Ray)
     held: list[tuple[RunConfig, str]] = field(default_factory=list)
+    seen: dict = field(default_factory=dict)  # step kind -> slowest seconds per step of the grids it served
+
+    def learn(self, status: GridStatus) -> None:
+        """Keep the slowest rates a grid's runs showed: a study's next stage or round prices its first runs by
+        them (its own GridStatus starts with none)."""
+        for kind, rate in status.slowest_rates().items():
+            self.seen[kind] = max(rate, self.seen.get(kind, 0.0))
 
     def allows(self, job: RunConfig, status: GridStatus, now: datetime | None = None) -> bool:
         """Whether `job` may start now; if not, it is held (kept here and taken out of the status's counts)."""
@@ -66,18 +74,18 @@ class StartGate:
             status.held(job, why)
         return why is None
 
-    def startable(self, jobs: list[RunConfig], quiet: bool = True) -> list[RunConfig]:
+    def startable(self, jobs: list[RunConfig]) -> list[RunConfig]:
         """`jobs`, or none when the gate is closed: then each is held at once, before anything is planned for it."""
         if not jobs or self.closed() is None:
             return jobs
-        status = GridStatus(len(jobs), quiet=quiet)
+        status = GridStatus(len(jobs), quiet=True)  # no bar: a line says why, the status table lists them
         for job in jobs:
             self.allows(job, status)
         return []
 
     def closed(self, now: datetime | None = None) -> str | None:
         """Why no run at all may start now (a drain, or the deadline has come); None while some may."""
-        if draining():
+        if self.drains and draining():
             return "SIGUSR1 asked the grid to start no new run"
         if self.deadline is not None and self._left(now) <= 0:
             return f"{self._when} has come"
@@ -95,7 +103,8 @@ class StartGate:
         if closed is not None or self.deadline is None:
             return closed
         left, when = self._left(now), self._when
-        need = status.run_seconds(job)  # unknown until a run of this grid has measured a rate: it starts
+        self.learn(status)
+        need = status.run_seconds(job, self.seen)  # unknown until a run of the command has measured it: it starts
         if need is not None and need > left:
             return f"would not finish by {when} (about {format_duration(need)} needed, {format_duration(left)} left)"
         return None

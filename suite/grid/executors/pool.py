@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections import deque
+from multiprocessing import resource_tracker
 from typing import Any, Callable
 
 from suite.grid.executors.gate import StartGate
@@ -156,6 +157,8 @@ class WorkerPool:
                  eager_notes: dict[int, str] | None = None, gate: StartGate | None = None):
         # spawn: fresh interpreters, so no CUDA state is inherited and CUDA_VISIBLE_DEVICES is honoured
         self.mp_context = mp.get_context("spawn")
+        with _usr1_blocked():  # the queues' helper process keeps SIGUSR1 blocked for good: a drain does not end it
+            resource_tracker.ensure_running()
         self.outbox = self.mp_context.Queue()
         self.modules = method_modules(jobs)
         self.jobs, self.record, self.data_dir = jobs, record, data_dir

@@ -128,7 +128,7 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
     result = GridResult(skipped=skipped, elsewhere=elsewhere)
     finished: set[str] = set()
     held_before = len(gate.held)   # one gate may serve a study's every stage
-    todo = gate.startable(todo, quiet)   # nothing may start (a drain, the deadline come): no self-test, no planning
+    todo = gate.startable(todo)   # nothing may start (a drain, the deadline come): no self-test, no planning
     try:
         capture_off = capture_self_test(todo, device, executor, options.get("address")) if todo else None
     except BaseException:
@@ -164,6 +164,7 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
     finally:
         claims.close()
         status.close()
+        gate.learn(status)
         result.held = gate.held[held_before:]
         held = {j.hash for j, _ in result.held}
         result.not_run = [j for j in todo if j.hash not in finished and j.hash not in held]
@@ -173,14 +174,16 @@ def run_grid(jobs: list[RunConfig], store: Store, data_dir=None, executor: str =
 
 
 def _gate_for(executor: str, gate: StartGate | None, options: dict[str, Any]) -> StartGate:
-    """The gate the grid asks before each start (one that never holds a run back when none is given); the local
-    executor takes it as an option, another refuses a deadline (it hands every run to the cluster at once)."""
-    if gate is not None and executor == "local":
-        options["gate"] = gate
-    elif gate is not None and gate.deadline is not None:
-        raise ExecutorError(f"--stop-by holds runs back before they start, which --executor {executor} cannot: it "
-                            "hands every run to the cluster at once; use --executor local, or leave --stop-by out")
-    return gate if gate is not None else StartGate()
+    """The gate the grid asks before each start (a drain only, when none is given); the local executor takes it
+    as an option, another refuses a deadline and never drains (it hands every run to the cluster at once)."""
+    if executor != "local":
+        if gate is not None and gate.deadline is not None:
+            raise ExecutorError(f"--stop-by holds runs back before they start, which --executor {executor} cannot: "
+                                "it hands every run to the cluster at once; use --executor local, or leave --stop-by "
+                                "out")
+        return StartGate(drains=False)
+    options["gate"] = gate if gate is not None else StartGate()
+    return options["gate"]
 
 
 def status_table(result: GridResult) -> str:

@@ -126,16 +126,24 @@ class GridStatus:
             return elapsed / self.finished * (self.total - self.finished) if self.finished else math.inf
         return left / (done / elapsed) if math.isfinite(left) else math.inf
 
-    def run_seconds(self, job: RunConfig) -> float | None:
-        """What a job not started yet should take, for a start gate (suite.grid.executors.gate): its planned steps
-        at the slowest rate this grid's runs of its kind have shown (since their training began, evaluation
-        included; a finished run's whole wall time); else at its kind's earlier records (`step_cost`) times the
-        largest ratio of this grid's slowest rate to them over the kinds both know. None without either: earlier
-        records alone may be another machine's, whose seconds are no unit here."""
-        kind, steps = self.kinds.get(job.hash, step_kind(job)), self.planned.get(job.hash)
+    def slowest_rates(self) -> dict[Hashable, float]:
+        """{step kind: the slowest seconds per step this grid's runs of it have shown} (since their training began,
+        evaluation included; a finished run's whole wall time)."""
         slowest: dict[Hashable, float] = {}
         for h, rate in self.step_s.items():
             k = self.kinds.get(h)
+            slowest[k] = max(rate, slowest.get(k, 0.0))
+        return slowest
+
+    def run_seconds(self, job: RunConfig, seen: Mapping[Hashable, float] | None = None) -> float | None:
+        """What a job not started yet should take, for a start gate (suite.grid.executors.gate): its planned steps
+        at the slowest rate of its kind that this grid's runs, or the runs the gate saw in the command's earlier
+        grids (`seen`), have shown; else at its kind's earlier records (`step_cost`) times the largest ratio of
+        those rates to the earlier records over the kinds both know. None without either: earlier records alone
+        may be another machine's, whose seconds are no unit here."""
+        kind, steps = self.kinds.get(job.hash, step_kind(job)), self.planned.get(job.hash)
+        slowest = dict(seen or {})
+        for k, rate in self.slowest_rates().items():
             slowest[k] = max(rate, slowest.get(k, 0.0))
         ratios = [slowest[k] / self.step_cost[k] for k in slowest if k in self.step_cost]
         rate = slowest.get(kind) or (self.step_cost[kind] * max(ratios) if kind in self.step_cost and ratios else None)

@@ -13,6 +13,7 @@ import importlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,11 @@ def _gpu_and_driver() -> str:
         return "no GPU named by nvidia-smi"
 
 
+# signals that stop a process from outside (a crash's SIGSEGV or SIGABRT is the self-test's answer, and is kept)
+_STOP_SIGNALS = {int(getattr(signal, name)) for name in ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1")
+                 if hasattr(signal, name)}
+
+
 def run_self_test(device: str) -> dict[str, Any]:
     """The self-test's answer, {"ok": bool, "error": ...}; "cache": False where it could not finish (a time-out)."""
     import suite
@@ -141,7 +147,7 @@ def run_self_test(device: str) -> dict[str, Any]:
                               timeout=SELF_TEST_TIMEOUT_S, start_new_session=True)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"no answer within {SELF_TEST_TIMEOUT_S} s", "cache": False}
-    if done.returncode < 0:  # ended by a signal from outside: no answer about capture, so none is kept
+    if -done.returncode in _STOP_SIGNALS:  # stopped from outside: no answer about capture, so none is kept
         return {"ok": False, "error": f"its process was ended by signal {-done.returncode}", "cache": False}
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
