@@ -115,3 +115,70 @@ def test_a_commit_without_a_readable_date_is_not_verified(repo, monkeypatch):
                         lambda cwd, *args: None if args[0] == "show" else real(cwd, *args))
     head = git(repo, "rev-parse", "HEAD")
     assert "no readable date" in check_preregistration(head, records(FIRST_RUN), repo).problems[0]
+
+
+STUDY = "report:\n  baseline: vanilla\n  primary: [topk]\n  margin: {mrpc: 1.5}\n  collapse_floor: 1.0\n" \
+        "  preregistered: PREREGISTRATION.md\nuntil_decided: {start: 5, step: 5, cap: 20}\n"
+
+
+@pytest.fixture
+def study_repo(repo) -> Path:
+    (repo / "study.yaml").write_text(STUDY)
+    git(repo, "add", "study.yaml")
+    git(repo, "commit", "-qm", "the study file")
+    return repo
+
+
+def check_study(repo: Path, **kw):
+    return check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo, study_file="study.yaml", **kw)
+
+
+def test_the_study_file_s_verdict_settings_must_be_those_it_had_before_the_first_run(study_repo):
+    assert check_study(study_repo).verified
+    (study_repo / "study.yaml").write_text(STUDY.replace("1.5", "3.0"))  # a wider margin, after the results
+    assert "changed its report: margin since commit" in check_study(study_repo).problems[0]
+    git(study_repo, "commit", "-qam", "wider margin", date=AFTER)
+    found = check_study(study_repo)
+    assert "changed its report: margin" in found.problems[0] and "{'mrpc': 1.5}" in found.problems[0]
+    (study_repo / "study.yaml").write_text(STUDY.replace("cap: 20", "cap: 40"))  # more seeds than registered
+    assert "until_decided" in check_study(study_repo).problems[0]
+
+
+def test_settings_that_decide_no_verdict_may_change_after_the_first_run(study_repo):
+    (study_repo / "study.yaml").write_text("# a comment, a descriptive floor and another grid\n" + STUDY.replace(
+        "collapse_floor: 1.0", "collapse_floor: 2.0") + "also:\n  - {tasks: [rte]}\n")
+    git(study_repo, "commit", "-qam", "descriptive changes", date=AFTER)
+    assert check_study(study_repo).verified
+
+
+def test_a_study_file_first_committed_after_the_first_run_and_flags_that_replace_settings_are_not_verified(repo):
+    (repo / "study.yaml").write_text(STUDY)
+    git(repo, "add", "study.yaml")
+    git(repo, "commit", "-qm", "the study file, late", date=AFTER)
+    assert "has no commit before the first run" in check_study(repo).problems[0]
+    (repo / "study.yaml").unlink()
+    git(repo, "rm", "-q", "--cached", "study.yaml")
+    found = check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo, replaced=("--margin",))
+    assert found.problems == ("the report's flags replace the study's --margin, so these are not the registered "
+                              "analysis's verdicts",)
+
+
+def test_the_report_command_names_the_flags_that_replace_a_study_s_verdict_settings(study_repo, monkeypatch):
+    import argparse
+
+    from suite.commands import report
+
+    parser = argparse.ArgumentParser()
+    report.add_parser(parser.add_subparsers())
+    monkeypatch.chdir(study_repo)
+    (study_repo / "study.yaml").write_text(STUDY + "out: out\n")
+
+    def request(*flags):
+        return report.report_request(parser.parse_args(["report", "--study", "study.yaml", *flags]))[1]
+
+    assert request().replaced == () and request("--baseline", "vanilla").replaced == ()  # the study's own value
+    assert request("--margin", "3", "--alpha", "0.1").replaced == ("--alpha", "--margin")
+    assert request("--alpha", "0.05", "--correction", "holm").replaced == ()  # the defaults the study leaves in place
+    assert request("--primary", "topk").replaced == () and request("--primary", "topk,drophead").replaced == (
+        "--primary",)
+    assert request("--margin", "3").study_file == "study.yaml"

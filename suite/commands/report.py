@@ -80,7 +80,8 @@ def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
             raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
     if not folder:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
-    options = ReportOptions.settled(flags, study, planner=planned_jobs)
+    options = ReportOptions.settled(flags, study, planner=planned_jobs, study_file=args.study,
+                                    replaced=_replaced(flags, study))
     options = dataclasses.replace(options, baseline=METHODS.canonical(options.baseline))  # unknown: a suggestion
     if options.out is not None:
         check_folder_name("--out", options.out)
@@ -88,6 +89,21 @@ def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
         raise ReportError(f"--out {options.out} is a file: the report is a folder (leaderboard.md, tables, figures/); "
                           "give a folder")
     return [folder, *args.more], options
+
+
+def _replaced(flags: dict, study: dict) -> tuple[str, ...]:
+    """The verdict settings (suite.report.preregistration.REGISTERED_KEYS) that a flag sets otherwise than the study
+    (or its default, where the study is silent): a pre-registered analysis is then not the one applied."""
+    from suite.report.preregistration import REGISTERED_KEYS
+
+    def same(a, b) -> bool:
+        return (tuple(a) if isinstance(a, (list, tuple)) else a) == (tuple(b) if isinstance(b, (list, tuple)) else b)
+
+    def registered(key: str):
+        return study[key] if study.get(key) is not None else REPORT_FIELDS[key].default
+
+    return tuple(f"--{key.replace('_', '-')}" for key in REGISTERED_KEYS
+                 if flags.get(key) is not None and not same(flags[key], registered(key)))
 
 
 def planned_jobs(command: str) -> list[RunConfig]:

@@ -106,6 +106,10 @@ class ReportOptions:
     # not an option of the command line or the study: plans a `run` line of commands.txt again (its jobs, each with
     # all its settings) for the header's count of planned jobs with records; the command layer gives it
     planner: Callable[[str], list[RunConfig]] | None = None
+    # not options either: the study file the options came from, and the verdict settings the report's flags replaced
+    # in it (suite.report.preregistration checks both against a declared pre-registration)
+    study_file: str | None = None
+    replaced: tuple[str, ...] = ()
 
     @classmethod
     def settled(cls, given: Mapping[str, Any], study: Mapping[str, Any] | None = None, **rest: Any) -> ReportOptions:
