@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import os
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from suite.report.load import Col
-from suite.report.preregistration import check_preregistration
+from suite.report.preregistration import check_preregistration as check_file
+
+
+def check_preregistration(*args, **kwargs):
+    """The registration file's check, with a study check that finds nothing (tested below, with the command's)."""
+    kwargs.setdefault("registration", lambda first: [])
+    return check_file(*args, **kwargs)
 
 BEFORE, FIRST_RUN, AFTER = "2025-12-31T23:00:00+00:00", "2026-01-01T00:00:01+0000", "2026-01-02T00:00:00+00:00"
 
@@ -78,11 +85,18 @@ def test_the_report_prints_the_check(repo, tmp_path_factory, monkeypatch, capsys
 
     runs = write_single_seed(tmp_path_factory.mktemp("runs"))
     monkeypatch.chdir(repo)
-    md = build_report([runs], ReportOptions(figures=False, preregistered="PREREGISTRATION.md")).read_text()
+    def options(registration=lambda first: []):
+        return ReportOptions(figures=False, preregistered="PREREGISTRATION.md", registration=registration)
+
+    md = build_report([runs], options()).read_text()
     assert "Pre-registered, checked against git" in md.replace("\n", " ")
+    md = build_report([runs], options(lambda first: ["the study file changed its report.margin"])).read_text()
+    assert "**not verified**: the study file changed its report.margin" in md.replace("\n", " ")
+    md = build_report([runs], options(None)).read_text()
+    assert "the report read no study file" in md.replace("\n", " ")
     (repo / "PREREGISTRATION.md").write_text("revised\n")
     git(repo, "commit", "-qam", "revised", date=AFTER)
-    md = build_report([runs], ReportOptions(figures=False, preregistered="PREREGISTRATION.md")).read_text()
+    md = build_report([runs], options()).read_text()
     assert "not verified" in md.replace("\n", " ") and "not before the first run started" in md.replace("\n", " ")
     assert "warning: Declared pre-registered" in capsys.readouterr().err
 
@@ -117,68 +131,82 @@ def test_a_commit_without_a_readable_date_is_not_verified(repo, monkeypatch):
     assert "no readable date" in check_preregistration(head, records(FIRST_RUN), repo).problems[0]
 
 
-STUDY = "report:\n  baseline: vanilla\n  primary: [topk]\n  margin: {mrpc: 1.5}\n  collapse_floor: 1.0\n" \
-        "  preregistered: PREREGISTRATION.md\nuntil_decided: {start: 5, step: 5, cap: 20}\n"
+
+STUDY = """methods: [vanilla, topk]
+tasks: [mrpc]
+seeds: [1, 2]
+out: out
+report:
+  baseline: vanilla
+  primary: [topk]
+  margin: {mrpc: 1.5}
+  collapse_floor: 1.0
+  preregistered: PREREGISTRATION.md
+until_decided: {start: 5, step: 5, cap: 20}
+"""
+FIRST = datetime.fromisoformat("2026-01-01T00:00:01+00:00")
 
 
 @pytest.fixture
-def study_repo(repo) -> Path:
+def study_repo(repo, monkeypatch) -> Path:
     (repo / "study.yaml").write_text(STUDY)
     git(repo, "add", "study.yaml")
     git(repo, "commit", "-qm", "the study file")
+    monkeypatch.chdir(repo)
     return repo
 
 
-def check_study(repo: Path, **kw):
-    return check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo, study_file="study.yaml", **kw)
-
-
-def test_the_study_file_s_verdict_settings_must_be_those_it_had_before_the_first_run(study_repo):
-    assert check_study(study_repo).verified
-    (study_repo / "study.yaml").write_text(STUDY.replace("1.5", "3.0"))  # a wider margin, after the results
-    assert "changed its report: margin since commit" in check_study(study_repo).problems[0]
-    git(study_repo, "commit", "-qam", "wider margin", date=AFTER)
-    found = check_study(study_repo)
-    assert "changed its report: margin" in found.problems[0] and "{'mrpc': 1.5}" in found.problems[0]
-    (study_repo / "study.yaml").write_text(STUDY.replace("cap: 20", "cap: 40"))  # more seeds than registered
-    assert "until_decided" in check_study(study_repo).problems[0]
-
-
-def test_settings_that_decide_no_verdict_may_change_after_the_first_run(study_repo):
-    (study_repo / "study.yaml").write_text("# a comment, a descriptive floor and another grid\n" + STUDY.replace(
-        "collapse_floor: 1.0", "collapse_floor: 2.0") + "also:\n  - {tasks: [rte]}\n")
-    git(study_repo, "commit", "-qam", "descriptive changes", date=AFTER)
-    assert check_study(study_repo).verified
-
-
-def test_a_study_file_first_committed_after_the_first_run_and_flags_that_replace_settings_are_not_verified(repo):
-    (repo / "study.yaml").write_text(STUDY)
-    git(repo, "add", "study.yaml")
-    git(repo, "commit", "-qm", "the study file, late", date=AFTER)
-    assert "has no commit before the first run" in check_study(repo).problems[0]
-    (repo / "study.yaml").unlink()
-    git(repo, "rm", "-q", "--cached", "study.yaml")
-    found = check_preregistration("PREREGISTRATION.md", records(FIRST_RUN), repo, replaced=("--margin",))
-    assert found.problems == ("the report's flags replace the study's --margin, so these are not the registered "
-                              "analysis's verdicts",)
-
-
-def test_the_report_command_names_the_flags_that_replace_a_study_s_verdict_settings(study_repo, monkeypatch):
+def study_check(*flags: str, more: tuple[str, ...] = ()) -> list[str]:
+    """What `report --study study.yaml FLAGS` finds against the registration, for records first started at FIRST."""
     import argparse
 
     from suite.commands import report
 
     parser = argparse.ArgumentParser()
     report.add_parser(parser.add_subparsers())
-    monkeypatch.chdir(study_repo)
-    (study_repo / "study.yaml").write_text(STUDY + "out: out\n")
+    _, options = report.report_request(parser.parse_args(["report", "--study", "study.yaml", *flags, *more]))
+    return options.registration(FIRST)
 
-    def request(*flags):
-        return report.report_request(parser.parse_args(["report", "--study", "study.yaml", *flags]))[1]
 
-    assert request().replaced == () and request("--baseline", "vanilla").replaced == ()  # the study's own value
-    assert request("--margin", "3", "--alpha", "0.1").replaced == ("--alpha", "--margin")
-    assert request("--alpha", "0.05", "--correction", "holm").replaced == ()  # the defaults the study leaves in place
-    assert request("--primary", "topk").replaced == () and request("--primary", "topk,drophead").replaced == (
-        "--primary",)
-    assert request("--margin", "3").study_file == "study.yaml"
+def test_a_study_file_as_committed_before_the_first_run_with_its_own_options_is_the_registered_analysis(study_repo):
+    assert study_check() == []
+    assert "--margin 1.5 (registered: {'mrpc': 1.5})" in study_check("--margin", "1.5")[0]  # another form: flagged
+    assert study_check("--baseline", "vanilla", "--alpha", "0.05", "--correction", "holm") == []  # study, defaults
+    assert study_check("--primary", "TOPK") == []                                                 # one name, its case
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda t: t.replace("mrpc: 1.5", "mrpc: 3.0"), "changed its report.margin"),        # wider, after the results
+    (lambda t: t.replace("cap: 20", "cap: 40"), "changed its until_decided"),             # more seeds than planned
+    (lambda t: t + "also:\n  - {tasks: [rte]}\n", "changed its also"),                  # a new primary cell
+    (lambda t: t.replace("seeds: [1, 2]", "seeds: [2, 1]"), "changed its seeds"),         # the order seeds are added
+    (lambda t: t.replace("primary: [topk]", "primary: [topk, '${oc.env:EXTRA,topk}']"), "from the environment"),
+])
+def test_a_study_file_changed_where_it_decides_verdicts_is_not_the_registered_analysis(study_repo, edit, says):
+    (study_repo / "study.yaml").write_text(edit(STUDY))
+    assert says in study_check()[0]
+    git(study_repo, "commit", "-qam", "after the first run", date=AFTER)
+    assert says in study_check()[0]
+
+
+def test_what_decides_no_verdict_may_change_after_the_first_run(study_repo):
+    (study_repo / "study.yaml").write_text("description: the same study, described\n" + STUDY.replace(
+        "collapse_floor: 1.0", "collapse_floor: 2.0") + "executor: {name: local, workers: 2}\n")
+    git(study_repo, "commit", "-qam", "words, a descriptive floor, workers", date=AFTER)
+    assert study_check() == []
+
+
+def test_flags_and_folders_other_than_the_registered_ones_are_a_re_analysis(study_repo):
+    assert "--margin 3.0 (registered: {'mrpc': 1.5})" in study_check("--margin", "3")[0]
+    assert "--alpha 0.1" in study_check("--alpha", "0.1")[0]
+    assert "--primary ('drophead', 'topk')" in study_check("--primary", "topk,drophead")[0]
+    (study_repo / "more").mkdir()
+    assert "reads records from more besides the registered out: folder out" in study_check(more=("out", "more"))[0]
+
+
+def test_a_study_file_committed_only_at_or_after_the_first_run_was_not_registered_before_it(repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    (repo / "study.yaml").write_text(STUDY)
+    git(repo, "add", "study.yaml")
+    git(repo, "commit", "-qm", "the study file, at the first run's second", date="2026-01-01T00:00:01+00:00")
+    assert "has no commit before the first run" in study_check()[0]

@@ -6,6 +6,8 @@ import dataclasses
 import math
 import os
 import sys
+from pathlib import Path
+from typing import Mapping
 
 from suite.api.errors import EXIT_BAD_INPUT, BadInput, ReportError
 from suite.report import ReportOptions, build_report
@@ -80,30 +82,63 @@ def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
             raise BadInput(f"{args.study}: no out: folder to report on; give it in the file or as DIR")
     if not folder:
         raise ReportError("give the output folder DIR of `python -m suite run`, or --study FILE")
-    options = ReportOptions.settled(flags, study, planner=planned_jobs, study_file=args.study,
-                                    replaced=_replaced(flags, study))
+    options = ReportOptions.settled(flags, study, planner=planned_jobs)
     options = dataclasses.replace(options, baseline=METHODS.canonical(options.baseline))  # unknown: a suggestion
     if options.out is not None:
         check_folder_name("--out", options.out)
     if options.out and os.path.exists(options.out) and not os.path.isdir(options.out):
         raise ReportError(f"--out {options.out} is a file: the report is a folder (leaderboard.md, tables, figures/); "
                           "give a folder")
-    return [folder, *args.more], options
+    folders = [folder, *args.more]
+    if args.study:  # a pre-registered study's verdicts: the registered analysis, on the registered records only
+        options = dataclasses.replace(options, registration=registration_check(args.study, options, folders))
+    return folders, options
 
 
-def _replaced(flags: dict, study: dict) -> tuple[str, ...]:
-    """The verdict settings (suite.report.preregistration.REGISTERED_KEYS) that a flag sets otherwise than the study
-    (or its default, where the study is silent): a pre-registered analysis is then not the one applied."""
-    from suite.report.preregistration import REGISTERED_KEYS
+def registration_check(study_file: str, applied: ReportOptions, folders: list[str]):
+    """Given the first record's start, why the analysis applied is not the one registered in `study_file`: the file
+    changed since its last commit before the first run (suite.grid.registration), the options settled from the
+    flags decide verdicts otherwise than that commit's report: section, or records come from other folders than its
+    out:."""
+    from datetime import datetime
 
-    def same(a, b) -> bool:
-        return (tuple(a) if isinstance(a, (list, tuple)) else a) == (tuple(b) if isinstance(b, (list, tuple)) else b)
+    def check(first: datetime) -> list[str]:
+        from suite.grid.overrides import STUDY_DEFAULTS
+        from suite.grid.registration import registered_study
 
-    def registered(key: str):
-        return study[key] if study.get(key) is not None else REPORT_FIELDS[key].default
+        registered = registered_study(study_file, first)
+        if registered.study is None:
+            return registered.problems
+        then = ReportOptions.settled({}, registered.study.report_options())
+        differ = [f"--{key.replace('_', '-')} {_verdict_setting(key, getattr(applied, key))!r} (registered: "
+                  f"{_verdict_setting(key, getattr(then, key))!r})" for key in VERDICT_OPTIONS
+                  if _verdict_setting(key, getattr(applied, key)) != _verdict_setting(key, getattr(then, key))]
+        out = Path(registered.study.out or STUDY_DEFAULTS["out"]).resolve()
+        elsewhere = [f for f in folders if Path(f).resolve() != out]
+        return [*registered.problems,
+                *([f"the report decides with {', '.join(differ)}"] if differ else []),
+                *([f"it reads records from {', '.join(elsewhere)} besides the registered out: folder "
+                   f"{registered.study.out}"] if elsewhere else [])]
 
-    return tuple(f"--{key.replace('_', '-')}" for key in REGISTERED_KEYS
-                 if flags.get(key) is not None and not same(flags[key], registered(key)))
+    return check
+
+
+# the report options that decide verdicts (collapse_floor sets a descriptive rate, the rest what is written where)
+VERDICT_OPTIONS = ("baseline", "alpha", "correction", "primary", "margin", "reference_tasks")
+
+
+def _verdict_setting(key: str, value):
+    """An option's value in the form that decides: names canonical and unordered, the default margin spelt out."""
+    from suite.api.attention import METHODS
+    from suite.stats.evidence import DEFAULT_MARGIN
+
+    if key == "baseline":
+        return METHODS.canonical(value)
+    if key in ("primary", "reference_tasks"):
+        return tuple(sorted(str(v).strip().lower() for v in value))
+    if key == "margin":
+        return DEFAULT_MARGIN if value is None else dict(value) if isinstance(value, Mapping) else float(value)
+    return value
 
 
 def planned_jobs(command: str) -> list[RunConfig]:

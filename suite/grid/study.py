@@ -26,7 +26,7 @@ from suite.run.settings import TrainSettings
 from suite.stats.report_options import REPORT_FIELDS, checked_per_task
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["AlsoGrid", "Study", "load_study", "names"]
+__all__ = ["AlsoGrid", "Study", "bounded_study_text", "load_study", "names"]
 
 Scalar = Union[bool, int, float, str, None]
 
@@ -265,10 +265,15 @@ ENV_INTERPOLATION = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^${}]
 
 def _bounded_text(path: Path) -> str:
     """The file's text, refused beyond MAX_STUDY_BYTES or MAX_STUDY_NODES values once aliases are expanded."""
+    with open(path, "rb") as f:
+        return bounded_study_text(f.read(MAX_STUDY_BYTES + 1))
+
+
+def bounded_study_text(blob: bytes) -> str:
+    """A study file's bytes as text; ValueError beyond MAX_STUDY_BYTES or MAX_STUDY_NODES values once aliases are
+    expanded (an alias bomb)."""
     import yaml
 
-    with open(path, "rb") as f:
-        blob = f.read(MAX_STUDY_BYTES + 1)
     if len(blob) > MAX_STUDY_BYTES:
         raise ValueError(f"larger than {MAX_STUDY_BYTES // 1024} KiB; a study file declares a grid in a few "
                          "kilobytes")

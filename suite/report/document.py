@@ -216,8 +216,7 @@ def _with_preregistration(options: Options, frame: pd.DataFrame) -> Options:
     where it was fixed before the first run; a failed check is also warned about on stderr."""
     if not options.preregistered:
         return options
-    checked = check_preregistration(options.preregistered, frame, study_file=options.study_file,
-                                    replaced=options.replaced)
+    checked = check_preregistration(options.preregistered, frame, registration=options.registration)
     if not checked.verified:
         print(f"warning: {checked.text()}", file=sys.stderr)
     return dataclasses.replace(options, preregistration=checked)

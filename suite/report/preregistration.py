@@ -1,9 +1,9 @@
 """Whether a study's declared pre-registration (`report: preregistered:`, a file or a commit) was fixed before its
 runs, as git shows it: the last commit that changed the file (or the commit named) must be older than the first
 record's start, and the file must have no uncommitted edits. The analysis the report applies must be the registered
-one too: the study file's verdict settings (`REGISTERED_KEYS` of its report: section, and its until_decided:) as
-committed before the first run, none replaced by a flag of `report`. The report labels verdicts pre-registered only
-then.
+one too: the study file's design and analysis as committed before the first run, the report's options and folders
+the study's (a check the command layer gives, suite.grid.registration and suite.commands.report). The report labels
+verdicts pre-registered only then.
 Commit dates are what git records (a committer can set them); the records' code version cannot order it instead, since
 a record names the newest commit that changed run code, which a later pre-registration commit does not descend from."""
 from __future__ import annotations
@@ -11,19 +11,14 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
-import yaml
 
 from suite.report.load import Col
 from suite.run.device import git_output
 
-__all__ = ["Preregistration", "REGISTERED_KEYS", "check_preregistration"]
-
-# the report: options that decide verdicts (collapse_floor only sets a descriptive rate; out, figures and the like
-# change no verdict); a study file's until_decided: counts too
-REGISTERED_KEYS = ("baseline", "alpha", "correction", "primary", "margin", "reference_tasks", "preregistered")
+__all__ = ["Preregistration", "check_preregistration"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +41,7 @@ class Preregistration:
                     f"({self.committed_at}), before the first of these runs started ({self.first_started}), and has "
                     "no uncommitted edits; verdicts from statistics revised since are not pre-registered.")
         return (f"Declared pre-registered in `{self.declared}`, but **not verified**: {'; '.join(self.problems)}. "
-                "Read these verdicts as a re-analysis until the order is shown.")
+                "Read these verdicts as a re-analysis.")
 
 
 def _time(text) -> datetime | None:
@@ -92,19 +87,18 @@ def _fixed_at(declared: str, root: Path) -> tuple[str | None, str | None, list[s
 
 
 def check_preregistration(declared: str, records: pd.DataFrame, root: Path | None = None,
-                          study_file: str | None = None, replaced: Sequence[str] = ()) -> Preregistration:
+                          registration: Callable[[datetime], Sequence[str]] | None = None) -> Preregistration:
     """Check `declared` (a path, relative to `root`, default the working directory, or a commit) against the records:
-    verified when its fixing commit is older than the earliest record's start and a file has no uncommitted edits;
-    and the analysis applied is the registered one: `study_file` (the report's --study) has the verdict settings it
-    had in its last commit before the first run, and no flag of the report `replaced` one of them."""
-    root = Path.cwd() if root is None else root
-    commit, date, problems = _fixed_at(declared, root)
-    if replaced:
-        problems.append(f"the report's flags replace the study's {', '.join(replaced)}, so these are not the "
-                        "registered analysis's verdicts")
+    verified when its fixing commit is older than the earliest record's start, a file has no uncommitted edits, and
+    `registration(first start)` finds the analysis applied to be the registered one (the command layer's check of
+    the study file, its options and folders: suite.commands.report); without it, that cannot be shown."""
+    commit, date, problems = _fixed_at(declared, Path.cwd() if root is None else root)
     first, unknown = _first_started(records)
-    if study_file is not None and first is not None:
-        problems += _study_changed(study_file, first, root)
+    if registration is None:
+        problems.append("the report read no study file (--study), so the analysis applied cannot be compared with "
+                        "the registered one")
+    elif first is not None:
+        problems += registration(first)
     if first is None:
         problems.append("no record says when it started, so the order cannot be shown")
     elif unknown:
@@ -116,30 +110,3 @@ def check_preregistration(declared: str, records: pd.DataFrame, root: Path | Non
         problems.append(f"it was last changed in commit `{commit[:12]}` ({date}), not before the first run started "
                         f"({first.isoformat()})")
     return Preregistration(declared, commit, date, first.isoformat() if first else None, tuple(problems))
-
-
-def _registered_settings(study: dict[str, Any]) -> dict[str, Any]:
-    """A study file's settings that decide verdicts (its parsed YAML): REGISTERED_KEYS of report:, until_decided:."""
-    report = study.get("report") or {}
-    return {**{f"report: {key}": report.get(key) for key in REGISTERED_KEYS},
-            "until_decided": study.get("until_decided")}
-
-
-def _study_changed(study_file: str, first: datetime, root: Path) -> list[str]:
-    """Why the study file's verdict settings are not those of its last commit before the first run ([] if they are)."""
-    path = Path(study_file) if Path(study_file).is_absolute() else root / study_file
-    where, name = path.resolve().parent, path.resolve().name
-    commit = git_output(where, "log", "-1", f"--before={first.isoformat()}", "--format=%H", "--", name)
-    if not commit:
-        return [f"the study file `{study_file}` has no commit before the first run started, so its analysis was not "
-                "fixed before it"]
-    try:
-        then = _registered_settings(yaml.safe_load(git_output(where, "show", f"{commit}:./{name}") or "") or {})
-        now = _registered_settings(yaml.safe_load(path.read_text()) or {})
-    except (OSError, yaml.YAMLError) as exc:
-        return [f"the study file `{study_file}` could not be compared with its commit `{commit[:12]}` ({exc})"]
-    changed = [key for key in now if now[key] != then[key]]
-    if not changed:
-        return []
-    return [f"the study file `{study_file}` changed its {', '.join(changed)} since commit `{commit[:12]}`, its last "
-            f"before the first run (then: {'; '.join(f'{k} {then[k]!r}' for k in changed)})"]

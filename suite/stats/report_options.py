@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Mapping
+from datetime import datetime
+from typing import Any, Callable, Mapping, Sequence
 
 from suite.run.data import DATA_DIR_ENV
 from suite.run.settings import RunConfig
@@ -106,10 +107,9 @@ class ReportOptions:
     # not an option of the command line or the study: plans a `run` line of commands.txt again (its jobs, each with
     # all its settings) for the header's count of planned jobs with records; the command layer gives it
     planner: Callable[[str], list[RunConfig]] | None = None
-    # not options either: the study file the options came from, and the verdict settings the report's flags replaced
-    # in it (suite.report.preregistration checks both against a declared pre-registration)
-    study_file: str | None = None
-    replaced: tuple[str, ...] = ()
+    # not an option either: given the first record's start, why the analysis applied is not the registered one (the
+    # study file then and now, these options and folders against it); the command layer gives it for --study
+    registration: Callable[[datetime], Sequence[str]] | None = None
 
     @classmethod
     def settled(cls, given: Mapping[str, Any], study: Mapping[str, Any] | None = None, **rest: Any) -> ReportOptions:

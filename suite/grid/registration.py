@@ -1,0 +1,91 @@
+"""A study file as it was registered: its last commit before the study's first run, against the file now. For a
+pre-registered study (`report: preregistered:`) the report's verdicts are the registered analysis only where the
+design and the analysis that decide them are those of that commit: every key but the few that decide no verdict
+(`FREE_KEYS`), with no value taken from the environment (`${oc.env:...}`), which no commit can fix. The command
+layer compares the report's options and folders with the registered ones (suite.commands.report)."""
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from suite.grid.study import Study, bounded_study_text, load_study
+from suite.run.device import git_output
+
+__all__ = ["registered_study"]  # what the rest of the suite uses
+
+# what may change after the first run: it decides no verdict (the words, where the data and records live, how the
+# runs are spread, what they leave besides records, the power planning, the descriptive collapse floor, where the
+# report is written and whether it may mix code versions, which its header states)
+FREE_KEYS = ("description", "data_dir", "executor", "outputs", "power", "report.collapse_floor", "report.out",
+             "report.allow_uncommitted")
+
+
+class RegisteredStudy:
+    """The study as committed before the first run (`study`, None where it cannot be had) and why the file now is
+    not that registration (`problems`)."""
+
+    def __init__(self, study: Study | None, commit: str | None, problems: list[str]):
+        self.study, self.commit, self.problems = study, commit, problems
+
+
+def _design(data: Any) -> dict[str, Any]:
+    """The study's keys that decide verdicts: all but FREE_KEYS, as dotted paths for the top two levels."""
+    data = data if isinstance(data, dict) else {}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "report" and isinstance(value, dict):
+            out.update({f"report.{k}": v for k, v in value.items() if f"report.{k}" not in FREE_KEYS})
+        elif key not in FREE_KEYS:
+            out[key] = value
+    return out
+
+
+def _placeholders(value: Any) -> bool:
+    """Whether a value (nested) takes something from the environment."""
+    if isinstance(value, dict):
+        return any(_placeholders(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_placeholders(v) for v in value)
+    return isinstance(value, str) and "${" in value
+
+
+def _parsed(text: str) -> Any:
+    return yaml.safe_load(bounded_study_text(text.encode()))
+
+
+def registered_study(study_file: str, first: datetime) -> RegisteredStudy:
+    """The study file's last commit strictly before `first` (the first record's start), read as a study, and the
+    differences of the file now from it in the keys that decide verdicts."""
+    path = Path(study_file).resolve()
+    where, name = path.parent, path.name
+    before = (first - timedelta(seconds=1)).isoformat()   # git's --before includes its own second
+    commit = git_output(where, "log", "-1", f"--before={before}", "--format=%H", "--", name)
+    if not commit:
+        return RegisteredStudy(None, None, [f"the study file `{study_file}` has no commit before the first run "
+                                            "started, so its design and analysis were not fixed before it"])
+    text = git_output(where, "show", f"{commit}:./{name}")
+    if text is None:
+        return RegisteredStudy(None, commit, [f"git could not show the study file `{study_file}` as of commit "
+                                              f"`{commit[:12]}`"])
+    try:
+        then, now = _design(_parsed(text)), _design(_parsed(path.read_text()))
+        with tempfile.TemporaryDirectory() as folder:  # read as `run` and `report` read a study file
+            (Path(folder) / name).write_text(text)
+            study = load_study(Path(folder) / name)
+    except Exception as exc:  # noqa: BLE001 - any reason it cannot be read is a reason it is not verified
+        return RegisteredStudy(None, commit, [f"the study file `{study_file}` as of commit `{commit[:12]}` could "
+                                              f"not be compared with the file now ({exc})"])
+    problems = []
+    from_env = sorted(k for k in {**then, **now} if _placeholders(then.get(k)) or _placeholders(now.get(k)))
+    if from_env:
+        problems.append(f"the study file `{study_file}` takes {', '.join(from_env)} from the environment "
+                        "(${oc.env:...}), which no commit fixes: write the values out")
+    changed = sorted(k for k in {**then, **now} if then.get(k) != now.get(k))
+    if changed:
+        problems.append(f"the study file `{study_file}` changed its {', '.join(changed)} since commit "
+                        f"`{commit[:12]}`, its last before the first run (only {', '.join(FREE_KEYS)} may change)")
+    return RegisteredStudy(study, commit, problems)
