@@ -191,9 +191,40 @@ def test_a_study_file_changed_where_it_decides_verdicts_is_not_the_registered_an
 
 def test_what_decides_no_verdict_may_change_after_the_first_run(study_repo):
     (study_repo / "study.yaml").write_text("description: the same study, described\n" + STUDY.replace(
-        "collapse_floor: 1.0", "collapse_floor: 2.0") + "executor: {name: local, workers: 2}\n")
-    git(study_repo, "commit", "-qam", "words, a descriptive floor, workers", date=AFTER)
+        "collapse_floor: 1.0", "collapse_floor: 2.0") + "executor: {name: local, workers: 2}\ndevice: cpu\n")
+    git(study_repo, "commit", "-qam", "words, a descriptive floor, workers, the device", date=AFTER)
     assert study_check() == []
+    assert study_check(more=("out/runs",)) == []   # its out: folder, named by its runs/ folder
+
+
+def test_a_free_key_the_suite_no_longer_knows_does_not_unverify_the_registration(repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    (repo / "study.yaml").write_text(STUDY + "executor: {name: local, retired_option: 3}\n")  # a since-renamed key
+    git(repo, "add", "study.yaml")
+    git(repo, "commit", "-qm", "registered with an option the suite later renamed")
+    (repo / "study.yaml").write_text(STUDY)
+    assert study_check() == []
+
+
+def test_the_report_of_a_registered_study_is_labelled_and_a_tuning_run_before_the_registration_unverifies_it(
+        study_repo, capsys):
+    from test_report import write_single_seed  # records started 2026-01-01T00:00:01
+
+    from suite import commands
+
+    write_single_seed(study_repo / "out")
+    (study_repo / "study.yaml").write_text(STUDY.replace("[vanilla, topk]", "[vanilla, scores_dropout]").replace(
+        "[topk]", "[scores_dropout]").replace("mrpc", "rte"))
+    git(study_repo, "commit", "-qam", "the study of these records", date=BEFORE)
+    assert commands.main(["report", "--study", "study.yaml", "--no-figures"]) == 0
+    assert "Pre-registered, checked against git" in (study_repo / "out" / "leaderboard.md").read_text()
+    (study_repo / "out" / "tuning" / "runs").mkdir(parents=True)
+    first = next((study_repo / "out" / "runs").glob("*.json"))
+    (study_repo / "out" / "tuning" / "runs" / first.name).write_text(  # a tuning run a year before the registration
+        first.read_text().replace("2026-01-01T00:00:01", "2025-01-01T00:00:01"))
+    assert commands.main(["report", "--study", "study.yaml", "--no-figures"]) == 0
+    md = (study_repo / "out" / "leaderboard.md").read_text().replace("\n", " ")
+    assert "not verified" in md and "2025-01-01" in md
 
 
 def test_flags_and_folders_other_than_the_registered_ones_are_a_re_analysis(study_repo):

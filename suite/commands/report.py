@@ -114,7 +114,7 @@ def registration_check(study_file: str, applied: ReportOptions, folders: list[st
                   f"{_verdict_setting(key, getattr(then, key))!r})" for key in VERDICT_OPTIONS
                   if _verdict_setting(key, getattr(applied, key)) != _verdict_setting(key, getattr(then, key))]
         out = Path(registered.study.out or STUDY_DEFAULTS["out"]).resolve()
-        elsewhere = [f for f in folders if Path(f).resolve() != out]
+        elsewhere = [f for f in folders if _output_root(f) != out]
         return [*registered.problems,
                 *([f"the report decides with {', '.join(differ)}"] if differ else []),
                 *([f"it reads records from {', '.join(elsewhere)} besides the registered out: folder "
@@ -123,8 +123,17 @@ def registration_check(study_file: str, applied: ReportOptions, folders: list[st
     return check
 
 
-# the report options that decide verdicts (collapse_floor sets a descriptive rate, the rest what is written where)
-VERDICT_OPTIONS = ("baseline", "alpha", "correction", "primary", "margin", "reference_tasks")
+# the report options that decide verdicts, and which records enter (collapse_floor sets a descriptive rate, the
+# rest what is written where)
+VERDICT_OPTIONS = ("baseline", "alpha", "correction", "primary", "margin", "reference_tasks", "allow_uncommitted")
+
+
+def _output_root(folder: str) -> Path:
+    """An output folder as the report reads it: OUT, also where it is given as OUT/runs."""
+    from suite.run.layout import RUNS
+
+    path = Path(folder).resolve()
+    return path.parent if path.name == RUNS and not (path / RUNS).is_dir() else path
 
 
 def _verdict_setting(key: str, value):

@@ -5,7 +5,7 @@ design and the analysis that decide them are those of that commit: every key but
 layer compares the report's options and folders with the registered ones (suite.commands.report)."""
 from __future__ import annotations
 
-import tempfile
+import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,16 +17,16 @@ from suite.run.device import git_output
 
 __all__ = ["registered_study"]  # what the rest of the suite uses
 
-# what may change after the first run: it decides no verdict (the words, where the data and records live, how the
+# what may change after the first run: it decides no verdict (the words, where the data lives, where and how the
 # runs are spread, what they leave besides records, the power planning, the descriptive collapse floor, where the
-# report is written and whether it may mix code versions, which its header states)
-FREE_KEYS = ("description", "data_dir", "executor", "outputs", "power", "report.collapse_floor", "report.out",
-             "report.allow_uncommitted")
+# report is written); a grid's description under also: too
+FREE_KEYS = ("description", "data_dir", "device", "executor", "outputs", "power", "report.collapse_floor",
+             "report.out")
 
 
 class RegisteredStudy:
-    """The study as committed before the first run (`study`, None where it cannot be had) and why the file now is
-    not that registration (`problems`)."""
+    """The study file now, read as `report` reads it, where it is the registration in every key that decides a
+    verdict (`study`; None otherwise), the registering commit, and why it is not that registration (`problems`)."""
 
     def __init__(self, study: Study | None, commit: str | None, problems: list[str]):
         self.study, self.commit, self.problems = study, commit, problems
@@ -39,6 +39,9 @@ def _design(data: Any) -> dict[str, Any]:
     for key, value in data.items():
         if key == "report" and isinstance(value, dict):
             out.update({f"report.{k}": v for k, v in value.items() if f"report.{k}" not in FREE_KEYS})
+        elif key == "also" and isinstance(value, list):
+            out[key] = [{k: v for k, v in g.items() if k != "description"} if isinstance(g, dict) else g
+                        for g in value]
         elif key not in FREE_KEYS:
             out[key] = value
     return out
@@ -53,8 +56,18 @@ def _placeholders(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
-def _parsed(text: str) -> Any:
-    return yaml.safe_load(bounded_study_text(text.encode()))
+def _parsed(blob: bytes) -> Any:
+    return yaml.safe_load(bounded_study_text(blob))
+
+
+def _committed(where: Path, commit: str, name: str) -> bytes | None:
+    """The file's bytes as of `commit` (as `load_study` reads a file: bytes, decoded as UTF-8 later)."""
+    try:
+        done = subprocess.run(["git", "-C", str(where), "show", f"{commit}:./{name}"], capture_output=True,
+                              timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
 def registered_study(study_file: str, first: datetime) -> RegisteredStudy:
@@ -67,16 +80,13 @@ def registered_study(study_file: str, first: datetime) -> RegisteredStudy:
     if not commit:
         return RegisteredStudy(None, None, [f"the study file `{study_file}` has no commit before the first run "
                                             "started, so its design and analysis were not fixed before it"])
-    text = git_output(where, "show", f"{commit}:./{name}")
-    if text is None:
+    blob = _committed(where, commit, name)
+    if blob is None:
         return RegisteredStudy(None, commit, [f"git could not show the study file `{study_file}` as of commit "
                                               f"`{commit[:12]}`"])
     try:
-        then, now = _design(_parsed(text)), _design(_parsed(path.read_text()))
-        with tempfile.TemporaryDirectory() as folder:  # read as `run` and `report` read a study file
-            (Path(folder) / name).write_text(text)
-            study = load_study(Path(folder) / name)
-    except Exception as exc:  # noqa: BLE001 - any reason it cannot be read is a reason it is not verified
+        then, now = _design(_parsed(blob)), _design(_parsed(path.read_bytes()))
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: too large, not UTF-8
         return RegisteredStudy(None, commit, [f"the study file `{study_file}` as of commit `{commit[:12]}` could "
                                               f"not be compared with the file now ({exc})"])
     problems = []
@@ -88,4 +98,6 @@ def registered_study(study_file: str, first: datetime) -> RegisteredStudy:
     if changed:
         problems.append(f"the study file `{study_file}` changed its {', '.join(changed)} since commit "
                         f"`{commit[:12]}`, its last before the first run (only {', '.join(FREE_KEYS)} may change)")
-    return RegisteredStudy(study, commit, problems)
+    # the same design: the file now stands for the registration (read with today's schema, which an old commit's
+    # free keys, an option since renamed, need not meet)
+    return RegisteredStudy(None if problems else load_study(path), commit, problems)
