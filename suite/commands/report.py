@@ -7,7 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from suite.api.errors import EXIT_BAD_INPUT, BadInput, ReportError
 from suite.report import ReportOptions, build_report
@@ -102,13 +102,14 @@ def registration_check(study_file: str, applied: ReportOptions, folders: list[st
     out:."""
     from datetime import datetime
 
-    def check(first: datetime) -> list[str]:
+    def check(first: datetime, hashes: Sequence[str]) -> list[str]:
         from suite.grid.overrides import STUDY_DEFAULTS
         from suite.grid.registration import registered_study
 
         registered = registered_study(study_file, first)
         if registered.study is None:
             return registered.problems
+        stray = sorted(set(hashes) - _registered_jobs(study_file))
         then = ReportOptions.settled({}, registered.study.report_options())
         differ = [f"--{key.replace('_', '-')} {_verdict_setting(key, getattr(applied, key))!r} (registered: "
                   f"{_verdict_setting(key, getattr(then, key))!r})" for key in VERDICT_OPTIONS
@@ -118,9 +119,27 @@ def registration_check(study_file: str, applied: ReportOptions, folders: list[st
         return [*registered.problems,
                 *([f"the report decides with {', '.join(differ)}"] if differ else []),
                 *([f"it reads records from {', '.join(elsewhere)} besides the registered out: folder "
-                   f"{registered.study.out}"] if elsewhere else [])]
+                   f"{registered.study.out}"] if elsewhere else []),
+                *([f"{len(stray)} record(s) are of jobs the registered study does not run (other seeds, settings or "
+                   f"grids than `run --study {study_file}` plans up to its cap), e.g. {stray[0]}"] if stray else [])]
 
     return check
+
+
+def _registered_jobs(study_file: str) -> set[str]:
+    """The job hashes the study file plans: its tuning runs, and its final runs (every seed up to the cap under
+    until_decided:) at the configurations its tuning records select (the defaults where they select none yet)."""
+    from suite.commands import build_parser
+    from suite.commands.run_options import run_overrides
+    from suite.grid.stages import plan_stages
+    from suite.grid.study import load_study
+    from suite.grid.tuning import selected_where_known
+
+    study = load_study(study_file)
+    argv = ["run", "--study", study_file, *(["--until-decided"] if study.until_decided is not None else [])]
+    stages = plan_stages(study, run_overrides(build_parser(argv).parse_args(argv)), note=lambda line: None)
+    final = stages.plan.jobs if stages.tuning is None else selected_where_known(stages.plan.jobs, stages.tuning)
+    return {j.hash for j in final} | {j.hash for j in (stages.tuning.jobs if stages.tuning is not None else [])}
 
 
 # the report options that decide verdicts, and which records enter (collapse_floor sets a descriptive rate, the
