@@ -2,7 +2,6 @@
 before the first run started (suite/report/preregistration.py); otherwise the report says what failed."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from datetime import datetime
@@ -17,7 +16,7 @@ from suite.report.preregistration import check_preregistration as check_file
 
 def check_preregistration(*args, **kwargs):
     """The registration file's check, with a study check that finds nothing (tested below, with the command's)."""
-    kwargs.setdefault("registration", lambda first, hashes: [])
+    kwargs.setdefault("registration", lambda first: [])
     return check_file(*args, **kwargs)
 
 BEFORE, FIRST_RUN, AFTER = "2025-12-31T23:00:00+00:00", "2026-01-01T00:00:01+0000", "2026-01-02T00:00:00+00:00"
@@ -86,12 +85,12 @@ def test_the_report_prints_the_check(repo, tmp_path_factory, monkeypatch, capsys
 
     runs = write_single_seed(tmp_path_factory.mktemp("runs"))
     monkeypatch.chdir(repo)
-    def options(registration=lambda first, hashes: []):
+    def options(registration=lambda first: []):
         return ReportOptions(figures=False, preregistered="PREREGISTRATION.md", registration=registration)
 
     md = build_report([runs], options()).read_text()
     assert "Pre-registered, checked against git" in md.replace("\n", " ")
-    md = build_report([runs], options(lambda first, hashes: ["the study file changed its report.margin"])).read_text()
+    md = build_report([runs], options(lambda first: ["the study file changed its report.margin"])).read_text()
     assert "**not verified**: the study file changed its report.margin" in md.replace("\n", " ")
     md = build_report([runs], options(None)).read_text()
     assert "the report read no study file" in md.replace("\n", " ")
@@ -154,12 +153,16 @@ def study_repo(repo, monkeypatch) -> Path:
     git(repo, "add", "study.yaml")
     git(repo, "commit", "-qm", "the study file")
     monkeypatch.chdir(repo)
+    (repo / "out").mkdir()
+    (repo / "out" / "commands.txt").write_text(RUN_AS_REGISTERED + "\n")
     return repo
 
 
-def study_check(*flags: str, more: tuple[str, ...] = (), hashes: tuple[str, ...] = ()) -> list[str]:
-    """What `report --study study.yaml FLAGS` finds against the registration, for records of jobs `hashes` (none by
-    default) first started at FIRST."""
+RUN_AS_REGISTERED = "python -m suite run --study study.yaml --until-decided --workers 2 --stop-by 2h50m --quiet"
+
+
+def study_check(*flags: str, more: tuple[str, ...] = ()) -> list[str]:
+    """What `report --study study.yaml FLAGS` finds against the registration, for records first started at FIRST."""
     import argparse
 
     from suite.commands import report
@@ -167,7 +170,7 @@ def study_check(*flags: str, more: tuple[str, ...] = (), hashes: tuple[str, ...]
     parser = argparse.ArgumentParser()
     report.add_parser(parser.add_subparsers())
     _, options = report.report_request(parser.parse_args(["report", "--study", "study.yaml", *flags, *more]))
-    return options.registration(FIRST, hashes)
+    return options.registration(FIRST)
 
 
 def test_a_study_file_as_committed_before_the_first_run_with_its_own_options_is_the_registered_analysis(study_repo):
@@ -205,33 +208,33 @@ def test_a_free_key_the_suite_no_longer_knows_does_not_unverify_the_registration
     git(repo, "add", "study.yaml")
     git(repo, "commit", "-qm", "registered with an option the suite later renamed")
     (repo / "study.yaml").write_text(STUDY)
+    (repo / "out").mkdir()
+    (repo / "out" / "commands.txt").write_text(RUN_AS_REGISTERED + "\n")
     assert study_check() == []
 
 
 def test_the_report_of_a_registered_study_is_labelled_and_a_tuning_run_before_the_registration_unverifies_it(
         study_repo, capsys):
-    from conftest import fake_ok_record
+    from test_report import write_single_seed  # records started 2026-01-01T00:00:01
 
     from suite import commands
-    from suite.commands.report import planned_jobs
-    from suite.grid.store import Store
 
-    for job in planned_jobs("python -m suite run --study study.yaml"):  # the registered study's jobs, run now
-        Store(study_repo / "out").write(job.filename, fake_ok_record(job))
+    write_single_seed(study_repo / "out")
+    (study_repo / "out" / "commands.txt").write_text(RUN_AS_REGISTERED + "\n")
+    (study_repo / "study.yaml").write_text(STUDY.replace("[vanilla, topk]", "[vanilla, scores_dropout]").replace(
+        "[topk]", "[scores_dropout]").replace("mrpc", "rte"))
+    git(study_repo, "commit", "-qam", "the study of these records", date=BEFORE)
     assert commands.main(["report", "--study", "study.yaml", "--no-figures"]) == 0
     assert "Pre-registered, checked against git" in (study_repo / "out" / "leaderboard.md").read_text()
-    stray = next(iter(planned_jobs("python -m suite run --study study.yaml --seeds 101")))  # beyond its 20 seeds
-    Store(study_repo / "out").write(stray.filename, fake_ok_record(stray))
+    with open(study_repo / "out" / "commands.txt", "a") as fh:  # more seeds than it plans, from the command line
+        fh.write("python -m suite run --study study.yaml --seeds 101\n")
     assert commands.main(["report", "--study", "study.yaml", "--no-figures"]) == 0
-    assert "1 record(s) are of jobs the registered study does not run" in " ".join(
-        (study_repo / "out" / "leaderboard.md").read_text().split())
-    (study_repo / "out" / "runs" / stray.filename).unlink()
+    assert "1 run command(s) in" in " ".join((study_repo / "out" / "leaderboard.md").read_text().split())
+    (study_repo / "out" / "commands.txt").write_text(RUN_AS_REGISTERED + "\n")
     (study_repo / "out" / "tuning" / "runs").mkdir(parents=True)
     first = next((study_repo / "out" / "runs").glob("*.json"))
-    text = first.read_text()
-    started = json.loads(text)["started"]
     (study_repo / "out" / "tuning" / "runs" / first.name).write_text(  # a tuning run a year before the registration
-        text.replace(started, "2025-01-01T00:00:01+0000"))
+        first.read_text().replace("2026-01-01T00:00:01", "2025-01-01T00:00:01"))
     assert commands.main(["report", "--study", "study.yaml", "--no-figures"]) == 0
     md = (study_repo / "out" / "leaderboard.md").read_text().replace("\n", " ")
     assert "not verified" in md and "2025-01-01" in md
@@ -251,3 +254,24 @@ def test_a_study_file_committed_only_at_or_after_the_first_run_was_not_registere
     git(repo, "add", "study.yaml")
     git(repo, "commit", "-qm", "the study file, at the first run's second", date="2026-01-01T00:00:01+00:00")
     assert "has no commit before the first run" in study_check()[0]
+
+
+@pytest.mark.parametrize("line", [
+    "python -m suite run --study study.yaml --seeds 1,2,3,4,5,6",          # seeds the rule did not add
+    "python -m suite run --study study.yaml --set train.lr=2e-4",          # another setting
+    "python -m suite run --study study.yaml --methods topk",               # a part of it, rerun at will
+    "python -m suite run --study study.yaml --until-decided --force",      # records replaced
+    "python -m suite run --study other.yaml --until-decided",              # another study into its folder
+    "python -m suite run --methods vanilla,topk --tasks mrpc --out out",   # no study at all
+    "python -m suite report out",                                          # no run
+])
+def test_a_run_that_shaped_its_jobs_otherwise_than_the_study_is_named(study_repo, line):
+    with open(study_repo / "out" / "commands.txt", "a") as fh:
+        fh.write(line + "\n")
+    assert study_check() == [next(p for p in study_check() if "run command(s)" in p)]
+    assert line in study_check()[0]
+
+
+def test_runs_without_their_commands_cannot_be_shown_to_be_the_study_s(study_repo):
+    (study_repo / "out" / "commands.txt").unlink()
+    assert "cannot be read" in study_check()[0]

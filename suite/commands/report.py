@@ -7,7 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from suite.api.errors import EXIT_BAD_INPUT, BadInput, ReportError
 from suite.report import ReportOptions, build_report
@@ -98,18 +98,17 @@ def report_request(args: argparse.Namespace) -> tuple[list[str], ReportOptions]:
 def registration_check(study_file: str, applied: ReportOptions, folders: list[str]):
     """Given the first record's start, why the analysis applied is not the one registered in `study_file`: the file
     changed since its last commit before the first run (suite.grid.registration), the options settled from the
-    flags decide verdicts otherwise than that commit's report: section, or records come from other folders than its
-    out:."""
+    flags decide verdicts otherwise than that commit's report: section, records come from other folders than its
+    out:, or a `run` that wrote them shaped its jobs otherwise than the study (its commands.txt)."""
     from datetime import datetime
 
-    def check(first: datetime, hashes: Sequence[str]) -> list[str]:
+    def check(first: datetime) -> list[str]:
         from suite.grid.overrides import STUDY_DEFAULTS
         from suite.grid.registration import registered_study
 
         registered = registered_study(study_file, first)
         if registered.study is None:
             return registered.problems
-        stray = sorted(set(hashes) - _registered_jobs(study_file))
         then = ReportOptions.settled({}, registered.study.report_options())
         differ = [f"--{key.replace('_', '-')} {_verdict_setting(key, getattr(applied, key))!r} (registered: "
                   f"{_verdict_setting(key, getattr(then, key))!r})" for key in VERDICT_OPTIONS
@@ -120,26 +119,48 @@ def registration_check(study_file: str, applied: ReportOptions, folders: list[st
                 *([f"the report decides with {', '.join(differ)}"] if differ else []),
                 *([f"it reads records from {', '.join(elsewhere)} besides the registered out: folder "
                    f"{registered.study.out}"] if elsewhere else []),
-                *([f"{len(stray)} record(s) are of jobs the registered study does not run (other seeds, settings or "
-                   f"grids than `run --study {study_file}` plans up to its cap), e.g. {stray[0]}"] if stray else [])]
+                *_run_problems(study_file, out)]
 
     return check
 
 
-def _registered_jobs(study_file: str) -> set[str]:
-    """The job hashes the study file plans: its tuning runs, and its final runs (every seed up to the cap under
-    until_decided:) at the configurations its tuning records select (the defaults where they select none yet)."""
-    from suite.commands import build_parser
-    from suite.commands.run_options import run_overrides
-    from suite.grid.stages import plan_stages
-    from suite.grid.study import load_study
-    from suite.grid.tuning import selected_where_known
+# what a `run` of a registered study may say besides --study: where and how its runs go, what they leave besides
+# records, and how it proceeds (--stop-by, --until-decided); anything else shapes jobs (seeds, methods, settings),
+# replaces records (--force) or decides looks with other statistics (--replay)
+RUN_FLAGS_ALLOWED = frozenset({"command", "study", "data_dir", "out", "device", "executor", "workers",
+                               "max_run_minutes", "address", "gpus_per_run", "cpus_per_run", "save_model",
+                               "predict_test", "report_to", "analyses", "until_decided", "stop_by", "quiet",
+                               "dry_run"})
 
-    study = load_study(study_file)
-    argv = ["run", "--study", study_file, *(["--until-decided"] if study.until_decided is not None else [])]
-    stages = plan_stages(study, run_overrides(build_parser(argv).parse_args(argv)), note=lambda line: None)
-    final = stages.plan.jobs if stages.tuning is None else selected_where_known(stages.plan.jobs, stages.tuning)
-    return {j.hash for j in final} | {j.hash for j in (stages.tuning.jobs if stages.tuning is not None else [])}
+
+def _run_problems(study_file: str, out: Path) -> list[str]:
+    """The `run` lines of OUT/commands.txt that are not `run --study STUDY_FILE` with RUN_FLAGS_ALLOWED only."""
+    import shlex
+
+    from suite.commands import build_parser
+    from suite.run.layout import OutputFolder
+
+    path = OutputFolder(out).commands
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"{path} cannot be read ({exc}), so the runs' commands cannot be shown to be the study's"]
+    wrong = []
+    for line in lines:
+        try:
+            words = shlex.split(line)
+            argv = words[words.index("run"):]
+            args = vars(build_parser(argv).parse_args(argv))
+        except (ValueError, SystemExit):  # no `run`, or a line this version's parser refuses
+            wrong.append(line)
+            continue
+        given = [k for k, v in args.items() if k not in RUN_FLAGS_ALLOWED and v not in (None, False, [])]
+        same = args["study"] and Path(args["study"]).resolve() == Path(study_file).resolve()
+        if given or not same or (args["out"] and Path(args["out"]).resolve() != out):
+            wrong.append(line)
+    return [f"{len(wrong)} run command(s) in {path} are not `run --study {study_file}` with place, executor, "
+            f"output and progress flags only (they can shape other jobs, replace records or decide looks "
+            f"otherwise), e.g. {wrong[0]}"] if wrong else []
 
 
 # the report options that decide verdicts, and which records enter (collapse_floor sets a descriptive rate, the

@@ -199,7 +199,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     if costs is None:  # the bench file beside the report, else beside the runs it reports
         costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
     options = Options.settled(options, out_dir, str(costs) if costs else None, reference_tasks)
-    options = _with_preregistration(options, loaded.frame, loaded.stage_records)
+    options = _with_preregistration(options, loaded.frame, loaded.stage_started)
     report = report_facts(loaded, options, stage_sections.verdicts(loaded, alpha, options.margin))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
@@ -211,16 +211,14 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     return path
 
 
-def _with_preregistration(options: Options, frame: pd.DataFrame,
-                          stage_records: Sequence[tuple[str, str]] = ()) -> Options:
+def _with_preregistration(options: Options, frame: pd.DataFrame, stage_started: Sequence[str] = ()) -> Options:
     """The options with what git says of a declared pre-registration: its verdicts are labelled pre-registered only
-    where it was fixed before the first run (a tuning stage's included: `stage_records`, (hash, start) each); a
-    failed check is also warned about on stderr."""
+    where it was fixed before the first run (a tuning stage's included, `stage_started`); a failed check is also
+    warned about on stderr."""
     if not options.preregistered:
         return options
-    runs = pd.DataFrame({Col.HASH: [*frame.get(Col.HASH, []), *(h for h, _ in stage_records)],
-                         Col.STARTED: [*frame.get(Col.STARTED, []), *(s for _, s in stage_records)]})
-    checked = check_preregistration(options.preregistered, runs, registration=options.registration)
+    started = pd.DataFrame({Col.STARTED: [*frame.get(Col.STARTED, []), *stage_started]})
+    checked = check_preregistration(options.preregistered, started, registration=options.registration)
     if not checked.verified:
         print(f"warning: {checked.text()}", file=sys.stderr)
     return dataclasses.replace(options, preregistration=checked)

@@ -171,8 +171,8 @@ class Loaded:
     # the state files the stages beside the records left (tuning selection, until-decided looks), each read once
     selections: tuple[tuple[Path, SelectionFile], ...] = ()
     until_decided: tuple[tuple[Path, UntilDecidedFile], ...] = ()
-    # (hash, start) of each record of a stage before the final grid (a tuning stage): a study's runs begin with them
-    stage_records: tuple[tuple[str, str], ...] = ()
+    # when each record of a stage before the final grid (a tuning stage) started: a study's runs begin with them
+    stage_started: tuple[str, ...] = ()
 
 
 def _outcome(path: Path, rec: RunRecord) -> RunOutcome | None:
@@ -290,21 +290,20 @@ def load(paths: Sequence[str | os.PathLike]) -> Loaded:
     return Loaded(frame, sorted(problems), duplicates, commands, problems,
                   tuple((f, read_state(f, SelectionFile)) for f in output_files(paths, SELECTION_PATH)),
                   tuple((f, read_state(f, UntilDecidedFile)) for f in output_files(paths, UNTIL_DECIDED)),
-                  tuple(_tuning_records(root for root, _ in folders)))
+                  tuple(_tuning_started(root for root, _ in folders)))
 
 
-def _tuning_records(roots: Iterable[Path]) -> list[tuple[str, str]]:
-    """(hash, start) of each readable tuning record of the output folders (OUT/tuning/runs/): a pre-registration
-    must be older than a study's first run, a tuned study's first run is a tuning run, and its jobs are the study's."""
-    found = []
+def _tuning_started(roots: Iterable[Path]) -> list[str]:
+    """When each readable tuning record of the output folders started (OUT/tuning/runs/; a pre-registration must be
+    older than a study's first run, and a tuned study's first run is a tuning run)."""
+    started = []
     for root in roots:
         for path in record_files(root / TUNING / RUNS):
             try:
-                rec = read_record(path)
+                started.append(read_record(path).started)
             except (InvalidRecord, OSError, ValueError):
-                continue  # as an unreadable final record: warned about by no one here, judged without it
-            found.append((rec.hash or path.stem, rec.started or ""))
-    return found
+                continue  # a record the report cannot read shows no start: the registration is judged without it
+    return [s for s in started if s]
 
 
 def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:

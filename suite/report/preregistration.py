@@ -87,20 +87,18 @@ def _fixed_at(declared: str, root: Path) -> tuple[str | None, str | None, list[s
 
 
 def check_preregistration(declared: str, records: pd.DataFrame, root: Path | None = None,
-                          registration: Callable[[datetime, Sequence[str]], Sequence[str]] | None = None
-                          ) -> Preregistration:
+                          registration: Callable[[datetime], Sequence[str]] | None = None) -> Preregistration:
     """Check `declared` (a path, relative to `root`, default the working directory, or a commit) against the records:
     verified when its fixing commit is older than the earliest record's start, a file has no uncommitted edits, and
-    `registration(first start, the records' job hashes)` finds the analysis applied to be the registered one and
-    the records its jobs (the command layer's check of the study file, its options, folders and jobs:
-    suite.commands.report); without it, that cannot be shown."""
+    `registration(first start)` finds the analysis applied to be the registered one (the command layer's check of
+    the study file, its options and folders: suite.commands.report); without it, that cannot be shown."""
     commit, date, problems = _fixed_at(declared, Path.cwd() if root is None else root)
     first, unknown = _first_started(records)
     if registration is None:
         problems.append("the report read no study file (--study), so the analysis applied cannot be compared with "
                         "the registered one")
     elif first is not None:
-        problems += registration(first, [str(h) for h in records.get(Col.HASH, [])])
+        problems += registration(first)
     if first is None:
         problems.append("no record says when it started, so the order cannot be shown")
     elif unknown:

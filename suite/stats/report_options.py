@@ -107,10 +107,9 @@ class ReportOptions:
     # not an option of the command line or the study: plans a `run` line of commands.txt again (its jobs, each with
     # all its settings) for the header's count of planned jobs with records; the command layer gives it
     planner: Callable[[str], list[RunConfig]] | None = None
-    # not an option either: given the first record's start and the records' job hashes, why the analysis applied is
-    # not the registered one (the study file then and now, these options, folders and jobs against it); the command
-    # layer gives it for --study
-    registration: Callable[[datetime, Sequence[str]], Sequence[str]] | None = None
+    # not an option either: given the first record's start, why the analysis applied is not the registered one (the
+    # study file then and now, these options and folders against it); the command layer gives it for --study
+    registration: Callable[[datetime], Sequence[str]] | None = None
 
     @classmethod
     def settled(cls, given: Mapping[str, Any], study: Mapping[str, Any] | None = None, **rest: Any) -> ReportOptions:
