@@ -30,7 +30,7 @@ from suite.report import (
     tuning_budget,
 )
 from suite.report.facts import ModelFacts, Options, ReportFacts, report_facts
-from suite.report.load import Col, load
+from suite.report.load import Col, load, tuning_started
 from suite.report.markdown import wrap_prose
 from suite.report.preregistration import check_preregistration
 from suite.report.selection import fold_selected
@@ -199,7 +199,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     if costs is None:  # the bench file beside the report, else beside the runs it reports
         costs = next((d / DEFAULT_COSTS for d in (out_dir, Path(run_dirs[0])) if (d / DEFAULT_COSTS).is_file()), None)
     options = Options.settled(options, out_dir, str(costs) if costs else None, reference_tasks)
-    options = _with_preregistration(options, loaded.frame, loaded.stage_started)
+    options = _with_preregistration(options, loaded.frame, run_dirs)
     report = report_facts(loaded, options, stage_sections.verdicts(loaded, alpha, options.margin))
     written = document(report, options)
     path = out_dir / "leaderboard.md"
@@ -211,13 +211,13 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
     return path
 
 
-def _with_preregistration(options: Options, frame: pd.DataFrame, stage_started: Sequence[str] = ()) -> Options:
+def _with_preregistration(options: Options, frame: pd.DataFrame, run_dirs: Sequence[str | os.PathLike]) -> Options:
     """The options with what git says of a declared pre-registration: its verdicts are labelled pre-registered only
-    where it was fixed before the first run (a tuning stage's included, `stage_started`); a failed check is also
-    warned about on stderr."""
+    where it was fixed before the first run (a tuning stage's included); a failed check is also warned about on
+    stderr."""
     if not options.preregistered:
         return options
-    started = pd.DataFrame({Col.STARTED: [*frame.get(Col.STARTED, []), *stage_started]})
+    started = pd.DataFrame({Col.STARTED: [*frame.get(Col.STARTED, []), *tuning_started(run_dirs)]})
     checked = check_preregistration(options.preregistered, started, registration=options.registration)
     if not checked.verified:
         print(f"warning: {checked.text()}", file=sys.stderr)

@@ -171,8 +171,6 @@ class Loaded:
     # the state files the stages beside the records left (tuning selection, until-decided looks), each read once
     selections: tuple[tuple[Path, SelectionFile], ...] = ()
     until_decided: tuple[tuple[Path, UntilDecidedFile], ...] = ()
-    # when each record of a stage before the final grid (a tuning stage) started: a study's runs begin with them
-    stage_started: tuple[str, ...] = ()
 
 
 def _outcome(path: Path, rec: RunRecord) -> RunOutcome | None:
@@ -289,21 +287,22 @@ def load(paths: Sequence[str | os.PathLike]) -> Loaded:
     frame, duplicates = deduplicate(pd.DataFrame(rows))
     return Loaded(frame, sorted(problems), duplicates, commands, problems,
                   tuple((f, read_state(f, SelectionFile)) for f in output_files(paths, SELECTION_PATH)),
-                  tuple((f, read_state(f, UntilDecidedFile)) for f in output_files(paths, UNTIL_DECIDED)),
-                  tuple(_tuning_started(root for root, _ in folders)))
+                  tuple((f, read_state(f, UntilDecidedFile)) for f in output_files(paths, UNTIL_DECIDED)))
 
 
-def _tuning_started(roots: Iterable[Path]) -> list[str]:
-    """When each readable tuning record of the output folders started (OUT/tuning/runs/; a pre-registration must be
-    older than a study's first run, and a tuned study's first run is a tuning run)."""
+def tuning_started(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """When each tuning record of the folders reported started (OUT/tuning/runs/): a pre-registration must be older
+    than a study's first run, and a tuned study's first run is a tuning run. One that cannot be read is warned about
+    and counts as a record that does not say when it started."""
     started = []
-    for root in roots:
+    for root, _ in run_folders(paths):
         for path in record_files(root / TUNING / RUNS):
             try:
-                started.append(read_record(path).started)
-            except (InvalidRecord, OSError, ValueError):
-                continue  # a record the report cannot read shows no start: the registration is judged without it
-    return [s for s in started if s]
+                started.append(read_record(path).started or "")
+            except (InvalidRecord, OSError, ValueError) as exc:
+                print(f"warning: {path}: not a readable tuning record ({exc})", file=sys.stderr)
+                started.append("")
+    return started
 
 
 def output_files(paths: Sequence[str | os.PathLike], name: str | Path) -> list[Path]:
