@@ -29,60 +29,51 @@ def checked_before_training(model) -> bool:
     return next(model.parameters()).device.type == "meta"
 
 
-@register_method("test_dies_once")
-class DiesOnce(Vanilla):
-    """Vanilla attention, but the first attempt kills its worker process (as a segfault or an OOM kill would)."""
+class _Fault(Vanilla):
+    """Vanilla attention whose run, once attached for training, counts its attempt and then misbehaves (`fault`)."""
 
     Config = FaultConfig
     identity = None
 
     def prepare(self, model):
-        if checked_before_training(model):
-            return
-        if count_attempt(self.cfg.marker) == 1:
+        if not checked_before_training(model):
+            self.fault(count_attempt(self.cfg.marker))
+
+    def fault(self, attempt: int) -> None:
+        raise NotImplementedError
+
+
+@register_method("test_dies_once")
+class DiesOnce(_Fault):
+    """Vanilla attention, but the first attempt kills its worker process (as a segfault or an OOM kill would)."""
+
+    def fault(self, attempt: int) -> None:
+        if attempt == 1:
             os._exit(3)
 
 
 @register_method("test_raises")
-class Raises(Vanilla):
+class Raises(_Fault):
     """A run that fails on its own, every time."""
 
-    Config = FaultConfig
-    identity = None
-
-    def prepare(self, model):
-        if checked_before_training(model):
-            return
-        count_attempt(self.cfg.marker)
+    def fault(self, attempt: int) -> None:
         raise RuntimeError("this method always fails")
 
 
 @register_method("test_hangs")
-class Hangs(Vanilla):
+class Hangs(_Fault):
     """A run that never ends (writes its worker's pid first), for stopping a grid from outside."""
 
-    Config = FaultConfig
-    identity = None
-
-    def prepare(self, model):
-        if checked_before_training(model):
-            return
-        count_attempt(self.cfg.marker)
+    def fault(self, attempt: int) -> None:
         time.sleep(600)
 
 
 @register_method("test_waits")
-class Waits(Vanilla):
+class Waits(_Fault):
     """A run that writes its worker's pid, then waits until the file MARKER.go exists (at most 120 s) and trains:
     a test holds runs under way while it signals the driver."""
 
-    Config = FaultConfig
-    identity = None
-
-    def prepare(self, model):
-        if checked_before_training(model):
-            return
-        count_attempt(self.cfg.marker)
+    def fault(self, attempt: int) -> None:
         go, deadline = Path(self.cfg.marker + ".go"), time.monotonic() + 120
         while not go.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
