@@ -155,7 +155,19 @@ def study_repo(repo, monkeypatch) -> Path:
     monkeypatch.chdir(repo)
     (repo / "out").mkdir()
     (repo / "out" / "commands.txt").write_text(RUN_AS_REGISTERED + "\n")
+    write_state(repo / "out")
     return repo
+
+
+def write_state(out: Path, start: int = 5, seed_order: tuple[int, ...] = (1, 2, *range(3, 21))) -> None:
+    """OUT/until_decided.json as `run --until-decided` writes it (no comparison looked at yet)."""
+    import json
+
+    schedule = {"start": start, "step": 5, "cap": 20, "spending": "obrien-fleming", "futility": 0.07}
+    (out / "until_decided.json").write_text(json.dumps({
+        "written": "2026-01-01T00:00:02+00:00", "schedule": schedule, "looks": [start, 10, 15, 20],
+        "seed_order": list(seed_order), "alpha": 0.05, "primary": 1, "alpha_each": 0.05, "rule": "as registered",
+        "comparisons": []}))
 
 
 RUN_AS_REGISTERED = "python -m suite run --study study.yaml --until-decided --workers 2 --stop-by 2h50m --quiet"
@@ -210,6 +222,7 @@ def test_a_free_key_the_suite_no_longer_knows_does_not_unverify_the_registration
     (repo / "study.yaml").write_text(STUDY)
     (repo / "out").mkdir()
     (repo / "out" / "commands.txt").write_text(RUN_AS_REGISTERED + "\n")
+    write_state(repo / "out")
     assert study_check() == []
 
 
@@ -221,8 +234,10 @@ def test_the_report_of_a_registered_study_is_labelled_and_a_tuning_run_before_th
 
     write_single_seed(study_repo / "out")
     (study_repo / "out" / "commands.txt").write_text(RUN_AS_REGISTERED + "\n")
+    (study_repo / "out" / "until_decided.json").unlink()  # these records were made at fixed seeds
     (study_repo / "study.yaml").write_text(STUDY.replace("[vanilla, topk]", "[vanilla, scores_dropout]").replace(
-        "[topk]", "[scores_dropout]").replace("mrpc", "rte"))
+        "[topk]", "[scores_dropout]").replace("mrpc", "rte").replace("until_decided: {start: 5, step: 5, cap: 20}\n",
+                                                                      ""))
     git(study_repo, "commit", "-qam", "the study of these records", date=BEFORE)
     assert commands.main(["report", "--study", "study.yaml", "--no-figures"]) == 0
     assert "Pre-registered, checked against git" in (study_repo / "out" / "leaderboard.md").read_text()
@@ -275,3 +290,52 @@ def test_a_run_that_shaped_its_jobs_otherwise_than_the_study_is_named(study_repo
 def test_runs_without_their_commands_cannot_be_shown_to_be_the_study_s(study_repo):
     (study_repo / "out" / "commands.txt").unlink()
     assert "cannot be read" in study_check()[0]
+
+def test_a_change_committed_after_the_first_run_and_reverted_since_is_not_the_registered_analysis(study_repo):
+    (study_repo / "study.yaml").write_text(STUDY.replace("cap: 20", "cap: 10"))  # fewer looks while it stood
+    git(study_repo, "commit", "-qam", "cap 10, after the first run", date=AFTER)
+    changed = git(study_repo, "rev-parse", "HEAD")
+    (study_repo / "study.yaml").write_text(STUDY)
+    git(study_repo, "commit", "-qam", "back to the registered cap", date=AFTER)
+    problems = study_check()
+    assert len(problems) == 1 and f"in `{changed[:12]}`: its until_decided" in problems[0]
+    assert "even if changed back since" in problems[0]
+
+
+def test_a_later_commit_that_changes_only_free_keys_keeps_the_registration(study_repo):
+    (study_repo / "study.yaml").write_text("description: words only\n" + STUDY)
+    git(study_repo, "commit", "-qam", "words", date=AFTER)
+    (study_repo / "study.yaml").write_text(STUDY)
+    git(study_repo, "commit", "-qam", "no words", date=AFTER)
+    assert study_check() == []
+
+
+@pytest.mark.parametrize("state, says", [
+    (lambda out: (out / "until_decided.json").unlink(), "does not exist: its runs were not made under it"),
+    (lambda out: write_state(out, start=10), "looked under the schedule"),              # another schedule
+    (lambda out: write_state(out, seed_order=(2, 1, *range(3, 21))), "added seeds in the order"),
+])
+def test_looks_not_made_under_the_registered_stopping_rule_are_not_the_registered_analysis(study_repo, state, says):
+    state(study_repo / "out")
+    assert says in study_check()[0]
+
+
+def test_looks_under_a_stopping_rule_the_study_does_not_register_are_named(repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    (repo / "study.yaml").write_text(STUDY.replace("until_decided: {start: 5, step: 5, cap: 20}\n", ""))
+    git(repo, "add", "study.yaml")
+    git(repo, "commit", "-qm", "a study at fixed seeds")
+    (repo / "out").mkdir()
+    (repo / "out" / "commands.txt").write_text("python -m suite run --study study.yaml\n")
+    assert study_check() == []
+    write_state(repo / "out")
+    assert "does not register" in study_check()[0]
+
+
+def test_an_empty_commands_file_shows_no_run_and_a_passed_deadline_is_no_other_run(study_repo):
+    (study_repo / "out" / "commands.txt").write_text("\n")
+    assert "names no command" in study_check()[0]
+    (study_repo / "out" / "commands.txt").write_text(
+        "python -m suite run --study study.yaml --until-decided --stop-by 2026-01-01T13:15\n"   # passed long ago
+        "python -m suite run --study study.yaml --until-decided --stop-by=13:15 --workers 2\n")
+    assert study_check() == []

@@ -119,9 +119,38 @@ def registration_check(study_file: str, applied: ReportOptions, folders: list[st
                 *([f"the report decides with {', '.join(differ)}"] if differ else []),
                 *([f"it reads records from {', '.join(elsewhere)} besides the registered out: folder "
                    f"{registered.study.out}"] if elsewhere else []),
-                *_run_problems(study_file, out)]
+                *_run_problems(study_file, out), *_state_problems(registered.study, out)]
 
     return check
+
+
+def _state_problems(study, out: Path) -> list[str]:
+    """Why OUT/until_decided.json is not the registered stopping rule's: the report replays its looks with the file's
+    own schedule and seed order, so they must be the study's `until_decided:` (and exist exactly where it has one)."""
+    from suite.grid.overrides import DEFAULT_SEEDS
+    from suite.grid.until_decided import seed_sequence, study_schedule
+    from suite.run.layout import OutputFolder, UntilDecidedFile, read_state
+
+    path, declared = OutputFolder(out).until_decided, study.until_decided is not None
+    if not path.is_file():
+        return [f"the study registers a stopping rule (until_decided:) but {path} does not exist: its runs were not "
+                "made under it (`run --until-decided`), so their verdicts are not the registered sequential ones"
+                ] if declared else []
+    if not declared:
+        return [f"{path} holds looks under a stopping rule (`run --until-decided`) the study file does not register "
+                "(it has no until_decided: section)"]
+    try:
+        state = read_state(path, UntilDecidedFile)
+    except BadInput as exc:
+        return [str(exc)]
+    schedule = study_schedule(study.until_decided, study.source)
+    if dataclasses.asdict(schedule) != state.schedule.model_dump():
+        return [f"{path} looked under the schedule {state.schedule.model_dump()}, not the registered "
+                f"{dataclasses.asdict(schedule)}"]
+    order = seed_sequence(list(study.seeds or DEFAULT_SEEDS), schedule.cap)
+    if state.seed_order != order:
+        return [f"{path} added seeds in the order {state.seed_order}, not the registered {order}"]
+    return []
 
 
 # what a `run` of a registered study may say besides --study: where and how its runs go, what they leave besides
@@ -145,11 +174,13 @@ def _run_problems(study_file: str, out: Path) -> list[str]:
         lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as exc:
         return [f"{path} cannot be read ({exc}), so the runs' commands cannot be shown to be the study's"]
+    if not lines:
+        return [f"{path} names no command, so the runs' commands cannot be shown to be the study's"]
     wrong = []
     for line in lines:
         try:
             words = shlex.split(line)
-            argv = words[words.index("run"):]
+            argv = _without_deadline(words[words.index("run"):])
             args = vars(build_parser(argv).parse_args(argv))
         except (ValueError, SystemExit):  # no `run`, or a line this version's parser refuses
             wrong.append(line)
@@ -161,6 +192,17 @@ def _run_problems(study_file: str, out: Path) -> list[str]:
     return [f"{len(wrong)} run command(s) in {path} are not `run --study {study_file}` with place, executor, "
             f"output and progress flags only (they can shape other jobs, replace records or decide looks "
             f"otherwise), e.g. {wrong[0]}"] if wrong else []
+
+
+def _without_deadline(argv: list[str]) -> list[str]:
+    """`argv` less its --stop-by value: a deadline decides no job, and one given as a date no longer parses once
+    it has passed."""
+    out, value_next = [], False
+    for word in argv:
+        if not value_next and word != "--stop-by" and not word.startswith("--stop-by="):
+            out.append(word)
+        value_next = word == "--stop-by" and not value_next
+    return out
 
 
 # the report options that decide verdicts, and which records enter (collapse_floor sets a descriptive rate, the

@@ -70,6 +70,27 @@ def _committed(where: Path, commit: str, name: str) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def _changed_between(where: Path, name: str, commit: str, then: dict[str, Any], study_file: str) -> list[str]:
+    """Why a commit of the file after `commit` (up to HEAD) is not its design: one that changed it and was reverted
+    later may have decided looks or runs while it stood."""
+    later = git_output(where, "log", "--format=%H", f"{commit}..HEAD", "--", name)
+    if later is None:
+        return [f"git could not list the commits of the study file `{study_file}` after `{commit[:12]}`"]
+    for sha in later.split():
+        blob = _committed(where, sha, name)
+        try:
+            design = _design(_parsed(blob)) if blob is not None else None
+        except (ValueError, yaml.YAMLError):
+            design = None
+        if design != then:
+            differ = "" if design is None else ": its " + ", ".join(sorted(
+                k for k in {**then, **design} if then.get(k) != design.get(k)))
+            return [f"the study file `{study_file}` was committed otherwise than at `{commit[:12]}`, its last commit "
+                    f"before the first run, in `{sha[:12]}`{differ} (changed after the first run, even if changed "
+                    "back since)"]
+    return []
+
+
 def registered_study(study_file: str, first: datetime) -> RegisteredStudy:
     """The study file's last commit strictly before `first` (the first record's start), read as a study, and the
     differences of the file now from it in the keys that decide verdicts."""
@@ -98,6 +119,8 @@ def registered_study(study_file: str, first: datetime) -> RegisteredStudy:
     if changed:
         problems.append(f"the study file `{study_file}` changed its {', '.join(changed)} since commit "
                         f"`{commit[:12]}`, its last before the first run (only {', '.join(FREE_KEYS)} may change)")
+    else:  # a change committed and later reverted may have shaped runs in between
+        problems += _changed_between(where, name, commit, then, study_file)
     # the same design: the file now stands for the registration (read with today's schema, which an old commit's
     # free keys, an option since renamed, need not meet)
     return RegisteredStudy(None if problems else load_study(path), commit, problems)
