@@ -291,6 +291,7 @@ def test_runs_without_their_commands_cannot_be_shown_to_be_the_study_s(study_rep
     (study_repo / "out" / "commands.txt").unlink()
     assert "cannot be read" in study_check()[0]
 
+
 def test_a_change_committed_after_the_first_run_and_reverted_since_is_not_the_registered_analysis(study_repo):
     (study_repo / "study.yaml").write_text(STUDY.replace("cap: 20", "cap: 10"))  # fewer looks while it stood
     git(study_repo, "commit", "-qam", "cap 10, after the first run", date=AFTER)

@@ -70,6 +70,11 @@ def _committed(where: Path, commit: str, name: str) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def _differing(then: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """The design keys whose values differ between two designs (a key missing from one differs)."""
+    return sorted(k for k in {**then, **other} if then.get(k) != other.get(k))
+
+
 def _changed_between(where: Path, name: str, commit: str, then: dict[str, Any], study_file: str) -> list[str]:
     """Why a commit of the file after `commit` (up to HEAD) is not its design: one that changed it and was reverted
     later may have decided looks or runs while it stood."""
@@ -83,8 +88,7 @@ def _changed_between(where: Path, name: str, commit: str, then: dict[str, Any], 
         except (ValueError, yaml.YAMLError):
             design = None
         if design != then:
-            differ = "" if design is None else ": its " + ", ".join(sorted(
-                k for k in {**then, **design} if then.get(k) != design.get(k)))
+            differ = "" if design is None else ": its " + ", ".join(_differing(then, design))
             return [f"the study file `{study_file}` was committed otherwise than at `{commit[:12]}`, its last commit "
                     f"before the first run, in `{sha[:12]}`{differ} (changed after the first run, even if changed "
                     "back since)"]
@@ -115,7 +119,7 @@ def registered_study(study_file: str, first: datetime) -> RegisteredStudy:
     if from_env:
         problems.append(f"the study file `{study_file}` takes {', '.join(from_env)} from the environment "
                         "(${oc.env:...}), which no commit fixes: write the values out")
-    changed = sorted(k for k in {**then, **now} if then.get(k) != now.get(k))
+    changed = _differing(then, now)
     if changed:
         problems.append(f"the study file `{study_file}` changed its {', '.join(changed)} since commit "
                         f"`{commit[:12]}`, its last before the first run (only {', '.join(FREE_KEYS)} may change)")
