@@ -317,6 +317,21 @@ def test_a_look_compares_the_seeds_where_neither_run_degenerated_and_counts_the_
     assert entry["diff"] == pytest.approx(held)   # the held-out scores, not the dev ones (all 0.5)
 
 
+def test_the_reports_looks_name_compared_seeds_and_the_paired_seeds_beside_them_where_a_run_degenerated():
+    """The t-test and TOST use the compared seeds (neither run degenerate), the sign test every paired seed: the
+    report's looks column shows both where they differ, so a reader can check the sign test's level."""
+    from suite.report.stage_sections import _row
+    from suite.run.layout import Look, TrackedComparison
+
+    looks = [Look(look=1, planned_seeds=5, n=5, seeds=[1, 2, 3, 4, 5], reason="continue", verdict="undecided",
+                  paired=5),
+             Look(look=2, planned_seeds=10, n=8, seeds=[1, 2, 3, 4, 5, 6, 7, 9], reason="continue",
+                  verdict="undecided", paired=10)]
+    row = _row(TrackedComparison(model="m", task="mrpc", method="topk", reference="vanilla", reason="continue",
+                                 verdict="undecided", looks=looks))
+    assert "| 2 | 5 → 8 of 10 |" in row
+
+
 def test_replay_decides_again_from_the_records_and_leaves_a_comparison_open_where_seeds_were_never_run(
         monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
     """`run --until-decided --replay` trains nothing: on the records of a finished loop it gives back the same

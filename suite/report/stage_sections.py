@@ -54,7 +54,8 @@ def _row(c: TrackedComparison) -> str:
         p += f"; sign {_num(last.p_sign, '.2g')}"
     tost = (f"{_num(last.p_equiv, '.2g')} (< {_num(last.level_equiv, '.2g')}, ±{last.margin:g})"
             if last.level_equiv and last.margin is not None else "—")
-    ns = " → ".join(str(lk.n) for lk in c.looks)
+    # `n` counts the seeds where neither run degenerated (what the t and TOST use); the sign test has every paired seed
+    ns = " → ".join(str(lk.n) if lk.paired in (None, lk.n) else f"{lk.n} of {lk.paired}" for lk in c.looks)
     return (f"| {c.task} | {c.method} vs {c.reference} | {len(c.looks)} | {ns} | "
             f"{REASONS.get(c.reason, c.reason)} | **{c.verdict}** | {evidence} | {p} | {tost} |")
 
@@ -67,12 +68,14 @@ def sequential(report: ReportFacts, options: Options) -> Part:
         part.add("", "## Seeds added until decided", "",
                  f"`run --until-decided` looked at the primary comparisons at {looks} seeds and gave further seeds "
                  f"only to those still undecided. Rule: {state.rule}; alpha {state.alpha:g} over "
-                 f"{state.primary} primary comparison(s), {state.alpha_each:.3g} each (`{path}`).", "",
+                 f"{state.primary} primary comparison(s), {state.alpha_each:.3g} each (`{path}`). Compared seeds are "
+                 "the paired seeds where neither run degenerated (the t-test's and TOST's); the sign test counts every "
+                 "paired seed, shown after \"of\" where a run degenerated.", "",
                  "A comparison's verdict here is the one whose error rate holds over the looks, and the one the "
                  "difference and comparison tables report (marked ‡); their intervals and p-values treat the same "
                  "seeds as one fixed-size sample and do not account for the looks.", "",
-                 "| task | comparison | looks | paired seeds per look | stopped for | verdict | diff [95% interval] "
-                 "| p (look's level); sign test p | TOST p (level, margin) |",
+                 "| task | comparison | looks | compared seeds per look (of paired) | stopped for | verdict "
+                 "| diff [95% interval] | p (look's level); sign test p | TOST p (level, margin) |",
                  "|---|---|---:|---|---|---|---|---|---|",
                  *(_row(c) for c in state.comparisons))
     return part
