@@ -197,10 +197,10 @@ def test_a_pilot_prices_each_job_at_its_own_runs_else_its_tasks_and_never_guesse
     fastest = (3000 * 1.0 + 1000 * 1.0 + n_hub * 1.0) / 3600   # b: mrpc's runs of vanilla and drophead, min 1
     median = (3000 * 2.0 + 1000 * 4.0 + n_hub * 2.0) / 3600   # b: the median of 1, 2, 4, 8, 9
     assert cpu.startswith("  CPU, as the pilot's 5 run(s) in pilot"), cpu
-    assert f": {fastest:,.1f} (at each job's fastest pilot run) to {median:,.1f} (at its median run) CPU-hours " \
+    assert f": {fastest:,.1f} (at each job's fastest of those runs) to {median:,.1f} (at its median run) CPU-hours " \
            "(one torch thread a run) for 3 job(s), 1 of them at their task's runs of the pilot's other methods, 1 of " \
            "them at most" in cpu, cpu
-    assert ("not priced (the pilot has no CPU runs of their task at their batch size, length, precision and "
+    assert ("not priced (no CPU runs there of their task at their batch size, length, precision and "
             "accumulation): bert-base/mrpc/vanilla, minilm/cola/vanilla, minilm/mrpc/topk, minilm/stsb/vanilla") in cpu
     assert gpu.startswith("  GPU, as the pilot's 1 run(s)") and f"{(3000 + n_hub) * 0.1 / 3600:,.1f} (at each" in gpu
     assert "process-hours (the pilot's runs had 1, unrecorded torch threads)" in \
@@ -347,3 +347,33 @@ def test_plan_shows_power_for_the_primary_family_as_declared_and_beside_a_small_
     assert f"rte {100 * declared:.1f}% ({100 * small.difference:.1f}% with {SMALL_FAMILY})" in line
     kept = family_lines([task], dataclasses.replace(design, alpha=0.05 / 9), 9, 0.05, 2000, seed=4)[0]
     assert "with 9" not in kept and "costs" not in kept
+
+
+def test_a_dry_run_of_a_grid_under_way_prices_what_is_left_at_its_own_runs(monkeypatch, tmp_path, glue_dir,
+                                                                            tiny_bert_dir, capsys):
+    """A resumed campaign says what it has left: the jobs without an ok record, priced at the output folder's own
+    whole runs (a method not run yet at its task's runs of the others); a grid with no record or none left says
+    nothing of it."""
+    import re
+
+    from conftest import fake_ok_record
+
+    def trained(job, *a, **k):
+        rec = fake_ok_record(job)
+        rec.wall_s, rec.timing = 36.0, dataclasses.replace(rec.timing, steps=10)   # 3.6 s a step
+        return rec
+
+    monkeypatch.setattr("suite.run.runner.run_one", trained)
+    common = ["--tasks", "rte", "--model", tiny_bert_dir, "--data-dir", glue_dir, "--out", str(tmp_path / "out")]
+    assert main(["run", *common, "--methods", "vanilla", "--seeds", "1,2", "--dry-run"]) == 0
+    assert "\nleft: " not in capsys.readouterr().out   # no record yet: the measured step times are all there is
+    assert main(["run", *common, "--methods", "vanilla", "--seeds", "1,2", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["run", *common, "--methods", "vanilla,drophead", "--seeds", "1,2,3", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "\nleft: 0 tuning and 4 final job(s) without an ok record, priced at this output folder's own runs:" in out
+    line = next(s for s in out.splitlines() if s.startswith("  CPU, as this folder's 2 run(s) in "))
+    fastest, median = re.search(r": ([\d.]+) \(at each job's fastest of those runs\) to ([\d.]+) \(at", line).groups()
+    assert fastest == median and "for 4 job(s), 3 of them at their task's runs of this folder's other methods" in line
+    assert main(["run", *common, "--methods", "vanilla", "--seeds", "1,2", "--dry-run"]) == 0
+    assert "\nleft: " not in capsys.readouterr().out   # every job has its record

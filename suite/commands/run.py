@@ -96,7 +96,7 @@ def print_dry_run(stages: StudyStages, store) -> None:
         print(f"--until-decided: looks at {', '.join(map(str, request.schedule.looks))} seeds; the first runs every "
               "job of its seeds, each later one only the undecided primary comparisons' (the list above is the "
               "most that can run)")
-    print("\n" + "\n".join(data_and_cost_lines(stages)))
+    print("\n" + "\n".join(data_and_cost_lines(stages) + left_cost_lines(stages, store)))
     if len(plan.methods) > 1:  # simulating the design takes seconds, more than a dry run should: a command of its own
         print("\neach primary comparison's chance of a decision at these seeds, before anything runs: "
               "`python -m suite plan` with the same options (docs/statistics.md, \"Power before running\")")
@@ -131,6 +131,32 @@ def data_and_cost_lines(stages: StudyStages, pilot: Path | None = None) -> list[
     return [source + (f"; {', '.join(own)} (their own folders)" if own else ""), *unreadable,
             *grid_cost_lines(jobs, steps, benches),
             *(pilot_cost_lines(jobs, steps, *timed, str(pilot)) if timed else [])]
+
+
+def left_cost_lines(stages: StudyStages, store) -> list[str]:
+    """A grid under way: its jobs without an ok record, priced at this output folder's own runs (`pilot_cost_lines`),
+    so a resumed campaign says what it has left; nothing when no job or every job has a record."""
+    from suite.grid.tuning import TuningIncomplete, select_configurations, selected_jobs
+    from suite.run.progress import pilot_cost_lines, planned_steps
+
+    tuning, final = stages.tuning, stages.plan.jobs
+    if tuning is not None:
+        try:
+            final = selected_jobs(final, select_configurations(tuning))
+        except TuningIncomplete:   # the final jobs' rates are not chosen yet; what a step costs does not turn on them
+            pass
+    left = [j for j in final if store.status(j.filename) != "ok"]
+    left_tuning = [j for j in tuning.jobs if tuning.store.status(j.filename) != "ok"] if tuning is not None else []
+    total = len(final) + (len(tuning.jobs) if tuning is not None else 0)
+    timed = _pilot_step_seconds(store.root)
+    if not timed or not (left or left_tuning) or len(left) + len(left_tuning) == total:
+        return []
+    jobs = [*left_tuning, *left]
+    steps = planned_steps(jobs, stages.plan.data_dir)
+    until = " (at most: --until-decided runs only the undecided comparisons' seeds)" if stages.request.schedule else ""
+    return [f"left: {len(left_tuning)} tuning and {len(left)} final job(s) without an ok record{until}, priced at this "
+            "output folder's own runs:",
+            *pilot_cost_lines(jobs, steps, *timed, str(store.root), whose="this folder's")]
 
 
 def _pilot_step_seconds(folder: Path) -> tuple[dict, set] | None:

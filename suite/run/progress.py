@@ -243,10 +243,11 @@ def cost_settings(train: TrainSettings | Mapping[str, Any]) -> tuple:
 
 
 def pilot_cost_lines(jobs: list[RunConfig], steps: dict[str, int | None], measured: dict[tuple, list[float]],
-                     threads: set, where: str) -> list[str]:
+                     threads: set, where: str, whose: str = "the pilot's") -> list[str]:
     """Per device kind a pilot ran on, the grid priced at the pilot's whole-run seconds per optimizer step (a record's
     wall_s over its steps: training, evaluation and loading, at the pilot's machine, threads and load), twice: at the
-    fastest run (the least load the pilot saw) and at the median run. `measured`: {(kind, model, task, method,
+    fastest run (the least load the pilot saw) and at the median run. `whose` names the runs in the lines (a dry
+    run prices what is left of a grid at its own folder's runs). `measured`: {(kind, model, task, method,
     cost_settings): [seconds per step of each ok record]}; a job takes its own cell's runs, else its task's runs of the
     pilot's other methods at the same settings; a job with none is named, not guessed."""
     lines = []
@@ -277,13 +278,13 @@ def pilot_cost_lines(jobs: list[RunConfig], steps: dict[str, int | None], measur
         runs = sum(len(xs) for (k, *_), xs in measured.items() if k == kind)
         said = [*map(str, sorted(t for t in threads if t is not None)), *(["unrecorded"] if None in threads else [])]
         unit = (f"{kind}-hours" if kind != "CPU" else "CPU-hours (one torch thread a run)" if threads == {1} else
-                f"process-hours (the pilot's runs had {', '.join(said)} torch threads)")
-        lines.append(f"  {kind}, as the pilot's {runs} run(s) in {where} took (whole runs: training, evaluation and "
+                f"process-hours ({whose} runs had {', '.join(said)} torch threads)")
+        lines.append(f"  {kind}, as {whose} {runs} run(s) in {where} took (whole runs: training, evaluation and "
                      f"loading, at their machine's threads and load): {fastest / 3600:,.1f} (at each job's fastest "
-                     f"pilot run) to {median / 3600:,.1f} (at its median run) {unit} for {own + borrowed} job(s)"
-                     + (f", {borrowed} of them at their task's runs of the pilot's other methods" if borrowed else "")
+                     f"of those runs) to {median / 3600:,.1f} (at its median run) {unit} for {own + borrowed} job(s)"
+                     + (f", {borrowed} of them at their task's runs of {whose} other methods" if borrowed else "")
                      + (f", {capped} of them at most (their training set is read only when they run)" if capped else "")
-                     + (f"; not priced (the pilot has no {kind} runs of their task at their batch size, length, "
+                     + (f"; not priced (no {kind} runs there of their task at their batch size, length, "
                         f"precision and accumulation): {', '.join(sorted(unpriced))}" if unpriced else "")
                      + (f"; {unknown} job(s) without a known budget left out" if unknown else ""))
     return lines
