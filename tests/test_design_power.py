@@ -371,9 +371,11 @@ def test_a_dry_run_of_a_grid_under_way_prices_what_is_left_at_its_own_runs(monke
     capsys.readouterr()
     assert main(["run", *common, "--methods", "vanilla,drophead", "--seeds", "1,2,3", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "\nleft: 0 tuning and 4 final job(s) without an ok record, priced at this output folder's own runs:" in out
+    assert "\nleft: 4 job(s) without an ok record, priced at this output folder's own runs:" in out
     line = next(s for s in out.splitlines() if s.startswith("  CPU, as this folder's 2 run(s) in "))
     fastest, median = re.search(r": ([\d.]+) \(at each job's fastest of those runs\) to ([\d.]+) \(at", line).groups()
     assert fastest == median and "for 4 job(s), 3 of them at their task's runs of this folder's other methods" in line
     assert main(["run", *common, "--methods", "vanilla", "--seeds", "1,2", "--dry-run"]) == 0
     assert "\nleft: " not in capsys.readouterr().out   # every job has its record
+    assert main(["run", *common, "--methods", "vanilla", "--seeds", "3,4", "--dry-run"]) == 0
+    assert "\nleft: " not in capsys.readouterr().out   # the folder's records are another grid's: not under way

@@ -2,6 +2,7 @@
 records, state file and stopping reasons are checked without training."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import zlib
@@ -220,6 +221,31 @@ def test_run_until_decided_from_a_study_prints_each_comparison_and_the_report_st
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: reads.append(self.name) or read_text(self, *a, **k))
     md = build_report([out], ReportOptions(figures=False, aso=False, allow_uncommitted=True)).read_text()
     assert reads.count("until_decided.json") == 1 and unwrap_prose(section.strip()) in unwrap_prose(md)
+
+
+def test_a_dry_run_prices_only_what_the_loop_can_still_run(monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):
+    """After the loop has stopped, nothing is left for a dry run to price: a stopped comparison's later seeds and an
+    exploratory method's are not runs the loop will make. Without a state file every primary comparison is open."""
+    from suite import commands
+
+    def timed(job, *a, **k):
+        rec = planted_record(job)
+        rec.wall_s, rec.timing = 30.0, dataclasses.replace(rec.timing, steps=10)
+        return trained.append(job) or rec
+
+    trained = []
+    monkeypatch.setattr("suite.run.runner.run_one", timed)
+    out = tmp_path / "out"
+    study = write_study(tmp_path / "s.yaml", glue_dir, tiny_bert_dir, out, "{start: 3, step: 3, cap: 30}",
+                        "report: {primary: [no_dropout, topk]}\n")
+    assert commands.main(["run", "--study", study, "--until-decided", "--quiet"]) == 0
+    assert commands.main(["run", "--study", study, "--until-decided", "--dry-run"]) == 0
+    assert "\nleft: " not in capsys.readouterr().out
+    (out / UNTIL_DECIDED).unlink()
+    assert commands.main(["run", "--study", study, "--until-decided", "--dry-run"]) == 0
+    never = {(m, s) for m in ("vanilla", "no_dropout", "topk") for s in range(1, 31)} - {(j.method, j.seed)
+                                                                                         for j in trained}
+    assert never and f"\nleft: {len(never)} job(s) without an ok record (at most: " in capsys.readouterr().out
 
 
 def test_an_impossible_schedule_is_refused_before_training(monkeypatch, tmp_path, glue_dir, tiny_bert_dir, capsys):

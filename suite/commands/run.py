@@ -134,28 +134,30 @@ def data_and_cost_lines(stages: StudyStages, pilot: Path | None = None) -> list[
 
 
 def left_cost_lines(stages: StudyStages, store) -> list[str]:
-    """A grid under way: its jobs without an ok record, priced at this output folder's own runs (`pilot_cost_lines`),
-    so a resumed campaign says what it has left; nothing when no job or every job has a record."""
-    from suite.grid.tuning import TuningIncomplete, select_configurations, selected_jobs
+    """A grid under way: the jobs a real run would still train (an ok or kept record skips them), priced at this
+    output folder's own runs (`pilot_cost_lines`), so a resumed campaign says what it has left; nothing when no job or
+    every job has a record. Under --until-decided, a later look's final job counts while a comparison of its cell is
+    open."""
+    from suite.grid.tuning import selected_where_known
+    from suite.grid.until_decided import still_to_run
     from suite.run.progress import pilot_cost_lines, planned_steps
 
     tuning, final = stages.tuning, stages.plan.jobs
-    if tuning is not None:
-        try:
-            final = selected_jobs(final, select_configurations(tuning))
-        except TuningIncomplete:   # the final jobs' rates are not chosen yet; what a step costs does not turn on them
-            pass
-    left = [j for j in final if store.status(j.filename) != "ok"]
-    left_tuning = [j for j in tuning.jobs if tuning.store.status(j.filename) != "ok"] if tuning is not None else []
+    if tuning is not None:   # a cell's selected rate where its tuning is complete, else the grid's own settings
+        final = selected_where_known(final, tuning)
+    if stages.request.schedule is not None:
+        final = still_to_run(stages.plan, final, store)
+    left = [j for j in final if store.skip_reason(j.filename) is None]
+    left_tuning = [j for j in tuning.jobs if tuning.store.skip_reason(j.filename) is None] if tuning is not None else []
     total = len(final) + (len(tuning.jobs) if tuning is not None else 0)
     timed = _pilot_step_seconds(store.root)
     if not timed or not (left or left_tuning) or len(left) + len(left_tuning) == total:
         return []
     jobs = [*left_tuning, *left]
     steps = planned_steps(jobs, stages.plan.data_dir)
-    until = " (at most: --until-decided runs only the undecided comparisons' seeds)" if stages.request.schedule else ""
-    return [f"left: {len(left_tuning)} tuning and {len(left)} final job(s) without an ok record{until}, priced at this "
-            "output folder's own runs:",
+    until = " (at most: open comparisons may stop at their next look)" if stages.request.schedule else ""
+    stage = f"{len(left_tuning)} tuning and {len(left)} final job(s)" if tuning is not None else f"{len(left)} job(s)"
+    return [f"left: {stage} without an ok record{until}, priced at this output folder's own runs:",
             *pilot_cost_lines(jobs, steps, *timed, str(store.root), whose="this folder's")]
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 from suite.api.errors import BadInput
 from suite.grid.executors import GridResult
 from suite.grid.store import Store, atomic_write
-from suite.run.layout import OutputFolder, UntilDecidedFile, state_json
+from suite.run.layout import OutputFolder, UntilDecidedFile, read_state, state_json
 from suite.run.record import RunRecord
 from suite.run.settings import RunConfig
 from suite.stats.looks import next_look
@@ -37,7 +37,7 @@ from suite.stats.sequential import (
 
 # what the rest of the suite uses; other names are this module's own
 __all__ = ["Comparison", "Schedule", "closing_lines", "comparisons", "primary_comparisons", "run_planned",
-           "run_until_decided", "same_family", "seed_sequence", "study_schedule"]
+           "run_until_decided", "same_family", "seed_sequence", "still_to_run", "study_schedule"]
 
 DEFAULT_START, DEFAULT_STEP, DEFAULT_CAP = 5, 5, 20
 MAX_CAP, MAX_LOOKS = 1000, 50  # seeds and looks a schedule may plan (docs/sequential.md); a cap of 10**9 took 9 GB
@@ -363,6 +363,22 @@ def run_planned(plan, store: Store, run_round: Callable[[list[RunConfig]], GridR
     alpha = DEFAULT_ALPHA if report.alpha is None else report.alpha  # 0 is refused when the study is read
     return run_until_decided(plan.jobs, store, plan.request.schedule, plan.request.seeds, primary_comparisons(plan),
                              record_evaluator(store, report.margin), alpha, run_round, say, replay)
+
+
+def still_to_run(plan, jobs: list[RunConfig], store: Store) -> list[RunConfig]:
+    """Of a grid's final jobs, those the loop may still train: every job of the first look's seeds, a later seed's
+    only in a cell that an open primary comparison runs (every primary comparison before the first look; which are
+    open after it, `OUT/until_decided.json` says)."""
+    first = set(plan.request.seeds[:plan.request.schedule.looks[0]])
+    path = OutputFolder(store.root).until_decided
+    if path.is_file():
+        state = read_state(path, UntilDecidedFile)
+        open_ = [Comparison(c.model, c.task, c.method, c.reference) for c in state.comparisons
+                 if c.reason == "continue"]
+    else:
+        open_ = primary_comparisons(plan)
+    arms = _arm_set(open_)
+    return [j for j in jobs if j.seed in first or (j.model, j.task, j.method) in arms]
 
 
 def primary_comparisons(plan, note: Callable[[str], None] | None = None) -> list[Comparison]:
