@@ -138,14 +138,16 @@ def left_cost_lines(stages: StudyStages, store) -> list[str]:
     output folder's own runs (`pilot_cost_lines`), so a resumed campaign says what it has left; nothing when no job or
     every job has a record. Under --until-decided, a later look's final job counts while a comparison of its cell is
     open."""
-    from suite.grid.tuning import selected_where_known
-    from suite.grid.until_decided import still_to_run
     from suite.run.progress import pilot_cost_lines, planned_steps
 
     tuning, final = stages.tuning, stages.plan.jobs
     if tuning is not None:   # a cell's selected rate where its tuning is complete, else the grid's own settings
+        from suite.grid.tuning import selected_where_known
+
         final = selected_where_known(final, tuning)
-    if stages.request.schedule is not None:
+    if stages.request.schedule is not None:   # the loop's statistics (scipy): only a dry run of it imports them
+        from suite.grid.until_decided import still_to_run
+
         final = still_to_run(stages.plan, final, store)
     left = [j for j in final if store.skip_reason(j.filename) is None]
     left_tuning = [j for j in tuning.jobs if tuning.store.skip_reason(j.filename) is None] if tuning is not None else []
