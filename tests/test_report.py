@@ -430,6 +430,15 @@ def test_cli(tmp_path):
     assert refused.value.code == 2
 
 
+def test_a_study_still_tuning_is_told_apart_from_an_empty_folder(tmp_path):
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(ReportError, match=r"no readable run records in .*runs$"):
+        build_report([tmp_path], ReportOptions(figures=False))
+    Store(tmp_path / "tuning").write(*make_record("rte", "vanilla", 1, {"accuracy": 0.7}))
+    with pytest.raises(ReportError, match=r"its tuning stage has 1 record\(s\): a study's final rounds start"):
+        build_report([tmp_path], ReportOptions(figures=False))
+
+
 def test_without_baseline_runs(tmp_path):
     store = Store(tmp_path)
     store.write(*make_record("rte", "scores_dropout", 1, {"accuracy": 0.7}, hparams={"p": 0.1}))

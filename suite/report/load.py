@@ -282,8 +282,12 @@ def load(paths: Sequence[str | os.PathLike]) -> Loaded:
             print(f"warning: skipped {runs / name}: {bad[name].removeprefix(name + ': ')}", file=sys.stderr)
         read_commands(root, commands)
     if not rows:
+        tuning = sum(len(record_files(root / TUNING / RUNS)) for root, _ in folders)
         raise ReportError("no readable run records in " + ", ".join(str(r) for _, r in folders)
-                          + "".join(f"; {p}" for p in sorted(problems.values())))
+                          + "".join(f"; {p}" for p in sorted(problems.values()))
+                          + (f" (its tuning stage has {tuning} record(s): a study's final rounds start when its "
+                             "tuning is complete, and `python -m suite run` with the same options goes on with it; "
+                             "the report reads the final rounds' records)" if tuning else ""))
     frame, duplicates = deduplicate(pd.DataFrame(rows))
     return Loaded(frame, sorted(problems), duplicates, commands, problems,
                   tuple((f, read_state(f, SelectionFile)) for f in output_files(paths, SELECTION_PATH)),
