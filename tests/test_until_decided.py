@@ -418,3 +418,53 @@ def test_a_look_where_every_pair_degenerated_spends_nothing_and_keeps_the_last_i
     _look(track, design, records, lambda c, a, b: healthy, 1, list(range(1, 13)))
     assert track.looks[1]["n"] == 6 and track.looks[1]["level"] == pytest.approx(design.levels([0, 6])[0])
     assert design.levels([0, 6])[0] > 0
+
+
+def test_a_tuned_study_cut_during_tuning_resumes_to_the_decisions_of_an_uninterrupted_one(
+        monkeypatch, tmp_path, glue_dir, tiny_bert_dir):
+    """The standard study's campaign in small: a tuning stage, then seeds added until decided, stopped from starting
+    runs mid-tuning (as --stop-by does at a session's end) and resumed by the same command. The finals train at each
+    cell's rate chosen on the tuning split, and the looks decide as they do in a study that was never cut."""
+    from suite import commands
+    from suite.api.errors import EXIT_NOT_STARTED
+
+    state = SimpleNamespace(trained=[], drain_after=None)
+
+    def run_one(job, *a, **k):
+        state.trained.append(job)
+        rec = planted_record(job)
+        best = {"vanilla": 2e-4, "no_dropout": 1e-4}.get(job.method, 2e-4)   # each cell's planted best rate
+        rec.tune = Metrics.from_json({"score": 0.8 - abs(job.train.lr - best) * 100})
+        return rec
+
+    monkeypatch.setattr("suite.run.runner.run_one", run_one)
+    monkeypatch.setattr("suite.grid.executors.gate.draining",
+                        lambda: state.drain_after is not None and len(state.trained) >= state.drain_after)
+    tune = "tune: {holdout: 6, seeds: [101, 102], budget: all, space: {default: {train.lr: [1.0e-4, 2.0e-4]}}}\n"
+
+    def study(out: Path) -> str:
+        return write_study(out.with_suffix(".yaml"), glue_dir, tiny_bert_dir, out, "{start: 3, step: 3, cap: 9}",
+                           "report: {primary: [no_dropout, topk]}\n" + tune)
+
+    assert commands.main(["run", "--study", study(tmp_path / "whole"), "--until-decided", "--quiet"]) == 0
+    tuning_runs = 4 * 2 * 2   # 4 methods x 2 rates x 2 tuning seeds
+    state.trained.clear()
+    state.drain_after = 5   # five tuning runs, then the session ends
+    cut = study(tmp_path / "cut")
+    assert commands.main(["run", "--study", cut, "--until-decided", "--quiet"]) == EXIT_NOT_STARTED
+    assert len(list((tmp_path / "cut" / "tuning" / "runs").glob("*.json"))) == 5
+    assert not list((tmp_path / "cut" / "runs").glob("*.json")) and not (tmp_path / "cut" / UNTIL_DECIDED).exists()
+    state.drain_after = None
+    assert commands.main(["run", "--study", cut, "--until-decided", "--quiet"]) == 0
+    assert sum(j.train.holdout == 6 and j.seed in (101, 102) for j in state.trained) == tuning_runs
+
+    def outcome(out: Path):
+        finals = [json.loads(p.read_text())["config"] for p in (out / "runs").glob("*.json")]
+        tracks = json.loads((out / UNTIL_DECIDED).read_text())["comparisons"]
+        return sorted((c["method"], c["seed"], c["train"]["lr"]) for c in finals), tracks
+
+    whole, resumed = outcome(tmp_path / "whole"), outcome(tmp_path / "cut")
+    assert resumed == whole
+    rates = {method: lr for method, _, lr in whole[0]}
+    assert rates["vanilla"] == 2e-4 and rates["no_dropout"] == 1e-4   # chosen on the tuning split
+    assert len(whole[1]) == 2 and all(len(t["looks"]) == 3 and t["reason"] for t in whole[1])   # every look taken
