@@ -133,6 +133,11 @@ def _state_problems(study, out: Path) -> list[str]:
 
     path, declared = OutputFolder(out).until_decided, study.until_decided is not None
     if not path.is_file():
+        if declared and _every_run_until_decided(OutputFolder(out).commands):
+            return [f"the study registers a stopping rule (until_decided:) and its runs were made under it (`run "
+                    f"--until-decided`), but {path} does not exist: no look has been taken yet (the first comes when "
+                    f"every primary comparison has its first {study_schedule(study.until_decided, study.source).start} "
+                    "seeds), or the file was removed; either way no verdict here is a registered sequential one"]
         return [f"the study registers a stopping rule (until_decided:) but {path} does not exist: its runs were not "
                 "made under it (`run --until-decided`), so their verdicts are not the registered sequential ones"
                 ] if declared else []
@@ -151,6 +156,15 @@ def _state_problems(study, out: Path) -> list[str]:
     if state.seed_order != order:
         return [f"{path} added seeds in the order {state.seed_order}, not the registered {order}"]
     return []
+
+
+def _every_run_until_decided(commands: Path) -> bool:
+    """Whether OUT/commands.txt names `run` commands and every one of them has --until-decided."""
+    try:
+        runs = [line for line in commands.read_text(encoding="utf-8").splitlines() if " run " in f" {line} "]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(runs) and all("--until-decided" in line.split() for line in runs)
 
 
 # what a `run` of a registered study may say besides --study: where and how its runs go, what they leave besides

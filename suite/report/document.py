@@ -186,7 +186,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], options: ReportOptions =
         except ValueError as exc:
             raise ReportError(str(exc)) from None
     loaded = load(run_dirs)
-    _check_primary(options.primary, loaded.frame)
+    _check_primary(options.primary, loaded.frame, run_dirs)
     # a tuned study: each cell's selected runs, one row
     loaded = dataclasses.replace(loaded, frame=fold_selected(loaded))
     problem = header.code_version_problem(loaded.frame) if len(loaded.frame) else None
@@ -224,19 +224,34 @@ def _with_preregistration(options: Options, frame: pd.DataFrame, run_dirs: Seque
     return dataclasses.replace(options, preregistration=checked)
 
 
-def _check_primary(primary: Sequence[str], frame: pd.DataFrame) -> None:
+def _check_primary(primary: Sequence[str], frame: pd.DataFrame, run_dirs: Sequence[str | os.PathLike]) -> None:
     """Every primary entry names a method, a task (or benchmark average) or METHOD:TASK of the records reported: one
-    that names nothing left every comparison exploratory, which changed the correction."""
+    that names nothing left every comparison exploratory, which changed the correction. An entry of registered names
+    without records (a study under way) is refused too, saying how to look at the records there are."""
+    from suite.api.method_facts import METHODS
+    from suite.api.tasks import TASKS
     from suite.report.vocabulary import task_benchmark
 
-    methods, tasks = set(frame[Col.METHOD]), set(frame[Col.TASK])
-    columns = tasks | {f"{task_benchmark(t)} avg" for t in tasks if task_benchmark(t)}
-    for entry in primary:
+    def averaged(tasks: set[str]) -> set[str]:
+        return tasks | {f"{task_benchmark(t)} avg" for t in tasks if task_benchmark(t)}
+
+    def names(entry: str, methods: set[str], columns: set[str]) -> bool:
         method, colon, column = entry.partition(":")
-        if not (method in methods and column in columns if colon else entry in methods | columns):
-            raise ReportError(f"--primary {entry!r} names no method, task or METHOD:TASK of the records reported "
-                              f"(methods: {', '.join(sorted(methods))}; tasks and averages: "
-                              f"{', '.join(sorted(columns))}): fix the name (a study file: report: primary:)")
+        return method in methods and column in columns if colon else entry in methods | columns
+
+    methods, columns = set(frame[Col.METHOD]), averaged(set(frame[Col.TASK]))
+    for entry in primary:
+        if names(entry, methods, columns):
+            continue
+        known = names(entry, set(METHODS.names()), averaged(set(TASKS.names())))
+        folders = " ".join(map(str, run_dirs))
+        raise ReportError(f"--primary {entry!r} names no method, task or METHOD:TASK of the records reported "
+                          f"(methods: {', '.join(sorted(methods))}; tasks and averages: "
+                          f"{', '.join(sorted(columns))}): "
+                          + (f"it has no records yet. A study under way can be looked at without its primary family "
+                             f"(every comparison exploratory, nothing declared): `python -m suite report {folders}`, "
+                             "without --study or --primary; its report proper once every primary comparison has runs"
+                             if known else "fix the name (a study file: report: primary:)"))
 
 
 def _task_names(names: Sequence[str]) -> list[str]:
