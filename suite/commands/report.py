@@ -161,10 +161,25 @@ def _state_problems(study, out: Path) -> list[str]:
 def _every_run_until_decided(commands: Path) -> bool:
     """Whether OUT/commands.txt names `run` commands and every one of them has --until-decided."""
     try:
-        runs = [line for line in commands.read_text(encoding="utf-8").splitlines() if " run " in f" {line} "]
+        runs = [_run_args(line) for line in commands.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError):
         return False
-    return bool(runs) and all("--until-decided" in line.split() for line in runs)
+    return bool(runs) and all(args is not None and args["until_decided"] for args in runs)
+
+
+def _run_args(line: str) -> dict | None:
+    """A commands.txt line's `run` arguments as the parser reads them (less --stop-by); None where it has no `run`
+    or this version's parser refuses it."""
+    import shlex
+
+    from suite.commands import build_parser
+
+    try:
+        words = shlex.split(line)
+        argv = _without_deadline(words[words.index("run"):])
+        return vars(build_parser(argv).parse_args(argv))
+    except (ValueError, SystemExit):
+        return None
 
 
 # what a `run` of a registered study may say besides --study: where and how its runs go, what they leave besides
@@ -178,9 +193,6 @@ RUN_FLAGS_ALLOWED = frozenset({"command", "study", "data_dir", "out", "device", 
 
 def _run_problems(study_file: str, out: Path) -> list[str]:
     """The `run` lines of OUT/commands.txt that are not `run --study STUDY_FILE` with RUN_FLAGS_ALLOWED only."""
-    import shlex
-
-    from suite.commands import build_parser
     from suite.run.layout import OutputFolder
 
     path = OutputFolder(out).commands
@@ -192,11 +204,8 @@ def _run_problems(study_file: str, out: Path) -> list[str]:
         return [f"{path} names no command, so the runs' commands cannot be shown to be the study's"]
     wrong = []
     for line in lines:
-        try:
-            words = shlex.split(line)
-            argv = _without_deadline(words[words.index("run"):])
-            args = vars(build_parser(argv).parse_args(argv))
-        except (ValueError, SystemExit):  # no `run`, or a line this version's parser refuses
+        args = _run_args(line)
+        if args is None:
             wrong.append(line)
             continue
         given = [k for k, v in args.items() if k not in RUN_FLAGS_ALLOWED and v not in (None, False, [])]
