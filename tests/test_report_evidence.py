@@ -113,6 +113,24 @@ def test_provenance_warning_counts_versions_dirty_trees_and_machines(tmp_path):
     assert "> **Warning" not in clean and "**Code version of every table:** `bbb` (all 2 runs)" in clean
 
 
+def test_records_from_two_cpus_name_them_and_warn(tmp_path):
+    """Seconds per step depend on the CPU: the Machine lines name each one, and one code version run on two CPUs is
+    mixed provenance. A record from before the CPU was recorded names none."""
+    cpus = ({"cpu": "AMD EPYC", "cpu_bf16": True}, {"cpu": "Intel Xeon", "cpu_bf16": False}, {})
+    recs = [make_record("rte", "vanilla", s, {"accuracy": 0.6}, env={"git_commit": "bbb", "device": "cpu", **cpu})
+            for s, cpu in enumerate(cpus, 1)]
+    md = build_report([write(tmp_path, recs)], ReportOptions(aso=False, figures=False)).read_text()
+    machines = [line for line in md.splitlines() if line.startswith("- **Machine:**")]
+    assert [line.split(",")[0] for line in machines] == ["- **Machine:** cpu", "- **Machine:** cpu (AMD EPYC",
+                                                         "- **Machine:** cpu (Intel Xeon"]
+    assert "bf16 in hardware)" in machines[1] and "bf16 emulated)" in machines[2]
+    warning = next(line for line in md.splitlines() if line.startswith("> **Warning"))
+    assert "3 machines or device setups (host, device, GPU or CPU, platform, CPU threads)" in warning
+    assert ("Devices: CPU: AMD EPYC, bf16 in hardware, Linux-test-x86_64, 2 CPU threads; CPU: Intel Xeon, bf16 "
+            "emulated, Linux-test-x86_64, 2 CPU threads; CPU: Linux-test-x86_64, 2 CPU threads.") in " ".join(
+        md.split())  # the note wraps
+
+
 def test_a_shallow_clones_version_is_listed_with_its_mark(tmp_path):
     """The same commit from a full and a shallow clone: two labels, and the listing shows which is which."""
     full, shallow = "a" * 40, "a" * 40 + "+shallow"

@@ -167,3 +167,17 @@ def test_every_run_records_its_threads_and_wait_policy(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
     env = environment(torch.device("cpu"))
     assert (env["cpu_threads"], env["omp_wait_policy"]) == (torch.get_num_threads(), "PASSIVE")
+
+
+def test_every_run_records_its_cpu_and_whether_it_computes_bf16_in_hardware():
+    """Seconds per step and what `--precision auto` picks depend on these."""
+    import torch
+
+    from suite.run.device import cpu_bf16_native, cpu_model, environment
+    from suite.run.record_parts import Environment
+
+    env = environment(torch.device("cpu"))
+    assert (env["cpu"], env["cpu_bf16"]) == (cpu_model(), cpu_bf16_native()) and env["cpu"]
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    assert f"model name\t: {env['cpu']}" in cpuinfo or "model name" not in cpuinfo  # Linux names its model there
+    assert Environment.of(env).cpu_text == env["cpu"] + (", bf16 in hardware" if env["cpu_bf16"] else ", bf16 emulated")

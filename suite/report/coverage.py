@@ -113,6 +113,11 @@ def _device(env) -> str:
     return "GPU" if str(env.device).startswith("cuda") else "CPU" if env.device == "cpu" else str(env.device)
 
 
+def _device_text(env) -> str:
+    """The GPU, or the CPU with its platform and torch threads, that a run's hours were spent on."""
+    return env.gpu or ", ".join(filter(None, (env.cpu_text, env.platform, f"{env.cpu_threads} CPU threads")))
+
+
 def compute_per_cell(facts: ModelFacts, options: Options) -> Part:
     """Run hours per leaderboard cell (every record of the cell, failed runs included), by device kind, with the
     devices named below."""
@@ -131,9 +136,7 @@ def compute_per_cell(facts: ModelFacts, options: Options) -> Part:
             row.append(" + ".join(f"{h:.2f}" + (f" {k}" if several else "") for k, h in spent.items()) or DASH)
         rows.append(row)
     total = hours.groupby(level="kind").sum()
-    devices = sorted({f"{_device(e)}: {e.gpu or e.platform}" + (f", {e.cpu_threads} CPU threads"
-                                                              if _device(e) == "CPU" else "")
-                      for e in records[Col.ENV]})
+    devices = sorted({f"{_device(e)}: {_device_text(e)}" for e in records[Col.ENV]})
     unit = "Hours" if several else f"{kinds.iloc[0]}-hours"
     part.add("#### Compute per cell", "", table(rows, ["method", *map(task_display, tasks)]), "",
              f"- {unit} of every record of the cell (failed runs included), each run's own wall-clock "

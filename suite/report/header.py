@@ -82,7 +82,8 @@ def compute_note(df) -> str:
 
 
 def machine_keys(df) -> list[tuple[str, str, str, str]]:
-    return [(env.device, env.gpu, env.platform, env.cpu_threads) for env in df[Col.ENV]]
+    """(device, the GPU or else the CPU, platform, CPU threads) of each record: what its costs depend on."""
+    return [(env.device, env.gpu or env.cpu_text, env.platform, env.cpu_threads) for env in df[Col.ENV]]
 
 
 def environment_counts(df) -> tuple[Counter, Counter, Counter]:
@@ -95,8 +96,8 @@ def environment_counts(df) -> tuple[Counter, Counter, Counter]:
 
 def environment_lines(df) -> list[str]:
     machines, software, libs = environment_counts(df)
-    lines = [f"- **Machine:** {device}{' (' + gpu + ')' if gpu else ''}, {plat}, {threads} CPU threads ({plural(n)})"
-             for (device, gpu, plat, threads), n in sorted(machines.items())]
+    lines = [f"- **Machine:** {device}{' (' + chip + ')' if chip else ''}, {plat}, {threads} CPU threads ({plural(n)})"
+             for (device, chip, plat, threads), n in sorted(machines.items())]
     lines += [f"- **Suite:** version {version}, git commit `{commit}` ({plural(n)})"
               for (version, commit), n in sorted(software.items())]
     lines += [f"- **Software:** {text} ({plural(n)})" for text, n in sorted(libs.items())]
@@ -118,7 +119,7 @@ def provenance_warning(df) -> list[str]:
     if unknown:
         problems.append(f"{plural(unknown)} without a recorded git commit")
     if len(setups) > 1:
-        problems.append(f"{len(setups)} machines or device setups (host, device, platform, CPU threads)")
+        problems.append(f"{len(setups)} machines or device setups (host, device, GPU or CPU, platform, CPU threads)")
     if not problems:
         return []
     return ["", f"> **Warning — mixed provenance:** the {plural(len(df), 'record')} come from "

@@ -1,6 +1,7 @@
 """Devices and precision: which device a run uses, its autocast dtype, how records name them, the environment."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import resource
@@ -14,8 +15,8 @@ from suite.api import startup_cache
 from suite.api.errors import BadInput
 
 # what the rest of the suite uses; other names are this module's own
-__all__ = ["CPU_BF16_CHECKS", "autocast_dtype", "cpu_bf16_native", "device_type", "enable_tf32", "environment",
-           "git_commit", "git_output", "is_capture_failure", "is_out_of_memory", "is_sticky_cuda_error",
+__all__ = ["CPU_BF16_CHECKS", "autocast_dtype", "cpu_bf16_native", "cpu_model", "device_type", "enable_tf32",
+           "environment", "git_commit", "git_output", "is_capture_failure", "is_out_of_memory", "is_sticky_cuda_error",
            "limit_gpu_memory", "machine", "make_deterministic", "peak_memory_mb", "peak_reserved_mb", "pick_device",
            "precision_label", "prefer_passive_waits", "resolve_jobs_precision", "resolve_precision", "torch_threads",
            "wait_env", "wait_policy"]
@@ -354,10 +355,9 @@ def environment(device: torch.device) -> dict[str, Any]:
            "transformers": transformers.__version__, "datasets": datasets_version,
            "platform": platform.platform(), "machine": platform.machine(), "cpu_threads": torch.get_num_threads(),
            "omp_wait_policy": wait_policy(), "device": str(device), "git_commit": git_commit(),
-           "host": platform.node()}
+           "host": platform.node(), "cpu": cpu_model(), "cpu_bf16": cpu_bf16_native()}
     if device.type == "cuda":
-        env["gpu"] = torch.cuda.get_device_name(device)
-        env["cuda"] = torch.version.cuda
+        env |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda}
     return env
 
 
@@ -367,13 +367,16 @@ def machine(device: torch.device) -> str:
 
     if device.type == "cuda":
         return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
-    cpu = platform.processor() or platform.machine()
+    return f"CPU {cpu_model()}, {torch.get_num_threads()} torch threads"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo; else the platform's word for it): seconds per step depend on it."""
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
     except (OSError, StopIteration):
-        pass
-    return f"CPU {cpu}, {torch.get_num_threads()} torch threads"
+        return platform.processor() or platform.machine()
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -406,9 +409,6 @@ def resolve_jobs_precision(jobs: list, device: str, executor: str = "local", add
     `resolve_precision`), so that the precision is part of each job's hash. A remote Ray cluster's GPUs cannot be
     seen from the driver: there `auto` must be replaced by an explicit precision; on its CPUs (--device cpu) `auto`
     is fp32, since the driver cannot tell whether they compute bf16 natively either."""
-    import dataclasses
-    import sys
-
     auto = any(j.train.precision == "auto" for j in jobs)
     if auto and executor == "ray" and address and device.split(":")[0] != "cpu":
         raise BadInput("train.precision=auto with --executor ray --address: the driver cannot see which GPUs the "
@@ -432,8 +432,6 @@ def _resolve_pad_to(jobs: list, device: str, remote: bool) -> list:
     """`train.pad_to=auto` replaced by what the jobs will pad to on `device` (`resolve_pad_to`), before they are hashed.
     A remote cluster's device cannot be seen from the driver: it must be named (--device cpu or cuda), as guessing
     a GPU renamed every job of a grid run on CPUs (a `--replay` found none of its records)."""
-    import dataclasses
-
     from suite.run.batching import resolve_pad_to
 
     if not any(j.train.pad_to == "auto" for j in jobs):

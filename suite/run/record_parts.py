@@ -146,6 +146,14 @@ class Environment:
     torch: str
     transformers: str
     omp_wait_policy: str  # how idle CPU threads waited (PASSIVE, ACTIVE, default); "?": a record from before it
+    cpu: str = "?"        # the CPU's model name; "?": a record from before it
+    cpu_bf16: str = "?"   # "True" where the CPU computes bf16 products in hardware (AVX512-BF16 or AMX)
+
+    @property
+    def cpu_text(self) -> str:
+        """The CPU as a report names it: its model, and whether it computes bf16 in hardware ("": not recorded)."""
+        bf16 = {"True": ", bf16 in hardware", "False": ", bf16 emulated"}.get(self.cpu_bf16, "")
+        return f"{self.cpu}{bf16}" if self.cpu != "?" else ""
 
     @classmethod
     def of(cls, env: Mapping[str, Any]) -> "Environment":
@@ -153,7 +161,7 @@ class Environment:
             return str(env.get(key, "?"))
         return cls(text("device"), str(env.get("gpu") or ""), text("platform"), text("cpu_threads"), text("host"),
                    text("suite"), str(env.get("git_commit") or "unknown"), text("python"), text("torch"),
-                   text("transformers"), text("omp_wait_policy"))
+                   text("transformers"), text("omp_wait_policy"), text("cpu"), text("cpu_bf16"))
 
 
 @dataclasses.dataclass(frozen=True)
