@@ -129,6 +129,9 @@ def test_records_from_two_cpus_name_them_and_warn(tmp_path):
     assert ("Devices: CPU: AMD EPYC, bf16 in hardware, Linux-test-x86_64, 2 CPU threads; CPU: Intel Xeon, bf16 "
             "emulated, Linux-test-x86_64, 2 CPU threads; CPU: Linux-test-x86_64, 2 CPU threads.") in " ".join(
         md.split())  # the note wraps
+    assert "The runs ran on 3 machines or device setups (the Machine lines above)" in " ".join(md.split())
+    one = build_report([write(tmp_path / "one", recs[:1])], ReportOptions(aso=False, figures=False)).read_text()
+    assert "machines or device setups" not in one and "- **Machine:** cpu (AMD EPYC, bf16 in hardware)" in one
 
 
 def test_a_shallow_clones_version_is_listed_with_its_mark(tmp_path):

@@ -14,6 +14,7 @@ import pandas as pd
 from suite.report import differences
 from suite.report.costs import GPU_MEMORY_KINDS, geometric_mean
 from suite.report.facts import Average, Baseline, Cell, ModelFacts, Options
+from suite.report.header import machine_keys
 from suite.report.load import Col
 from suite.report.selection import Selection, has_variation, setting_text
 from suite.report.vocabulary import (
@@ -271,6 +272,9 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
              f"`{base}` ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
              "pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the "
                                                 "process's peak resident set, which is not one method's cost") + ".",
+             *([f"- The runs ran on {len(set(machine_keys(ok)))} machines or device setups (the Machine lines "
+                "above): a ratio between methods run on different ones measures the machines too."]
+               if len(set(machine_keys(ok))) > 1 else []),
              *(["- The methods' steps ran in different modes (in brackets: `captured`, replayed from CUDA graphs, or "
                 "`eager`; `train.capture`, docs/running-grids.md): a ratio between modes measures the mode too. "
                 "`python -m suite bench --loop --capture auto,off` compares both for each method."] if mixed else []),
