@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib.util
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
@@ -89,8 +92,6 @@ def _cpu_facts() -> dict[str, Any]:
         except OSError:
             return None
 
-    import hashlib
-
     cpuinfo = "".join(line for line in (text("/proc/cpuinfo") or "").splitlines(True) if not line.startswith("cpu MHz"))
     return {"checks": CPU_BF16_CHECKS, "cpuinfo": hashlib.sha256(cpuinfo.encode()).hexdigest(),
             "boot": text("/proc/sys/kernel/random/boot_id"), "uname": list(platform.uname()),
@@ -100,8 +101,6 @@ def _cpu_facts() -> dict[str, Any]:
 def _torch_version_file() -> str | None:
     """The text of the installed torch's version.py (its version and the GPU toolkits it was built with), read
     without importing torch; None when there is no torch to find."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec("torch")
         where = spec.submodule_search_locations[0] if spec and spec.submodule_search_locations else None
@@ -113,8 +112,6 @@ def _torch_version_file() -> str | None:
 def _torch_without_gpus() -> bool:
     """Whether the installed torch was built without CUDA and ROCm (a `+cpu` wheel): its torch.cuda then says no
     GPU is available, whatever the machine has. False when in doubt."""
-    import re
-
     version = _torch_version_file() or ""
     return all(re.search(rf"^{name}(: *Optional\[str\])? *= *None *$", version, re.M) for name in ("cuda", "hip"))
 
@@ -371,12 +368,17 @@ def machine(device: torch.device) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo; else the platform's word for it): seconds per step depend on it."""
+    """The CPU's model name with its family and model numbers (/proc/cpuinfo: a VM may call every generation "AMD
+    EPYC"), else the platform's word for it."""
     try:
-        with open("/proc/cpuinfo") as fh:
-            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+        with open("/proc/cpuinfo") as fh:  # the first processor's lines
+            info = dict(map(str.strip, line.split(":", 1)) for line in fh.read().split("\n\n")[0].splitlines()
+                        if ":" in line)
+    except OSError:
+        info = {}
+    ids = ", ".join(f"{key} {info[key]}" for key in ("cpu family", "model") if info.get(key))
+    name = info.get("model name") or platform.processor() or platform.machine()
+    return f"{name} ({ids})" if ids else name
 
 
 def peak_memory_mb(device: torch.device) -> float:
