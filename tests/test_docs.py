@@ -21,7 +21,7 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 EXPLICIT_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"", re.IGNORECASE)
 # commands that would train, measure or write results: the test checks that their options parse, no more
-PARSE_ONLY = {"report", "check", "predict", "bench"}
+PARSE_ONLY = {"report", "check", "predict", "bench", "reproduce"}
 
 
 def blocks_and_prose(text: str) -> tuple[list[tuple[str, str]], list[str]]:

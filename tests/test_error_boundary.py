@@ -12,10 +12,11 @@ import pytest
 from conftest import fake_ok_record
 
 from suite.api.errors import EXIT_BAD_INPUT, EXIT_FAILED_RUNS, EXIT_INTERRUPTED
+from suite.commands import COMMANDS as MODULES
 from suite.commands import main
 from suite.commands.boundary import failure
 
-COMMANDS = ["run", "report", "predict", "plan", "check", "list", "bench"]
+COMMANDS = list(MODULES)  # every command, the ones added later too
 
 
 @pytest.mark.parametrize("exc, code, says", [
@@ -35,14 +36,12 @@ def test_every_command_turns_what_escapes_it_into_one_line(command, exc, code, s
     """Each command's main raising each class of error: one line on stderr, its exit code, no traceback."""
     import importlib
 
-    from suite.commands import COMMANDS as MODULES
-
     def raises(args):
         raise exc
 
     monkeypatch.setattr(importlib.import_module(MODULES[command][0]), "main", raises)
     argv = {"report": ["report", "somewhere"], "predict": ["predict", "x", "--out", "y"],
-            "check": ["check", "vanilla"]}.get(command, [command])
+            "check": ["check", "vanilla"], "reproduce": ["reproduce", "x"]}.get(command, [command])
     assert main(argv) == (code if not isinstance(exc, OSError) or command != "run" else EXIT_FAILED_RUNS)
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

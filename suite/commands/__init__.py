@@ -1,4 +1,5 @@
-"""Every command of `python -m suite {run,list,bench,report,check,predict,plan}`, and the parser that assembles them.
+"""Every command of `python -m suite {run,list,bench,report,check,predict,plan,reproduce}`, and the parser that
+assembles them.
 
 Every command is a module with COMMAND, add_parser(sub) and main(args), run inside one error boundary
 (`suite.commands.boundary`): bad input (`suite.api.errors.BadInput`) exits 2 with a message that says how to fix it,
@@ -31,6 +32,8 @@ COMMANDS = {
     "predict": ("suite.commands.predict", "test-set predictions in the GLUE server's format from saved checkpoints"),
     "plan": ("suite.commands.plan", "each primary comparison's chance of a decision under a study's design, before "
                                     "anything runs"),
+    "reproduce": ("suite.commands.reproduce", "train recorded runs again and compare what they computed with their "
+                                              "records (bit for bit)"),
 }
 
 

@@ -19,10 +19,10 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="folder for the TSVs (CoLA.tsv, MNLI-m.tsv, AX.tsv, ...)")
     p.add_argument("--data-dir", help="folder of task data with the test files (else $SUITE_DATA_DIR, else the hub)")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda ...")
-    p.add_argument("--batch-size", type=_positive, help="examples per batch (default: the run's eval batch size)")
+    p.add_argument("--batch-size", type=positive_int, help="examples per batch (default: the run's eval batch size)")
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
     """An integer >= 1 (argparse turns the error into a usage error, exit 2)."""
     try:
         value = int(text)
