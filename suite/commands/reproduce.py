@@ -1,6 +1,6 @@
 """`python -m suite reproduce`: train recorded runs again under the installed code and compare what each computed
-(scores, losses, attention statistics, data digests, dev predictions) with its record, so a reader can check that a
-published record is what its code computes on their machine."""
+(scores, losses, attention statistics, data digests, dev and held-out predictions) with its record, so a reader can
+check that a published record is what its code computes on their machine."""
 from __future__ import annotations
 
 import argparse
@@ -18,25 +18,27 @@ from suite.api.errors import BadInput
 from suite.commands.predict import positive_int
 
 COMMAND = "reproduce"
-# what a machine's clock says, not what the run computed: keys of these shapes are left out of the comparison
-CLOCK_KEYS = ("_s", "_per_s", "time")
+# what a machine's clock says, not what the run computed; left out wherever they stand (`cost`: a method's in-run
+# timing of its own step, AttendOut's)
+CLOCK_KEYS = frozenset({"epoch_time_s", "train_samples_per_s", "cost"})
 COMPUTED = ("data", "history", "final", "best", "tune", "heldout", "generalisation_gap", "attention", "method_record",
             "baselines", "heldout_baselines", "parameters")
-SHOWN = 4  # differences listed per run (the rest are counted)
+SHOWN = 4  # differences listed per run in the summary (the JSON keeps all)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(COMMAND, description="Trains each recorded run again from its record's configuration (with the "
-                                            "torch threads the record names) and compares what it computed with the "
-                                            "record: exit 0 when every rerun is identical, 1 when one differs or "
-                                            "fails, 2 on bad input. Nothing is written into the runs folders.")
+    p = sub.add_parser(COMMAND, description="Trains each recorded run again from its record's configuration (on the "
+                                            "device and with the torch threads the record names) and compares what "
+                                            "it computed with the record: exit 0 when every rerun is identical, 1 "
+                                            "when one differs or fails, 2 on bad input (before anything trains). "
+                                            "Nothing is written into the runs folders.")
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="record files (OUT/runs/*.json) or folders of them (OUT, OUT/runs, OUT/tuning/runs)")
     p.add_argument("--sample", type=positive_int, metavar="N", help="rerun N of the ok records, drawn at random")
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the --sample draw (default 0)")
     p.add_argument("--data-dir", help="folder of task data (else $SUITE_DATA_DIR, else the hub)")
     p.add_argument("--device", help="cpu, cuda, ... (default: the device each record names)")
-    p.add_argument("--json", metavar="FILE", help="also write each comparison to FILE as JSON")
+    p.add_argument("--json", metavar="FILE", help="also write the comparisons to FILE as JSON (after each run)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,15 +49,18 @@ class Reproduction:
     recorded: str            # code version and machine of the record
     rerun: str               # and of the rerun
     differences: tuple[str, ...]
-    failed: str | None = None  # the rerun's error
+    score_change: float | None = None  # the rerun's final score minus the record's
+    failed: str | None = None          # the rerun's error
 
     @property
     def identical(self) -> bool:
         return not self.differences and self.failed is None
 
 
-def chosen_records(paths: list[str], sample: int | None, seed: int) -> list[Path]:
-    """The ok record files named or found in the folders, or `sample` of them drawn with `seed`."""
+def chosen_records(paths: list[str], sample: int | None, seed: int, device: str | None) -> list[Path]:
+    """The ok record files named or found in the folders (or `sample` of them drawn with `seed`), each checked
+    before anything trains: its sidecar is there and its device (or `device`) is here."""
+    from suite.run.device import pick_device
     from suite.run.record import InvalidRecord, read_record, record_files
 
     files: list[Path] = []
@@ -69,28 +74,36 @@ def chosen_records(paths: list[str], sample: int | None, seed: int) -> list[Path
             files += found
         else:
             raise BadInput(f"{p}: no such record file or folder")
-    ok = []
+    ok = {}
     for f in dict.fromkeys(files):
         try:
             rec = read_record(f)
         except (OSError, InvalidRecord) as exc:
             raise BadInput(f"{f}: not a readable run record ({exc})") from exc
         if rec.ok:
-            ok.append(f)
+            ok[f] = rec
         else:
             print(f"skipped {f}: its run failed, so there is nothing to compare", file=sys.stderr)
-    if sample is not None and sample < len(ok):
-        ok = sorted(random.Random(seed).sample(ok, sample))
-    if not ok:
+    chosen = sorted(random.Random(seed).sample(sorted(ok), sample)) if sample is not None and sample < len(ok) \
+        else list(ok)
+    if not chosen:
         raise BadInput("no ok records to rerun among " + ", ".join(paths))
-    return ok
+    for f in chosen:
+        if ok[f].predictions and not (f.parent / ok[f].predictions).is_file():
+            raise BadInput(f"{f}: its predictions sidecar {ok[f].predictions} is missing from {f.parent}")
+        pick_device(device or _device(ok[f].environment))  # BadInput: that device is not here
+    return chosen
+
+
+def _device(environment: dict) -> str:
+    return str(environment.get("device", "cpu")).split(":")[0]
 
 
 def computed(record: dict[str, Any]) -> dict[str, Any]:
     """What a run computed, without what its machine's clock says."""
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if not any(c in k for c in CLOCK_KEYS)}
+            return {k: strip(v) for k, v in value.items() if k not in CLOCK_KEYS}
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
@@ -101,7 +114,9 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
     """Each place where two records' computed values differ, with both values (and the change of a number)."""
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for k in dict.fromkeys([*old, *new]) for d in differences(old.get(k), new.get(k), f"{path}.{k}")]
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return [f"{path.lstrip('.')}: {len(old)} entries -> {len(new)}"]
         return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{path}[{i}]")]
     if old == new or (isinstance(old, float) and isinstance(new, float) and math.isnan(old) and math.isnan(new)):
         return []
@@ -110,24 +125,26 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
     return [f"{path.lstrip('.')}: {old!r} -> {new!r}{change}"]
 
 
-def prediction_differences(old: dict, new: dict | None) -> list[str]:
-    """Where the rerun's dev predictions (logits per example) differ from the record's sidecar."""
+def prediction_differences(old: dict, new: dict, name: str = "dev predictions") -> list[str]:
+    """Where the rerun's per-example arrays (logits, and the rows and labels they belong to) differ from the
+    record's sidecar, per split."""
     import numpy as np
 
-    if new is None:
-        return ["dev predictions: the record has them, the rerun kept none"]
     out = []
     for split in dict.fromkeys([*old, *new]):
-        name = f"dev predictions{' ' + split if split else ''}"
-        a, b = old.get(split, {}).get("logits"), new.get(split, {}).get("logits")
-        if a is None or b is None or a.shape != b.shape:
-            out.append(f"{name}: shapes {getattr(a, 'shape', None)} -> {getattr(b, 'shape', None)}")
-        elif not np.array_equal(a, b):
-            rows = (a != b).reshape(len(a), -1).any(axis=1)
-            flipped = int((a.argmax(-1) != b.argmax(-1)).sum()) if a.ndim == 2 and a.shape[1] > 1 else None
-            out.append(f"{name}: {int(rows.sum())} of {len(a)} rows' logits differ (largest change "
-                       f"{float(np.abs(a - b).max()):.3g})" + (f", {flipped} predicted labels" if flipped is not None
-                                                              else ""))
+        for array in dict.fromkeys([*old.get(split, {}), *new.get(split, {})]):
+            where = f"{name}{' ' + split if split else ''} {array}"
+            a, b = old.get(split, {}).get(array), new.get(split, {}).get(array)
+            if a is None or b is None or a.shape != b.shape:
+                out.append(f"{where}: shape {getattr(a, 'shape', None)} -> {getattr(b, 'shape', None)}")
+            elif not np.array_equal(a, b):
+                rows = (a != b).reshape(len(a), -1).any(axis=1)
+                text = f"{where}: {int(rows.sum())} of {len(a)} rows differ"
+                if array == "logits":
+                    text += f" (largest change {float(np.abs(a - b).max()):.3g})"
+                    if a.ndim == 2 and a.shape[1] > 1:
+                        text += f", {int((a.argmax(-1) != b.argmax(-1)).sum())} predicted labels"
+                out.append(text)
     return out
 
 
@@ -135,33 +152,40 @@ def reproduce(path: Path, data_dir: str | None, device: str | None) -> Reproduct
     """Train the job of the record at `path` again, with the torch threads it names, and compare."""
     import torch
 
-    from suite.run.device import environment, pick_device
-    from suite.run.record import load_predictions, read_record
+    from suite.run.record import HELDOUT, heldout_predictions, load_predictions, read_record
     from suite.run.runner import run_one
     from suite.run.settings import RunConfig
 
     old = read_record(path)
     job = RunConfig.from_dict(old.config)
-    device = device or str(old.environment.get("device", "cpu")).split(":")[0]
-    threads = old.environment.get("cpu_threads")
-    before = torch.get_num_threads()
+    threads, before = old.environment.get("cpu_threads"), torch.get_num_threads()
     if isinstance(threads, int) and threads > 0:
-        torch.set_num_threads(threads)  # float sums split over threads differ in their last bits
+        torch.set_num_threads(threads)  # float sums split over other thread counts differ in their last bits
     try:
-        new = run_one(job, data_dir=data_dir, device=device, quiet=True)
+        new = run_one(job, data_dir=data_dir, device=device or _device(old.environment), quiet=True)
     finally:
         torch.set_num_threads(before)
-    recorded, rerun = _where(old.environment), _where(environment(pick_device(device)) | {
-        "cpu_threads": threads or before})
+    recorded, rerun = _where(old.environment), _where(new.environment)
     if not new.ok:
-        return Reproduction(str(path), old.label, recorded, rerun, (), (new.error or "failed").splitlines()[0])
+        return Reproduction(str(path), old.label, recorded, rerun, (), None, (new.error or "failed").splitlines()[0])
     found = differences(computed(old.to_dict()), computed(new.to_dict()))
+    arrays = dict(new.prediction_arrays or {})
     if old.predictions:
         sidecar = path.parent / old.predictions
         if old.predictions_sha256 and hashlib.sha256(sidecar.read_bytes()).hexdigest() != old.predictions_sha256:
             found.append(f"{sidecar.name}: not the file the run wrote (its sha256 differs from the record's)")
-        found += prediction_differences(load_predictions(sidecar), new.prediction_arrays)
-    return Reproduction(str(path), old.label, recorded, rerun, tuple(found))
+        found += prediction_differences(load_predictions(sidecar), {k: v for k, v in arrays.items() if k != HELDOUT})
+        if old.heldout is not None or HELDOUT in arrays:
+            kept = load_predictions(heldout_predictions(sidecar)) if old.heldout is not None else {}
+            found += prediction_differences(kept, {"": arrays[HELDOUT]} if HELDOUT in arrays else {},
+                                            "held-out predictions")
+    elif arrays:
+        found.append("predictions: the record kept none, the rerun did")
+    try:
+        change = float(new.final.score) - float(old.final.score)
+    except (TypeError, ValueError):  # a score that is missing
+        change = math.nan
+    return Reproduction(str(path), old.label, recorded, rerun, tuple(found), change if math.isfinite(change) else None)
 
 
 def _where(env: dict) -> str:
@@ -175,19 +199,28 @@ def _where(env: dict) -> str:
 
 def main(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or os.environ.get("SUITE_DATA_DIR")
-    files = chosen_records(args.paths, args.sample, args.sample_seed)
+    files = chosen_records(args.paths, args.sample, args.sample_seed, args.device)
+    if args.json:
+        _write_json(Path(args.json), [])  # an unwritable file stops here, not after hours of training
     print(f"rerunning {len(files)} recorded run(s) under the installed code; nothing is written into their folders",
           file=sys.stderr)
     results = []
     for i, f in enumerate(files, 1):
         result = reproduce(f, data_dir, args.device)
-        verdict = "identical" if result.identical else "failed" if result.failed else "differs"
-        print(f"[{i}/{len(files)}] {result.label}: {verdict}", file=sys.stderr)
         results.append(result)
+        verdict = "identical" if result.identical else "rerun failed" if result.failed else "differs"
+        print(f"[{i}/{len(files)}] {result.label}: {verdict}", file=sys.stderr)
+        if args.json:
+            _write_json(Path(args.json), results)
     print(summary(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1) + "\n")
     return 0 if all(r.identical for r in results) else 1
+
+
+def _write_json(path: Path, results: list[Reproduction]) -> None:
+    try:
+        path.write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=1) + "\n")
+    except OSError as exc:
+        raise BadInput(f"--json {path}: cannot be written ({exc.strerror or exc})") from exc
 
 
 def summary(results: list[Reproduction]) -> str:
@@ -195,16 +228,19 @@ def summary(results: list[Reproduction]) -> str:
     from suite.report.vocabulary import table
 
     rows = [[r.label, r.recorded, r.rerun, "identical" if r.identical else "rerun failed" if r.failed
-             else f"{len(r.differences)} difference(s)"] for r in results]
-    lines = [table(rows, ["run", "recorded", "rerun", "result"]), ""]
+             else f"{len(r.differences)} difference(s)", "–" if r.score_change is None else f"{r.score_change:+.3g}"]
+            for r in results]
+    lines = [table(rows, ["run", "recorded", "rerun", "result", "final score change"]), ""]
     for r in results:
         if r.failed:
             lines.append(f"- {r.label}: the rerun failed: {r.failed}")
-        for d in r.differences[:SHOWN]:
-            lines.append(f"- {r.label}: {d}")
+        lines += [f"- {r.label}: {d}" for d in r.differences[:SHOWN]]
         if len(r.differences) > SHOWN:
-            lines.append(f"- {r.label}: and {len(r.differences) - SHOWN} more")
+            lines.append(f"- {r.label}: and {len(r.differences) - SHOWN} more (--json keeps them all)")
     same = sum(r.identical for r in results)
     lines.append(f"{same} of {len(results)} rerun(s) computed what their records say, bit for bit (scores, losses, "
-                 "attention statistics, data digests and dev predictions; times left out).")
+                 "attention statistics, data digests and predictions; times left out).")
+    if any(" on cuda" in r.rerun for r in results):
+        lines.append("On a GPU, kernels that are not deterministic (a run without `train.deterministic`) may change "
+                     "the last bits of a sum from one run to the next: a small change there is expected.")
     return "\n".join(lines)
