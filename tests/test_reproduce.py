@@ -75,6 +75,20 @@ def test_an_edit_in_each_part_of_a_record_is_named(recorded, glue_dir, tmp_path,
     assert "0 of 1 rerun(s) computed what their records say" in out and "more (--json keeps them all)" in out
 
 
+def test_a_last_bit_rounding_of_a_number_is_the_same_result_unless_exact(recorded, glue_dir, tmp_path, capsys):
+    """Another CPU's numpy may sum a metric in another order: the same value but for its last bits."""
+    path, data = _copy(_records(recorded)[0], tmp_path / "runs")
+    score = data["final"]["score"]
+    data["final"]["score"] = float(np.nextafter(score, 2.0))
+    path.write_text(json.dumps(data))
+    assert main(["reproduce", str(path), "--data-dir", glue_dir]) == 0
+    out = capsys.readouterr().out
+    assert "the same but for rounding (1 number(s))" in out and "0 of 1 rerun(s) computed what their records say, " \
+        "bit for bit" in out and "1 the same but for the last-bit rounding of a number" in out
+    assert f"final.score: {float(np.nextafter(score, 2.0))!r} -> {score!r}" in out
+    assert main(["reproduce", str(path), "--data-dir", glue_dir, "--exact"]) == 1
+
+
 def test_held_out_predictions_are_compared_apart_from_dev(tiny_bert_dir, glue_dir, tmp_path, capsys):
     out = tmp_path / "held"
     assert run_cli(tiny_bert_dir, glue_dir, out, "--set", "train.test_holdout=6") == 0
@@ -150,3 +164,5 @@ def test_differences_name_each_place_and_leave_the_clock_out():
     assert differences(computed(old), computed(new)) == ["data.a: 'x' -> 'y'", "final.score: 0.5 -> 0.75 (+0.25)"]
     assert differences(computed(old), computed(old)) == []  # NaN against NaN is no difference
     assert differences({"h": [1, 2]}, {"h": [1]}) == ["h: 2 entries -> 1"]
+    assert differences({"r": 0.8925344918553438}, {"r": 0.892534491855344}, tolerance=1e-12) == []  # seen: numpy's sums
+    assert differences({"r": 0.5}, {"r": 0.5 + 1e-9}, tolerance=1e-12) == ["r: 0.5 -> 0.500000001 (+1e-09)"]
