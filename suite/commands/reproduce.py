@@ -24,8 +24,8 @@ CLOCK_KEYS = frozenset({"epoch_time_s", "train_samples_per_s", "cost"})
 COMPUTED = ("data", "history", "final", "best", "tune", "heldout", "generalisation_gap", "attention", "method_record",
             "baselines", "heldout_baselines", "parameters")
 SHOWN = 4  # differences listed per run in the summary (the JSON keeps all)
-# a metric's own sums may round differently on another CPU (numpy picks its SIMD kernels by CPU): numbers this close
-# (relative to their size) are the same value computed in another order, not another result
+# a metric of the same predictions may round differently on another CPU (seen: an STS-B correlation, its chance
+# baseline's too; numpy and scipy choose vectorised kernels by CPU): numbers this close are not another result
 ROUNDING = 1e-12
 
 
