@@ -254,6 +254,7 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
     means = ok.groupby([Col.METHOD, Col.TASK])[[Col.STEP_S, Col.PEAK_MB]].mean()
     modes = ok.groupby(Col.METHOD)[Col.STEP_MODE].agg(lambda x: "/".join(sorted(set(x))))
     mixed = modes.nunique() > 1  # a captured step and an eager one differ by how they run, not only by the method
+    machines = len(set(machine_keys(ok)))  # a ratio across machines measures them too
     rows = []
     for m in sel.methods:
         row = [sel.label(m) + (f" ({modes.get(m, DASH)})" if mixed else "")]
@@ -272,9 +273,8 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
              f"`{base}` ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
              "pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the "
                                                 "process's peak resident set, which is not one method's cost") + ".",
-             *([f"- The runs ran on {len(set(machine_keys(ok)))} machines or device setups (the Machine lines "
-                "above): a ratio between methods run on different ones measures the machines too."]
-               if len(set(machine_keys(ok))) > 1 else []),
+             *([f"- The runs ran on {machines} machines or device setups (the Machine lines above): a ratio "
+                "between methods run on different ones measures the machines too."] if machines > 1 else []),
              *(["- The methods' steps ran in different modes (in brackets: `captured`, replayed from CUDA graphs, or "
                 "`eager`; `train.capture`, docs/running-grids.md): a ratio between modes measures the mode too. "
                 "`python -m suite bench --loop --capture auto,off` compares both for each method."] if mixed else []),
