@@ -246,6 +246,85 @@ def test_an_edited_or_stale_sequential_state_is_refused_naming_the_file(tmp_path
     assert str(tmp_path / "until_decided.json") in str(refused.value)
 
 
+def _mid_round(tmp_path, rest_recorded: bool) -> dict:
+    """Two primary comparisons on RTE (topk and drophead vs vanilla; looks at 3 and 6 seeds) after their first look,
+    both open, with the second look's runs of topk and vanilla recorded (seeds 4-6) and drophead's only where
+    `rest_recorded`: the topk comparison's records replay to a second look the run has not written yet."""
+    import json
+
+    from suite.stats.evidence import RunOutcome, bootstrap_seed, compare_runs
+    from suite.stats.looks import next_look
+    from suite.stats.sequential import Design, family_alpha
+
+    store = Store(tmp_path)
+    shift = {"vanilla": lambda s: 0.60 + 0.01 * s, "topk": lambda s: 0.605 + 0.012 * s - 0.004 * (s % 2),
+             "drophead": lambda s: 0.60 + 0.011 * s - 0.003 * (s % 3)}
+    arms: dict[str, dict] = {m: {} for m in shift}
+    for method, score in shift.items():
+        for seed in (1, 2, 3, 4, 5, 6) if method != "drophead" or rest_recorded else (1, 2, 3):
+            store.write(*make_record("rte", method, seed, {"accuracy": score(seed)}, hparams={"p": 0.1}))
+            arms[method][seed] = RunOutcome(100 * score(seed))
+    design = Design((3, 6), family_alpha(0.05, 2))
+    comparisons = []
+    for method in ("topk", "drophead"):
+        look = next_look([], design, {s: arms[method][s] for s in (1, 2, 3)},
+                         {s: arms["vanilla"][s] for s in (1, 2, 3)}, lambda a, b, m=method: compare_runs(
+                             "rte", a, b, 1.0, seed=bootstrap_seed("rte", m, "vanilla")), 0, [1, 2, 3])
+        assert look["reason"] == "continue"
+        comparisons.append({"model": MODEL, "task": "rte", "method": method, "reference": "vanilla",
+                            "reason": "continue", "verdict": "undecided", "looks": [look]})
+    state = {"written": "2026-01-01T00:00:00+00:00", "looks": [3, 6], "seed_order": [1, 2, 3, 4, 5, 6],
+             "schedule": {"start": 3, "step": 3, "cap": 6, "spending": "obrien-fleming", "futility": 0.1},
+             "rule": "test rule", "alpha": 0.05, "primary": 2, "alpha_each": 0.025, "comparisons": comparisons}
+    (tmp_path / "until_decided.json").write_text(json.dumps(state))
+    return state
+
+
+def test_a_round_under_way_is_reported_as_of_the_looks_taken_and_a_finished_round_without_its_look_is_refused(
+        tmp_path):
+    """Mid-round (the campaign's state between two looks) the report was refused as stale: a comparison whose runs
+    were all in replayed to a look the run writes only when the round ends. It is now reported as of the looks taken,
+    saying the round is under way; once every run of the round has a record, a file without the look is stale."""
+    import json
+
+    from suite.api.errors import ReportError
+
+    options = ReportOptions(aso=False, figures=False, primary=["topk", "drophead"])
+    state = _mid_round(tmp_path / "mid", rest_recorded=False)
+    md = unwrap_prose(build_report([tmp_path / "mid"], options).read_text())
+    assert "**A round is under way:** 6 of the 9 runs that look 2 needs (seeds 4–6 of the open comparisons)" in md
+    assert "1 of up to 2 looks taken (at 3, 6 seeds); 0 of 2 primary comparison(s) stopped by the rule, 2 open; " \
+           "**a round is under way** (6 of the 9 runs look 2 needs have records): the verdicts are interim" in md
+    assert comparison_rows(md)["topk", "RTE"]["verdict"].endswith("‡")
+    edited = json.loads(json.dumps(state))
+    edited["comparisons"][0]["looks"][0]["p"] = 0.5   # the looks taken are still held against the records
+    (tmp_path / "mid" / "until_decided.json").write_text(json.dumps(edited))
+    with pytest.raises(ReportError, match="look 1 holds p"):
+        build_report([tmp_path / "mid"], options)
+
+    _mid_round(tmp_path / "done", rest_recorded=True)
+    with pytest.raises(ReportError, match=r"give undecided \(cap, 2 look\(s\)\); the file was edited, or is stale"):
+        build_report([tmp_path / "done"], options)
+
+
+def test_a_margin_mismatch_names_each_tasks_margin_where_the_study_had_several(tmp_path):
+    """The folder report of a study with margins per task suggested `--margin 1.5`, which the next comparison refused:
+    the flag takes one margin for every task."""
+    import json
+
+    from suite.api.errors import ReportError
+
+    state = _mid_round(tmp_path, rest_recorded=False)
+    state["comparisons"][1]["task"] = "mrpc"   # refused at its margin, before its looks are replayed
+    for look in state["comparisons"][1]["looks"]:
+        look["margin"] = 2.0
+    (tmp_path / "until_decided.json").write_text(json.dumps(state))
+    with pytest.raises(ReportError, match=r"within ±2, this report within ±1: give the study's margins \(rte ±1, "
+                                          r"mrpc ±2\): report --study FILE") as refused:
+        build_report([tmp_path], ReportOptions(aso=False, figures=False, primary=["topk", "drophead"]))
+    assert "--margin 2" not in str(refused.value) and "report --study FILE" in str(refused.value)
+
+
 def test_a_sequential_designs_verdict_is_the_one_the_difference_table_reports(tmp_path):
     # topk is 4-6 points above vanilla at 3 seeds: alone, a fixed-sample "better". The study's sequential design
     # left the comparison open at its first look, undecided: that verdict, whose error rate holds over the looks, is

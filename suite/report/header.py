@@ -9,6 +9,7 @@ from collections import Counter
 from suite.report.coverage import coverage_lines
 from suite.report.facts import Options, ReportFacts
 from suite.report.load import Col
+from suite.report.stage_sections import progress_lines
 from suite.report.vocabulary import Part, plural, task_display, task_order, task_source, unique
 from suite.stats.families import CORRECTIONS
 
@@ -173,7 +174,7 @@ def section(report: ReportFacts, options: Options) -> Part:
     part.add(model_line(df), data_line(df),
              f"- **Seeds:** {', '.join(map(str, seeds))} ({len(seeds)} distinct; {report.seeds_per_cell()} per "
              "leaderboard cell)",
-             runs_line(loaded, df), *coverage_lines(report, options))
+             runs_line(loaded, df), *coverage_lines(report, options), *progress_lines(report))
     started, finished = unique(df[Col.STARTED]), unique(df[Col.FINISHED])
     if started and finished:
         part.add(f"- **Run dates:** {started[0]} to {finished[-1]}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from suite.report.facts import Options, ReportFacts
 from suite.report.load import Loaded
-from suite.report.state_checks import check_sequential
+from suite.report.state_checks import check_sequential, round_under_way
 from suite.report.tuning_budget import method_rows, seeds_warning, tuned_with
 from suite.report.vocabulary import Part
 from suite.run.layout import Look, SelectedCell, TrackedComparison
@@ -25,7 +25,7 @@ REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (w
            "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
            "continue": "open (needs seeds not yet run: the loop is running, was interrupted, or was replayed)"}
 
-__all__ = ["sequential", "tuning", "verdicts"]
+__all__ = ["progress_lines", "sequential", "tuning", "verdicts"]
 
 
 def verdicts(loaded: Loaded, alpha: float | None = None,
@@ -39,6 +39,24 @@ def verdicts(loaded: Loaded, alpha: float | None = None,
         for c in state.comparisons:
             found[c.model, c.method, c.task, c.reference] = (c.verdict, c.reason, c.looks[-1] if c.looks else None)
     return found
+
+
+def progress_lines(report: ReportFacts) -> list[str]:
+    """The header's line on how far `run --until-decided` got: looks taken, comparisons open, a round under way."""
+    lines = []
+    for _, state in report.loaded.until_decided:
+        taken = max((len(c.looks) for c in state.comparisons), default=0)
+        still = sum(c.reason == "continue" for c in state.comparisons)
+        line = (f"- **Seeds added until decided:** {taken} of up to {len(state.looks)} looks taken (at "
+                f"{', '.join(map(str, state.looks))} seeds); {len(state.comparisons) - still} of "
+                f"{len(state.comparisons)} primary comparison(s) stopped by the rule, {still} open")
+        if (now := round_under_way(state, report.loaded.frame)) is not None:
+            line += (f"; **a round is under way** ({now.recorded} of the {now.runs} runs look {now.look} needs have "
+                     "records): the verdicts are interim")
+        elif still:
+            line += ": the verdicts are interim until every comparison stops"
+        lines.append(line)
+    return lines
 
 
 def _num(x: Any, spec: str = ".2f") -> str:
@@ -78,6 +96,12 @@ def sequential(report: ReportFacts, options: Options) -> Part:
                  "| diff [95% interval] | p (look's level); sign test p | TOST p (level, margin) |",
                  "|---|---|---:|---|---|---|---|---|---|",
                  *(_row(c) for c in state.comparisons))
+        if (now := round_under_way(state, report.loaded.frame)) is not None:
+            part.add("", f"**A round is under way:** {now.recorded} of the {now.runs} runs that look {now.look} "
+                     f"needs (seeds {now.seeds} of the open comparisons) have records. The verdicts above are as of "
+                     f"the looks taken; look {now.look} is taken when the round's last run ends (the study's `run "
+                     "--until-decided` command resumes it). The tables above already count the round's recorded "
+                     "runs, as fixed-sample evidence only.")
     return part
 
 

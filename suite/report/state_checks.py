@@ -3,7 +3,10 @@ state file reaches a table unless the records give it.
 
 - OUT/until_decided.json: every comparison's looks are replayed from the reported records (`suite.stats.looks`, the
   code the loop decides with) at the file's schedule and seed order, the report's alpha and margin; the file must
-  hold what the replay gives (seeds, difference, p-values, levels, reason and verdict of every look).
+  hold what the replay gives (seeds, difference, p-values, levels, reason and verdict of every look). In the middle
+  of a round (`round_under_way`: some of the runs the next look needs have records, some not) a comparison whose
+  runs are all in replays to one look more than the file holds, which the run writes when the round ends: the file
+  must then hold the replay's looks up to its own last one.
 - OUT/tuning/selection.json: each configuration's mean is the mean of its scores, a score is what its tuning record
   holds (NaN: a failed one), the choice is the best mean, the selection is what the cell's final runs trained with,
   and a cell has runs (tuning or final) at all.
@@ -13,6 +16,7 @@ A file that does not hold is refused (ReportError, exit 2) with its path, what d
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +26,7 @@ from suite.report.vocabulary import same_value
 from suite.run.layout import RUNS, SelectedCell, SelectionFile, TrackedComparison, UntilDecidedFile
 from suite.run.record import InvalidRecord, read_record, record_files
 
-__all__ = ["check_selection", "check_sequential"]
+__all__ = ["check_selection", "check_sequential", "round_under_way"]
 
 _RESELECT = "Give the study's command again to select anew from the tuning records"
 _REWRITE = ("Give the study's `run --until-decided` command again to write it from the records, or remove it to "
@@ -157,14 +161,16 @@ def check_sequential(path: Path, state: UntilDecidedFile, frame, alpha: float, m
     looks = tuple(plan_looks(state.schedule.start, state.schedule.step, state.schedule.cap))
     design = Design(looks, family_alpha(alpha, len(state.comparisons)), spending=state.schedule.spending,
                     futility=state.schedule.futility)
+    under_way = round_under_way(state, frame) is not None
     for c in state.comparisons:
         where = f"{path}: {c.task}/{c.method} vs {c.reference}"
         used = next((look.margin for look in c.looks if look.margin is not None), None)
         if used is not None and not _agrees(used, per_task(margin, c.task)):
             raise ReportError(f"{where}: its looks tested equivalence within ±{used:g}, this report within "
-                              f"±{per_task(margin, c.task):g}: give the study's margin (report --study FILE, or "
-                              f"--margin {used:g}), or " + _REWRITE[0].lower() + _REWRITE[1:])
+                              f"±{per_task(margin, c.task):g}: " + _margin_hint(state, used))
         replayed = replay(c, design, state.seed_order, frame, per_task(margin, c.task))
+        if under_way and c.looks and c.reason == "continue":
+            replayed = replayed[:len(c.looks)]   # the look its round's records give is written when the round ends
         end = (replayed[-1]["reason"], replayed[-1]["verdict"]) if replayed else ("continue", "undecided")
         if (c.reason, c.verdict) != end:
             raise ReportError(f"{where}: the file says {c.verdict} (stopped for {c.reason}), but its looks replayed "
@@ -179,6 +185,51 @@ def check_sequential(path: Path, state: UntilDecidedFile, frame, alpha: float, m
                 raise ReportError(f"{where}: look {given['look']} holds {differs} {getattr(held, differs)!r}, but no "
                                   f"set of the reported records gives it (they give {given.get(differs)!r}); the "
                                   "file was edited or is stale. " + _REWRITE)
+
+
+def _margin_hint(state: UntilDecidedFile, used: float) -> str:
+    """How to report at the margins the looks used: --margin takes one number, a study file one per task."""
+    margins = {c.task: next((lk.margin for lk in c.looks if lk.margin is not None), None) for c in state.comparisons}
+    given = {t: m for t, m in margins.items() if m is not None}
+    if len(set(given.values())) > 1:
+        where = "give the study's margins (" + ", ".join(f"{t} ±{m:g}" for t, m in given.items()) + \
+                "): report --study FILE, whose report: margin: names one per task (--margin takes one for every task)"
+    else:
+        where = f"give the study's margin (report --study FILE, or --margin {used:g})"
+    return where + ", or " + _REWRITE[0].lower() + _REWRITE[1:]
+
+
+@dataclass(frozen=True)
+class Round:
+    """The runs `run --until-decided` gives the open comparisons before their next look, some of them recorded."""
+    look: int        # the look they lead to (1 = the first)
+    seeds: str       # the seeds they add, as text
+    recorded: int    # runs among them with a record (ok or failed)
+    runs: int        # runs in all (an arm shared by comparisons counted once)
+
+
+def round_under_way(state: UntilDecidedFile, frame) -> Round | None:
+    """The round the open comparisons of `state` are in where some but not all of its runs have records in `frame`
+    (None when none has, or every one has: then the run takes the look, or has)."""
+    from suite.stats.sequential import plan_looks
+
+    looks = plan_looks(state.schedule.start, state.schedule.step, state.schedule.cap)
+    wanted: dict[tuple, int] = {}   # (model, task, method, seed) -> the look it is for
+    for c in state.comparisons:
+        if c.reason != "continue" or not c.looks or len(c.looks) >= len(looks):
+            continue
+        for seed in state.seed_order[looks[len(c.looks) - 1]:looks[len(c.looks)]]:
+            for method in (c.method, c.reference):
+                wanted[c.model, c.task, method, seed] = len(c.looks) + 1
+    if not wanted:
+        return None
+    keys = set(zip(frame[Col.MODEL], frame[Col.TASK], frame[Col.METHOD], frame[Col.SEED].astype(int)))
+    recorded = sum(key in keys for key in wanted)
+    if recorded in (0, len(wanted)):
+        return None
+    seeds = sorted({key[3] for key in wanted})
+    text = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+    return Round(look=max(wanted.values()), seeds=text, recorded=recorded, runs=len(wanted))
 
 
 def _check_design(path: Path, state: UntilDecidedFile, alpha: float) -> None:
