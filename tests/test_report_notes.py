@@ -292,15 +292,25 @@ def test_a_round_under_way_is_reported_as_of_the_looks_taken_and_a_finished_roun
     options = ReportOptions(aso=False, figures=False, primary=["topk", "drophead"])
     state = _mid_round(tmp_path / "mid", rest_recorded=False)
     md = unwrap_prose(build_report([tmp_path / "mid"], options).read_text())
-    assert "**A round is under way:** 6 of the 9 runs that look 2 needs (seeds 4–6 of the open comparisons)" in md
+    assert "**A round is under way:** 6 of the 9 runs look 2 needs (seeds 4–6) have records." in md
     assert "1 of up to 2 looks taken (at 3, 6 seeds); 0 of 2 primary comparison(s) stopped by the rule, 2 open; " \
-           "**a round is under way** (6 of the 9 runs look 2 needs have records): the verdicts are interim" in md
+           "**a round is under way** (6 of the 9 runs look 2 needs (seeds 4–6) have records): the open " \
+           "comparisons' verdicts are interim" in md
     assert comparison_rows(md)["topk", "RTE"]["verdict"].endswith("‡")
     edited = json.loads(json.dumps(state))
     edited["comparisons"][0]["looks"][0]["p"] = 0.5   # the looks taken are still held against the records
     (tmp_path / "mid" / "until_decided.json").write_text(json.dumps(edited))
     with pytest.raises(ReportError, match="look 1 holds p"):
         build_report([tmp_path / "mid"], options)
+
+    # a failed run of the round counts as run (the loop's); runs of another setting are not the round's
+    (tmp_path / "mid" / "until_decided.json").write_text(json.dumps(state))
+    store = Store(tmp_path / "mid")
+    store.write(*make_record("rte", "drophead", 4, hparams={"p": 0.1}, status="failed"))
+    for seed in (4, 5, 6):
+        store.write(*make_record("rte", "drophead", seed, {"accuracy": 0.7}, hparams={"p": 0.2}))
+    md = unwrap_prose(build_report([tmp_path / "mid"], options).read_text())
+    assert "**A round is under way:** 7 of the 9 runs look 2 needs (seeds 4–6) have records." in md
 
     _mid_round(tmp_path / "done", rest_recorded=True)
     with pytest.raises(ReportError, match=r"give undecided \(cap, 2 look\(s\)\); the file was edited, or is stale"):

@@ -23,7 +23,8 @@ from suite.run.layout import Look, SelectedCell, TrackedComparison
 
 REASONS = {"efficacy": "efficacy (a difference)", "equivalence": "equivalence (within the margin)",
            "futility": "futility (no decision reachable by the cap)", "cap": "reached the cap undecided",
-           "continue": "open (needs seeds not yet run: the loop is running, was interrupted, or was replayed)"}
+           "continue": "open (its next look waits for runs without records: the loop is running, was stopped, or "
+                       "was replayed)"}
 
 __all__ = ["progress_lines", "sequential", "tuning", "verdicts"]
 
@@ -43,20 +44,25 @@ def verdicts(loaded: Loaded, alpha: float | None = None,
 
 def progress_lines(report: ReportFacts) -> list[str]:
     """The header's line on how far `run --until-decided` got: looks taken, comparisons open, a round under way."""
-    lines = []
-    for _, state in report.loaded.until_decided:
+    from suite.stats.sequential import plan_looks
+
+    lines, several = [], len(report.loaded.until_decided) > 1
+    for path, state in report.loaded.until_decided:
+        planned = plan_looks(state.schedule.start, state.schedule.step, state.schedule.cap)
         taken = max((len(c.looks) for c in state.comparisons), default=0)
         still = sum(c.reason == "continue" for c in state.comparisons)
-        line = (f"- **Seeds added until decided:** {taken} of up to {len(state.looks)} looks taken (at "
-                f"{', '.join(map(str, state.looks))} seeds); {len(state.comparisons) - still} of "
-                f"{len(state.comparisons)} primary comparison(s) stopped by the rule, {still} open")
-        if (now := round_under_way(state, report.loaded.frame)) is not None:
-            line += (f"; **a round is under way** ({now.recorded} of the {now.runs} runs look {now.look} needs have "
-                     "records): the verdicts are interim")
-        elif still:
-            line += ": the verdicts are interim until every comparison stops"
-        lines.append(line)
+        line = (f"- **Seeds added until decided{f' (`{path}`)' if several else ''}:** {taken} of up to "
+                f"{len(planned)} looks taken (at {', '.join(map(str, planned))} seeds); "
+                f"{len(state.comparisons) - still} of {len(state.comparisons)} primary comparison(s) stopped by the "
+                f"rule, {still} open")
+        if rounds := round_under_way(state, report.loaded.frame):
+            line += f"; **a round is under way** ({_round_text(rounds)} have records)"
+        lines.append(line + (": the open comparisons' verdicts are interim" if still else ""))
     return lines
+
+
+def _round_text(rounds) -> str:
+    return "; ".join(f"{r.recorded} of the {r.runs} runs look {r.look} needs (seeds {r.seeds})" for r in rounds)
 
 
 def _num(x: Any, spec: str = ".2f") -> str:
@@ -96,12 +102,12 @@ def sequential(report: ReportFacts, options: Options) -> Part:
                  "| diff [95% interval] | p (look's level); sign test p | TOST p (level, margin) |",
                  "|---|---|---:|---|---|---|---|---|---|",
                  *(_row(c) for c in state.comparisons))
-        if (now := round_under_way(state, report.loaded.frame)) is not None:
-            part.add("", f"**A round is under way:** {now.recorded} of the {now.runs} runs that look {now.look} "
-                     f"needs (seeds {now.seeds} of the open comparisons) have records. The verdicts above are as of "
-                     f"the looks taken; look {now.look} is taken when the round's last run ends (the study's `run "
-                     "--until-decided` command resumes it). The tables above already count the round's recorded "
-                     "runs, as fixed-sample evidence only.")
+        if rounds := round_under_way(state, report.loaded.frame):
+            part.add("", f"**A round is under way:** {_round_text(rounds)} have records. The open comparisons' "
+                     "verdicts above are as of the looks taken; the loop takes the next look once every run of the "
+                     "round has a record (the study's `run --until-decided` command resumes a stopped round). The "
+                     "tables above already count the round's recorded runs, as fixed-sample evidence only, not a "
+                     "decision.")
     return part
 
 

@@ -161,7 +161,7 @@ def check_sequential(path: Path, state: UntilDecidedFile, frame, alpha: float, m
     looks = tuple(plan_looks(state.schedule.start, state.schedule.step, state.schedule.cap))
     design = Design(looks, family_alpha(alpha, len(state.comparisons)), spending=state.schedule.spending,
                     futility=state.schedule.futility)
-    under_way = round_under_way(state, frame) is not None
+    under_way = bool(round_under_way(state, frame))
     for c in state.comparisons:
         where = f"{path}: {c.task}/{c.method} vs {c.reference}"
         used = next((look.margin for look in c.looks if look.margin is not None), None)
@@ -169,7 +169,7 @@ def check_sequential(path: Path, state: UntilDecidedFile, frame, alpha: float, m
             raise ReportError(f"{where}: its looks tested equivalence within ±{used:g}, this report within "
                               f"±{per_task(margin, c.task):g}: " + _margin_hint(state, used))
         replayed = replay(c, design, state.seed_order, frame, per_task(margin, c.task))
-        if under_way and c.looks and c.reason == "continue":
+        if under_way and c.looks and c.reason == "continue" and len(replayed) == len(c.looks) + 1:
             replayed = replayed[:len(c.looks)]   # the look its round's records give is written when the round ends
         end = (replayed[-1]["reason"], replayed[-1]["verdict"]) if replayed else ("continue", "undecided")
         if (c.reason, c.verdict) != end:
@@ -208,28 +208,29 @@ class Round:
     runs: int        # runs in all (an arm shared by comparisons counted once)
 
 
-def round_under_way(state: UntilDecidedFile, frame) -> Round | None:
-    """The round the open comparisons of `state` are in where some but not all of its runs have records in `frame`
-    (None when none has, or every one has: then the run takes the look, or has)."""
+def round_under_way(state: UntilDecidedFile, frame) -> tuple[Round, ...]:
+    """The rounds the open comparisons of `state` are in (one per next look; one when the loop wrote the file), where
+    some but not all of their runs have records in `frame` among the settings the looks compare (`_arm`); empty when
+    none has, or every one has: then the run takes the looks, or has."""
     from suite.stats.sequential import plan_looks
 
     looks = plan_looks(state.schedule.start, state.schedule.step, state.schedule.cap)
-    wanted: dict[tuple, int] = {}   # (model, task, method, seed) -> the look it is for
+    wanted: dict[int, dict[tuple, bool]] = {}   # next look -> (model, task, method, seed) -> recorded
     for c in state.comparisons:
         if c.reason != "continue" or not c.looks or len(c.looks) >= len(looks):
             continue
-        for seed in state.seed_order[looks[len(c.looks) - 1]:looks[len(c.looks)]]:
-            for method in (c.method, c.reference):
-                wanted[c.model, c.task, method, seed] = len(c.looks) + 1
-    if not wanted:
-        return None
-    keys = set(zip(frame[Col.MODEL], frame[Col.TASK], frame[Col.METHOD], frame[Col.SEED].astype(int)))
-    recorded = sum(key in keys for key in wanted)
-    if recorded in (0, len(wanted)):
-        return None
-    seeds = sorted({key[3] for key in wanted})
-    text = f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
-    return Round(look=max(wanted.values()), seeds=text, recorded=recorded, runs=len(wanted))
+        seeds = state.seed_order[looks[len(c.looks) - 1]:looks[len(c.looks)]]
+        for method in (c.method, c.reference):
+            arm = _arm(frame, c.model, c.task, method, state.seed_order)
+            wanted.setdefault(len(c.looks) + 1, {}).update({(c.model, c.task, method, s): s in arm for s in seeds})
+    rounds = tuple(Round(look=look, seeds=_seed_text(sorted({key[3] for key in runs})), recorded=sum(runs.values()),
+                         runs=len(runs)) for look, runs in sorted(wanted.items()))
+    recorded = sum(r.recorded for r in rounds)
+    return () if recorded in (0, sum(r.runs for r in rounds)) else rounds
+
+
+def _seed_text(seeds: list[int]) -> str:
+    return f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
 
 
 def _check_design(path: Path, state: UntilDecidedFile, alpha: float) -> None:
