@@ -53,7 +53,13 @@ def test_a_complete_grid_says_so_and_a_command_that_no_longer_plans_is_named(tmp
     records = [_record_of(job, 0.6 + job.seed / 100) for job in _jobs(command).values()]
     _grid(tmp_path, records, command)
     md = build_report([tmp_path], PLANNED).read_text()
-    assert "- **Jobs:** all 2 jobs the commands plan have ok records" in md
+    assert "- **Jobs:** all 2 jobs the commands plan have ok records\n" in md
+    looped = command.replace("--methods vanilla", "--methods vanilla,topk") + " --until-decided"
+    first = _jobs(looped)   # the loop's first round: its schedule's starting seeds
+    _grid(tmp_path / "looped", [_record_of(job) for job in first.values()], looped)
+    md = build_report([tmp_path / "looped"], PLANNED).read_text()
+    assert (f"- **Jobs:** all {len(first)} jobs the commands plan have ok records (their first round: "
+            "`--until-decided` adds seeds") in " ".join(md.split())
     (tmp_path / "commands.txt").write_text("python -m suite run --study gone.yaml\n")
     md = build_report([tmp_path], PLANNED).read_text()
     assert "- **Jobs:** the planned jobs are unknown (could not plan command 1 (" in md
