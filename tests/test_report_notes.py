@@ -297,6 +297,7 @@ def test_a_round_under_way_is_reported_as_of_the_looks_taken_and_a_finished_roun
            "**a round is under way** (6 of the 9 runs look 2 needs (seeds 4–6) have records): the open " \
            "comparisons' verdicts are interim" in md
     assert comparison_rows(md)["topk", "RTE"]["verdict"].endswith("‡")
+    assert "within reach" not in md   # a fixed-sample count of seeds: the sequential design's rule gives them
     edited = json.loads(json.dumps(state))
     edited["comparisons"][0]["looks"][0]["p"] = 0.5   # the looks taken are still held against the records
     (tmp_path / "mid" / "until_decided.json").write_text(json.dumps(edited))

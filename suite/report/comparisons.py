@@ -292,9 +292,10 @@ def family_sizes(comparisons: Mapping) -> dict[str, int]:
 
 
 def within_reach(comparisons: Mapping, seeds: int) -> list[Comparison]:
-    """Undecided comparisons that at most `seeds` seeds would decide."""
-    return [c for c in comparisons.values()
-            if c.verdict == "undecided" and math.isfinite(c.seeds_needed) and c.seeds_needed <= seeds]
+    """Undecided comparisons that at most `seeds` seeds would decide, at a fixed sample: none a sequential design
+    decides, whose seeds are its stopping rule's to give."""
+    return [c for c in comparisons.values() if c.verdict == "undecided" and not c.sequential
+            and math.isfinite(c.seeds_needed) and c.seeds_needed <= seeds]
 
 
 def curve_tests(curves: Mapping[str, pd.DataFrame], methods: Mapping[str, list[str]], baseline: str,
