@@ -134,6 +134,22 @@ def test_records_from_two_cpus_name_them_and_warn(tmp_path):
     assert "machines or device setups" not in one and "- **Machine:** cpu (AMD EPYC, bf16 in hardware)" in one
 
 
+def test_in_run_step_ratios_are_taken_within_one_machine(tmp_path):
+    """The standard study's vanilla runs were mostly on an earlier, slower machine and DropHead's on a newer one: the
+    pooled ratio said DropHead's steps took 0.74x vanilla's. A ratio is now taken between runs on the same machine."""
+    a, b, c = ({"git_commit": "bbb", "device": "cpu", "cpu": name} for name in ("CPU A", "CPU B", "CPU C"))
+    recs = [make_record("rte", "vanilla", 1, {"accuracy": 0.6}, step_s=0.1, env=a),
+            make_record("rte", "vanilla", 2, {"accuracy": 0.6}, step_s=0.1, env=a),
+            make_record("rte", "vanilla", 3, {"accuracy": 0.6}, step_s=0.2, env=b),
+            make_record("rte", "drophead", 1, {"accuracy": 0.6}, step_s=0.3, env=b),
+            make_record("rte", "topk", 1, {"accuracy": 0.6}, step_s=0.1, env=c)]
+    md = build_report([write(tmp_path, recs)], ReportOptions(aso=False, figures=False)).read_text()
+    context = parse_table(md, "#### In-run step times (context, not a cost measurement)")
+    assert context["drophead"]["in-run step time vs vanilla"] == "1.50×"   # pooled: 0.3 / 0.133 = 2.25
+    assert context["topk"]["in-run step time vs vanilla"] == "–"           # no vanilla run on its machine
+    assert "each ratio is taken between runs of the same task on the same machine" in " ".join(md.split())
+
+
 def test_a_shallow_clones_version_is_listed_with_its_mark(tmp_path):
     """The same commit from a full and a shallow clone: two labels, and the listing shows which is which."""
     full, shallow = "a" * 40, "a" * 40 + "+shallow"

@@ -251,16 +251,17 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
     if base not in sel.methods or not (ok[Col.METHOD] == base).any():
         return part
     gpu = ok[Col.PEAK_KIND].isin(GPU_MEMORY_KINDS).all() and ok[Col.PEAK_MB].notna().any()
-    means = ok.groupby([Col.METHOD, Col.TASK])[[Col.STEP_S, Col.PEAK_MB]].mean()
+    keys = [repr(k) for k in machine_keys(ok)]   # a ratio across machines measures them too: ratios within one
+    means = ok.assign(machine=keys).groupby([Col.METHOD, Col.TASK, "machine"])[[Col.STEP_S, Col.PEAK_MB]].mean()
     modes = ok.groupby(Col.METHOD)[Col.STEP_MODE].agg(lambda x: "/".join(sorted(set(x))))
     mixed = modes.nunique() > 1  # a captured step and an eager one differ by how they run, not only by the method
-    machines = len(set(machine_keys(ok)))  # a ratio across machines measures them too
+    machines = sorted(set(keys))
     rows = []
     for m in sel.methods:
         row = [sel.label(m) + (f" ({modes.get(m, DASH)})" if mixed else "")]
         for col in (Col.STEP_S, Col.PEAK_MB) if gpu else (Col.STEP_S,):
-            ratios = [means.loc[(m, t), col] / means.loc[(base, t), col] for t in sel.tasks
-                      if (m, t) in means.index and (base, t) in means.index]
+            ratios = [means.loc[(m, t, k), col] / means.loc[(base, t, k), col] for t in sel.tasks for k in machines
+                      if (m, t, k) in means.index and (base, t, k) in means.index]
             g = geometric_mean(ratios)
             row.append(f"{fmt(g)}×" if math.isfinite(g) else DASH)
         rows.append(row)
@@ -270,11 +271,13 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
     part.add("#### In-run step times (context, not a cost measurement)", "",
              table(rows, headers), "",
              f"- Wall-clock time per optimizer step inside each run, geometric mean over tasks of the ratio to "
-             f"`{base}` ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
+             f"`{base}`'s mean ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
              "pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the "
                                                 "process's peak resident set, which is not one method's cost") + ".",
-             *([f"- The runs ran on {machines} machines or device setups (the Machine lines above): a ratio "
-                "between methods run on different ones measures the machines too."] if machines > 1 else []),
+             *([f"- The runs ran on {len(machines)} machines or device setups (the Machine lines above), so each "
+                "ratio is taken between runs of the same task on the same machine, the geometric mean over every "
+                f"such pair of cells (–: no run on a machine where `{base}` ran the same task)."]
+               if len(machines) > 1 else []),
              *(["- The methods' steps ran in different modes (in brackets: `captured`, replayed from CUDA graphs, or "
                 "`eager`; `train.capture`, docs/running-grids.md): a ratio between modes measures the mode too. "
                 "`python -m suite bench --loop --capture auto,off` compares both for each method."] if mixed else []),
