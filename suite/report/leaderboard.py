@@ -271,9 +271,10 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
     part.add("#### In-run step times (context, not a cost measurement)", "",
              table(rows, headers), "",
              f"- Wall-clock time per optimizer step inside each run, geometric mean over tasks of the ratio to "
-             f"`{base}`'s mean ({own}). These carry whatever else the machine ran meanwhile (other runs of a `--workers` "
-             "pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the "
-                                                "process's peak resident set, which is not one method's cost") + ".",
+             f"`{base}`'s mean ({own}). These carry whatever else the machine ran meanwhile (other runs of a "
+             "`--workers` pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded "
+                                                "the process's peak resident set, which is not one method's cost")
+             + ".",
              *([f"- The runs ran on {len(machines)} machines or device setups (the Machine lines above), so each "
                 "ratio is taken between runs of the same task on the same machine, the geometric mean over every "
                 f"such pair of cells (–: no run on a machine where `{base}` ran the same task)."]
