@@ -73,6 +73,10 @@ def _family_power_text(comps: dict) -> list[str]:
     if m > SMALL_FAMILY:
         text += (f"; with a family of {SMALL_FAMILY} it would be {100 * sum(small) / len(small):.0f}%: a primary "
                  "family kept to a few comparisons keeps their power (`report: primary:` takes METHOD:TASK)")
+    if any(c.sequential for c in primary):
+        text += (f". This is a fixed-sample test's power at the seeds reported; the verdicts marked {SEQUENTIAL} "
+                 "come from the sequential design, whose own power over its looks `python -m suite plan --study "
+                 "FILE` gives (at the noise of its pilot or records)")
     return [text + "."]
 
 
