@@ -299,7 +299,9 @@ def test_a_round_under_way_is_reported_as_of_the_looks_taken_and_a_finished_roun
     assert comparison_rows(md)["topk", "RTE"]["verdict"].endswith("‡")
     assert "within reach" not in md   # a fixed-sample count of seeds: the sequential design's rule gives them
     assert "This is a fixed-sample test's power at the seeds reported; the verdicts marked ‡ come from the " \
-           "sequential design" in md
+           "sequential design, whose own power over its looks `python -m suite plan --study FILE --until-decided` " \
+           "gives" in md
+    assert "of a fixed-sample test, also beside a verdict marked ‡, whose seeds its design's stopping rule gives" in md
     edited = json.loads(json.dumps(state))
     edited["comparisons"][0]["looks"][0]["p"] = 0.5   # the looks taken are still held against the records
     (tmp_path / "mid" / "until_decided.json").write_text(json.dumps(edited))

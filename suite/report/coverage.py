@@ -51,7 +51,8 @@ def coverage_lines(report: ReportFacts, options: Options) -> list[str]:
     missing = [job for h, job in planned.items() if h not in have]
     note = (f" (could not plan {', '.join(failed)}: give the report from the folder the commands ran in)"
             if failed else "")
-    if any("--until-decided" in c.split() for c in commands):   # the planner sees the first round's seeds only
+    # the planner sees the first round's seeds only (and nothing of a --replay, which trains nothing)
+    if any("--until-decided" in c.split() and "--replay" not in c.split() for c in commands):
         note += " (their first round: `--until-decided` adds seeds to open comparisons round by round)"
     if not planned:
         return [f"- **Jobs:** the planned jobs are unknown{note}"] if failed else []

@@ -76,7 +76,7 @@ def _family_power_text(comps: dict) -> list[str]:
     if any(c.sequential for c in primary):
         text += (f". This is a fixed-sample test's power at the seeds reported; the verdicts marked {SEQUENTIAL} "
                  "come from the sequential design, whose own power over its looks `python -m suite plan --study "
-                 "FILE` gives (at the noise of its pilot or records)")
+                 "FILE --until-decided` gives (at the noise of its pilot or records)")
     return [text + "."]
 
 
@@ -209,7 +209,7 @@ def _comparison_table(facts: ModelFacts, options: Options) -> Part:
     part.add(f"### Comparisons with `{options.baseline}`", "", full.columns(COMPACT_COLUMNS).markdown(), "",
              *[f"- {n}" for n in _compact_notes(options)], "",
              DETAILS, "", full.columns(DETAIL_COLUMNS).markdown(), "",
-             *[f"- {n}" for n in _detail_notes()], "")
+             *[f"- {n}" for n in _detail_notes(any(c.sequential for c in comps.values()))], "")
     return part
 
 
@@ -238,7 +238,7 @@ def _compact_notes(options: Options) -> list[str]:
             "verdict (`fragile`)."]
 
 
-def _detail_notes() -> list[str]:
+def _detail_notes(sequential: bool) -> list[str]:
     return ["Dev-example se: the part of the interval's standard error that every seed shares, which examples the "
             "dev set happens to hold (no number of seeds shrinks it). 0.00 means it was estimated at 0: the "
             "methods' example-by-example differences did not repeat from seed to seed beyond chance (the estimate "
@@ -252,7 +252,9 @@ def _detail_notes() -> list[str]:
             "t-test with a flat prior: the same t as the test), beside the verdicts, not instead of them.",
             "Seeds needed: total seeds with which an undecided comparison would be decided (a difference or "
             "equivalence) with 80% power if the true difference were the observed one (\"never\": the dev set's own "
-            "noise is the limit: more dev examples, not seeds).",
+            "noise is the limit: more dev examples, not seeds)" + (
+                f"; of a fixed-sample test, also beside a verdict marked {SEQUENTIAL}, whose seeds its design's "
+                "stopping rule gives" if sequential else "") + ".",
             "Collapse p adj: McNemar's exact test of the degenerate runs counted in the table above, adjusted within "
             "the family among comparisons with any degenerate run.",
             "ASO ε: almost stochastic order (Dror et al. 2019, `deepsig`) that the method is better, only where a "

@@ -256,29 +256,33 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
     modes = ok.groupby(Col.METHOD)[Col.STEP_MODE].agg(lambda x: "/".join(sorted(set(x))))
     mixed = modes.nunique() > 1  # a captured step and an eager one differ by how they run, not only by the method
     machines = sorted(set(keys))
+    per_task = ok[ok[Col.METHOD] == base].groupby(Col.TASK)[Col.STEP_S].mean()
     rows = []
     for m in sel.methods:
         row = [sel.label(m) + (f" ({modes.get(m, DASH)})" if mixed else "")]
         for col in (Col.STEP_S, Col.PEAK_MB) if gpu else (Col.STEP_S,):
-            ratios = [means.loc[(m, t, k), col] / means.loc[(base, t, k), col] for t in sel.tasks for k in machines
-                      if (m, t, k) in means.index and (base, t, k) in means.index]
-            g = geometric_mean(ratios)
-            row.append(f"{fmt(g)}×" if math.isfinite(g) else DASH)
+            by_task = {t: geometric_mean([means.loc[(m, t, k), col] / means.loc[(base, t, k), col] for k in machines
+                                          if (m, t, k) in means.index and (base, t, k) in means.index])
+                       for t in sel.tasks}
+            found = [g for g in by_task.values() if math.isfinite(g)]
+            shared = sum(t in per_task.index for t in sel.tasks)
+            row.append(f"{fmt(geometric_mean(found))}×" + (f" ({len(found)} of {shared} tasks)"
+                                                           if len(found) < shared else "") if found else DASH)
         rows.append(row)
-    per_task = ok[ok[Col.METHOD] == base].groupby(Col.TASK)[Col.STEP_S].mean()
     own = "; ".join(f"{task_display(t)} {fmt(per_task[t] * 1000, 1)} ms/step" for t in task_order(per_task.index))
     headers = ["method", f"in-run step time vs {base}"] + ([f"in-run GPU peak vs {base}"] if gpu else [])
     part.add("#### In-run step times (context, not a cost measurement)", "",
              table(rows, headers), "",
              f"- Wall-clock time per optimizer step inside each run, geometric mean over tasks of the ratio to "
-             f"`{base}`'s mean ({own}). These carry whatever else the machine ran meanwhile (other runs of a "
-             "`--workers` pool included)" + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded "
-                                                "the process's peak resident set, which is not one method's cost")
-             + ".",
+             f"`{base}`'s mean{' on the same machine' if len(machines) > 1 else ''} (`{base}`: {own}"
+             f"{', pooled over the machines' if len(machines) > 1 else ''}). These carry whatever else the machine "
+             "ran meanwhile (other runs of a `--workers` pool included)"
+             + ("" if gpu else "; in-run memory is not shown: on CPU the runs recorded the process's peak resident "
+                               "set, which is not one method's cost") + ".",
              *([f"- The runs ran on {len(machines)} machines or device setups (the Machine lines above), so each "
-                "ratio is taken between runs of the same task on the same machine, the geometric mean over every "
-                f"such pair of cells (–: no run on a machine where `{base}` ran the same task)."]
-               if len(machines) > 1 else []),
+                "ratio is taken between runs of the same task on the same machine, a task's ratio is the geometric "
+                f"mean over its machines, and no ratio crosses machines (–: no step time on a machine where `{base}` "
+                "ran the same task)."] if len(machines) > 1 else []),
              *(["- The methods' steps ran in different modes (in brackets: `captured`, replayed from CUDA graphs, or "
                 "`eager`; `train.capture`, docs/running-grids.md): a ratio between modes measures the mode too. "
                 "`python -m suite bench --loop --capture auto,off` compares both for each method."] if mixed else []),
