@@ -41,7 +41,7 @@ def test_an_incomplete_grid_names_its_missing_cells_and_each_cells_hours(tmp_pat
     md = build_report([tmp_path], PLANNED).read_text()
     line = next(x for x in md.splitlines() if x.startswith("- **Jobs"))
     assert line.startswith("- **Jobs: 5 of 8 jobs the commands plan have ok records**; 3 without: "
-                           "RTE/scores_dropout seeds 3-4; RTE/vanilla seed 4"), line
+                           "RTE/scores_dropout seeds 3–4; RTE/vanilla seed 4"), line
     table = md.split("#### Compute per cell")[1].split("\n\n")[1].splitlines()
     assert [c.strip() for c in table[2].split("|")[1:3]] == ["vanilla", "1.50 CPU"]
     assert table[3].split("|")[2].strip() == "0.50 CPU + 0.50 GPU"
@@ -79,7 +79,7 @@ def test_a_job_at_another_budget_or_swept_value_is_not_covered_by_a_record_of_an
     line = " ".join(md.split("- **Jobs")[1].split("\n- ")[0].split())  # the item, unwrapped
     assert ("- **Jobs" + line).startswith("- **Jobs: 3 of 6 jobs the commands plan have ok records**; 3 without: "
                            "RTE/vanilla seed 2 (vanilla.p=0.1, train.max_train_samples=128); "
-                           "RTE/vanilla seeds 1-2 (vanilla.p=0.2, train.max_train_samples=128)"), line
+                           "RTE/vanilla seeds 1–2 (vanilla.p=0.2, train.max_train_samples=128)"), line
 
 
 def test_a_tuned_studys_jobs_are_planned_at_the_configuration_its_tuning_records_select(tmp_path):

@@ -9,23 +9,12 @@ import pandas as pd
 
 from suite.report.facts import ModelFacts, Options, ReportFacts
 from suite.report.load import Col
-from suite.report.vocabulary import DASH, Part, table, task_display, task_order
+from suite.report.vocabulary import DASH, Part, seed_ranges, table, task_display, task_order
 from suite.run.settings import RunConfig
 
 __all__ = ["compute_per_cell", "coverage_lines"]
 
 MOST_CELLS_NAMED = 12  # missing cells named one by one; beyond, a count
-
-
-def _seed_ranges(seeds: list[int]) -> str:
-    """1-3, 7."""
-    parts, start = [], None
-    for i, s in enumerate(seeds):
-        start = s if start is None else start
-        if i + 1 == len(seeds) or seeds[i + 1] != s + 1:
-            parts.append(str(start) if start == s else f"{start}-{s}")
-            start = None
-    return ", ".join(parts)
 
 
 def coverage_lines(report: ReportFacts, options: Options) -> list[str]:
@@ -67,7 +56,7 @@ def coverage_lines(report: ReportFacts, options: Options) -> list[str]:
     named = []
     for (model, t, m, settings), s in sorted(cells.items()):
         beside = "; ".join(x for x in (settings, model if several_models else "") if x)
-        named.append(f"{task_display(t)}/{m} seed{'s' if len(s) > 1 else ''} {_seed_ranges(sorted(s))}"
+        named.append(f"{task_display(t)}/{m} seed{'s' if len(s) > 1 else ''} {seed_ranges(s)}"
                      + (f" ({beside})" if beside else ""))
     more = f" and {len(cells) - MOST_CELLS_NAMED} more cells" if len(cells) > MOST_CELLS_NAMED else ""
     return [f"- **Jobs: {len(planned) - len(missing)} of {len(planned)} jobs the commands plan have ok records**; "

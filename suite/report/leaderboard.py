@@ -261,10 +261,9 @@ def in_run_costs(facts: ModelFacts, options: Options) -> Part:
     for m in sel.methods:
         row = [sel.label(m) + (f" ({modes.get(m, DASH)})" if mixed else "")]
         for col in (Col.STEP_S, Col.PEAK_MB) if gpu else (Col.STEP_S,):
-            by_task = {t: geometric_mean([means.loc[(m, t, k), col] / means.loc[(base, t, k), col] for k in machines
-                                          if (m, t, k) in means.index and (base, t, k) in means.index])
-                       for t in sel.tasks}
-            found = [g for g in by_task.values() if math.isfinite(g)]
+            per_machine = ([means.loc[(m, t, k), col] / means.loc[(base, t, k), col] for k in machines
+                            if (m, t, k) in means.index and (base, t, k) in means.index] for t in sel.tasks)
+            found = [g for g in map(geometric_mean, per_machine) if math.isfinite(g)]
             shared = sum(t in per_task.index for t in sel.tasks)
             row.append(f"{fmt(geometric_mean(found))}×" + (f" ({len(found)} of {shared} tasks)"
                                                            if len(found) < shared else "") if found else DASH)

@@ -22,7 +22,7 @@ from typing import Any
 
 from suite.api.errors import ReportError
 from suite.report.load import Col
-from suite.report.vocabulary import same_value
+from suite.report.vocabulary import same_value, seed_ranges
 from suite.run.layout import RUNS, SelectedCell, SelectionFile, TrackedComparison, UntilDecidedFile
 from suite.run.record import InvalidRecord, read_record, record_files
 
@@ -223,14 +223,10 @@ def round_under_way(state: UntilDecidedFile, frame) -> tuple[Round, ...]:
         for method in (c.method, c.reference):
             arm = _arm(frame, c.model, c.task, method, state.seed_order)
             wanted.setdefault(len(c.looks) + 1, {}).update({(c.model, c.task, method, s): s in arm for s in seeds})
-    rounds = tuple(Round(look=look, seeds=_seed_text(sorted({key[3] for key in runs})), recorded=sum(runs.values()),
+    rounds = tuple(Round(look=look, seeds=seed_ranges({key[3] for key in runs}), recorded=sum(runs.values()),
                          runs=len(runs)) for look, runs in sorted(wanted.items()))
     recorded = sum(r.recorded for r in rounds)
     return () if recorded in (0, sum(r.runs for r in rounds)) else rounds
-
-
-def _seed_text(seeds: list[int]) -> str:
-    return f"{seeds[0]}–{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
 
 
 def _check_design(path: Path, state: UntilDecidedFile, alpha: float) -> None:

@@ -21,9 +21,9 @@ from suite.api.registry import normalise
 from suite.run.record_parts import num  # noqa: F401  one definition, read by the report's sections as vocabulary
 
 __all__ = ["DASH", "FIGURES", "SCALE", "Part", "Table", "average_note", "default_hparams", "fmt", "higher_is_better",
-           "is_regression", "key_of", "metric_order", "num", "plural", "reconstruction_note", "same_value", "slug",
-           "sort_key", "table", "task_benchmark", "task_display", "task_in_average", "task_order", "task_source",
-           "task_spec", "unique", "value_text"]
+           "is_regression", "key_of", "metric_order", "num", "plural", "reconstruction_note", "same_value",
+           "seed_ranges", "slug", "sort_key", "table", "task_benchmark", "task_display", "task_in_average",
+           "task_order", "task_source", "task_spec", "unique", "value_text"]
 
 SCALE = 100.0                  # scores are stored in [0, 1] (correlations in [-1, 1]) and shown x100
 DASH = "–"                     # a cell with no run at all
@@ -76,6 +76,17 @@ def unique(values: Iterable[Any]) -> list[Any]:
 def table(rows: list[list[str]], headers: list[str]) -> str:
     return tabulate([[cell_text(str(c)) for c in r] for r in rows], headers=[cell_text(h) for h in headers],
                     tablefmt="github", disable_numparse=True)
+
+
+def seed_ranges(seeds: Iterable[int]) -> str:
+    """Seeds as runs of consecutive numbers: 1–3, 7."""
+    ordered, parts, start = sorted(seeds), [], None
+    for i, s in enumerate(ordered):
+        start = s if start is None else start
+        if i + 1 == len(ordered) or ordered[i + 1] != s + 1:
+            parts.append(str(start) if start == s else f"{start}–{s}")
+            start = None
+    return ", ".join(parts)
 
 
 def plural(n: int, word: str = "run") -> str:
