@@ -1,7 +1,7 @@
 """AttendOut's defaults follow the paper: one Attacker mask of G per batch against the Defender, vanilla
 attention-probability dropout on the same batch and hidden-dropout draws. The older default (two masks of G and a
 leave-one-out baseline) stays an option, and what ran it keeps its name: the committed records read back to their own
-hashes, and a run at today's default hashes apart from one at the older default. (That the published study, which
+hashes, and a run at today's default hashes apart from one at the older default. (That the quick-preset study, which
 pins the older setting, still plans every committed record: test_study.py.)"""
 import dataclasses
 import json

@@ -1,7 +1,7 @@
 """Carving by sentence (train.carve=sentence, suite.run.carving): on a train set that holds the phrases of its own
 sentences as rows (SST-2), splits carved row by row leak (most carved rows are phrases of rows left to train on);
 carved by sentence, no carved row is a copy or a run of words of a training row, as with dev. Rows with equal texts
-land together on every task; the published study's row carving keeps its rows and its records' names."""
+land together on every task; the quick-preset study's row carving keeps its rows and its records' names."""
 import dataclasses
 import hashlib
 import json

@@ -195,7 +195,7 @@ def _swap_selection(d):
 
 def _never_ran(d):
     cell = json.loads(json.dumps(d["cells"][0]))
-    cell["method"] = "dropkey"   # built in, and never run in the published study
+    cell["method"] = "dropkey"   # built in, and never run in the quick-preset study
     d["cells"].append(cell)
 
 

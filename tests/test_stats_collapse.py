@@ -1,7 +1,7 @@
 """Collapse as its own endpoint (suite.stats.collapse, suite.stats.evidence): degenerate runs are told by their
 behaviour, the score is compared among the seeds where neither run degenerated, and how often each method
 degenerates has its own exact test. The level of the score test is checked where one arm collapses rarely, in a world
-built from the published study's real STS-B runs, at the sequential design's own per-look levels."""
+built from the quick-preset study's real STS-B runs, at the sequential design's own per-look levels."""
 from __future__ import annotations
 
 import json
@@ -18,7 +18,7 @@ from suite.stats.evidence import RunOutcome, compare_runs, evidence_arrays
 from suite.stats.sequential import Design, family_alpha
 
 RUNS = Path(__file__).resolve().parents[1] / "results" / "runs"
-real_records = pytest.mark.skipif(not RUNS.is_dir(), reason="the published study's records are not in this checkout")
+real_records = pytest.mark.skipif(not RUNS.is_dir(), reason="the quick-preset study's records are not in this checkout")
 
 
 def _classifier(pred, gold):
@@ -125,7 +125,7 @@ def test_score_test_holds_the_per_look_levels_when_one_arm_collapses_rarely(q):
     """At the published design's own levels (36 primary comparisons, looks at 5-20 seeds, O'Brien-Fleming: 0.00018
     at 15 seeds, 0.0013 at 20), the test among healthy pairs rejects a true null at most at the level (it is
     conservative there, 0.2-0.45 of it: the real scores are bounded, so the t's far tail overstates their tails). The
-    test over all pairs, which the published study used, makes false claims tens to hundreds of times the level."""
+    test over all pairs, which the quick-preset study used, makes false claims tens to hundreds of times the level."""
     healthy, degenerated = stsb_pools()
     assert len(healthy) >= 20 and len(degenerated) >= 5
     design = Design((5, 10, 15, 20), family_alpha(0.05, 36))

@@ -1,4 +1,4 @@
-"""The comparison's test under a null built from the published study's real predictions (results/runs).
+"""The comparison's test under a null built from the quick-preset study's real predictions (results/runs).
 
 The world of the simulation: the real dev set is the population of examples, and a method's real runs (one setting,
 20+ seeds) are its population of runs. A simulated study draws a dev set from the population (a bootstrap of the
@@ -36,7 +36,7 @@ BAND = (0.8 * ALPHA - MC, 1.2 * ALPHA + MC)                    # Bradley's inter
 # (task, method, reference): pairs with 20 or more healthy seeds at one setting each
 PAIRS = [("sst2", "scores_dropout", "vanilla"), ("mrpc", "scores_dropout_layerwise", "vanilla")]
 
-pytestmark = pytest.mark.skipif(not RUNS.is_dir(), reason="the published study's records are not in this checkout")
+pytestmark = pytest.mark.skipif(not RUNS.is_dir(), reason="the quick-preset study's records are not in this checkout")
 
 
 @lru_cache(maxsize=None)

@@ -88,7 +88,7 @@ def test_adding_each_runs_own_example_luck_again_is_conservative():
 
 
 def test_seed_only_variance_rejects_a_true_null_too_often():
-    """The check above can fail: the same test without the dev-example part (the published study's procedure)
+    """The check above can fail: the same test without the dev-example part (the quick-preset study's procedure)
     rejects a true null far more often than alpha when the dev set is the larger noise source."""
     d, v, _ = simulate(np.random.default_rng(7), SIMS, 10, seed_sd=0.05, tau=1.5)
     assert rejection_rate(d, 0.0) > ALPHA + 3 * TOLERANCE

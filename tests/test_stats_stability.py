@@ -1,4 +1,4 @@
-"""Monte-Carlo error kept negligible, checked on the published study's records. The suite's variance for built-in
+"""Monte-Carlo error kept negligible, checked on the quick-preset study's records. The suite's variance for built-in
 metrics is the jackknife's, so a primary comparison's evidence is the same whatever bootstrap seed is asked for; and
 the jackknife estimates what the bootstrap estimates: on every primary comparison on MRPC, CoLA and SST-2 its p lies
 within the spread of 2,000-resample bootstraps' at three seeds (which still differ by up to 40% among themselves:
@@ -23,7 +23,7 @@ PRIMARY = ["no_dropout", "scores_dropout", "scores_dropout_naive", "scores_dropo
            "scores_dropout_dynamic", "attendout", "drophead", "dropattention_col", "topk"]
 LEVEL = family_alpha(0.05, 36)   # the published design's level per comparison
 
-pytestmark = pytest.mark.skipif(not RUNS.is_dir(), reason="the published study's records are not in this checkout")
+pytestmark = pytest.mark.skipif(not RUNS.is_dir(), reason="the quick-preset study's records are not in this checkout")
 
 
 def final_runs(task: str, method: str) -> dict[int, tuple[float, dict]]:

@@ -101,7 +101,7 @@ def test_an_sst2_held_out_split_carved_by_row_is_refused():
     with pytest.raises(HyperParameterError, match="phrases of its own sentences.*train.carve=sentence"):
         check_heldout_task(get_task("sst2"), [TrainSettings(test_holdout=100, carve="row")])
     check_heldout_task(get_task("sst2"), [TrainSettings(test_holdout=100)])
-    check_heldout_task(get_task("sst2"), [TrainSettings(holdout=500, carve="row")])  # the published study's
+    check_heldout_task(get_task("sst2"), [TrainSettings(holdout=500, carve="row")])  # the quick-preset study's
     check_heldout_task(get_task("cola"), [TrainSettings(test_holdout=100, carve="row")])
 
 

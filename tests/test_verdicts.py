@@ -76,7 +76,7 @@ def test_planted_effects_read_as_all_four_verdicts(grid):
 
 
 def test_seed_only_variance_would_call_the_dev_set_luck_better(grid, monkeypatch):
-    """The check above can fail: without the dev-example part (the published study's procedure) the dev set's luck
+    """The check above can fail: without the dev-example part (the quick-preset study's procedure) the dev set's luck
     reads as a real improvement."""
     import suite.stats.evidence as evidence
 

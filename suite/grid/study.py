@@ -137,7 +137,7 @@ class TuneSection(_Section):
     space: dict[str, dict[str, list[Scalar]]]  # method (or default) -> KEY -> values, as --sweep writes them
     draw_seed: int = 0                    # seed of the draw of `budget` configurations from a larger space
     # how `budget` points are drawn from a larger grid: stratified (every point of the default space, e.g. every
-    # learning rate, at least once) or uniform (a plain draw from the whole grid, as the published study ran)
+    # learning rate, at least once) or uniform (a plain draw from the whole grid, as the quick-preset study ran)
     draw: Literal["stratified", "uniform"] = "stratified"
 
 

@@ -145,7 +145,7 @@ def configurations(tune, method: str) -> list[dict[str, Any]]:
     import numpy as np
 
     rng = np.random.default_rng([tune.draw_seed, zlib.crc32(method.encode())])  # repeatable: seed and name
-    if tune.draw == "uniform":  # the draw the published study ran
+    if tune.draw == "uniform":  # the draw the quick-preset study ran
         return [points[i] for i in sorted(rng.choice(len(points), size=tune.budget, replace=False))]
     return _stratified(tune, method, space, points, rng)
 

@@ -2,7 +2,7 @@
 
 - By behaviour (`degenerate`, from a run's per-example predictions over every eval split): a classification run
   whose predictions are constant or near-constant (one class for at least `NEAR_CONSTANT` = 98% of the examples; on
-  the published study's CoLA runs this separates the 17 runs that label (nearly) every sentence acceptable, MCC 0
+  the quick-preset study's CoLA runs this separates the 17 runs that label (nearly) every sentence acceptable, MCC 0
   to 0.6, from the rest, none of which exceeds 94%); a regression run whose predictions are constant or whose
   Pearson correlation with the labels is within `DEGENERATE_Z` standard errors of 0 (|r| sqrt(N) < 2.58: a
   two-sided test at 1% that it is 0 does not reject). This is the endpoint the statistics use: a degenerate run is
