@@ -402,10 +402,21 @@ def write_single_seed(root: Path) -> Path:
     return root
 
 
+def test_short_commit_keeps_the_marks():
+    from suite.report.header import short_commit
+    assert short_commit("0123456789abcdef" * 2 + "01234567+installed+dirty") == "0123456789ab+installed+dirty"
+    assert short_commit("f" * 40) == "f" * 12 and short_commit(None) is None
+
+
 def test_single_seed_table(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")   # pins the date line too
     md = build_report([write_single_seed(tmp_path)], ReportOptions(figures=False)).read_text()
     assert "Generated 1970-01-01 00:00 UTC" in md
+    from suite.report.header import short_commit
+    from suite.run.device import git_commit
+    code = short_commit(git_commit(excluded=()))   # the report's own code version, beside the runs' (Code version line)
+    line = next(line for line in md.splitlines() if line.startswith("Generated "))
+    assert line.endswith(f", report code `{code}`." if code else "(report code: not a git checkout).")
     board = parse_table(md, "### Leaderboard")
     assert board["vanilla"]["RTE"] == "60.00 ± – (1)" and board["scores_dropout"]["RTE"] == "**90.00 ± –** (1)"
     assert parse_table(md, "### Difference to `vanilla`")["scores_dropout"]["RTE"] == "undecided +30.00"  # n=1

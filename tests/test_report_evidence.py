@@ -282,6 +282,35 @@ def test_example_level_interval_from_prediction_sidecars(tmp_path):
     assert low == pytest.approx(d.mean() * 100 - 1.96 * se, abs=0.6 * se)
     assert high == pytest.approx(d.mean() * 100 + 1.96 * se, abs=0.6 * se)
     assert not parse_table(md, "### Difference to `vanilla`")["scores_dropout"]["RTE"].endswith("ˢ")
+    assert "Dev-example part estimated at 0" not in md
+
+
+def test_an_interval_whose_dev_example_part_is_estimated_at_zero_is_named(tmp_path):
+    """Example-by-example differences that (mostly) reverse from one seed to the next share nothing across seeds:
+    the dev-example part is estimated below 0 and clipped, and the notes under the difference table say so."""
+    from suite.run.record import save_predictions
+
+    rng = np.random.default_rng(7)
+    n = 400
+    labels = rng.integers(0, 2, n)
+    right = {1: (rng.random(n) < 0.75, rng.random(n) < 0.65)}
+    flip = rng.random(n) < 0.1   # seed 2 swaps which examples each method gets right, but for a tenth of them
+    right[2] = (right[1][1] ^ flip, right[1][0])
+    store = Store(tmp_path)
+    for s in (1, 2):
+        for method, r in (("scores_dropout", right[s][0]), ("vanilla", right[s][1])):
+            name, rec = make_record("rte", method, s, {"accuracy": float(r.mean())}, hparams={"p": 0.1})
+            pred = np.where(r, labels, 1 - labels)
+            sidecar = name.replace(".json", ".predictions.npz")
+            store.runs.mkdir(parents=True, exist_ok=True)
+            save_predictions(store.runs / sidecar, {"": {"index": np.arange(n), "label": labels,
+                                                          "logits": np.eye(2)[pred].astype(np.float32)}})
+            rec["predictions"] = sidecar
+            store.write(name, rec)
+    md = build_report([tmp_path], ReportOptions(aso=False, figures=False)).read_text()
+    assert comparison_rows(md)["scores_dropout", "RTE"]["dev-example se"] == "0.00"
+    assert "Dev-example part estimated at 0 (clipped; the Further statistics' dev-example se) for scores_dropout on " \
+           "RTE: those intervals rest on the seeds' spread" in unwrap_prose(md)
 
 
 def test_the_bench_json_writer_and_the_report_reader_agree(tmp_path):

@@ -71,9 +71,13 @@ def test_git_commit_is_dirty_only_when_the_code_differs(tmp_path):
     (tmp_path / "suite" / "report").mkdir()
     (tmp_path / "suite" / "report" / "table.py").write_text("t = 1\n")
     assert git_commit(tmp_path) == sha
+    assert git_commit(tmp_path, excluded=()) == sha + "+dirty"   # the report's own version counts its code
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "records")
     assert git_commit(tmp_path) == sha
+    report_sha = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+    assert git_commit(tmp_path, excluded=()) == report_sha != sha
     (tmp_path / "suite" / "b.py").write_text("y = 2\n")
     assert git_commit(tmp_path) == sha + "+dirty"
     git("add", ".")

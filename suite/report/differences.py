@@ -123,6 +123,14 @@ def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> lis
              "a state, not a low score: the difference is taken over the seeds where neither run degenerated, and "
              "how often each degenerated is tested on its own (\"n of m seeds; degenerate a vs b\", and the "
              "comparisons table)."]
+    averaged = {a.header for a in avgs}   # an average's dev-example part is its tasks': named there
+    clipped = sorted((c for c in comps.values() if c.tested and c.example_se == 0 and c.column not in averaged),
+                     key=lambda c: (c.method, c.column))
+    if clipped:   # an interval "over seeds and dev examples" whose dev-example part is an estimate of 0
+        notes.append("Dev-example part estimated at 0 (clipped; the Further statistics' dev-example se) for "
+                     + ", ".join(f"{c.method} on {task_display(c.column)}" for c in clipped)
+                     + ": those intervals rest on the seeds' spread, which then holds the dev-example noise; the "
+                     "estimate is noisy with few seeds.")
     sequential = [c for c in comps.values() if c.sequential]
     if sequential:
         differ = sorted((c for c in sequential if c.verdict != c.fixed_verdict), key=lambda c: (c.method, c.column))

@@ -13,15 +13,28 @@ from suite.report.stage_sections import progress_lines
 from suite.report.vocabulary import Part, plural, task_display, task_order, task_source, unique
 from suite.stats.families import CORRECTIONS
 
-__all__ = ["code_version_problem", "compute_note", "section"]
+__all__ = ["code_version_problem", "compute_note", "section", "short_commit"]
 
 
 def date_line() -> str:
-    """The one line that changes between two regenerations (SOURCE_DATE_EPOCH pins it)."""
+    """The one line that changes between two regenerations (SOURCE_DATE_EPOCH pins the date), with the code that
+    computed the tables, which may be newer than the code the runs name (the Code version line)."""
+    from suite.run.device import git_commit
+
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     when = (dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc) if epoch and epoch.isdigit()
             else dt.datetime.now(dt.timezone.utc))
-    return f"Generated {when:%Y-%m-%d %H:%M} UTC by `python -m suite report`."
+    code = short_commit(git_commit(excluded=()))   # short: the line stays one line
+    return (f"Generated {when:%Y-%m-%d %H:%M} UTC by `python -m suite report`"
+            + (f", report code `{code}`." if code else " (report code: not a git checkout)."))
+
+
+def short_commit(code: str | None) -> str | None:
+    """A version as `git_commit` names it, its sha cut to 12 characters (its +dirty and like marks kept)."""
+    if not code:
+        return None
+    sha, plus, marks = code.partition("+")
+    return sha[:12] + plus + marks
 
 
 def model_line(df) -> str:

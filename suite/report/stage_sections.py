@@ -73,10 +73,10 @@ def _row(c: TrackedComparison) -> str:
     last = c.looks[-1] if c.looks else Look(look=0, planned_seeds=0, n=0, seeds=[], reason="", verdict="")
     evidence = (f"{_num(last.diff, '+.2f')} [{_num(last.low, '+.2f')}, {_num(last.high, '+.2f')}]"
                 if last.diff is not None else "—")
-    p = f"{_num(last.p, '.2g')} (< {_num(last.level, '.2g')})" if last.level else "—"
+    p = f"{_num(last.p, '.2g')} (level {_num(last.level, '.2g')})" if last.level else "—"
     if last.level and getattr(last, "p_sign", None) is not None:   # state files from before the sign test lack it
         p += f"; sign {_num(last.p_sign, '.2g')}"
-    tost = (f"{_num(last.p_equiv, '.2g')} (< {_num(last.level_equiv, '.2g')}, ±{last.margin:g})"
+    tost = (f"{_num(last.p_equiv, '.2g')} (level {_num(last.level_equiv, '.2g')}, ±{last.margin:g})"
             if last.level_equiv and last.margin is not None else "—")
     # `n` counts the seeds where neither run degenerated (what the t and TOST use); the sign test has every paired seed
     ns = " → ".join(str(lk.n) if lk.paired in (None, lk.n) else f"{lk.n} of {lk.paired}" for lk in c.looks)

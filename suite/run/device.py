@@ -262,20 +262,20 @@ def git_output(cwd: Path, *args: str, timeout: float = 10) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def git_commit(root: Path | None = None) -> str | None:
-    """The newest commit that changed the code a run executes (CODE_PATHS less NOT_RUN_CODE), with '+dirty' when that
-    code (untracked files included) differs from it; HEAD where no commit touched it; None outside a checkout, in a
-    repository without commits, or when git fails. In a shallow clone whose history stops before that commit, the
-    oldest commit it has is named, with '+shallow' (the version is that commit or an earlier one). A copy installed
-    from a wheel or an sdist is no checkout: it names the commit stamped when it was built, '<sha>+installed' (with
-    '+dirty' after it when that tree had uncommitted code; suite.run.install_stamp)."""
+def git_commit(root: Path | None = None, excluded: tuple[str, ...] = NOT_RUN_CODE) -> str | None:
+    """The newest commit that changed the code a run executes (CODE_PATHS less `excluded`; () adds the report's own
+    code), with '+dirty' when that code (untracked files included) differs from it; HEAD where no commit touched it;
+    None outside a checkout, in a repository without commits, or when git fails. In a shallow clone whose history
+    stops before that commit, the oldest commit it has is named, with '+shallow' (the version is that commit or an
+    earlier one). A copy installed from a wheel or an sdist is no checkout: it names the commit stamped when it was
+    built, '<sha>+installed' (with '+dirty' after it when that tree had uncommitted code; suite.run.install_stamp)."""
     from suite.run.install_stamp import installed_commit
 
     if root is None and (stamp := installed_commit()) is not None:
         return stamp
     here = root or Path(__file__).resolve().parent.parent
     # pathspecs from the repository's top: `here` is the package folder when no root is given
-    spec = ["--", *(f":(top){p}" for p in CODE_PATHS), *(f":(top,exclude){p}" for p in NOT_RUN_CODE)]
+    spec = ["--", *(f":(top){p}" for p in CODE_PATHS), *(f":(top,exclude){p}" for p in excluded)]
 
     def git(*args: str) -> str | None:
         return git_output(here, *args, timeout=5)
