@@ -352,8 +352,8 @@ def test_plan_shows_power_for_the_primary_family_as_declared_and_beside_a_small_
 def test_a_dry_run_of_a_grid_under_way_prices_what_is_left_at_its_own_runs(monkeypatch, tmp_path, glue_dir,
                                                                             tiny_bert_dir, capsys):
     """A resumed campaign says what it has left: the jobs without an ok record, priced at the output folder's own
-    whole runs (a method not run yet at its task's runs of the others); a grid with no record or none left says
-    nothing of it."""
+    whole runs (a method not run yet at its task's runs of the others); a finished grid says nothing is left, and a
+    grid with no record says nothing of it."""
     import re
 
     from conftest import fake_ok_record
@@ -376,6 +376,6 @@ def test_a_dry_run_of_a_grid_under_way_prices_what_is_left_at_its_own_runs(monke
     fastest, median = re.search(r": ([\d.]+) \(at each job's fastest of those runs\) to ([\d.]+) \(at", line).groups()
     assert fastest == median and "for 4 job(s), 3 of them at their task's runs of this folder's other methods" in line
     assert main(["run", *common, "--methods", "vanilla", "--seeds", "1,2", "--dry-run"]) == 0
-    assert "\nleft: " not in capsys.readouterr().out   # every job has its record
+    assert "\nleft: nothing: every job has an ok (or kept) record; a real run trains nothing" in capsys.readouterr().out
     assert main(["run", *common, "--methods", "vanilla", "--seeds", "3,4", "--dry-run"]) == 0
     assert "\nleft: " not in capsys.readouterr().out   # the folder's records are another grid's: not under way

@@ -135,9 +135,9 @@ def data_and_cost_lines(stages: StudyStages, pilot: Path | None = None) -> list[
 
 def left_cost_lines(stages: StudyStages, store) -> list[str]:
     """A grid under way: the jobs a real run would still train (an ok or kept record skips them), priced at this
-    output folder's own runs (`pilot_cost_lines`), so a resumed campaign says what it has left; nothing when no job or
-    every job has a record. Under --until-decided, a later look's final job counts while a comparison of its cell is
-    open."""
+    output folder's own runs (`pilot_cost_lines`), so a resumed campaign says what it has left; "nothing" once every
+    job has a record; no line when none has. Under --until-decided, a later look's final job counts while a
+    comparison of its cell is open."""
     from suite.run.progress import pilot_cost_lines, planned_steps
 
     tuning, final = stages.tuning, stages.plan.jobs
@@ -153,8 +153,11 @@ def left_cost_lines(stages: StudyStages, store) -> list[str]:
     left_tuning = [j for j in tuning.jobs if tuning.store.skip_reason(j.filename) is None] if tuning is not None else []
     total = len(final) + (len(tuning.jobs) if tuning is not None else 0)
     timed = _pilot_step_seconds(store.root)
-    if not timed or not (left or left_tuning) or len(left) + len(left_tuning) == total:
+    if not timed or len(left) + len(left_tuning) == total:
         return []
+    if not (left or left_tuning):   # finished: say so, beside the estimate of the whole planned budget above
+        stopped = " or is a later seed of a comparison the looks stopped" if stages.request.schedule else ""
+        return [f"left: nothing: every job has an ok (or kept) record{stopped}; a real run trains nothing"]
     jobs = [*left_tuning, *left]
     steps = planned_steps(jobs, stages.plan.data_dir)
     until = " (at most: open comparisons may stop at their next look)" if stages.request.schedule else ""
