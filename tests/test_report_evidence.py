@@ -170,9 +170,13 @@ def test_allow_uncommitted_from_the_study_file_and_the_command_line(tmp_path):
                           "--margin", "2", "--collapse-floor", "3"]) == 0
     md = " ".join((root / "leaderboard.md").read_text().split())  # unwrapped: prose breaks at 120 columns
     assert "primary comparisons (topk) by Holm" in md and "within 3 points of the majority-class" in md
+    assert "put the difference within ±2.00 points (adjusted" in md   # one margin for every column
     study = tmp_path / "study.yaml"
     study.write_text(f"out: {root}\nreport:\n  allow_uncommitted: true\n  margin: {{rte: 2.5}}\n")
     assert commands.main(["report", "--study", str(study), "--no-figures", "--no-aso"]) == 0
+    md = " ".join((root / "leaderboard.md").read_text().split())
+    # per-task margins: each column's own, the average's the default (1 point)
+    assert "put the difference within the margin (RTE ±2.50, GLUE avg ±1.00 points) (adjusted" in md
 
 
 def bench_file(path: Path) -> Path:

@@ -105,7 +105,14 @@ def _analysis_text(options: Options) -> str:
 
 
 def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> list[str]:
-    margins = sorted({c.margin for c in comps.values()})
+    by_column: dict[str, float] = {}
+    for c in comps.values():
+        by_column.setdefault(c.column, c.margin)
+    if len(set(by_column.values())) > 1:   # per-task margins: which column has which
+        margin_text = "the margin (" + ", ".join(f"{task_display(col)} ±{fmt(m)}" for col, m in by_column.items()) \
+            + " points)"
+    else:
+        margin_text = f"±{'/'.join(fmt(m) for m in set(by_column.values()))} points"
     notes = [f"Each cell: the verdict, then the mean paired difference (method minus `{options.baseline}`, runs paired "
              "by seed) in the headline metric x100 with its 95% interval over seeds and dev examples together "
              "(docs/statistics.md).",
@@ -113,7 +120,7 @@ def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> lis
              f"p < {options.alpha:g} (direction from the task's metric) and, from {SIGN_GUARD_SEEDS} paired seeds on, "
              "so does the exact paired sign test over every paired seed, in the same direction (a degenerate run "
              "loses its seed; `p_sign` in comparisons.csv); **equivalent**: two one-sided tests put the "
-             f"difference within ±{'/'.join(fmt(m) for m in margins)} points (adjusted p < {options.alpha:g}); "
+             f"difference within {margin_text} (adjusted p < {options.alpha:g}); "
              "**undecided**: neither, so the data do not say whether the methods differ.",
              "Families: " + _family_text(options, comps) + "; " + _collapse_family_text(options, comps) + ".",
              *_family_power_text(comps),
