@@ -625,3 +625,22 @@ def test_a_one_epoch_curve_tells_its_points_apart(tmp_path, monkeypatch):
     assert len(set(points.values())) == 3 and all(abs(x - 1) < 0.2 for x in points.values())
     legend = {h.get_label(): h.get_marker() for h in fig.legends[0].legend_handles if hasattr(h, "get_marker")}
     assert legend["dev"] == "o" and legend["fixed train subset"] == "s" and legend["vanilla: dev (reference)"] == "D"
+
+
+def test_a_baseline_far_from_the_seeds_is_named_at_the_edge_and_a_near_one_drawn():
+    """The seed strips keep the seeds' spread readable: a majority class 80 points below every seed (STS-B's constant
+    predictor) becomes its value at the panel's edge, and the axis stays on the seeds; one beside them is a line."""
+    import numpy as np
+
+    from suite.report.figures import mark_baseline, pyplot
+
+    plt = pyplot()
+    fig, (far_ax, near_ax) = plt.subplots(1, 2)
+    scores = np.array([84.5, 85.2, 85.9, np.nan])
+    assert mark_baseline(far_ax, 0.0, scores)
+    low, high = far_ax.get_xlim()
+    assert 83 < low < 84.5 and 85.9 < high < 87.5
+    assert [t.get_text() for t in far_ax.texts] == ["← 0.0"] and not far_ax.lines
+    assert not mark_baseline(near_ax, 83.0, scores)
+    assert not near_ax.texts and near_ax.lines[0].get_xdata()[0] == 83.0
+    plt.close(fig)

@@ -260,7 +260,7 @@ def plot_drop_rates(records: pd.DataFrame, tasks: list[str], title: str, path: P
 def plot_seed_strips(cells_by_task: dict[str, dict], bases: dict, higher: dict[str, bool], title: str,
                      path: Path) -> bool:
     """One panel per task: every seed's score per method (dots) over a box of its seeds, and the
-    majority / constant-mean predictor as a vertical line."""
+    majority / constant-mean predictor as a vertical line (or, far from the seeds, its value at the edge)."""
     tasks = [t for t, cells in cells_by_task.items() if any(c.n for c in cells.values())]
     if not tasks:
         return False
@@ -271,6 +271,7 @@ def plot_seed_strips(cells_by_task: dict[str, dict], bases: dict, higher: dict[s
         methods = list(next(iter(cells_by_task.values())))
         fig, axes = plt.subplots(1, len(tasks), figsize=(2.6 * len(tasks) + 2.5, 0.28 * len(methods) + 1.6),
                                  squeeze=False, sharey=True, layout="constrained")
+        far = False
         for ax, t in zip(axes.ravel(), tasks):
             cells = cells_by_task[t]
             ys = np.arange(len(methods))[::-1]
@@ -280,17 +281,39 @@ def plot_seed_strips(cells_by_task: dict[str, dict], bases: dict, higher: dict[s
             for y, d in zip(ys, data):
                 ax.plot(d, np.full(len(d), y), "o", color="tab:blue", markersize=3, alpha=0.8)
             if bases[t].available:
-                ax.axvline(bases[t].constant, color="tab:red", linestyle="--", linewidth=1)
+                far |= mark_baseline(ax, bases[t].constant, np.concatenate([np.asarray(d, dtype=float) for d in data]))
             ax.set_title(task_display(t), fontsize="small")
             ax.set_xlabel("headline metric (x100)")
             ax.grid(alpha=0.3, axis="x")
         axes.ravel()[0].set_yticks(np.arange(len(methods))[::-1], methods, fontsize="small")
         handles = [Line2D([], [], marker="o", linestyle="", color="tab:blue", label="one seed"),
                    Line2D([], [], color="black", label="box: quartiles and median of the seeds"),
-                   Line2D([], [], color="tab:red", linestyle="--", label="majority class / constant mean")]
+                   Line2D([], [], color="tab:red", linestyle="--", label="majority class / constant mean"
+                          + (" (far off: its value at the edge)" if far else ""))]
         fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False, fontsize="small")
         fig.suptitle(title)
         save(fig, path)
+    return True
+
+
+FAR = 1.5   # spans of the seeds' scores beyond which the baseline is named at the panel's edge instead of drawn
+
+
+def mark_baseline(ax, constant: float, scores: np.ndarray) -> bool:
+    """The majority / constant predictor as a vertical line; where it lies more than FAR spans of the seeds' scores
+    away from them, its value with an arrow at the panel's edge instead (True), so that the seeds' spread stays
+    readable."""
+    finite = scores[np.isfinite(scores)]
+    lo, hi = (finite.min(), finite.max()) if len(finite) else (constant, constant)
+    span = max(hi - lo, 1.0)   # a point at least: identical seeds are not blown up to fill the panel
+    if lo - FAR * span <= constant <= hi + FAR * span:
+        ax.axvline(constant, color="tab:red", linestyle="--", linewidth=1)
+        return False
+    ax.set_xlim(lo - 0.15 * span, hi + 0.15 * span)
+    below = constant < lo
+    ax.annotate(f"← {constant:.1f}" if below else f"{constant:.1f} →", xy=(0.01 if below else 0.99, 0.02),
+                xycoords="axes fraction", ha="left" if below else "right", va="bottom", color="tab:red",
+                fontsize="x-small")
     return True
 
 
