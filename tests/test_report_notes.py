@@ -284,7 +284,7 @@ def test_a_round_under_way_is_reported_as_of_the_looks_taken_and_a_finished_roun
         tmp_path):
     """Mid-round (the campaign's state between two looks) the report was refused as stale: a comparison whose runs
     were all in replayed to a look the run writes only when the round ends. It is now reported as of the looks taken,
-    saying the round is under way; once every run of the round has a record, a file without the look is stale."""
+    saying the round is incomplete; once every run of the round has a record, a file without the look is stale."""
     import json
 
     from suite.api.errors import ReportError
@@ -292,9 +292,9 @@ def test_a_round_under_way_is_reported_as_of_the_looks_taken_and_a_finished_roun
     options = ReportOptions(aso=False, figures=False, primary=["topk", "drophead"])
     state = _mid_round(tmp_path / "mid", rest_recorded=False)
     md = unwrap_prose(build_report([tmp_path / "mid"], options).read_text())
-    assert "**A round is under way:** 6 of the 9 runs look 2 needs (seeds 4–6) have records." in md
+    assert "**A round is incomplete:** 6 of the 9 runs look 2 needs (seeds 4–6) have records." in md
     assert "1 of up to 2 looks taken (at 3, 6 seeds); 0 of 2 primary comparison(s) stopped by the rule, 2 open; " \
-           "**a round is under way** (6 of the 9 runs look 2 needs (seeds 4–6) have records): the open " \
+           "**a round is incomplete** (6 of the 9 runs look 2 needs (seeds 4–6) have records): the open " \
            "comparisons' verdicts are interim" in md
     assert comparison_rows(md)["topk", "RTE"]["verdict"].endswith("‡")
     assert "within reach" not in md   # a fixed-sample count of seeds: the sequential design's rule gives them
@@ -315,7 +315,7 @@ def test_a_round_under_way_is_reported_as_of_the_looks_taken_and_a_finished_roun
     for seed in (4, 5, 6):
         store.write(*make_record("rte", "drophead", seed, {"accuracy": 0.7}, hparams={"p": 0.2}))
     md = unwrap_prose(build_report([tmp_path / "mid"], options).read_text())
-    assert "**A round is under way:** 7 of the 9 runs look 2 needs (seeds 4–6) have records." in md
+    assert "**A round is incomplete:** 7 of the 9 runs look 2 needs (seeds 4–6) have records." in md
 
     _mid_round(tmp_path / "done", rest_recorded=True)
     with pytest.raises(ReportError, match=r"give undecided \(cap, 2 look\(s\)\); the file was edited, or is stale"):

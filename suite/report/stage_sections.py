@@ -43,7 +43,7 @@ def verdicts(loaded: Loaded, alpha: float | None = None,
 
 
 def progress_lines(report: ReportFacts) -> list[str]:
-    """The header's line on how far `run --until-decided` got: looks taken, comparisons open, a round under way."""
+    """The header's line on how far `run --until-decided` got: looks taken, comparisons open, a round incomplete."""
     from suite.stats.sequential import plan_looks
 
     lines, several = [], len(report.loaded.until_decided) > 1
@@ -56,7 +56,7 @@ def progress_lines(report: ReportFacts) -> list[str]:
                 f"{len(state.comparisons) - still} of {len(state.comparisons)} primary comparison(s) stopped by the "
                 f"rule, {still} open")
         if rounds := round_under_way(state, report.loaded.frame):
-            line += f"; **a round is under way** ({_round_text(rounds)} have records)"
+            line += f"; **a round is incomplete** ({_round_text(rounds)} have records)"
         lines.append(line + (": the open comparisons' verdicts are interim" if still else ""))
     return lines
 
@@ -103,7 +103,7 @@ def sequential(report: ReportFacts, options: Options) -> Part:
                  "|---|---|---:|---|---|---|---|---|---|",
                  *(_row(c) for c in state.comparisons))
         if rounds := round_under_way(state, report.loaded.frame):
-            part.add("", f"**A round is under way:** {_round_text(rounds)} have records. The open comparisons' "
+            part.add("", f"**A round is incomplete:** {_round_text(rounds)} have records. The open comparisons' "
                      "verdicts above are as of the looks taken; the loop takes the next look once every run of the "
                      "round has a record (the study's `run --until-decided` command resumes a stopped round). The "
                      "tables above already count the round's recorded runs, as fixed-sample evidence only, not a "
