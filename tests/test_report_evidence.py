@@ -256,26 +256,32 @@ def test_invalid_records_are_named_with_the_reason_and_temporary_files_ignored(t
     assert not (root / "figures").exists()          # figures=False: tables only
 
 
+def write_predicted(root: Path, labels: np.ndarray, right: dict[tuple[str, int], np.ndarray]) -> None:
+    """RTE records with prediction sidecars: (method, seed) -> which dev examples that run gets right."""
+    from suite.run.record import save_predictions
+
+    store = Store(root)
+    store.runs.mkdir(parents=True, exist_ok=True)
+    for (method, seed), r in right.items():
+        name, rec = make_record("rte", method, seed, {"accuracy": float(r.mean())}, hparams={"p": 0.1})
+        pred = np.where(r, labels, 1 - labels)
+        sidecar = name.replace(".json", ".predictions.npz")
+        save_predictions(store.runs / sidecar, {"": {"index": np.arange(len(labels)), "label": labels,
+                                                      "logits": np.eye(2)[pred].astype(np.float32)}})
+        rec["predictions"] = sidecar
+        store.write(name, rec)
+
+
 def test_example_level_interval_from_prediction_sidecars(tmp_path):
     """Accuracy differences over resampled examples: the interval is about mean ± 1.96 standard errors of the
     per-example correctness difference (normal approximation), and exactly +100 when one method is always right."""
-    from suite.run.record import save_predictions
-
     rng = np.random.default_rng(5)
     n = 400
     labels = rng.integers(0, 2, n)
     right_a, right_b = rng.random(n) < 0.75, rng.random(n) < 0.65
-    store = Store(tmp_path)
-    for method, right in (("vanilla", right_b), ("scores_dropout", right_a)):
-        for s in (1, 2):
-            name, rec = make_record("rte", method, s, {"accuracy": float(right.mean())}, hparams={"p": 0.1})
-            pred = np.where(right, labels, 1 - labels)
-            sidecar = name.replace(".json", ".predictions.npz")
-            store.runs.mkdir(parents=True, exist_ok=True)
-            save_predictions(store.runs / sidecar, {"": {"index": np.arange(n), "label": labels,
-                                                          "logits": np.eye(2)[pred].astype(np.float32)}})
-            rec["predictions"] = sidecar
-            store.write(name, rec)
+    write_predicted(tmp_path, labels, {(method, s): right for method, right in (("vanilla", right_b),
+                                                                                ("scores_dropout", right_a))
+                                       for s in (1, 2)})
     md = build_report([tmp_path], ReportOptions(aso=False, figures=False)).read_text()
     row = comparison_rows(md)["scores_dropout", "RTE"]
     low, high = (float(x) for x in row["95% interval"].strip("[]").split(", "))
@@ -292,25 +298,13 @@ def test_example_level_interval_from_prediction_sidecars(tmp_path):
 def test_an_interval_whose_dev_example_part_is_estimated_at_zero_is_named(tmp_path):
     """Example-by-example differences that (mostly) reverse from one seed to the next share nothing across seeds:
     the dev-example part is estimated below 0 and clipped, and the notes under the difference table say so."""
-    from suite.run.record import save_predictions
-
     rng = np.random.default_rng(7)
     n = 400
     labels = rng.integers(0, 2, n)
-    right = {1: (rng.random(n) < 0.75, rng.random(n) < 0.65)}
+    method_1, reference_1 = rng.random(n) < 0.75, rng.random(n) < 0.65
     flip = rng.random(n) < 0.1   # seed 2 swaps which examples each method gets right, but for a tenth of them
-    right[2] = (right[1][1] ^ flip, right[1][0])
-    store = Store(tmp_path)
-    for s in (1, 2):
-        for method, r in (("scores_dropout", right[s][0]), ("vanilla", right[s][1])):
-            name, rec = make_record("rte", method, s, {"accuracy": float(r.mean())}, hparams={"p": 0.1})
-            pred = np.where(r, labels, 1 - labels)
-            sidecar = name.replace(".json", ".predictions.npz")
-            store.runs.mkdir(parents=True, exist_ok=True)
-            save_predictions(store.runs / sidecar, {"": {"index": np.arange(n), "label": labels,
-                                                          "logits": np.eye(2)[pred].astype(np.float32)}})
-            rec["predictions"] = sidecar
-            store.write(name, rec)
+    write_predicted(tmp_path, labels, {("scores_dropout", 1): method_1, ("vanilla", 1): reference_1,
+                                       ("scores_dropout", 2): reference_1 ^ flip, ("vanilla", 2): method_1})
     md = build_report([tmp_path], ReportOptions(aso=False, figures=False)).read_text()
     assert comparison_rows(md)["scores_dropout", "RTE"]["dev-example se"] == "0.00"
     assert "Dev-example part estimated at 0 (clipped; the Further statistics' dev-example se) for scores_dropout on " \

@@ -105,9 +105,7 @@ def _analysis_text(options: Options) -> str:
 
 
 def _difference_notes(options: Options, comps: dict, avgs: list[Average]) -> list[str]:
-    by_column: dict[str, float] = {}
-    for c in comps.values():
-        by_column.setdefault(c.column, c.margin)
+    by_column = {c.column: c.margin for c in comps.values()}   # a column's margin is the same for every method
     if len(set(by_column.values())) > 1:   # per-task margins: which column has which
         margin_text = "the margin (" + ", ".join(f"{task_display(col)} ±{fmt(m)}" for col, m in by_column.items()) \
             + " points)"
